@@ -1,0 +1,1 @@
+"""sandmem: sandboxed LLM agents with memory that carries across runs."""

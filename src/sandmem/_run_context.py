@@ -1,0 +1,44 @@
+"""What a run exposes to capabilities: its context before it starts and its outcome after."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from sandmem._items import Item
+
+if TYPE_CHECKING:
+    from sandmem._agent import Agent
+    from sandmem._run_config import RunConfig
+    from sandmem._session import Session
+    from sandmem.sandboxes._session import SandboxSession
+
+TerminalState = Literal[
+    "completed", "interrupted", "cancelled", "failed", "max_turns_exceeded", "guardrail_tripped"
+]
+
+
+@dataclass
+class RunContext:
+    """One run as capabilities see it. ``input`` is this run's new input (without stored
+    conversation history); ``conversation_id`` is what the caller passed to ``Runner.run``."""
+
+    agent: Agent
+    input: list[Item]
+    run_config: RunConfig
+    session: Session | None = None
+    conversation_id: str | None = None
+    sandbox: SandboxSession | None = None
+    #: free slots for capabilities to keep per-run state between start and end
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended: the items it produced, its final output, and its terminal state."""
+
+    new_items: list[Item]
+    terminal_state: TerminalState
+    final_output: Any = None
+    has_final_output: bool = False
+    exception: BaseException | None = None
