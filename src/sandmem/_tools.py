@@ -84,9 +84,7 @@ def _to_output(value: Any) -> ToolOutput:
         return str(value)
 
 
-def _make_tool(
-    fn: Callable[..., Any], name: str | None, description: str | None
-) -> FunctionTool:
+def _make_tool(fn: Callable[..., Any], name: str | None, description: str | None) -> FunctionTool:
     params = _params_model(fn)
     schema = params.model_json_schema()
     schema.pop("title", None)
