@@ -23,7 +23,7 @@ from sandmem._settings import ModelSettings
 from sandmem._tools import FunctionTool, ToolArgumentsError
 from sandmem._usage import Usage
 from sandmem.capabilities._base import Capability
-from sandmem.models._base import Model, ModelRequest, OutputSchema
+from sandmem.models._base import Model, ModelProvider, ModelRequest, OutputSchema
 from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.run")
@@ -104,7 +104,9 @@ class _Prepared:
     settings: ModelSettings
 
 
-def _resolve_model(agent: Agent, config: RunConfig) -> Model:
+def _resolve_model(agent: Agent, config: RunConfig, owned: list[ModelProvider]) -> Model:
+    """The run's model. A default provider created here is appended to ``owned`` so the run
+    closes its client when it ends."""
     chosen = config.model if config.model is not None else agent.model
     if isinstance(chosen, Model):
         return chosen
@@ -113,6 +115,7 @@ def _resolve_model(agent: Agent, config: RunConfig) -> Model:
         from sandmem.models._provider import OpenAIProvider
 
         provider = OpenAIProvider()
+        owned.append(provider)
     return provider.get_model(chosen)
 
 
@@ -138,7 +141,9 @@ def _collect_tools(agent: Agent, capabilities: list[Capability]) -> dict[str, Fu
     return tools
 
 
-async def _prepare(agent: Agent, ctx: RunContext, config: RunConfig) -> _Prepared:
+async def _prepare(
+    agent: Agent, ctx: RunContext, config: RunConfig, owned: list[ModelProvider]
+) -> _Prepared:
     """Everything that can refuse a run happens here, before the first model call."""
     capabilities: list[Capability] = []
     parts = [agent.instructions] if agent.instructions else []
@@ -148,7 +153,7 @@ async def _prepare(agent: Agent, ctx: RunContext, config: RunConfig) -> _Prepare
         _check_requirements(capabilities)
         parts.append(render_prompt(load_prompt("sandmem", "sandbox"), root=str(ctx.sandbox.root)))
     tools = _collect_tools(agent, capabilities)
-    model = _resolve_model(agent, config)
+    model = _resolve_model(agent, config, owned)
     for cap in capabilities:
         await cap.on_run_start(ctx)
     for cap in capabilities:
@@ -247,6 +252,45 @@ async def _finish(prep: _Prepared, ctx: RunContext, outcome: RunOutcome) -> None
             logger.exception("%s failed at the end of a run", type(cap).__name__)
 
 
+async def _run(
+    agent: Agent,
+    input: str | list[Item],
+    session: Session | None,
+    config: RunConfig,
+    max_turns: int,
+    conversation_id: str | None,
+    owned: list[ModelProvider],
+) -> RunResult:
+    input_items = normalize_input(input)
+    async with _sandbox_scope(agent, config) as sandbox:
+        ctx = RunContext(
+            agent=agent,
+            input=input_items,
+            run_config=config,
+            session=session,
+            conversation_id=conversation_id,
+            sandbox=sandbox,
+        )
+        prep = await _prepare(agent, ctx, config, owned)
+        history = await session.get_items() if session is not None else []
+        generated: list[Item] = []
+        usage = Usage()
+        try:
+            final = await _loop(agent, prep, [*history, *input_items], generated, usage, max_turns)
+        except BaseException as exc:
+            outcome = RunOutcome(list(generated), _terminal_state(exc), exception=exc)
+            await _finish(prep, ctx, outcome)
+            raise
+        stored_final = final.model_dump() if isinstance(final, BaseModel) else final
+        outcome = RunOutcome(
+            list(generated), "completed", final_output=stored_final, has_final_output=True
+        )
+        await _finish(prep, ctx, outcome)
+        if session is not None:
+            await session.add_items([*input_items, *generated])
+        return RunResult(input, generated, final, agent, usage)
+
+
 class Runner:
     """Runs agents. ``run`` is the async core; ``run_sync`` wraps it for blocking callers."""
 
@@ -268,36 +312,12 @@ class Runner:
         if max_turns < 1:
             raise UserError("max_turns must be at least 1")
         config = run_config or RunConfig()
-        input_items = normalize_input(input)
-        async with _sandbox_scope(agent, config) as sandbox:
-            ctx = RunContext(
-                agent=agent,
-                input=input_items,
-                run_config=config,
-                session=session,
-                conversation_id=conversation_id,
-                sandbox=sandbox,
-            )
-            prep = await _prepare(agent, ctx, config)
-            history = await session.get_items() if session is not None else []
-            generated: list[Item] = []
-            usage = Usage()
-            try:
-                final = await _loop(
-                    agent, prep, [*history, *input_items], generated, usage, max_turns
-                )
-            except BaseException as exc:
-                outcome = RunOutcome(list(generated), _terminal_state(exc), exception=exc)
-                await _finish(prep, ctx, outcome)
-                raise
-            stored_final = final.model_dump() if isinstance(final, BaseModel) else final
-            outcome = RunOutcome(
-                list(generated), "completed", final_output=stored_final, has_final_output=True
-            )
-            await _finish(prep, ctx, outcome)
-            if session is not None:
-                await session.add_items([*input_items, *generated])
-            return RunResult(input, generated, final, agent, usage)
+        owned: list[ModelProvider] = []
+        try:
+            return await _run(agent, input, session, config, max_turns, conversation_id, owned)
+        finally:
+            for provider in owned:
+                await provider.aclose()
 
     @staticmethod
     def run_sync(

@@ -67,3 +67,6 @@ class ModelProvider(abc.ABC):
 
     @abc.abstractmethod
     def get_model(self, name: str | None) -> Model: ...
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Release clients the provider opened (a no-op unless overridden)."""

@@ -1,0 +1,198 @@
+"""Structured output: strict JSON schemas generated from Python types, and parsing the answer.
+
+``output_schema_for(tp)`` turns a pydantic model (or any type pydantic can describe) into the
+schema that the OpenAI "strict" JSON-schema response format accepts: every object closed
+(``additionalProperties: false``), every property required, no ``title``/``default`` keywords.
+Types whose schema is not an object (``list[int]``, ``str``...) are wrapped in an object with a
+single ``response`` property, and ``parse_structured_output`` unwraps them again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from sandmem._errors import ModelBehaviorError, UserError
+from sandmem.models._base import OutputSchema
+
+#: key of the wrapper object used for types whose schema is not an object
+WRAPPER_KEY = "response"
+
+# keywords that strict mode rejects or that only add noise for the model
+_DROPPED_KEYWORDS = frozenset({"title", "default"})
+# keywords whose value is a mapping from names to schemas (not a schema itself)
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+# keywords whose value is one schema, or a list of schemas
+_SCHEMA_VALUES = ("items", "not", "contains", "additionalItems")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+_NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def output_schema_for(tp: type[Any]) -> OutputSchema:
+    """A strict-mode ``OutputSchema`` for ``tp`` (normally a pydantic model).
+
+    Raises ``UserError`` when the type cannot be expressed in strict mode (e.g. a ``dict`` with
+    free-form keys, or ``Any``).
+    """
+    try:
+        raw = TypeAdapter(tp).json_schema()
+    except Exception as exc:  # pydantic raises several error types for unsupported types
+        raise UserError(
+            f"cannot build a JSON schema for output type {_type_name(tp)}: {exc}. "
+            "Use a pydantic model with typed fields."
+        ) from exc
+    raw = _hoist_root_ref(raw)
+    if not _is_object_schema(raw):
+        defs = raw.pop("$defs", None)
+        raw = {"type": "object", "properties": {WRAPPER_KEY: raw}}
+        if defs:
+            raw["$defs"] = defs
+    strict = _strictify(raw, path="#", root=raw, inlining=frozenset())
+    return OutputSchema(name=_schema_name(tp), json_schema=strict, strict=True)
+
+
+def is_wrapped(tp: type[Any]) -> bool:
+    """Whether the schema for ``tp`` wraps it in a ``{"response": ...}`` object."""
+    return not _is_object_schema(_hoist_root_ref(TypeAdapter(tp).json_schema()))
+
+
+def parse_structured_output(tp: type[Any], text: str) -> Any:
+    """Parse and validate the model's JSON answer as ``tp``.
+
+    Raises ``ModelBehaviorError`` saying what was wrong when the text is not JSON or does not
+    validate. A Markdown code fence around the JSON is tolerated.
+    """
+    name = _type_name(tp)
+    body = _strip_code_fence(text)
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ModelBehaviorError(
+            f"the model's structured output for {name} is not valid JSON ({exc}); "
+            f"it answered: {_preview(text)}"
+        ) from exc
+    if is_wrapped(tp):
+        if not isinstance(data, dict) or WRAPPER_KEY not in data:
+            raise ModelBehaviorError(
+                f"the model's structured output for {name} lacks the {WRAPPER_KEY!r} key; "
+                f"it answered: {_preview(text)}"
+            )
+        data = data[WRAPPER_KEY]
+    try:
+        return TypeAdapter(tp).validate_python(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        )
+        raise ModelBehaviorError(
+            f"the model's structured output does not match {name}: {problems}; "
+            f"it answered: {_preview(text)}"
+        ) from exc
+
+
+def _strictify(schema: Any, *, path: str, root: dict[str, Any], inlining: frozenset[str]) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+
+    def sub(value: Any, where: str) -> Any:
+        return _strictify(value, path=where, root=root, inlining=inlining)
+
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DROPPED_KEYWORDS:
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: sub(v, f"{path}/{key}/{name}") for name, v in value.items()}
+        elif key in _SCHEMA_VALUES:
+            out[key] = sub(value, f"{path}/{key}")
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            # strict mode knows anyOf only; a pydantic tagged union (oneOf) means the same here
+            target = "anyOf" if key == "oneOf" else key
+            out[target] = [sub(v, f"{path}/{key}/{i}") for i, v in enumerate(value)]
+        elif key != "discriminator":
+            out[key] = value
+    if _is_object_schema(out):
+        extra = out.get("additionalProperties")
+        if extra not in (None, False) or "properties" not in out:
+            raise UserError(
+                f"the output schema at {path} is an object with free-form keys, which strict "
+                "structured output cannot express. Use a pydantic model with named fields "
+                "(or a list of such models) instead of dict/Any."
+            )
+        out["additionalProperties"] = False
+        out["required"] = list(out["properties"])
+    if "$ref" in out and len(out) > 1:
+        out = _inline_ref(out, path=path, root=root, inlining=inlining)
+    return out
+
+
+def _inline_ref(
+    schema: dict[str, Any], *, path: str, root: dict[str, Any], inlining: frozenset[str]
+) -> dict[str, Any]:
+    """Strict mode allows no keywords beside ``$ref``: merge the referenced schema in.
+
+    A recursive reference met while inlining keeps only its ``$ref``."""
+    ref = schema["$ref"]
+    if ref in inlining:
+        return {"$ref": ref}
+    prefix = "#/$defs/"
+    if not isinstance(ref, str) or not ref.startswith(prefix):
+        raise UserError(f"unsupported $ref {ref!r} at {path} in the output schema")
+    target = root.get("$defs", {}).get(ref[len(prefix) :])
+    if target is None:
+        raise UserError(f"unresolved $ref {ref!r} at {path} in the output schema")
+    merged = _strictify(target, path=ref, root=root, inlining=inlining | {ref})
+    siblings = {k: v for k, v in schema.items() if k != "$ref"}
+    return {**merged, **siblings}
+
+
+def _hoist_root_ref(schema: dict[str, Any]) -> dict[str, Any]:
+    """A root that is only a ``$ref`` (pydantic does this for recursive models) replaced by the
+    definition it points to; strict mode needs an object at the root."""
+    ref = schema.get("$ref")
+    defs = schema.get("$defs", {})
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+        return schema
+    target = defs.get(ref[len("#/$defs/") :])
+    if not isinstance(target, dict):
+        return schema
+    siblings = {k: v for k, v in schema.items() if k not in ("$ref", "$defs")}
+    return {**target, **siblings, "$defs": defs}
+
+
+def _is_object_schema(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "object" or ("properties" in schema and "type" not in schema)
+
+
+def _schema_name(tp: type[Any]) -> str:
+    name = _NAME_OK.sub("_", getattr(tp, "__name__", "") or "output")
+    return name[:64] or "output"
+
+
+def _type_name(tp: type[Any]) -> str:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp.__name__
+    return getattr(tp, "__name__", repr(tp))
+
+
+def _strip_code_fence(text: str) -> str:
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) >= 6:
+        inner = stripped[3:-3]
+        first_newline = inner.find("\n")
+        if first_newline != -1 and inner[:first_newline].strip().isalnum():
+            inner = inner[first_newline + 1 :]
+        return inner.strip()
+    return stripped
+
+
+def _preview(text: str, limit: int = 300) -> str:
+    text = text.strip()
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + f" ... ({len(text)} characters)"

@@ -1,0 +1,94 @@
+"""What both OpenAI adapters share: the client boundary (error translation) and settings helpers.
+
+Errors of the ``openai`` client are translated here, and only here:
+
+    openai.APITimeoutError      -> ModelRequestError(retryable=True)
+    openai.APIConnectionError   -> ModelRequestError(retryable=True)
+    openai.APIStatusError       -> ModelRequestError(status_code=..., retryable for 408/409/429/5xx)
+    a reply that is not JSON    -> ModelRequestError(retryable=True)
+
+The client's own retries (``max_retries``, exponential backoff, ``Retry-After``) run first; these
+errors mean they were exhausted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from sandmem._errors import ModelRequestError
+
+#: a client, or a function returning the client to use for this request
+ClientSource = AsyncOpenAI | Callable[[], AsyncOpenAI]
+
+# ``extra_args`` keys that are request options of the openai client, not body fields
+_CLIENT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
+
+
+def resolve_client(source: ClientSource) -> AsyncOpenAI:
+    return source if isinstance(source, AsyncOpenAI) else source()
+
+
+def is_retryable_status(status: int) -> bool:
+    return status in (408, 409, 429) or status >= 500
+
+
+@contextmanager
+def translated_errors(model: str, api: str) -> Iterator[None]:
+    """Turn ``openai`` client errors raised inside the block into ``ModelRequestError``."""
+    where = f"{api} request for model {model!r}"
+    try:
+        yield
+    except openai.APITimeoutError as exc:
+        raise ModelRequestError(
+            f"{where} timed out after the client's retries; raise the provider's timeout or "
+            "try again later",
+            retryable=True,
+        ) from exc
+    except openai.APIConnectionError as exc:
+        raise ModelRequestError(
+            f"{where} could not reach the server ({exc}); check OPENAI_BASE_URL and that the "
+            "server is running",
+            retryable=True,
+        ) from exc
+    except openai.APIStatusError as exc:
+        status = exc.status_code
+        retryable = is_retryable_status(status)
+        hint = "try again later" if retryable else "check the model name, key and request"
+        raise ModelRequestError(
+            f"{where} failed with HTTP {status}: {exc.message}; {hint}",
+            status_code=status,
+            retryable=retryable,
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise ModelRequestError(
+            f"{where} got a reply that is not valid JSON ({exc}); is the server OpenAI-compatible?",
+            retryable=True,
+        ) from exc
+
+
+def split_extra_args(extra_args: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``ModelSettings.extra_args`` as (client request options, extra body fields)."""
+    options: dict[str, Any] = {}
+    body: dict[str, Any] = {}
+    for key, value in (extra_args or {}).items():
+        if key in _CLIENT_OPTIONS:
+            options[key] = value
+        elif key == "extra_body" and isinstance(value, dict):
+            body.update(value)
+        else:
+            body[key] = value
+    return options, body
+
+
+def apply_extra_args(kwargs: dict[str, Any], extra_args: dict[str, Any] | None) -> None:
+    """Merge ``extra_args`` into the keyword arguments of a ``create`` call (in place)."""
+    options, body = split_extra_args(extra_args)
+    kwargs.update(options)
+    if body:
+        kwargs["extra_body"] = body

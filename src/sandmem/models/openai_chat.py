@@ -1,0 +1,258 @@
+"""``OpenAIChatCompletionsModel``: a ``Model`` on the Chat Completions API.
+
+Works with any OpenAI-compatible server (Ollama, vLLM, llama.cpp server, LiteLLM proxy).
+Conversion from canonical (Responses-format) items to chat messages:
+
+- ``instructions`` become the first ``system`` message; ``developer`` messages become ``system``;
+- consecutive ``function_call`` items become one assistant message with ``tool_calls`` (joined
+  to the assistant text right before them), keeping every ``call_id`` as the tool call ``id``;
+- a ``function_call_output`` becomes a ``tool`` message with the same ``tool_call_id``; images in
+  a tool output cannot go in a tool message, so they follow in a ``user`` message placed right
+  after the group of tool messages;
+- ``reasoning`` items are not sent.
+
+Back from the API: text -> an assistant message item, each tool call -> a ``function_call``
+item, and a server's ``reasoning_content`` (vLLM, DeepSeek...) -> a ``reasoning`` item.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from openai.types.chat import ChatCompletion
+
+from sandmem._errors import ModelBehaviorError, UserError
+from sandmem._items import Item, content_text, item_kind
+from sandmem._usage import Usage
+from sandmem.models._base import Model, ModelRequest, ModelResponse, OutputSchema, ToolSpec
+from sandmem.models._openai_common import (
+    ClientSource,
+    apply_extra_args,
+    resolve_client,
+    translated_errors,
+)
+
+Message = dict[str, Any]
+
+_TOOL_CHOICE_MODES = frozenset({"auto", "required", "none"})
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+class OpenAIChatCompletionsModel(Model):
+    """A model served through the Chat Completions API.
+
+    ``client`` is an ``AsyncOpenAI`` client, or a function returning the client to use for
+    each request (the provider passes one, so clients are created lazily, per event loop).
+    """
+
+    def __init__(self, model: str, client: ClientSource) -> None:
+        self.model = model
+        self.name = model
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatCompletionsModel({self.model!r})"
+
+    async def get_response(self, request: ModelRequest) -> ModelResponse:
+        kwargs = build_request(self.model, request)
+        with translated_errors(self.model, "Chat Completions"):
+            client = resolve_client(self._client)
+            completion = await client.chat.completions.create(**kwargs)
+        if not isinstance(completion, ChatCompletion):
+            raise ModelBehaviorError(
+                f"Chat Completions returned {type(completion).__name__}, expected a ChatCompletion"
+            )
+        return ModelResponse(
+            output=output_items(self.model, completion),
+            usage=_usage(completion),
+            response_id=completion.id,
+        )
+
+
+def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
+    """The keyword arguments of ``client.chat.completions.create`` for ``request``."""
+    settings = request.settings
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "messages": chat_messages(request.instructions, request.input),
+    }
+    if request.tools:
+        kwargs["tools"] = [_tool(spec) for spec in request.tools]
+    if request.output_schema is not None:
+        kwargs["response_format"] = _response_format(request.output_schema)
+    if settings.temperature is not None:
+        kwargs["temperature"] = settings.temperature
+    if settings.max_tokens is not None:
+        kwargs["max_completion_tokens"] = settings.max_tokens
+    effort = (settings.reasoning or {}).get("effort")
+    if effort is not None:
+        kwargs["reasoning_effort"] = effort
+    if settings.tool_choice is not None:
+        kwargs["tool_choice"] = _tool_choice(settings.tool_choice)
+    apply_extra_args(kwargs, settings.extra_args)
+    return kwargs
+
+
+def chat_messages(instructions: str | None, items: list[Item]) -> list[Message]:
+    """Canonical items (and the instructions) as Chat Completions messages."""
+    messages: list[Message] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    images: list[dict[str, Any]] = []  # image parts of the current group of tool outputs
+    for item in items:
+        kind = item_kind(item)
+        if kind != "function_call_output" and images:
+            messages.append({"role": "user", "content": images})
+            images = []
+        if kind == "message":
+            messages.append(_message(item))
+        elif kind == "function_call":
+            _add_tool_call(messages, item)
+        elif kind == "function_call_output":
+            text, found = _tool_output(item.get("output", ""))
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+            images.extend(found)
+        elif kind != "reasoning":
+            raise UserError(
+                f"Chat Completions cannot send a transcript item of type {kind!r}; "
+                "use the Responses API (SANDMEM_OPENAI_API=responses) for it"
+            )
+    if images:
+        messages.append({"role": "user", "content": images})
+    return messages
+
+
+def output_items(model: str, completion: ChatCompletion) -> list[Item]:
+    """The completion's first choice as canonical items."""
+    if not completion.choices:
+        raise ModelBehaviorError(f"Chat Completions for {model!r} returned no choices")
+    message = completion.choices[0].message
+    items: list[Item] = []
+    reasoning = (message.model_extra or {}).get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        items.append(
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": reasoning}]}
+        )
+    text = message.content or message.refusal or ""
+    tool_calls = message.tool_calls or []
+    if text or not tool_calls:
+        items.append({"type": "message", "role": "assistant", "content": text})
+    for call in tool_calls:
+        function = getattr(call, "function", None)
+        if function is None:
+            raise ModelBehaviorError(
+                f"Chat Completions for {model!r} returned a tool call of type "
+                f"{getattr(call, 'type', '?')!r}; only function tools are supported"
+            )
+        items.append(
+            {
+                "type": "function_call",
+                # some compatible servers omit ids; a generated one keeps calls and outputs paired
+                "call_id": call.id or f"call_{uuid.uuid4().hex[:24]}",
+                "name": function.name,
+                "arguments": function.arguments or "{}",
+            }
+        )
+    return items
+
+
+def _message(item: Item) -> Message:
+    role = item["role"]
+    content = item.get("content", "")
+    if role in ("system", "developer"):
+        return {"role": "system", "content": content_text(content)}
+    if role == "assistant":
+        return {"role": "assistant", "content": content_text(content)}
+    if isinstance(content, list):
+        return {"role": role, "content": [_content_part(part) for part in content]}
+    return {"role": role, "content": content}
+
+
+def _add_tool_call(messages: list[Message], item: Item) -> None:
+    last = messages[-1] if messages else None
+    if last is None or last["role"] != "assistant":
+        last = {"role": "assistant", "content": None}
+        messages.append(last)
+    if not last.get("content"):
+        last["content"] = None
+    last.setdefault("tool_calls", []).append(
+        {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
+        }
+    )
+
+
+def _tool_output(output: Any) -> tuple[str, list[dict[str, Any]]]:
+    """A tool output as (text for the tool message, image parts for a user message)."""
+    if isinstance(output, str):
+        return output, []
+    if not isinstance(output, list):
+        return str(output), []
+    texts: list[str] = []
+    images: list[dict[str, Any]] = []
+    for part in output:
+        converted = _content_part(part)
+        if converted["type"] == "text":
+            texts.append(converted["text"])
+        else:
+            images.append(converted)
+    if images:
+        texts.append(f"[{len(images)} image(s) from this tool follow in the next user message]")
+    return "\n".join(texts), images
+
+
+def _content_part(part: Any) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    kind = part.get("type")
+    if kind in _TEXT_PARTS:
+        return {"type": "text", "text": part.get("text", "")}
+    if kind == "input_image" and part.get("image_url"):
+        image: dict[str, Any] = {"url": part["image_url"]}
+        if part.get("detail"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "image_url":
+        return dict(part)
+    raise UserError(
+        f"Chat Completions cannot send a content part of type {kind!r} (only text and images "
+        "given by URL or data URL); use the Responses API for it"
+    )
+
+
+def _usage(completion: ChatCompletion) -> Usage:
+    usage = completion.usage
+    if usage is None:
+        return Usage(requests=1)
+    return Usage(
+        requests=1,
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+    )
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    function: dict[str, Any] = {
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.params_json_schema,
+    }
+    if spec.strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def _response_format(schema: OutputSchema) -> dict[str, Any]:
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": schema.name, "schema": schema.json_schema, "strict": schema.strict},
+    }
+
+
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    if choice in _TOOL_CHOICE_MODES:
+        return choice
+    return {"type": "function", "function": {"name": choice}}

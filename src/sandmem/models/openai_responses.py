@@ -1,0 +1,184 @@
+"""``OpenAIResponsesModel``: a ``Model`` on the OpenAI Responses API (``client.responses.create``).
+
+The canonical transcript already is in Responses item format, so input needs little work:
+``reasoning`` items are not sent back (requests use ``store=False``, so the server cannot
+resolve them), and known item types are reduced to the fields the API accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.responses import Response
+
+from sandmem._errors import ModelBehaviorError, ModelRequestError
+from sandmem._items import Item, item_kind
+from sandmem._usage import Usage
+from sandmem.models._base import Model, ModelRequest, ModelResponse, OutputSchema, ToolSpec
+from sandmem.models._openai_common import (
+    ClientSource,
+    apply_extra_args,
+    resolve_client,
+    translated_errors,
+)
+
+_TOOL_CHOICE_MODES = frozenset({"auto", "required", "none"})
+_FUNCTION_CALL_KEYS = ("type", "call_id", "name", "arguments")
+_FUNCTION_OUTPUT_KEYS = ("type", "call_id", "output")
+
+
+class OpenAIResponsesModel(Model):
+    """A model served through the Responses API.
+
+    ``client`` is an ``AsyncOpenAI`` client, or a function returning the client to use for
+    each request (the provider passes one, so clients are created lazily, per event loop).
+    """
+
+    def __init__(self, model: str, client: ClientSource) -> None:
+        self.model = model
+        self.name = model
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"OpenAIResponsesModel({self.model!r})"
+
+    async def get_response(self, request: ModelRequest) -> ModelResponse:
+        kwargs = build_request(self.model, request)
+        with translated_errors(self.model, "Responses API"):
+            client = resolve_client(self._client)
+            response = await client.responses.create(**kwargs)
+        if not isinstance(response, Response):
+            raise ModelBehaviorError(
+                f"Responses API returned {type(response).__name__}, expected a Response"
+            )
+        _check_status(self.model, response)
+        return ModelResponse(
+            output=output_items(response),
+            usage=_usage(response),
+            response_id=response.id,
+        )
+
+
+def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
+    """The keyword arguments of ``client.responses.create`` for ``request``."""
+    settings = request.settings
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "input": input_items(request.input),
+        "store": False,
+    }
+    if request.instructions:
+        kwargs["instructions"] = request.instructions
+    if request.tools:
+        kwargs["tools"] = [_tool(spec) for spec in request.tools]
+    if request.output_schema is not None:
+        kwargs["text"] = {"format": _text_format(request.output_schema)}
+    if settings.temperature is not None:
+        kwargs["temperature"] = settings.temperature
+    if settings.max_tokens is not None:
+        kwargs["max_output_tokens"] = settings.max_tokens
+    if settings.reasoning is not None:
+        kwargs["reasoning"] = dict(settings.reasoning)
+    if settings.tool_choice is not None:
+        kwargs["tool_choice"] = _tool_choice(settings.tool_choice)
+    apply_extra_args(kwargs, settings.extra_args)
+    return kwargs
+
+
+def input_items(items: list[Item]) -> list[Item]:
+    """Canonical items as Responses API input (reasoning items dropped)."""
+    converted: list[Item] = []
+    for item in items:
+        kind = item_kind(item)
+        if kind == "reasoning":
+            continue
+        if kind == "message":
+            message = {"role": item["role"], "content": item.get("content", "")}
+            converted.append({"type": "message", **message})
+        elif kind == "function_call":
+            converted.append({k: item[k] for k in _FUNCTION_CALL_KEYS if k in item})
+        elif kind == "function_call_output":
+            converted.append({k: item[k] for k in _FUNCTION_OUTPUT_KEYS if k in item})
+        else:
+            converted.append(dict(item))
+    return converted
+
+
+def output_items(response: Response) -> list[Item]:
+    """The response's output as canonical items."""
+    items: list[Item] = []
+    for out in response.output:
+        if out.type == "message":
+            items.append(_message_item(out.model_dump(exclude_none=True)))
+        elif out.type == "function_call":
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": out.call_id,
+                    "name": out.name,
+                    "arguments": out.arguments,
+                }
+            )
+        else:
+            items.append(out.model_dump(exclude_none=True))
+    return items
+
+
+def _message_item(data: dict[str, Any]) -> Item:
+    texts: list[str] = []
+    refusals: list[str] = []
+    for part in data.get("content", []):
+        if part.get("type") == "output_text":
+            texts.append(part.get("text", ""))
+        elif part.get("type") == "refusal":
+            refusals.append(part.get("refusal", ""))
+    item: Item = {"type": "message", "role": "assistant", "content": "".join(texts)}
+    if refusals and not texts:
+        item["content"] = "".join(refusals)
+    return item
+
+
+def _check_status(model: str, response: Response) -> None:
+    if response.status == "failed":
+        detail = response.error.message if response.error is not None else "no detail given"
+        raise ModelRequestError(
+            f"Responses API request for model {model!r} failed on the server: {detail}; "
+            "try again later",
+            retryable=True,
+        )
+
+
+def _usage(response: Response) -> Usage:
+    usage = response.usage
+    if usage is None:
+        return Usage(requests=1)
+    return Usage(
+        requests=1,
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+    )
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.params_json_schema,
+        "strict": spec.strict,
+    }
+
+
+def _text_format(schema: OutputSchema) -> dict[str, Any]:
+    return {
+        "type": "json_schema",
+        "name": schema.name,
+        "schema": schema.json_schema,
+        "strict": schema.strict,
+    }
+
+
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    if choice in _TOOL_CHOICE_MODES:
+        return choice
+    return {"type": "function", "name": choice}

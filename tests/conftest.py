@@ -1,0 +1,102 @@
+"""Suite-wide guards and fixtures.
+
+- No test reaches a host other than this machine: socket connections to non-loopback addresses
+  fail, and the test fails even if the code under test swallowed the error (the ``openai``
+  client turns it into a retried connection error).
+- No test sees a real OpenAI key or a user's model configuration from the environment.
+- ``fake_openai``: a started ``FakeOpenAIServer`` (see ``tests/fake_openai.py``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fake_openai import FakeOpenAIServer  # tests/ is on sys.path (pytest rootdir conftest)
+
+_MODEL_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "SANDMEM_OPENAI_API", "SANDMEM_MODEL")
+
+
+class NetworkAccessBlocked(OSError):
+    """A test tried to connect to a host other than this machine."""
+
+
+def _is_local_host(host: Any) -> bool:
+    if isinstance(host, bytes):
+        host = host.decode(errors="replace")
+    if not isinstance(host, str):
+        return False
+    host = host.strip("[]").split("%", 1)[0]  # IPv6 brackets and zone ids
+    if host.lower() == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def _is_local_address(address: Any) -> bool:
+    if isinstance(address, (str, bytes)):  # AF_UNIX path (or abstract name)
+        return True
+    if isinstance(address, tuple) and address:
+        return _is_local_host(address[0])
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Fail the test on any socket connection to a non-loopback host."""
+    attempts: list[str] = []
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+    real_create_connection = socket.create_connection
+
+    def check(address: Any) -> None:
+        if not _is_local_address(address):
+            attempts.append(repr(address))
+            raise NetworkAccessBlocked(f"tests may not reach {address!r}: only loopback is allowed")
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if self.family != getattr(socket, "AF_UNIX", None):
+            check(address)
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        if self.family != getattr(socket, "AF_UNIX", None):
+            check(address)
+        return real_connect_ex(self, address)
+
+    def create_connection(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
+        check(address)
+        return real_create_connection(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    yield attempts
+    if attempts:
+        pytest.fail(f"test tried to reach non-loopback hosts: {', '.join(attempts)}")
+
+
+@pytest.fixture(autouse=True)
+def _no_model_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never use a real key or the developer's model configuration."""
+    for name in _MODEL_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAIServer]:
+    """A started fake OpenAI server with the echo handler; re-script it with
+    ``fake_openai.handler = ...`` and ``fake_openai.inject(...)``."""
+    server = FakeOpenAIServer()
+    with server:
+        yield server
+    if server.handler_errors:
+        pytest.fail("the fake OpenAI handler raised:\n" + "\n".join(server.handler_errors))

@@ -1,0 +1,466 @@
+"""A local OpenAI-compatible fake server, so tests exercise the real ``openai`` client.
+
+Serves ``POST /v1/responses`` and ``POST /v1/chat/completions`` on 127.0.0.1 (random port) from
+a background thread. A *handler* scripts the replies::
+
+    def handler(req: FakeRequest) -> FakeReply:
+        if not req.tool_outputs():
+            return FakeReply(tool_calls=[("add", {"a": 1, "b": 2}, "call_1")])
+        return FakeReply(text="3")
+
+    with FakeOpenAIServer(handler) as server:
+        client = AsyncOpenAI(api_key="test", base_url=server.base_url)
+
+The same ``FakeReply`` renders as a valid reply of either API. Faults are switched on with
+``server.inject(...)`` (HTTP status, slow reply, malformed body) for the next ``times``
+requests. Every request is recorded in ``server.requests``; ``server.in_flight`` and
+``server.max_in_flight`` count concurrent requests. A handler that raises answers HTTP 400
+(not retried) and is recorded in ``server.handler_errors``; the ``fake_openai`` fixture fails
+the test when there are any.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal
+
+Api = Literal["responses", "chat"]
+
+_PATHS: dict[str, Api] = {"/v1/responses": "responses", "/v1/chat/completions": "chat"}
+
+
+@dataclass
+class FakeRequest:
+    """One request the server received (``headers`` keys are lower case)."""
+
+    api: Api
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        """Responses ``input`` as a list of items, or Chat ``messages``."""
+        if self.api == "chat":
+            return list(self.body.get("messages", []))
+        value = self.body.get("input", [])
+        if isinstance(value, str):
+            return [{"role": "user", "content": value}]
+        return list(value)
+
+    @property
+    def instructions(self) -> str | None:
+        """Responses ``instructions``, or the text of the leading chat system message."""
+        if self.api == "responses":
+            return self.body.get("instructions")
+        messages = self.items
+        if messages and messages[0].get("role") == "system":
+            return _text(messages[0].get("content"))
+        return None
+
+    def last_user_text(self) -> str:
+        """The text of the last user message ("" when there is none)."""
+        for item in reversed(self.items):
+            if item.get("role") == "user":
+                return _text(item.get("content"))
+        return ""
+
+    def tool_names(self) -> list[str]:
+        """Names of the function tools offered."""
+        names = []
+        for tool in self.body.get("tools") or []:
+            spec = tool.get("function", tool) if self.api == "chat" else tool
+            names.append(spec.get("name", ""))
+        return names
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The function tools offered, as ``{"name", "description", "parameters", ...}``."""
+        tools = self.body.get("tools") or []
+        if self.api == "chat":
+            return [dict(tool.get("function", {})) for tool in tools]
+        return [{k: v for k, v in tool.items() if k != "type"} for tool in tools]
+
+    def json_schema(self) -> dict[str, Any] | None:
+        """The JSON-schema response format requested (``name``, ``schema``, ``strict``)."""
+        if self.api == "chat":
+            fmt = self.body.get("response_format") or {}
+            if fmt.get("type") == "json_schema":
+                return dict(fmt.get("json_schema", {}))
+            return None
+        fmt = (self.body.get("text") or {}).get("format") or {}
+        if fmt.get("type") == "json_schema":
+            return {k: v for k, v in fmt.items() if k != "type"}
+        return None
+
+    def wants_json(self) -> bool:
+        return self.json_schema() is not None
+
+    def tool_outputs(self) -> dict[str, Any]:
+        """Tool outputs sent back, by call id (Responses ``function_call_output`` items, or chat
+        ``tool`` messages)."""
+        outputs: dict[str, Any] = {}
+        for item in self.items:
+            if self.api == "chat" and item.get("role") == "tool":
+                outputs[item["tool_call_id"]] = item.get("content")
+            elif item.get("type") == "function_call_output":
+                outputs[item["call_id"]] = item.get("output")
+        return outputs
+
+    def tool_calls(self) -> list[tuple[str, str, str]]:
+        """Tool calls in the transcript sent, as (name, arguments json, call id)."""
+        calls: list[tuple[str, str, str]] = []
+        for item in self.items:
+            if self.api == "chat":
+                for call in item.get("tool_calls") or []:
+                    fn = call["function"]
+                    calls.append((fn["name"], fn["arguments"], call["id"]))
+            elif item.get("type") == "function_call":
+                calls.append((item["name"], item["arguments"], item["call_id"]))
+        return calls
+
+
+ToolCall = tuple[str, dict[str, Any] | str, str]
+
+
+@dataclass
+class FakeReply:
+    """What the fake model answers: text and/or tool calls, plus usage numbers.
+
+    ``tool_calls`` are (name, arguments as a dict or a JSON string, call id). ``delay_s``
+    holds the reply back (the request stays in flight meanwhile).
+    """
+
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    input_tokens: int = 10
+    output_tokens: int = 5
+    reasoning: str | None = None
+    delay_s: float = 0.0
+
+    @classmethod
+    def json(cls, data: Any, **kwargs: Any) -> FakeReply:
+        """A structured-output reply: ``data`` serialised as the message text."""
+        return cls(text=json.dumps(data), **kwargs)
+
+
+Handler = Callable[[FakeRequest], FakeReply]
+
+
+@dataclass
+class _Fault:
+    status: int | None
+    delay_s: float
+    malformed: bool
+    retry_after_s: float | None
+    times: int
+
+
+def echo_handler(req: FakeRequest) -> FakeReply:
+    """Default handler: answers ``echo: <last user text>``."""
+    return FakeReply(text=f"echo: {req.last_user_text()}")
+
+
+class FakeOpenAIServer:
+    """See the module docstring. ``base_url`` ends with ``/v1``."""
+
+    def __init__(self, handler: Handler = echo_handler) -> None:
+        self.handler: Handler = handler
+        self.requests: list[FakeRequest] = []
+        self.handler_errors: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._faults: list[_Fault] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> FakeOpenAIServer:
+        if self._httpd is not None:
+            return self
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_request_handler(self))
+        httpd.daemon_threads = True
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("FakeOpenAIServer is not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- scripting ----------------------------------------------------------------------------
+
+    def inject(
+        self,
+        *,
+        status: int | None = None,
+        times: int = 1,
+        delay_s: float = 0.0,
+        malformed: bool = False,
+        retry_after_s: float | None = 0.01,
+    ) -> None:
+        """Apply a fault to the next ``times`` requests (faults queue up in order).
+
+        ``status``: answer that HTTP error instead of calling the handler. ``delay_s``: hold
+        the reply back. ``malformed``: answer 200 with a body that is not JSON.
+        ``retry_after_s`` is sent as ``retry-after-ms`` with an error status so the client's
+        backoff stays short in tests; ``None`` leaves the client's own backoff (~0.5 s+).
+        """
+        if times < 1:
+            raise ValueError("times must be >= 1")
+        with self._lock:
+            self._faults.append(_Fault(status, delay_s, malformed, retry_after_s, times))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def reset(self) -> None:
+        """Forget recorded requests, faults and the in-flight maximum."""
+        with self._lock:
+            self.requests.clear()
+            self.handler_errors.clear()
+            self._faults.clear()
+            self.max_in_flight = self.in_flight
+
+    def requests_for(self, api: Api) -> list[FakeRequest]:
+        return [req for req in self.requests if req.api == api]
+
+    # -- serving (runs in the server's threads) -----------------------------------------------
+
+    def _next_fault(self) -> _Fault | None:
+        with self._lock:
+            if not self._faults:
+                return None
+            fault = self._faults[0]
+            fault.times -= 1
+            if fault.times == 0:
+                self._faults.pop(0)
+            return fault
+
+    def _enter(self, req: FakeRequest) -> None:
+        with self._lock:
+            self.requests.append(req)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def _respond(self, req: FakeRequest) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) for one request, faults applied."""
+        fault = self._next_fault()
+        if fault is not None and fault.delay_s:
+            time.sleep(fault.delay_s)
+        if fault is not None and fault.status is not None:
+            headers = {}
+            if fault.retry_after_s is not None:
+                headers["retry-after-ms"] = str(int(fault.retry_after_s * 1000))
+            return fault.status, headers, _error_body(fault.status, "injected fault")
+        if fault is not None and fault.malformed:
+            return 200, {}, b'{"id": "broken", "output": [ this is not json'
+        try:
+            reply = self.handler(req)
+        except Exception:
+            self.handler_errors.append(traceback.format_exc())
+            return 400, {"x-should-retry": "false"}, _error_body(400, "fake handler raised")
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        n = next(self._ids)
+        rendered = (
+            _render_responses(req, reply, n)
+            if req.api == "responses"
+            else _render_chat(req, reply, n)
+        )
+        return 200, {}, json.dumps(rendered).encode()
+
+
+def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
+    class RequestHandler(BaseHTTPRequestHandler):
+        # HTTP/1.0: one request per connection, so no pooled connection outlives a test's loop
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            api = _PATHS.get(self.path.split("?", 1)[0])
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if api is None:
+                self._send(404, {}, _error_body(404, f"unknown path {self.path}"))
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                self._send(400, {}, _error_body(400, "request body is not JSON"))
+                return
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            req = FakeRequest(api=api, body=body, headers=headers)
+            server._enter(req)
+            try:
+                status, headers, data = server._respond(req)
+            finally:
+                server._leave()  # before sending: the client may count on it once it has the reply
+            self._send(status, headers, data)
+
+        def _send(self, status: int, headers: dict[str, str], data: bytes) -> None:
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (e.g. its timeout fired during a slow reply)
+
+    return RequestHandler
+
+
+def _error_body(status: int, message: str) -> bytes:
+    kind = "rate_limit_exceeded" if status == 429 else "server_error" if status >= 500 else None
+    error = {"message": f"{message} (HTTP {status})", "type": kind or "invalid_request_error"}
+    return json.dumps({"error": {**error, "param": None, "code": kind}}).encode()
+
+
+def _arguments(value: dict[str, Any] | str) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _render_responses(req: FakeRequest, reply: FakeReply, n: int) -> dict[str, Any]:
+    output: list[dict[str, Any]] = []
+    if reply.reasoning is not None:
+        output.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{n}",
+                "summary": [{"type": "summary_text", "text": reply.reasoning}],
+            }
+        )
+    if reply.text is not None:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{n}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+            }
+        )
+    for i, (name, args, call_id) in enumerate(reply.tool_calls):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{n}_{i}",
+                "call_id": call_id,
+                "name": name,
+                "arguments": _arguments(args),
+                "status": "completed",
+            }
+        )
+    return {
+        "id": f"resp_{n}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": req.model,
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": req.body.get("tool_choice", "auto"),
+        "tools": req.body.get("tools", []),
+        "usage": {
+            "input_tokens": reply.input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": reply.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+        },
+    }
+
+
+def _render_chat(req: FakeRequest, reply: FakeReply, n: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.reasoning is not None:
+        message["reasoning_content"] = reply.reasoning
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": _arguments(args)},
+            }
+            for name, args, call_id in reply.tool_calls
+        ]
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": req.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": reply.input_tokens,
+            "completion_tokens": reply.output_tokens,
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+        },
+    }
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and "text" in part
+        )
+    return ""

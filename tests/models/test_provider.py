@@ -1,0 +1,127 @@
+"""OpenAIProvider: env resolution, lazy clients, and requests through the fake server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fake_openai import FakeOpenAIServer
+
+from sandmem._errors import ModelRequestError, UserError
+from sandmem.models import (
+    ModelRequest,
+    OpenAIChatCompletionsModel,
+    OpenAIProvider,
+    OpenAIResponsesModel,
+)
+
+HELLO = ModelRequest(None, [{"role": "user", "content": "hello"}])
+
+
+def test_default_api_and_model() -> None:
+    model = OpenAIProvider().get_model(None)
+    assert isinstance(model, OpenAIResponsesModel)
+    assert model.name == "gpt-5.4-mini"
+
+
+def test_env_selects_api_and_default_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDMEM_OPENAI_API", "chat_completions")
+    monkeypatch.setenv("SANDMEM_MODEL", "qwen3:4b")
+    provider = OpenAIProvider()
+    model = provider.get_model(None)
+    assert isinstance(model, OpenAIChatCompletionsModel)
+    assert model.name == "qwen3:4b"
+    assert provider.get_model("llama3").name == "llama3"
+
+
+def test_api_argument_wins_over_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDMEM_OPENAI_API", "chat_completions")
+    assert isinstance(OpenAIProvider(api="responses").get_model("m"), OpenAIResponsesModel)
+
+
+def test_bad_api_env_names_the_allowed_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDMEM_OPENAI_API", "completions")
+    with pytest.raises(UserError) as info:
+        OpenAIProvider().get_model("m")
+    message = str(info.value)
+    assert "SANDMEM_OPENAI_API" in message
+    assert "'responses'" in message and "'chat_completions'" in message
+    assert "'completions'" in message
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(UserError, match="chat_completions"):
+        OpenAIProvider(api="chat")  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="timeout"):
+        OpenAIProvider(timeout=0)
+    with pytest.raises(UserError, match="max_retries"):
+        OpenAIProvider(max_retries=-1)
+
+
+async def test_no_key_and_no_base_url_fails_at_request_time() -> None:
+    model = OpenAIProvider().get_model("m")  # building the model needs no configuration
+    with pytest.raises(UserError) as info:
+        await model.get_response(HELLO)
+    assert "OPENAI_API_KEY" in str(info.value)
+    assert "OPENAI_BASE_URL" in str(info.value)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_base_url_from_env_needs_no_key(
+    api: str, fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    monkeypatch.setenv("SANDMEM_OPENAI_API", api)
+    provider = OpenAIProvider()
+    response = await provider.get_model("local").get_response(HELLO)
+    await provider.aclose()
+    assert response.output[0]["content"] == "echo: hello"
+    [req] = fake_openai.requests
+    assert req.api == ("responses" if api == "responses" else "chat")
+    assert req.headers["authorization"] == "Bearer sandmem-no-key"
+
+
+async def test_explicit_arguments_win(
+    fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    provider = OpenAIProvider(api_key="from-arg", base_url=fake_openai.base_url)
+    await provider.get_model("m").get_response(HELLO)
+    await provider.aclose()
+    assert fake_openai.requests[0].headers["authorization"] == "Bearer from-arg"
+
+
+async def test_one_client_per_event_loop_with_settings(fake_openai: FakeOpenAIServer) -> None:
+    provider = OpenAIProvider(base_url=fake_openai.base_url, timeout=7.5, max_retries=1)
+    client = provider._client()
+    assert provider._client() is client
+    assert client.max_retries == 1
+    assert client.timeout == 7.5
+    await provider.aclose()
+
+
+def test_a_new_event_loop_gets_a_new_client(fake_openai: FakeOpenAIServer) -> None:
+    provider = OpenAIProvider(base_url=fake_openai.base_url)
+    model = provider.get_model("m")
+    seen = []
+
+    async def one_run() -> None:
+        seen.append(provider._client())
+        await model.get_response(HELLO)
+        await provider.aclose()
+
+    asyncio.run(one_run())
+    asyncio.run(one_run())
+    assert seen[0] is not seen[1]
+    assert len(fake_openai.requests) == 2
+
+
+async def test_provider_retries_then_reports(fake_openai: FakeOpenAIServer) -> None:
+    provider = OpenAIProvider(base_url=fake_openai.base_url, max_retries=1)
+    fake_openai.inject(status=502, times=5)
+    with pytest.raises(ModelRequestError) as info:
+        await provider.get_model("m").get_response(HELLO)
+    await provider.aclose()
+    assert (info.value.status_code, info.value.retryable) == (502, True)
+    assert len(fake_openai.requests) == 2
