@@ -30,7 +30,7 @@ class RunContext:
     conversation_id: str | None = None
     sandbox: SandboxSession | None = None
     #: free slots for capabilities to keep per-run state between start and end
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass

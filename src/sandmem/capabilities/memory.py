@@ -1,0 +1,118 @@
+"""The Memory capability: injects the memory read prompt and drives memory generation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sandmem._errors import UserError
+from sandmem._prompts import load_prompt, render_prompt
+from sandmem._truncate import truncate_head_tail
+from sandmem.capabilities._base import Capability
+from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
+from sandmem.memory.storage import MemoryPaths, read_text
+
+if TYPE_CHECKING:
+    from sandmem._run_context import RunContext, RunOutcome
+    from sandmem.memory.manager import MemoryGenerationManager
+
+#: the summary is cut to this many tokens (4 bytes a token), head and tail kept
+SUMMARY_MAX_TOKENS = 15_000
+
+_DEFAULT: Any = object()
+
+
+def memory_read_prompt(summary: str, memories_dir: str, *, live_update: bool) -> str | None:
+    """The memory prompt for a run, or ``None`` when the summary is empty."""
+    if not summary.strip():
+        return None
+    policy_name = "memory_live_update" if live_update else "memory_read_only"
+    policy = render_prompt(load_prompt("sandmem.memory", policy_name), memories_dir=memories_dir)
+    return render_prompt(
+        load_prompt("sandmem.memory", "memory_read"),
+        memories_dir=memories_dir,
+        update_policy=policy.strip(),
+        summary=truncate_head_tail(summary.strip(), SUMMARY_MAX_TOKENS, what="memory summary"),
+    )
+
+
+@dataclass
+class _RunMemory:
+    prompt: str | None = None
+    manager: MemoryGenerationManager | None = None
+    rollout_id: str | None = None
+    conversation_key: str | None = None
+
+
+class Memory(Capability):
+    """Memory that carries across runs.
+
+    ``read`` (default ``MemoryReadConfig()``) injects ``memory_summary.md`` into each run's
+    instructions; ``generate`` (default ``MemoryGenerateConfig()``) records each run and
+    distils memory when the sandbox session stops. At least one must be on.
+    """
+
+    def __init__(
+        self,
+        layout: MemoryLayoutConfig | None = None,
+        read: MemoryReadConfig | None = _DEFAULT,
+        generate: MemoryGenerateConfig | None = _DEFAULT,
+    ) -> None:
+        self.layout = layout if layout is not None else MemoryLayoutConfig()
+        self.read = MemoryReadConfig() if read is _DEFAULT else read
+        self.generate = MemoryGenerateConfig() if generate is _DEFAULT else generate
+        if self.read is None and self.generate is None:
+            raise ValueError(
+                "Memory needs read or generate (or both); got read=None, generate=None"
+            )
+        self.paths = MemoryPaths.of(self.layout)
+
+    def __repr__(self) -> str:
+        return f"Memory(layout={self.layout!r}, read={self.read!r}, generate={self.generate!r})"
+
+    def required_capability_types(self) -> frozenset[type[Capability]]:
+        from sandmem.capabilities.filesystem import Filesystem
+        from sandmem.capabilities.shell import Shell
+
+        if self.read is None:
+            return frozenset()
+        if self.read.live_update:
+            return frozenset({Shell, Filesystem})
+        return frozenset({Shell})
+
+    def _slot(self, ctx: RunContext) -> _RunMemory:
+        slot = ctx.extras.setdefault(("memory", self.paths), _RunMemory())
+        assert isinstance(slot, _RunMemory)
+        return slot
+
+    async def on_run_start(self, ctx: RunContext) -> None:
+        """Resolve the rollout id, check the layout and prepare it, and read the summary once —
+        all before the first model call, so misuse surfaces at once."""
+        from sandmem.memory.manager import get_manager
+        from sandmem.memory.rollouts import resolve_rollout_id
+
+        slot = self._slot(ctx)
+        if self.generate is not None:
+            try:
+                slot.rollout_id, slot.conversation_key = resolve_rollout_id(ctx)
+            except ValueError as exc:
+                raise UserError(str(exc)) from exc
+            slot.manager = get_manager(self.session, self.paths, self.generate)
+            await slot.manager.prepare()
+        if self.read is not None:
+            summary = await read_text(self.session, self.paths.summary_md) or ""
+            slot.prompt = memory_read_prompt(
+                summary, self.paths.memories_dir, live_update=self.read.live_update
+            )
+
+    async def instructions(self, ctx: RunContext) -> str | None:
+        return self._slot(ctx).prompt
+
+    async def on_run_end(self, ctx: RunContext, outcome: RunOutcome) -> None:
+        from sandmem.memory.rollouts import build_segment
+
+        slot = self._slot(ctx)
+        if slot.manager is None or slot.rollout_id is None:
+            return
+        segment = build_segment(ctx, outcome, slot.rollout_id, slot.conversation_key)
+        await slot.manager.record(segment)

@@ -1,0 +1,98 @@
+"""Memory configuration: where memory lives, how it is read, how it is generated."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sandmem._settings import ModelSettings
+from sandmem.models._base import Model, ModelProvider
+
+#: the model name that selects sandmem's deterministic, model-free engine
+EXTRACTIVE = "extractive"
+
+
+def normalize_dir(value: str, field: str) -> str:
+    """A layout directory as a normalised relative POSIX path; ``ValueError`` otherwise."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field} must be a non-empty relative path")
+    path = PurePosixPath(value.strip().replace("\\", "/"))
+    if path.is_absolute():
+        raise ValueError(f"{field} must be relative to the workspace, got {value!r}")
+    parts = [p for p in path.parts if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{field} must not contain '..', got {value!r}")
+    if not parts:
+        raise ValueError(f"{field} must name a directory inside the workspace, got {value!r}")
+    return "/".join(parts)
+
+
+class MemoryLayoutConfig(BaseModel):
+    """Where one memory lives in the workspace. Isolation between agents is by layout."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memories_dir: str = "memories"
+    sessions_dir: str = "sessions"
+
+    @field_validator("memories_dir", "sessions_dir")
+    @classmethod
+    def _relative(cls, value: str, info: Any) -> str:
+        return normalize_dir(value, info.field_name)
+
+
+class MemoryReadConfig(BaseModel):
+    """Reading memory. ``live_update`` lets (and requires) the agent fix stale memory in
+    ``MEMORY.md`` during the run; ``False`` makes memory read-only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    live_update: bool = True
+
+
+def _default_settings() -> ModelSettings:
+    return ModelSettings(reasoning={"effort": "medium"})
+
+
+class MemoryGenerateConfig(BaseModel):
+    """Generating memory when the sandbox session stops (phase one per rollout, then phase two
+    per layout). Models are a name (resolved by ``model_provider``, default the OpenAI
+    provider), a ``Model``, or ``"extractive"`` for the deterministic model-free engine."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    max_raw_memories_for_consolidation: int = Field(default=256, gt=0, le=4096)
+    phase_one_model: str | Model = "gpt-5.4-mini"
+    phase_one_model_settings: ModelSettings | None = Field(default_factory=_default_settings)
+    phase_two_model: str | Model = "gpt-5.5"
+    phase_two_model_settings: ModelSettings | None = Field(default_factory=_default_settings)
+    extra_prompt: str | None = None
+    phase_one_concurrency: int = Field(default=4, ge=1)
+    max_attempts: int = Field(default=3, ge=1)
+    flush_timeout_s: float = Field(default=600.0, gt=0)
+    phase_two_max_turns: int = Field(default=500, ge=1)
+    memory_md_max_bytes: int = Field(default=96_000, gt=0)
+    summary_max_bytes: int = Field(default=24_000, gt=0)
+    model_provider: ModelProvider | None = None
+    redact_patterns: tuple[tuple[str, str], ...] = ()
+
+    @field_validator("phase_one_model_settings", "phase_two_model_settings", mode="before")
+    @classmethod
+    def _settings(cls, value: Any) -> ModelSettings | None:
+        return None if value is None else ModelSettings.coerce(value)
+
+    @field_validator("phase_one_model", "phase_two_model")
+    @classmethod
+    def _model(cls, value: str | Model) -> str | Model:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("a model name must not be empty")
+        return value
+
+    def comparable(self) -> tuple[Any, ...]:
+        """A value equal for configs that generate memory the same way (used to detect two
+        different generate configs for one layout)."""
+        return tuple(
+            (name, id(v) if isinstance(v, Model | ModelProvider) else v) for name, v in self
+        )

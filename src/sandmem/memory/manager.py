@@ -1,0 +1,344 @@
+"""The generation manager: one per (sandbox session, layout), owned by the session.
+
+It appends run segments to rollout files, and when the session stops (a pre-stop hook) it
+flushes: phase one for every pending rollout with bounded concurrency, then phase two once.
+A rollout is pending until its raw memory records its last ``updated_at`` and segment count,
+so a failed extraction is retried at the next flush (up to ``max_attempts`` for one version
+of the rollout). Everything runs under the layout's cross-process lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandmem._errors import UserError
+from sandmem._usage import Usage
+from sandmem.memory import phase_one, phase_two
+from sandmem.memory.config import MemoryGenerateConfig
+from sandmem.memory.rollouts import segment_line, utc_now
+from sandmem.memory.storage import (
+    MemoryPaths,
+    append_log,
+    ensure_layout,
+    fingerprint,
+    load_state,
+    read_text,
+    write_json,
+)
+from sandmem.models._base import ModelProvider
+from sandmem.redaction import Redactor
+from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
+
+LOCK_TIMEOUT_S = 60.0
+
+
+@dataclass
+class FlushReport:
+    """What one flush did. ``failed`` maps rollout ids to their error; ``pending`` lists the
+    rollouts still waiting (failed, not reached before the timeout, or locked out)."""
+
+    processed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)
+    phase_two: str = "not_run"  # done | skipped | failed | not_run
+    phase_two_error: str | None = None
+    phase_one_usage: Usage = field(default_factory=Usage)
+    phase_two_usage: Usage = field(default_factory=Usage)
+    timed_out: bool = False
+
+
+def _overlaps(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _check_conflicts(paths: MemoryPaths, others: list[MemoryPaths]) -> None:
+    if _overlaps(paths.memories_dir, paths.sessions_dir):
+        raise UserError(
+            f"memories_dir {paths.memories_dir!r} and sessions_dir {paths.sessions_dir!r} "
+            "overlap; use separate directories"
+        )
+    for other in others:
+        pairs = [
+            (a, b)
+            for a in (paths.memories_dir, paths.sessions_dir)
+            for b in (other.memories_dir, other.sessions_dir)
+        ]
+        clash = next(((a, b) for a, b in pairs if _overlaps(a, b)), None)
+        if clash is not None:
+            raise UserError(
+                f"memory layout ({paths.memories_dir}, {paths.sessions_dir}) conflicts with "
+                f"layout ({other.memories_dir}, {other.sessions_dir}) in this sandbox session: "
+                f"{clash[0]!r} and {clash[1]!r} share or nest directories. Use fully different "
+                "directories, or the same layout for agents that should share memory."
+            )
+
+
+def get_manager(
+    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig
+) -> MemoryGenerationManager:
+    """The session's manager for ``paths``, created (and registered as a pre-stop hook) on
+    first use. Raises ``UserError`` for layouts that conflict with one already in use."""
+    managers: dict[MemoryPaths, MemoryGenerationManager] = session._memory_managers
+    existing = managers.get(paths)
+    if existing is not None:
+        if existing.config.comparable() != config.comparable():
+            raise UserError(
+                f"layout ({paths.memories_dir}, {paths.sessions_dir}) is already used in this "
+                "sandbox session with a different MemoryGenerateConfig; agents sharing a layout "
+                "must share its generate config"
+            )
+        return existing
+    _check_conflicts(paths, list(managers))
+    manager = MemoryGenerationManager(session, paths, config)
+    managers[paths] = manager
+    return manager
+
+
+class MemoryGenerationManager:
+    """Records rollouts and generates memory for one layout of one sandbox session."""
+
+    def __init__(
+        self, session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig
+    ) -> None:
+        self.session = session
+        self.paths = paths
+        self.config = config
+        self.redactor = Redactor(config.redact_patterns)
+        self._flush_lock = asyncio.Lock()
+        self._state_lock = asyncio.Lock()
+        self._layout_ready = False
+        session.register_pre_stop_hook(self._on_stop)
+
+    async def prepare(self) -> None:
+        if not self._layout_ready:
+            await ensure_layout(self.session, self.paths)
+            self._layout_ready = True
+
+    async def record(self, segment: dict[str, Any]) -> None:
+        """Append one run segment (redacted) to its rollout file: append only, under the
+        sessions lock so concurrent writers never interleave."""
+        await self.prepare()
+        line = segment_line(self.redactor.redact_obj(segment))
+        lock = f"{self.paths.sessions_dir}/.lock"
+        async with self.session.lock(lock, timeout=LOCK_TIMEOUT_S):
+            await self.session.append(self.paths.rollout_file(segment["rollout_id"]), line)
+
+    async def _on_stop(self) -> None:
+        try:
+            report = await self.flush()
+        except Exception:
+            logger.exception("memory generation for %s failed", self.paths.memories_dir)
+            return
+        if report.failed or report.phase_two == "failed" or report.timed_out:
+            logger.warning(
+                "memory generation for %s incomplete: failed=%s phase_two=%s timed_out=%s",
+                self.paths.memories_dir,
+                report.failed,
+                report.phase_two,
+                report.timed_out,
+            )
+
+    async def flush(self, *, retry_failed: bool = False) -> FlushReport:
+        """Generate memory now. Never raises for a failed rollout or consolidation (they are
+        recorded in the report, ``generation_state.json`` and ``generation_log.jsonl``); stops
+        after ``flush_timeout_s`` leaving unfinished rollouts pending."""
+        report = FlushReport()
+        async with self._flush_lock:
+            try:
+                await asyncio.wait_for(
+                    self._flush(report, retry_failed), timeout=self.config.flush_timeout_s
+                )
+            except TimeoutError:
+                report.timed_out = True
+                logger.warning("memory flush timed out after %ss", self.config.flush_timeout_s)
+        return report
+
+    def _provider(self) -> tuple[ModelProvider, bool]:
+        """The provider for string model names, and whether this flush owns (closes) it."""
+        if self.config.model_provider is not None:
+            return self.config.model_provider, False
+        from sandmem.models._provider import OpenAIProvider
+
+        return OpenAIProvider(), True
+
+    async def _flush(self, report: FlushReport, retry_failed: bool) -> None:
+        provider, owned = self._provider()
+        try:
+            await self._flush_locked(report, retry_failed, provider)
+        finally:
+            if owned:
+                await provider.aclose()
+
+    async def _flush_locked(
+        self, report: FlushReport, retry_failed: bool, provider: ModelProvider
+    ) -> None:
+        async with self.session.lock(self.paths.lock, timeout=LOCK_TIMEOUT_S):
+            await self.prepare()
+            if await self.session.exists(self.paths.backup_dir):
+                logger.warning("restoring memory files after an interrupted consolidation")
+                await phase_two.rollback(self.session, self.paths)
+            state = await load_state(self.session, self.paths)
+            pending = await self._pending(state, retry_failed)
+            report.pending = sorted(pending)
+            semaphore = asyncio.Semaphore(self.config.phase_one_concurrency)
+            await asyncio.gather(
+                *(
+                    self._extract_one(rid, state, report, semaphore, provider)
+                    for rid in sorted(pending)
+                )
+            )
+            await self._phase_two(state, report, provider)
+
+    # ------------------------------------------------------------ phase one
+
+    async def rollout_ids(self) -> list[str]:
+        if not await self.session.exists(self.paths.sessions_dir):
+            return []
+        names = await self.session.ls(self.paths.sessions_dir)
+        return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
+
+    async def _pending(self, state: dict[str, Any], retry_failed: bool) -> set[str]:
+        pending: set[str] = set()
+        for rid in await self.rollout_ids():
+            fp = fingerprint(await self.session.read(self.paths.rollout_file(rid)))
+            raw = await read_text(self.session, self.paths.raw_memory_file(rid))
+            if phase_one.is_up_to_date(raw, fp):
+                continue
+            entry = state["rollouts"].get(rid) or {}
+            same_version = entry.get("segments") == fp.segments and (
+                entry.get("updated_at") == fp.updated_at
+            )
+            if not same_version:
+                entry = {"attempts": 0, "segments": fp.segments, "updated_at": fp.updated_at}
+                entry["status"] = "pending"
+                state["rollouts"][rid] = entry
+            elif entry.get("status") == "skipped":
+                continue
+            elif entry.get("status") == "failed" and not retry_failed:
+                continue
+            elif retry_failed:
+                entry["attempts"] = 0
+            pending.add(rid)
+        return pending
+
+    async def _extract_one(
+        self,
+        rid: str,
+        state: dict[str, Any],
+        report: FlushReport,
+        semaphore: asyncio.Semaphore,
+        provider: ModelProvider,
+    ) -> None:
+        async with semaphore:
+            started = time.monotonic()
+            entry = state["rollouts"].setdefault(rid, {"attempts": 0})
+            error: str | None = None
+            usage = Usage()
+            try:
+                data = await self.session.read(self.paths.rollout_file(rid))
+                fp = fingerprint(data)
+                artifacts, usage = await phase_one.extract(
+                    rid, data.decode("utf-8", "replace"), self.config, provider
+                )
+                del data
+                if artifacts is None:
+                    status = "skipped"
+                    report.skipped.append(rid)
+                else:
+                    await phase_one.write_artifacts(
+                        self.session, self.paths, rid, fp, artifacts, self.redactor
+                    )
+                    status = "done"
+                    report.processed.append(rid)
+                entry.update(segments=fp.segments, updated_at=fp.updated_at)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                entry["attempts"] = int(entry.get("attempts", 0)) + 1
+                exhausted = entry["attempts"] >= self.config.max_attempts
+                status = "failed" if exhausted else "pending"
+                report.failed[rid] = error
+            entry.update(status=status, last_error=error, last_attempt_at=utc_now())
+            report.phase_one_usage.add(usage)
+            await self._save(
+                state,
+                {
+                    "phase": "one",
+                    "rollouts": [rid],
+                    "status": status,
+                    "error": error,
+                    "duration_s": round(time.monotonic() - started, 3),
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                },
+            )
+
+    async def _save(self, state: dict[str, Any], log: dict[str, Any]) -> None:
+        async with self._state_lock:
+            await write_json(self.session, self.paths.state_json, state)
+            await append_log(self.session, self.paths, {"time": utc_now(), **log})
+
+    # ------------------------------------------------------------ phase two
+
+    async def _phase_two(
+        self, state: dict[str, Any], report: FlushReport, provider: ModelProvider
+    ) -> None:
+        started = time.monotonic()
+        plan = await phase_two.plan(
+            self.session, self.paths, self.config.max_raw_memories_for_consolidation
+        )
+        if not plan.diff.changed:
+            report.phase_two = "skipped"
+            return
+        ids = [r.rollout_id for r in plan.selected]
+        now = utc_now()
+        try:
+            usage = await phase_two.consolidate(
+                self.session, self.paths, self.config, self.redactor, plan, now, provider
+            )
+        except Exception as exc:  # rolled back already; recorded, never raised
+            report.phase_two, report.phase_two_error = "failed", str(exc)
+            state["phase_two"] = {
+                "status": "failed",
+                "last_error": str(exc),
+                "last_attempt_at": now,
+            }
+            await self._save(
+                state,
+                {
+                    "phase": "two",
+                    "rollouts": ids,
+                    "status": "failed",
+                    "error": str(exc),
+                    "duration_s": round(time.monotonic() - started, 3),
+                    "input_tokens": 0,
+                    "output_tokens": 0,
+                },
+            )
+            return
+        report.phase_two = "done"
+        report.phase_two_usage = usage
+        state["phase_two"] = {
+            "status": "done",
+            "last_error": None,
+            "last_success_at": now,
+            "selection": phase_two.selection_summary(plan),
+        }
+        await self._save(
+            state,
+            {
+                "phase": "two",
+                "rollouts": ids,
+                "status": "done",
+                "error": None,
+                "duration_s": round(time.monotonic() - started, 3),
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+            },
+        )

@@ -1,0 +1,105 @@
+"""Phase-two selection and forgetting: pure functions over raw-memory metadata."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+SELECTION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RawMemoryRef:
+    """The metadata of one raw memory (from its header)."""
+
+    rollout_id: str
+    updated_at: str
+    rollout_path: str
+    rollout_summary_file: str
+    terminal_state: str
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str], rollout_id: str) -> RawMemoryRef:
+        return cls(
+            rollout_id=fields.get("rollout_id") or rollout_id,
+            updated_at=fields.get("updated_at") or "unknown",
+            rollout_path=fields.get("rollout_path", ""),
+            rollout_summary_file=fields.get("rollout_summary_file", ""),
+            terminal_state=fields.get("terminal_state", "unknown"),
+        )
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _timestamp(value: str) -> datetime | None:
+    if not value or value == "unknown":
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def newest_first(refs: list[RawMemoryRef]) -> list[RawMemoryRef]:
+    """Newest ``updated_at`` first; missing, ``unknown`` or unparsable timestamps last; ties
+    broken by rollout id so the order is deterministic."""
+    dated = [(ts, r) for r in refs if (ts := _timestamp(r.updated_at)) is not None]
+    undated = [r for r in refs if _timestamp(r.updated_at) is None]
+    dated.sort(key=lambda pair: (-pair[0].timestamp(), pair[1].rollout_id))
+    undated.sort(key=lambda r: r.rollout_id)
+    return [r for _, r in dated] + undated
+
+
+def select(refs: list[RawMemoryRef], cap: int) -> list[RawMemoryRef]:
+    """The raw memories phase two consolidates: the newest ``cap``."""
+    if cap <= 0:
+        raise ValueError("cap must be positive")
+    return newest_first(refs)[:cap]
+
+
+@dataclass(frozen=True)
+class SelectionDiff:
+    """How this selection differs from the last successful consolidation's."""
+
+    added: list[RawMemoryRef]
+    retained: list[RawMemoryRef]
+    removed: list[RawMemoryRef]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.removed)
+
+
+def previous_refs(selection_file: Any) -> list[RawMemoryRef]:
+    """The ``selected`` list of a parsed ``phase_two_selection.json`` (tolerant of junk)."""
+    if not isinstance(selection_file, dict):
+        return []
+    refs = []
+    for entry in selection_file.get("selected") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("rollout_id"), str):
+            fields = {k: str(v) for k, v in entry.items() if v is not None}
+            refs.append(RawMemoryRef.from_fields(fields, entry["rollout_id"]))
+    return refs
+
+
+def diff_selection(selected: list[RawMemoryRef], previous: list[RawMemoryRef]) -> SelectionDiff:
+    """``retained``: selected last time with the same ``updated_at``; ``added``: new or
+    re-extracted since; ``removed``: selected last time and not now (forgotten)."""
+    before = {r.rollout_id: r.updated_at for r in previous}
+    now_ids = {r.rollout_id for r in selected}
+    retained = [r for r in selected if before.get(r.rollout_id) == r.updated_at]
+    added = [r for r in selected if before.get(r.rollout_id) != r.updated_at]
+    removed = [r for r in previous if r.rollout_id not in now_ids]
+    return SelectionDiff(added=added, retained=retained, removed=removed)
+
+
+def selection_document(selected: list[RawMemoryRef], updated_at: str) -> dict[str, Any]:
+    """The content of ``phase_two_selection.json``."""
+    return {
+        "version": SELECTION_VERSION,
+        "updated_at": updated_at,
+        "selected": [r.to_json() for r in selected],
+    }

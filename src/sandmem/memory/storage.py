@@ -1,0 +1,204 @@
+"""Memory files in the workspace: paths of a layout, headers, state and log, all through the
+sandbox session API (so every backend gets them for free)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sandmem.memory.config import MemoryLayoutConfig
+from sandmem.sandboxes._session import SandboxSession
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MemoryPaths:
+    """Workspace-relative paths of one layout."""
+
+    memories_dir: str
+    sessions_dir: str
+
+    @classmethod
+    def of(cls, layout: MemoryLayoutConfig) -> MemoryPaths:
+        return cls(layout.memories_dir, layout.sessions_dir)
+
+    def _m(self, name: str) -> str:
+        return f"{self.memories_dir}/{name}"
+
+    @property
+    def memory_md(self) -> str:
+        return self._m("MEMORY.md")
+
+    @property
+    def summary_md(self) -> str:
+        return self._m("memory_summary.md")
+
+    @property
+    def raw_memories_md(self) -> str:
+        return self._m("raw_memories.md")
+
+    @property
+    def selection_json(self) -> str:
+        return self._m("phase_two_selection.json")
+
+    @property
+    def raw_dir(self) -> str:
+        return self._m("raw_memories")
+
+    @property
+    def summaries_dir(self) -> str:
+        return self._m("rollout_summaries")
+
+    @property
+    def skills_dir(self) -> str:
+        return self._m("skills")
+
+    @property
+    def state_json(self) -> str:
+        return self._m("generation_state.json")
+
+    @property
+    def log_jsonl(self) -> str:
+        return self._m("generation_log.jsonl")
+
+    @property
+    def lock(self) -> str:
+        return self._m(".lock")
+
+    @property
+    def backup_dir(self) -> str:
+        """Phase two's journal: the files as they were before the running consolidation."""
+        return self._m(".phase_two_backup")
+
+    @property
+    def consolidated_memory_md(self) -> str:
+        """``MEMORY.md`` as the last consolidation left it (to show later edits as a diff)."""
+        return self._m(".consolidated_MEMORY.md")
+
+    def rollout_file(self, rollout_id: str) -> str:
+        return f"{self.sessions_dir}/{rollout_id}.jsonl"
+
+    def raw_memory_file(self, rollout_id: str) -> str:
+        return f"{self.raw_dir}/{rollout_id}.md"
+
+    def summary_file(self, rollout_id: str, slug: str) -> str:
+        return f"{self.summaries_dir}/{rollout_id}_{slug}.md"
+
+
+async def ensure_layout(session: SandboxSession, paths: MemoryPaths) -> None:
+    """Create the layout's directories and empty ``MEMORY.md`` / ``memory_summary.md`` when
+    missing; never overwrite."""
+    for directory in (
+        paths.sessions_dir,
+        paths.memories_dir,
+        paths.raw_dir,
+        paths.summaries_dir,
+        paths.skills_dir,
+    ):
+        await session.mkdir(directory, parents=True)
+    for name in (paths.memory_md, paths.summary_md):
+        if not await session.exists(name):
+            await session.write(name, b"")
+
+
+async def read_text(session: SandboxSession, path: str) -> str | None:
+    """The file's text (invalid UTF-8 replaced), or ``None`` when it does not exist."""
+    if not await session.exists(path):
+        return None
+    return (await session.read(path)).decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------- headers
+
+_HEADER_LINE = re.compile(r"^([a-z_]+): ?(.*)$")
+
+
+def render_with_header(fields: dict[str, str], body: str) -> str:
+    """``key: value`` lines, a blank line, then the body (newline-terminated)."""
+    head = "".join(f"{key}: {_one_line(value)}\n" for key, value in fields.items())
+    return f"{head}\n{body.rstrip()}\n"
+
+
+def _one_line(value: str) -> str:
+    return " ".join(str(value).split())
+
+
+def parse_header(text: str) -> tuple[dict[str, str], str]:
+    """Split a file written by ``render_with_header`` into its fields and its body."""
+    fields: dict[str, str] = {}
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        if line == "":
+            return fields, "\n".join(lines[index + 1 :])
+        match = _HEADER_LINE.match(line)
+        if match is None:
+            return fields, text
+        fields[match.group(1)] = match.group(2)
+    return fields, ""
+
+
+# ---------------------------------------------------------------- rollout fingerprint
+
+
+@dataclass(frozen=True)
+class RolloutFingerprint:
+    """What identifies the content of a rollout file: its segment count and the
+    ``updated_at`` and terminal state of its last segment."""
+
+    segments: int
+    updated_at: str
+    terminal_state: str
+
+
+def fingerprint(data: bytes) -> RolloutFingerprint:
+    lines = [line for line in data.split(b"\n") if line.strip()]
+    updated_at, terminal = "unknown", "unknown"
+    for line in reversed(lines):
+        try:
+            segment = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(segment, dict):
+            updated_at = str(segment.get("updated_at") or "unknown")
+            meta = segment.get("terminal_metadata")
+            if isinstance(meta, dict):
+                terminal = str(meta.get("terminal_state") or "unknown")
+            break
+    return RolloutFingerprint(len(lines), updated_at, terminal)
+
+
+# ---------------------------------------------------------------- state and log
+
+
+async def load_json(session: SandboxSession, path: str) -> Any:
+    """Parsed JSON, or ``None`` when the file is missing, empty or corrupt."""
+    text = await read_text(session, path)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+async def write_json(session: SandboxSession, path: str, value: Any) -> None:
+    await session.write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+async def load_state(session: SandboxSession, paths: MemoryPaths) -> dict[str, Any]:
+    """``generation_state.json``: ``{"version", "rollouts": {id: {...}}, "phase_two": {...}}``.
+    A missing or corrupt file gives an empty state (every rollout is then re-checked)."""
+    state = await load_json(session, paths.state_json)
+    if not isinstance(state, dict) or not isinstance(state.get("rollouts"), dict):
+        return {"version": STATE_VERSION, "rollouts": {}, "phase_two": {}}
+    state.setdefault("phase_two", {})
+    return state
+
+
+async def append_log(session: SandboxSession, paths: MemoryPaths, record: dict[str, Any]) -> None:
+    """One line in ``generation_log.jsonl`` per phase run."""
+    line = json.dumps(record, sort_keys=True, default=str) + "\n"
+    await session.append(paths.log_jsonl, line.encode("utf-8"))

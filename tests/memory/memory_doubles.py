@@ -1,0 +1,75 @@
+"""Deterministic models for memory tests: a scripted agent, a phase-one extractor, and a
+phase-two consolidator that writes through its scoped tools."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from sandmem._items import Item
+from sandmem.models._base import ModelRequest
+from sandmem.testing import FunctionModel, last_user_text, tool_call, tool_outputs
+
+
+def scripted_agent(*steps: Callable[[ModelRequest], list[Item] | str]) -> FunctionModel:
+    """Turn k of each run answers with ``steps[k]``; k counts the tool outputs since the run's
+    last user message (so give each step at most one tool call)."""
+
+    def fn(request: ModelRequest) -> list[Item] | str:
+        last_user = max(i for i, item in enumerate(request.input) if item.get("role") == "user")
+        turn = sum(
+            1 for item in request.input[last_user:] if item.get("type") == "function_call_output"
+        )
+        return steps[min(turn, len(steps) - 1)](request)
+
+    return FunctionModel(fn, name="scripted-agent")
+
+
+def phase_one_model(slug: str = "fix-the-bug") -> FunctionModel:
+    """Returns structured artifacts naming the rollout's first user request."""
+
+    def fn(request: ModelRequest) -> str:
+        assert request.tools == [], "phase one must not offer tools"
+        assert request.output_schema is not None
+        text = last_user_text(request)
+        first = text.split("user:", 1)[-1].strip().splitlines()[0][:80] if text else ""
+        return json.dumps(
+            {
+                "rollout_slug": slug,
+                "rollout_summary": f"Task: {first}\nOutcome: done.",
+                "raw_memory": f"- The user asked: {first}",
+            }
+        )
+
+    return FunctionModel(fn, name="phase-one")
+
+
+def phase_two_model(summary: str = "Summary: fixed src/app.py; run `pytest -q`.") -> FunctionModel:
+    """Reads raw_memories.md, writes MEMORY.md and memory_summary.md, then answers."""
+
+    def fn(request: ModelRequest) -> list[Item] | str:
+        outputs = tool_outputs(request)
+        match = re.search(r"memory root is\s+`([^`]+)/`", request.instructions or "")
+        assert match, "the consolidation prompt names the memory root"
+        memories_dir = match.group(1)
+        if not outputs:
+            return [tool_call("read_file", {"path": f"{memories_dir}/raw_memories.md"})]
+        if len(outputs) == 1:
+            raw = str(outputs[0]["output"])
+            return [
+                tool_call(
+                    "write_file",
+                    {
+                        "path": f"{memories_dir}/MEMORY.md",
+                        "content": f"## Task group\nKeywords: test\n{raw}\n",
+                    },
+                ),
+                tool_call(
+                    "write_file",
+                    {"path": f"{memories_dir}/memory_summary.md", "content": summary},
+                ),
+            ]
+        return "consolidated"
+
+    return FunctionModel(fn, name="phase-two")

@@ -1,0 +1,78 @@
+"""SPEC §3.1: memory configuration defaults and validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandmem import ModelSettings
+from sandmem.capabilities import Filesystem, Shell
+from sandmem.capabilities.memory import Memory
+from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
+
+
+def test_defaults() -> None:
+    config = MemoryGenerateConfig()
+    assert config.max_raw_memories_for_consolidation == 256
+    assert config.phase_one_model == "gpt-5.4-mini"
+    assert config.phase_two_model == "gpt-5.5"
+    assert config.phase_one_model_settings == ModelSettings(reasoning={"effort": "medium"})
+    assert config.phase_two_model_settings == ModelSettings(reasoning={"effort": "medium"})
+    assert config.extra_prompt is None
+    assert config.phase_one_concurrency == 4
+    assert config.max_attempts == 3
+    assert config.flush_timeout_s == 600
+    layout = MemoryLayoutConfig()
+    assert (layout.memories_dir, layout.sessions_dir) == ("memories", "sessions")
+    assert MemoryReadConfig().live_update is True
+
+
+@pytest.mark.parametrize("cap", [0, -1, 4097])
+def test_cap_out_of_range_is_value_error(cap: int) -> None:
+    with pytest.raises(ValueError):
+        MemoryGenerateConfig(max_raw_memories_for_consolidation=cap)
+
+
+@pytest.mark.parametrize("cap", [1, 4096])
+def test_cap_bounds_inclusive(cap: int) -> None:
+    assert MemoryGenerateConfig(max_raw_memories_for_consolidation=cap)
+
+
+def test_concurrency_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        MemoryGenerateConfig(phase_one_concurrency=0)
+
+
+def test_settings_accept_dict_and_none() -> None:
+    config = MemoryGenerateConfig(
+        phase_one_model_settings={"reasoning": {"effort": "low"}}, phase_two_model_settings=None
+    )
+    assert config.phase_one_model_settings == ModelSettings(reasoning={"effort": "low"})
+    assert config.phase_two_model_settings is None
+    with pytest.raises(ValueError):
+        MemoryGenerateConfig(phase_one_model_settings={"no_such_field": 1})
+
+
+@pytest.mark.parametrize("value", ["", "  ", "/abs/memories", "../up", "a/../../b", ".", "./"])
+def test_layout_dirs_must_be_relative_and_inside(value: str) -> None:
+    with pytest.raises(ValueError):
+        MemoryLayoutConfig(memories_dir=value)
+    with pytest.raises(ValueError):
+        MemoryLayoutConfig(sessions_dir=value)
+
+
+def test_layout_dirs_are_normalised() -> None:
+    layout = MemoryLayoutConfig(memories_dir="./memories/gtm/", sessions_dir="sessions//gtm")
+    assert (layout.memories_dir, layout.sessions_dir) == ("memories/gtm", "sessions/gtm")
+
+
+def test_memory_needs_read_or_generate() -> None:
+    with pytest.raises(ValueError):
+        Memory(read=None, generate=None)
+    assert Memory(generate=None).generate is None
+    assert Memory(read=None).read is None
+
+
+def test_required_capabilities() -> None:
+    assert Memory().required_capability_types() == {Shell, Filesystem}
+    assert Memory(read=MemoryReadConfig(live_update=False)).required_capability_types() == {Shell}
+    assert Memory(read=None).required_capability_types() == frozenset()
