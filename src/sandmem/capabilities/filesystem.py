@@ -1,0 +1,95 @@
+"""The ``Filesystem`` capability: ``apply_patch`` to edit files and ``view_image`` to see images."""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+from sandmem._errors import SandboxError
+from sandmem._tools import FunctionTool, function_tool
+from sandmem.capabilities._apply_patch import apply_patch
+from sandmem.capabilities._base import Capability
+
+if TYPE_CHECKING:
+    from sandmem._run_context import RunContext
+
+#: images larger than this are refused by ``view_image``
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+
+_APPLY_PATCH_DESCRIPTION = """\
+Create, edit, delete or move text files in the workspace with one patch:
+*** Begin Patch
+*** Add File: <path>            then every line of the new file, each prefixed with +
+*** Update File: <path>         optionally followed by: *** Move to: <new path>
+@@ <optional line to find first, e.g. a def or class line>
+ <unchanged context line>
+-<line to remove>
++<line to add>
+*** Delete File: <path>
+*** End Patch
+Paths are relative to the workspace root. Give about three unchanged lines around each change \
+and list hunks in file order. If any part does not fit, nothing is changed."""
+
+_VIEW_IMAGE_DESCRIPTION = (
+    "Look at an image file in the workspace (PNG, JPEG, GIF or WEBP, at most "
+    f"{MAX_IMAGE_BYTES // (1024 * 1024)} MB). The path is relative to the workspace root."
+)
+
+
+def image_mime_type(data: bytes) -> str | None:
+    """The MIME type of a PNG, JPEG, GIF or WEBP image from its magic bytes, else ``None``."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+class Filesystem(Capability):
+    """Gives the model ``apply_patch(patch)`` and ``view_image(path)`` on the workspace."""
+
+    def tools(self) -> list[FunctionTool]:
+        async def apply_patch_tool(patch: str) -> str:
+            result = await apply_patch(self.session, patch)
+            return result.render()
+
+        async def view_image(path: str) -> list[dict[str, Any]]:
+            return await self._view_image(path)
+
+        return [
+            function_tool(name="apply_patch", description=_APPLY_PATCH_DESCRIPTION)(
+                apply_patch_tool
+            ),
+            function_tool(description=_VIEW_IMAGE_DESCRIPTION)(view_image),
+        ]
+
+    async def _view_image(self, path: str) -> list[dict[str, Any]]:
+        data = await self.session.read(path)
+        if len(data) > MAX_IMAGE_BYTES:
+            raise SandboxError(
+                f"view_image: '{path}' is {len(data)} bytes; images over {MAX_IMAGE_BYTES} "
+                "bytes are refused. Make a smaller copy (e.g. scale it down) and view that.",
+                operation="view_image",
+                path=path,
+            )
+        mime = image_mime_type(data)
+        if mime is None:
+            raise SandboxError(
+                f"view_image: '{path}' is not a PNG, JPEG, GIF or WEBP image; read text files "
+                "with a shell command instead.",
+                operation="view_image",
+                path=path,
+            )
+        encoded = base64.b64encode(data).decode("ascii")
+        return [{"type": "input_image", "image_url": f"data:{mime};base64,{encoded}"}]
+
+    async def instructions(self, ctx: RunContext) -> str | None:
+        return (
+            "Edit files with `apply_patch` (the `*** Begin Patch` format; paths relative to the "
+            "workspace root; a patch that does not fit changes nothing). Look at image files "
+            "with `view_image`."
+        )

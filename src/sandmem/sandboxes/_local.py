@@ -1,0 +1,338 @@
+"""UnixLocalSandboxClient: the workspace is a host directory, commands are host subprocesses.
+
+Convenient and fast, **not isolated**: see ``docs/sandboxes.md`` for what it does not protect.
+
+Extending (a backend that wraps commands, e.g. bubblewrap): subclass
+``UnixLocalSandboxSession`` and override ``_command_argv`` (and ``_command_env`` if needed);
+subclass ``UnixLocalSandboxClient``, set ``backend_name`` and override ``_make_session``.
+File primitives, locks, snapshots and the lifecycle are inherited unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from sandmem._errors import SandboxError, SandboxStateError, UserError
+from sandmem.sandboxes import _hostfs
+from sandmem.sandboxes._manifest import Manifest, validate_env, write_entries
+from sandmem.sandboxes._paths import resolve_path
+from sandmem.sandboxes._process import run_command
+from sandmem.sandboxes._session import (
+    DEFAULT_PRE_STOP_HOOK_TIMEOUT,
+    ExecResult,
+    SandboxSession,
+    SandboxSessionState,
+    parse_state,
+)
+from sandmem.sandboxes._snapshot import (
+    WORKSPACE_PREFIX,
+    LocalSnapshotSpec,
+    delete_snapshot,
+    restore_snapshot,
+)
+
+#: ``PATH`` given to commands (the host's ``PATH`` is not inherited)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: default hard timeout of one command, in seconds
+DEFAULT_EXEC_TIMEOUT = 600.0
+#: default capture bound per stream (stdout, stderr): the first and the last 1 MiB are kept
+DEFAULT_MAX_OUTPUT_BYTES = 2 * 1024 * 1024
+#: how often ``lock`` retries a held lock
+_LOCK_POLL_SECONDS = 0.05
+
+
+def _positive(name: str, value: float) -> float:
+    if not value > 0:
+        raise UserError(f"{name} must be a positive number, got {value!r}")
+    return value
+
+
+def _check_env(env: Mapping[str, str] | None, what: str) -> dict[str, str]:
+    try:
+        return validate_env(dict(env or {}))
+    except ValueError as exc:
+        raise UserError(f"{what}: {exc}") from None
+
+
+class UnixLocalSandboxSession(SandboxSession):
+    """A session whose workspace is a host directory and whose commands run on the host."""
+
+    def __init__(
+        self,
+        state: SandboxSessionState,
+        *,
+        env: Mapping[str, str] | None = None,
+        exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        pre_stop_hook_timeout: float = DEFAULT_PRE_STOP_HOOK_TIMEOUT,
+    ) -> None:
+        super().__init__(state, pre_stop_hook_timeout=pre_stop_hook_timeout)
+        self._client_env = dict(env or {})
+        self._exec_timeout = exec_timeout
+        self._max_output_bytes = max_output_bytes
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def _command_env(self) -> dict[str, str]:
+        """The base environment of every command: a minimal set, then the client's ``env``,
+        then the manifest's ``env`` (later wins). Host variables are never inherited."""
+        env = {"PATH": DEFAULT_PATH, "HOME": str(self.root), "LANG": "C.UTF-8"}
+        env.update(self._client_env)
+        env.update(self._state.manifest.env)
+        return env
+
+    def _command_argv(self, argv: list[str], workdir: Path) -> list[str]:
+        """The argv actually executed for ``argv`` run in ``workdir`` (a host path inside the
+        workspace; it is also the process's cwd). Override to wrap commands."""
+        return argv
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the timeout kills the process group
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` and return its exit code and bounded output.
+
+        A string runs under ``bash -c``; a sequence is executed directly. The command runs in
+        its own process group with the workspace (or ``workdir``) as cwd and a minimal
+        environment (``_command_env`` plus ``env``). After ``timeout`` seconds (default: the
+        client's ``exec_timeout``) the whole group is killed and the result has
+        ``timed_out=True`` and exit code 124.
+        """
+        self._check_not_deleted("exec")
+        if isinstance(cmd, str):
+            argv, shown = ["bash", "-c", cmd], cmd
+        else:
+            argv = [str(part) for part in cmd]
+            shown = shlex.join(argv)
+            if not argv:
+                raise UserError("exec: the command is empty")
+        limit = self._exec_timeout if timeout is None else _positive("exec timeout", timeout)
+        full_env = self._command_env()
+        full_env.update(_check_env(env, "exec env"))
+        cwd = await asyncio.to_thread(self._workdir, workdir)
+        try:
+            return await run_command(
+                self._command_argv(argv, cwd),
+                cwd=cwd,
+                env=full_env,
+                time_limit=limit,
+                max_output_bytes=self._max_output_bytes,
+            )
+        except OSError as exc:
+            raise SandboxError(
+                f"exec {shown!r} could not start: {exc.strerror or exc}",
+                operation="exec",
+                command=shown,
+            ) from exc
+
+    def _workdir(self, workdir: str | None) -> Path:
+        if workdir is None:
+            return self.root
+        path = resolve_path(self.root, workdir, operation="exec")
+        if not path.is_dir():
+            raise SandboxError(
+                f"exec: workdir {workdir!r} is not a directory in the workspace",
+                operation="exec",
+                path=workdir,
+            )
+        return path
+
+    # -- files --------------------------------------------------------------------------------
+
+    async def read(self, path: str) -> bytes:
+        self._check_not_deleted("read")
+        return await asyncio.to_thread(_hostfs.read, self.root, path)
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        self._check_not_deleted("write")
+        await asyncio.to_thread(_hostfs.write_atomic, self.root, path, data)
+
+    async def append(self, path: str, data: bytes | str) -> None:
+        self._check_not_deleted("append")
+        await asyncio.to_thread(_hostfs.append, self.root, path, data)
+
+    async def mkdir(self, path: str, parents: bool = True) -> None:
+        self._check_not_deleted("mkdir")
+        await asyncio.to_thread(_hostfs.mkdir, self.root, path, parents)
+
+    async def ls(self, path: str = ".") -> list[str]:
+        self._check_not_deleted("ls")
+        return await asyncio.to_thread(_hostfs.ls, self.root, path)
+
+    async def exists(self, path: str) -> bool:
+        self._check_not_deleted("exists")
+        return await asyncio.to_thread(_hostfs.exists, self.root, path)
+
+    async def is_dir(self, path: str) -> bool:
+        self._check_not_deleted("is_dir")
+        return await asyncio.to_thread(_hostfs.is_dir, self.root, path)
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        self._check_not_deleted("remove")
+        await asyncio.to_thread(_hostfs.remove, self.root, path, recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        self._check_not_deleted("rename")
+        await asyncio.to_thread(_hostfs.rename, self.root, src, dst)
+
+    @contextlib.asynccontextmanager
+    async def lock(
+        self,
+        path: str,
+        timeout: float = 30.0,  # noqa: ASYNC109 - a lock timeout, reported as SandboxError
+    ) -> AsyncIterator[None]:
+        """Exclusive ``flock`` on the host file ``path`` (created if missing), shared with
+        other processes and other ``lock`` calls. Polls without blocking the event loop;
+        raises ``SandboxError`` when not acquired within ``timeout`` seconds."""
+        self._check_not_deleted("lock")
+        fd = await asyncio.to_thread(_hostfs.open_lock_file, self.root, path)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while not _hostfs.try_flock(fd):
+                if loop.time() >= deadline:
+                    raise SandboxError(
+                        f"lock {path!r}: still held by another process or task after "
+                        f"{timeout} s; retry later or raise the timeout",
+                        operation="lock",
+                        path=path,
+                    )
+                await asyncio.sleep(_LOCK_POLL_SECONDS)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+
+def _prepare_workspace(manifest: Manifest) -> tuple[Path, bool]:
+    """Create (or adopt) the workspace directory and write the entries; (real root, owned)."""
+    if manifest.root is None:
+        root, owned = Path(tempfile.mkdtemp(prefix=WORKSPACE_PREFIX)), True
+    else:
+        root, owned = manifest.root, False
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SandboxError(
+                f"cannot create the workspace directory {root}: {exc.strerror}",
+                operation="create",
+                path=str(root),
+            ) from exc
+    root = root.resolve()
+    try:
+        write_entries(root, manifest.entries)
+    except BaseException:
+        if owned:
+            _hostfs.remove_tree(root)
+        raise
+    return root, owned
+
+
+class UnixLocalSandboxClient:
+    """Creates, resumes and deletes ``UnixLocalSandboxSession``s.
+
+    ``env`` is added to the environment of every command (after the minimal defaults, before
+    the manifest's ``env``). ``exec_timeout`` is the default per-command timeout,
+    ``max_output_bytes`` the capture bound per stream, ``pre_stop_hook_timeout`` the default
+    budget of each pre-stop hook. These settings belong to the client: a resumed session uses
+    the settings of the client that resumes it.
+    """
+
+    backend_name: ClassVar[str] = "unix_local"
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        pre_stop_hook_timeout: float = DEFAULT_PRE_STOP_HOOK_TIMEOUT,
+    ) -> None:
+        self.env = _check_env(env, "UnixLocalSandboxClient env")
+        self.exec_timeout = _positive("exec_timeout", exec_timeout)
+        self.max_output_bytes = int(_positive("max_output_bytes", max_output_bytes))
+        self.pre_stop_hook_timeout = _positive("pre_stop_hook_timeout", pre_stop_hook_timeout)
+
+    def _make_session(self, state: SandboxSessionState) -> UnixLocalSandboxSession:
+        """Build the session object for ``state``; override in a backend subclass."""
+        return UnixLocalSandboxSession(
+            state,
+            env=self.env,
+            exec_timeout=self.exec_timeout,
+            max_output_bytes=self.max_output_bytes,
+            pre_stop_hook_timeout=self.pre_stop_hook_timeout,
+        )
+
+    def _backend_settings(self) -> dict[str, object]:
+        """Backend data stored in the state and needed to resume; none for unix_local."""
+        return {}
+
+    async def create(
+        self, manifest: Manifest | None = None, snapshot: LocalSnapshotSpec | None = None
+    ) -> SandboxSession:
+        """A new session (not started) whose workspace holds the manifest's entries."""
+        manifest = (manifest or Manifest()).model_copy(deep=True)
+        root, owned = await asyncio.to_thread(_prepare_workspace, manifest)
+        state = SandboxSessionState(
+            session_id=uuid.uuid4().hex,
+            backend=self.backend_name,
+            manifest=manifest.model_copy(update={"root": root}),
+            snapshot=snapshot,
+            backend_settings=self._backend_settings(),
+            workspace_owned=owned,
+        )
+        return self._make_session(state)
+
+    async def resume(self, state: SandboxSessionState | str | bytes) -> SandboxSession:
+        """A session (not started) restored from ``state`` or its JSON text.
+
+        With a snapshot spec, the snapshot is restored into a fresh workspace; without one,
+        the session re-attaches to the workspace directory, which must still exist. Invalid
+        states and missing or corrupt snapshots raise ``SandboxStateError``.
+        """
+        state = parse_state(state)
+        if state.backend != self.backend_name:
+            raise SandboxStateError(
+                f"this state belongs to the {state.backend!r} backend; resume it with that "
+                f"backend's client, not {type(self).__name__}",
+                operation="resume",
+            )
+        if state.snapshot is not None:
+            root = await asyncio.to_thread(restore_snapshot, state.snapshot, state.session_id)
+            manifest = state.manifest.model_copy(update={"root": root})
+            state = state.model_copy(update={"manifest": manifest, "workspace_owned": True})
+            return self._make_session(state)
+        root_path = state.manifest.root
+        if root_path is None or not await asyncio.to_thread(root_path.is_dir):
+            raise SandboxStateError(
+                f"cannot resume session {state.session_id}: its workspace {root_path} no longer "
+                "exists and the session has no snapshot; create the session with "
+                "snapshot=LocalSnapshotSpec(...) to survive losing the workspace",
+                operation="resume",
+                path=str(root_path),
+            )
+        real = await asyncio.to_thread(root_path.resolve)
+        manifest = state.manifest.model_copy(update={"root": real})
+        state = state.model_copy(update={"manifest": manifest})
+        return self._make_session(state)
+
+    async def delete(self, session: SandboxSession) -> None:
+        """Stop ``session`` without hooks or snapshot, remove its workspace (only when sandmem
+        created it) and its snapshot. The session cannot be used afterwards."""
+        await session._discard()
+        state = session.state
+        if state.workspace_owned:
+            await asyncio.to_thread(_hostfs.remove_tree, session.root)
+        if state.snapshot is not None:
+            await asyncio.to_thread(delete_snapshot, state.snapshot, state.session_id)

@@ -1,0 +1,75 @@
+"""Path safety: the one function that turns a caller's or a model's path into a host path.
+
+Every sandbox primitive that takes a path goes through ``resolve_path``. The rules:
+
+- relative paths are relative to the workspace root; a ``..`` that climbs above the root is
+  refused (``a/../b`` is fine);
+- absolute paths are accepted only when they lead inside the root;
+- symlinks are resolved: a path whose real location (of the target, or of its deepest existing
+  ancestor when the target does not exist yet) is outside the root is refused.
+
+The check is made just before the operation; it is not a defence against a process in the
+workspace racing to swap a directory for a symlink (the local backend does not isolate
+processes anyway, see ``docs/sandboxes.md``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sandmem._errors import SandboxPathError
+
+PathArg = str | os.PathLike[str]
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _refuse(operation: str, path: str, root: str, why: str) -> SandboxPathError:
+    return SandboxPathError(
+        f"{operation} {path!r} refused: {why}. Paths must be workspace-relative (like "
+        f"'notes/todo.md'); absolute paths are accepted only inside the workspace root {root}.",
+        operation=operation,
+        path=path,
+    )
+
+
+def resolve_path(
+    root: Path, path: PathArg, *, operation: str, follow_symlinks: bool = True
+) -> Path:
+    """Return the host path for ``path`` inside the workspace ``root`` or raise
+    ``SandboxPathError``.
+
+    ``root`` must be a real path (no symlinks). With ``follow_symlinks`` (reading, writing,
+    listing) the returned path is fully resolved, so a write through an inner symlink lands on
+    its target. Without it (remove, rename) only the parent is resolved and the last component
+    is returned as is, so an operation acts on a symlink itself.
+    """
+    raw = os.fspath(path)
+    if not isinstance(raw, str):
+        raise _refuse(operation, repr(raw), str(root), "the path must be a string")
+    root_s = str(root)
+    if "\x00" in raw:
+        raise _refuse(operation, raw, root_s, "the path contains a NUL byte")
+    if os.path.isabs(raw):
+        lexical = os.path.normpath(raw)
+    else:
+        lexical = os.path.normpath(os.path.join(root_s, raw or "."))
+        if not _within(lexical, root_s):
+            raise _refuse(operation, raw, root_s, "'..' leads outside the workspace")
+    if lexical.startswith("//"):  # POSIX normpath keeps a leading '//'
+        lexical = "/" + lexical.lstrip("/")
+    if follow_symlinks or lexical == root_s:
+        real = os.path.realpath(lexical)
+    else:
+        parent, name = os.path.split(lexical)
+        real = os.path.join(os.path.realpath(parent), name)
+    if not _within(real, root_s):
+        if os.path.isabs(raw) and not _within(lexical, root_s):
+            why = "the absolute path is outside the workspace"
+        else:
+            why = f"it resolves through a symlink to {real}, outside the workspace"
+        raise _refuse(operation, raw, root_s, why)
+    return Path(real)

@@ -1,0 +1,252 @@
+"""Workspace snapshots: a tar archive per session under a base directory.
+
+Format (``<base_path>/<session_id>.tar``): an uncompressed POSIX (pax) tar whose global header
+carries ``sandmem.snapshot_format=1`` and ``sandmem.session_id``. Members are workspace-relative
+paths in walk order (a directory before its contents): directories (also empty ones), regular
+files and symlinks, with permission bits and mtimes. Symlinks are kept only when they point
+inside the workspace; an absolute target inside the workspace is stored relative so it stays
+valid in the restored workspace. Other file types (sockets, fifos, devices) are skipped.
+
+The archive is written to a temporary name in ``base_path``, fsynced, and renamed, so a crash
+leaves the previous snapshot or the new one, never half of one.
+
+Snapshots work on the session's host path (``session.root``), so every backend whose workspace
+is a host directory gets them for free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import stat
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from sandmem._errors import SandboxError, SandboxPathError, SandboxStateError
+from sandmem.sandboxes._hostfs import remove_tree
+from sandmem.sandboxes._paths import resolve_path
+
+if TYPE_CHECKING:
+    from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.sandboxes")
+
+SNAPSHOT_FORMAT = "1"
+WORKSPACE_PREFIX = "sandmem-ws-"
+#: permission bits restored; setuid/setgid are dropped
+_MODE_MASK = 0o1777
+
+
+class LocalSnapshotSpec(BaseModel):
+    """Snapshot the workspace to ``base_path/<session_id>.tar`` when the session stops."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["local"] = "local"
+    base_path: Path
+
+    def __init__(self, base_path: str | os.PathLike[str] | None = None, **data: Any) -> None:
+        if base_path is not None:
+            data["base_path"] = base_path
+        super().__init__(**data)
+
+    @field_validator("base_path")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().absolute()
+
+    def path_for(self, session_id: str) -> Path:
+        return self.base_path / f"{session_id}.tar"
+
+
+# -- taking a snapshot --------------------------------------------------------------------------
+
+
+def _link_target(root: str, link: str) -> str | None:
+    """The target to store for the symlink ``link``, or None when it leads outside."""
+    target = os.readlink(link)
+    parent = os.path.dirname(link)
+    if os.path.isabs(target):
+        target = os.path.relpath(os.path.normpath(target), parent)
+    resolved = os.path.normpath(os.path.join(parent, target))
+    if resolved != root and not resolved.startswith(root + "/"):
+        return None
+    return target
+
+
+def _add_tree(tar: tarfile.TarFile, root: str, directory: str, skip: str) -> None:
+    """Add the contents of ``directory``; ``skip`` (the snapshot directory, when it lies
+    inside the workspace) is left out."""
+    with os.scandir(directory) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        rel = os.path.relpath(entry.path, root)
+        if entry.path == skip:
+            continue
+        st = entry.stat(follow_symlinks=False)
+        info = tarfile.TarInfo(rel)
+        info.mode = stat.S_IMODE(st.st_mode)
+        info.mtime = st.st_mtime
+        if stat.S_ISLNK(st.st_mode):
+            target = _link_target(root, entry.path)
+            if target is None:
+                logger.warning("snapshot: skipping symlink %s: it points outside", rel)
+                continue
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+        elif stat.S_ISDIR(st.st_mode):
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+            _add_tree(tar, root, entry.path, skip)
+        elif stat.S_ISREG(st.st_mode):
+            with open(entry.path, "rb") as fh:
+                info.size = os.fstat(fh.fileno()).st_size
+                tar.addfile(info, fh)
+        else:
+            logger.warning("snapshot: skipping %s: not a file, directory or symlink", rel)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(root: Path, session_id: str, spec: LocalSnapshotSpec) -> Path:
+    """Archive ``root`` to ``spec.path_for(session_id)`` (blocking)."""
+    final = spec.path_for(session_id)
+    try:
+        spec.base_path.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=spec.base_path, prefix=f".{session_id}.", suffix=".tmp")
+    except OSError as exc:
+        raise SandboxError(
+            f"cannot write a snapshot under {spec.base_path}: {exc.strerror}",
+            operation="snapshot",
+            path=str(spec.base_path),
+        ) from exc
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            headers = {"sandmem.snapshot_format": SNAPSHOT_FORMAT, "sandmem.session_id": session_id}
+            with tarfile.open(
+                fileobj=fh, mode="w", format=tarfile.PAX_FORMAT, pax_headers=headers
+            ) as tar:
+                _add_tree(tar, str(root), str(root), os.path.realpath(spec.base_path))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(spec.base_path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise SandboxError(
+                f"snapshot of {root} failed: {exc}", operation="snapshot", path=str(final)
+            ) from exc
+        raise
+    return final
+
+
+async def take_snapshot(session: SandboxSession, spec: LocalSnapshotSpec) -> Path:
+    """Archive the session's workspace according to ``spec``."""
+    return await asyncio.to_thread(write_snapshot, session.root, session.session_id, spec)
+
+
+# -- restoring ----------------------------------------------------------------------------------
+
+
+def _corrupt(path: Path, why: str) -> SandboxStateError:
+    return SandboxStateError(
+        f"the snapshot {path} cannot be restored: {why}; resume from another state or create a "
+        "new session",
+        operation="resume",
+        path=str(path),
+    )
+
+
+def _check_member_name(name: str) -> str:
+    normalized = os.path.normpath(name)
+    if os.path.isabs(name) or normalized == ".." or normalized.startswith("../") or not name:
+        raise ValueError(f"member {name!r} leads outside the workspace")
+    return normalized
+
+
+def _link_inside(name: str, linkname: str) -> bool:
+    if os.path.isabs(linkname):
+        return False
+    resolved = os.path.normpath(os.path.join(os.path.dirname(name), linkname))
+    return resolved != ".." and not resolved.startswith("../")
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    dirs: list[tuple[Path, tarfile.TarInfo]] = []
+    links: list[tarfile.TarInfo] = []
+    for member in tar:
+        name = _check_member_name(member.name)
+        if name == ".":
+            continue
+        if member.issym():
+            links.append(member)
+            continue
+        if not (member.isdir() or member.isreg()):
+            logger.warning("restore: skipping %s: unsupported member type", member.name)
+            continue
+        target = resolve_path(dest, name, operation="restore")
+        if member.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+            dirs.append((target, member))
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = tar.extractfile(member)
+        if source is None:
+            raise ValueError(f"member {member.name!r} has no data")
+        with source, open(target, "wb") as out:
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+        os.chmod(target, member.mode & _MODE_MASK)
+        os.utime(target, (member.mtime, member.mtime))
+    for member in links:
+        if not _link_inside(member.name, member.linkname):
+            logger.warning("restore: skipping symlink %s: it points outside", member.name)
+            continue
+        target = resolve_path(dest, member.name, operation="restore", follow_symlinks=False)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(member.linkname, target)
+        os.utime(target, (member.mtime, member.mtime), follow_symlinks=False)
+    for target, member in sorted(dirs, key=lambda d: len(d[0].parts), reverse=True):
+        os.chmod(target, member.mode & _MODE_MASK)
+        os.utime(target, (member.mtime, member.mtime))
+
+
+def restore_snapshot(spec: LocalSnapshotSpec, session_id: str) -> Path:
+    """Restore the snapshot of ``session_id`` into a fresh workspace and return its real path
+    (blocking). Missing, corrupt or tampered snapshots raise ``SandboxStateError``."""
+    path = spec.path_for(session_id)
+    if not path.is_file():
+        raise _corrupt(path, "it does not exist (was the session stopped after it was created?)")
+    dest = Path(tempfile.mkdtemp(prefix=WORKSPACE_PREFIX)).resolve()
+    try:
+        with tarfile.open(path, mode="r:") as tar:
+            fmt = tar.pax_headers.get("sandmem.snapshot_format")
+            if fmt != SNAPSHOT_FORMAT:
+                raise ValueError(f"unknown snapshot format {fmt!r}, expected {SNAPSHOT_FORMAT!r}")
+            _extract(tar, dest)
+    except (tarfile.TarError, OSError, ValueError, EOFError, SandboxPathError) as exc:
+        remove_tree(dest)
+        raise _corrupt(path, str(exc)) from exc
+    except BaseException:
+        remove_tree(dest)
+        raise
+    return dest
+
+
+def delete_snapshot(spec: LocalSnapshotSpec, session_id: str) -> None:
+    with contextlib.suppress(OSError):
+        spec.path_for(session_id).unlink()

@@ -1,0 +1,160 @@
+"""File primitives: semantics, atomic writes, errors, and the cross-process lock."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sandmem._errors import SandboxError
+from sandmem.sandboxes import SandboxSession
+
+
+async def test_write_read_append_ls_exists(session: SandboxSession) -> None:
+    await session.write("notes/a.md", "héllo")  # parents are created
+    await session.append("notes/a.md", b" world")
+    await session.append("notes/new.log", "line\n")
+    assert await session.read("notes/a.md") == "héllo world".encode()
+    assert await session.ls("notes") == ["a.md", "new.log"]
+    assert await session.ls() == ["notes"]
+    assert await session.exists("notes/a.md")
+    assert not await session.exists("notes/missing")
+    assert await session.is_dir("notes")
+    assert not await session.is_dir("notes/a.md")
+    assert not await session.is_dir("notes/missing")
+    assert await session.read(str(session.root / "notes/new.log")) == b"line\n"
+
+
+async def test_mkdir_remove_rename(session: SandboxSession) -> None:
+    await session.mkdir("a/b/c")
+    await session.mkdir("a/b/c")  # existing directory: fine
+    with pytest.raises(SandboxError):
+        await session.mkdir("x/y", parents=False)
+    await session.write("a/b/c/f.txt", b"1")
+    with pytest.raises(SandboxError, match="recursive=True") as info:
+        await session.remove("a")
+    assert info.value.operation == "remove"
+    assert info.value.path == "a"
+    await session.rename("a/b/c/f.txt", "moved/f.txt")
+    assert await session.read("moved/f.txt") == b"1"
+    await session.remove("a", recursive=True)
+    await session.remove("moved/f.txt")
+    await session.remove("moved")
+    assert await session.ls() == []
+    with pytest.raises(SandboxError, match="workspace root"):
+        await session.remove(".", recursive=True)
+
+
+async def test_errors_name_operation_and_path(session: SandboxSession) -> None:
+    with pytest.raises(SandboxError, match="no such file") as info:
+        await session.read("missing.txt")
+    assert (info.value.operation, info.value.path) == ("read", "missing.txt")
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+    await session.mkdir("d")
+    with pytest.raises(SandboxError, match="is a directory"):
+        await session.read("d")
+    with pytest.raises(SandboxError):
+        await session.ls("missing")
+
+
+async def test_atomic_write_keeps_mode_follows_inner_links_leaves_no_temp(
+    session: SandboxSession,
+) -> None:
+    await session.write("run.sh", b"v1")
+    os.chmod(session.root / "run.sh", 0o751)
+    os.symlink("run.sh", session.root / "link")
+    for i in range(20):
+        await session.write("link", f"v{i}".encode())
+    assert (session.root / "link").is_symlink()
+    assert await session.read("run.sh") == b"v19"
+    assert stat.S_IMODE((session.root / "run.sh").stat().st_mode) == 0o751
+    assert await session.ls() == ["link", "run.sh"]
+
+
+async def test_failed_write_keeps_old_content_and_no_temp(
+    session: SandboxSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await session.write("memory.md", b"old")
+
+    def broken_replace(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(SandboxError, match="no space left"):
+        await session.write("memory.md", b"new")
+    monkeypatch.undo()
+    assert await session.read("memory.md") == b"old"
+    assert await session.ls() == ["memory.md"]
+
+
+HOLDER = textwrap.dedent(
+    """
+    import fcntl, sys, time
+    fd = open(sys.argv[1], "a")
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    """
+)
+
+PROBE = textwrap.dedent(
+    """
+    import fcntl, sys
+    fd = open(sys.argv[1], "a")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(1)
+    """
+)
+
+
+def _probe(path: Path) -> int:
+    return subprocess.run([sys.executable, "-c", PROBE, str(path)], timeout=10).returncode
+
+
+async def test_lock_excludes_another_process(session: SandboxSession) -> None:
+    lock_file = session.root / "memories" / ".lock"
+    async with session.lock("memories/.lock"):
+        assert await asyncio.to_thread(_probe, lock_file) == 1
+    assert await asyncio.to_thread(_probe, lock_file) == 0
+
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HOLDER, str(lock_file), "1.0", stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None
+        assert await asyncio.wait_for(holder.stdout.readline(), 10) == b"locked\n"
+        with pytest.raises(SandboxError, match="still held") as info:
+            async with session.lock("memories/.lock", timeout=0.2):
+                pass
+        assert info.value.operation == "lock"
+        started = time.monotonic()
+        async with session.lock("memories/.lock", timeout=10):
+            assert time.monotonic() - started > 0.3  # waited for the holder to exit
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+        await holder.wait()
+
+
+async def test_lock_excludes_another_task_without_blocking_the_loop(
+    session: SandboxSession,
+) -> None:
+    events: list[str] = []
+
+    async def worker(name: str) -> None:
+        async with session.lock("state.lock"):
+            events.append(f"{name} in")
+            await asyncio.sleep(0.1)
+            events.append(f"{name} out")
+
+    await asyncio.gather(worker("a"), worker("b"))
+    assert events in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
