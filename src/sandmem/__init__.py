@@ -2,10 +2,14 @@
 
 Everything a user needs is importable from here; submodules hold the seams:
 ``sandmem.models``, ``sandmem.sandboxes``, ``sandmem.capabilities``, ``sandmem.memory``,
-``sandmem.testing``.
+``sandmem.testing``, ``sandmem.redaction``. The OpenAI model classes are imported on first use,
+so ``import sandmem`` does not import the ``openai`` package.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from sandmem._agent import Agent
 from sandmem._errors import (
@@ -26,15 +30,52 @@ from sandmem._session import Session, SQLiteSession
 from sandmem._settings import ModelSettings
 from sandmem._tools import FunctionTool, function_tool
 from sandmem._usage import Usage
+from sandmem.capabilities import Capability, Filesystem, Memory, Shell
+from sandmem.memory import (
+    MemoryGenerateConfig,
+    MemoryLayoutConfig,
+    MemoryReadConfig,
+    validate_rollout_id,
+)
+from sandmem.models import Model, ModelProvider
+from sandmem.sandboxes import (
+    Dir,
+    ExecResult,
+    File,
+    LocalSnapshotSpec,
+    Manifest,
+    SandboxSession,
+    SandboxSessionState,
+    UnixLocalSandboxClient,
+)
+
+if TYPE_CHECKING:
+    from sandmem.models import OpenAIChatCompletionsModel, OpenAIProvider, OpenAIResponsesModel
 
 __all__ = [
     "Agent",
+    "Capability",
+    "Dir",
+    "ExecResult",
+    "File",
+    "Filesystem",
     "FunctionTool",
+    "LocalSnapshotSpec",
+    "Manifest",
     "MaxTurnsExceeded",
+    "Memory",
+    "MemoryGenerateConfig",
     "MemoryGenerationError",
+    "MemoryLayoutConfig",
+    "MemoryReadConfig",
+    "Model",
     "ModelBehaviorError",
+    "ModelProvider",
     "ModelRequestError",
     "ModelSettings",
+    "OpenAIChatCompletionsModel",
+    "OpenAIProvider",
+    "OpenAIResponsesModel",
     "RunConfig",
     "RunResult",
     "Runner",
@@ -43,10 +84,34 @@ __all__ = [
     "SandboxError",
     "SandboxPathError",
     "SandboxRunConfig",
+    "SandboxSession",
+    "SandboxSessionState",
     "SandboxStateError",
     "SandmemError",
     "Session",
+    "Shell",
+    "UnixLocalSandboxClient",
     "Usage",
     "UserError",
     "function_tool",
+    "validate_rollout_id",
 ]
+
+_LAZY = {
+    "OpenAIChatCompletionsModel": "sandmem.models",
+    "OpenAIProvider": "sandmem.models",
+    "OpenAIResponsesModel": "sandmem.models",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
