@@ -23,6 +23,7 @@ from sandmem.memory.rollouts import segment_line, utc_now
 from sandmem.memory.storage import (
     MemoryPaths,
     append_log,
+    bound_rollout,
     ensure_layout,
     fingerprint,
     load_state,
@@ -244,10 +245,13 @@ class MemoryGenerationManager:
             try:
                 data = await self.session.read(self.paths.rollout_file(rid))
                 fp = fingerprint(data)
-                artifacts, usage = await phase_one.extract(
-                    rid, data.decode("utf-8", "replace"), self.config, provider
-                )
+                data, omitted = bound_rollout(data)
+                text = data.decode("utf-8", "replace")
                 del data
+                artifacts, usage = await phase_one.extract(
+                    rid, text, self.config, provider, omitted
+                )
+                del text
                 if artifacts is None:
                     status = "skipped"
                     report.skipped.append(rid)

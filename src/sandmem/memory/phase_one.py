@@ -47,15 +47,22 @@ def instructions(rollout_id: str, extra_prompt: str | None) -> str:
     return render_prompt(template, rollout_ref=rollout_id) + extra_guidance_block(extra_prompt)
 
 
-def render_input(rollout_id: str, rollout_text: str) -> str:
+def render_input(rollout_id: str, rollout_text: str, omitted_bytes: int = 0) -> str:
     """The user message of phase one: terminal metadata, then the compact transcript (capped
     at 150,000 tokens, head and tail kept) fenced as untrusted data."""
     parsed = parse_rollout(rollout_text)
     meta = rollout_terminal_summary(parsed)
     transcript = render_rollout(parsed, max_tokens=ROLLOUT_MAX_TOKENS)
+    note = (
+        f"Note: the rollout file is very large; {omitted_bytes} bytes of whole segments from "
+        "its middle were omitted before rendering.\n"
+        if omitted_bytes
+        else ""
+    )
     return (
         f"Rollout id: {rollout_id}\n"
-        f"Terminal metadata (JSON): {json.dumps(meta, sort_keys=True, default=str)}\n\n"
+        f"Terminal metadata (JSON): {json.dumps(meta, sort_keys=True, default=str)}\n"
+        f"{note}\n"
         "<transcript>\n"
         f"{transcript}\n"
         "</transcript>\n"
@@ -100,7 +107,11 @@ def resolve_model(spec: str | Model, provider: ModelProvider) -> Model:
 
 
 async def call_model(
-    rollout_id: str, rollout_text: str, config: MemoryGenerateConfig, provider: ModelProvider
+    rollout_id: str,
+    rollout_text: str,
+    config: MemoryGenerateConfig,
+    provider: ModelProvider,
+    omitted_bytes: int = 0,
 ) -> tuple[PhaseOneArtifacts, Usage]:
     """One structured-output model call, no tools."""
     from sandmem._schema import output_schema_for, parse_structured_output
@@ -108,7 +119,7 @@ async def call_model(
     model = resolve_model(config.phase_one_model, provider)
     request = ModelRequest(
         instructions=instructions(rollout_id, config.extra_prompt),
-        input=[user_message(render_input(rollout_id, rollout_text))],
+        input=[user_message(render_input(rollout_id, rollout_text, omitted_bytes))],
         tools=[],
         output_schema=output_schema_for(PhaseOneArtifacts),
         settings=config.phase_one_model_settings or ModelSettings(),
@@ -141,7 +152,11 @@ def _output_text(output: list[dict[str, Any]]) -> str:
 
 
 async def extract(
-    rollout_id: str, rollout_text: str, config: MemoryGenerateConfig, provider: ModelProvider
+    rollout_id: str,
+    rollout_text: str,
+    config: MemoryGenerateConfig,
+    provider: ModelProvider,
+    omitted_bytes: int = 0,
 ) -> tuple[PhaseOneArtifacts | None, Usage]:
     """Run phase one for one rollout with the configured engine."""
     if config.phase_one_model == EXTRACTIVE:
@@ -150,7 +165,9 @@ async def extract(
         artifacts = extractive_extract(rollout_id, rollout_text)
         usage = Usage()
     else:
-        artifacts, usage = await call_model(rollout_id, rollout_text, config, provider)
+        artifacts, usage = await call_model(
+            rollout_id, rollout_text, config, provider, omitted_bytes
+        )
     if artifacts is None:
         return None, usage
     return validate_artifacts(artifacts, rollout_id), usage

@@ -154,9 +154,17 @@ class RolloutFingerprint:
 
 
 def fingerprint(data: bytes) -> RolloutFingerprint:
-    lines = [line for line in data.split(b"\n") if line.strip()]
+    """The fingerprint of a rollout file's bytes, without splitting the whole file (rollouts
+    can be large): lines are counted, and only the last lines are parsed."""
+    segments = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     updated_at, terminal = "unknown", "unknown"
-    for line in reversed(lines):
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        line = data[start:end].strip()
+        end = start
+        if not line:
+            continue
         try:
             segment = json.loads(line)
         except ValueError:
@@ -167,7 +175,26 @@ def fingerprint(data: bytes) -> RolloutFingerprint:
             if isinstance(meta, dict):
                 terminal = str(meta.get("terminal_state") or "unknown")
             break
-    return RolloutFingerprint(len(lines), updated_at, terminal)
+    return RolloutFingerprint(segments, updated_at, terminal)
+
+
+#: rollouts larger than this are cut to their first and last half of it (at line boundaries)
+#: before phase one; the rendered transcript is capped at 150,000 tokens anyway
+ROLLOUT_READ_MAX_BYTES = 32 * 1024 * 1024
+
+
+def bound_rollout(data: bytes, limit: int = ROLLOUT_READ_MAX_BYTES) -> tuple[bytes, int]:
+    """``data`` cut to its head and tail (whole lines, about ``limit`` bytes) and the number of
+    bytes omitted from the middle (0 when it fits)."""
+    if len(data) <= limit:
+        return data, 0
+    half = limit // 2
+    head_end = data.rfind(b"\n", 0, half) + 1
+    tail_start = data.find(b"\n", len(data) - half) + 1
+    if tail_start <= 0 or tail_start <= head_end:
+        tail_start = len(data)
+    kept = data[:head_end] + data[tail_start:]
+    return kept, len(data) - len(kept)
 
 
 # ---------------------------------------------------------------- state and log
