@@ -280,3 +280,59 @@ async def test_malformed_and_non_utf8_rollout_lines_are_survived(tmp_path: Path)
     assert states["messy"]["status"] == "done"
     assert states["messy"]["segments"] == 3
     assert "task messy" in (sandbox.root / "memories/raw_memories/messy.md").read_text()
+
+
+HUGE_ROLLOUT_SCRIPT = r"""
+import asyncio, json, resource, sys
+sys.path.insert(0, sys.argv[2])
+from memory_doubles import phase_one_model, phase_two_model
+from sandmem.memory import MemoryGenerateConfig
+from sandmem.memory.manager import get_manager
+from sandmem.memory.storage import MemoryPaths
+from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+
+ws = sys.argv[1]
+one = phase_one_model()
+config = MemoryGenerateConfig(phase_one_model=one, phase_two_model=phase_two_model())
+
+async def main():
+    sandbox = await UnixLocalSandboxClient().create(manifest=Manifest(root=ws))
+    async with sandbox:
+        seg = {"updated_at": "2026-01-01T00:00:00Z", "rollout_id": "huge",
+               "input": [{"role": "user", "content": "first request"}],
+               "generated_items": [{"type": "function_call_output", "call_id": "c",
+                                    "output": "y" * 20_000}],
+               "terminal_metadata": {"terminal_state": "completed", "exception_type": None,
+                                     "exception_message": None, "has_final_output": False}}
+        line = (json.dumps(seg) + "\n").encode()
+        with open(f"{ws}/sessions/huge.jsonl", "wb") as handle:
+            for _ in range(100 * 1024 * 1024 // len(line)):
+                handle.write(line)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        report = await get_manager(sandbox, MemoryPaths("memories", "sessions"), config).flush()
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        sent = one.requests[0].input[0]["content"]
+        print(json.dumps({"processed": report.processed, "growth_kb": after - before,
+                          "sent_bytes": len(sent.encode()), "note": "omitted" in sent}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_100_mb_rollout_is_processed_in_bounded_memory(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "sessions").mkdir(parents=True)
+    out = subprocess.run(
+        [sys.executable, "-c", HUGE_ROLLOUT_SCRIPT, str(workspace), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["processed"] == ["huge"]
+    assert result["note"] is True
+    # the phase-one input stays within the 150,000-token cap (4 bytes a token) plus framing
+    assert result["sent_bytes"] <= 150_000 * 4 + 4_000
+    # bound: the 100 MB file is read once (100 MB) and cut to 32 MB before parsing
+    assert result["growth_kb"] < 450 * 1024
