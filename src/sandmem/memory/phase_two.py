@@ -248,7 +248,10 @@ async def gather_inputs(
 ) -> ConsolidationInputs:
     selected = []
     for ref in p.selected:
-        summary = await read_text(session, f"{paths.memories_dir}/{ref.rollout_summary_file}")
+        summary = None
+        name = ref.rollout_summary_file
+        if name.startswith("rollout_summaries/") and ".." not in name:
+            summary = await read_text(session, f"{paths.memories_dir}/{name}")
         body = parse_header(summary)[1].strip() if summary else ""
         selected.append(SelectedMemory(ref, p.bodies.get(ref.rollout_id, ""), body))
     return ConsolidationInputs(
