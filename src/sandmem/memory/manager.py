@@ -284,6 +284,12 @@ class MemoryGenerationManager:
             )
 
     async def _save(self, state: dict[str, Any], log: dict[str, Any]) -> None:
+        """Write the state and append a log record; error texts are redacted first (a model
+        server may echo request content in its error messages)."""
+        for entry in (*state["rollouts"].values(), state["phase_two"], log):
+            for key in ("last_error", "error"):
+                if isinstance(entry.get(key), str):
+                    entry[key] = self.redactor.redact(entry[key])
         async with self._state_lock:
             await write_json(self.session, self.paths.state_json, state)
             await append_log(self.session, self.paths, {"time": utc_now(), **log})

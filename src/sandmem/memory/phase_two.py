@@ -238,6 +238,8 @@ async def _check_result(
                 f"consolidation left {path} at {size} bytes, over its budget of {budget}",
                 retryable=True,
             )
+    for path in await _tracked_files(session, paths):
+        text = await read_text(session, path) or ""
         clean = redactor.redact(text)
         if clean != text:
             await session.write(path, clean)
