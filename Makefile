@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LINTED := $(wildcard src tests examples benchmarks)
 
 .PHONY: venv demo test lint bench clean
 
@@ -18,8 +19,8 @@ demo: $(STAMP)
 	$(BIN)/sandmem demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks
-	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 
 test: lint
