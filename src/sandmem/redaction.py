@@ -1,0 +1,392 @@
+"""Secret redaction for rollouts and memory files.
+
+A :class:`Redactor` replaces credentials in text with a marker that names their kind, e.g.
+``[REDACTED:aws-access-key]``. It is applied to every rollout segment before it is appended and
+to every memory file before it is written, so a secret an agent saw never reaches disk.
+
+Two families of rules, applied in this order (specific formats first, so their kind wins):
+
+* **format rules** recognise a credential by its own shape: provider keys (``sk-proj-...``,
+  ``AKIA...``, ``ghp_...``), JWTs, PEM private keys. The whole credential is replaced.
+* **context rules** recognise a credential by what surrounds it: ``password=``, ``"token": ...``,
+  ``--api-key ...``, ``Authorization: Bearer ...``, ``https://user:pw@host``. Only the value is
+  replaced; the key, scheme and host stay readable. Values that are clearly not secrets (empty,
+  placeholders like ``<your-key>``/``xxx``/``${VAR}``, ALL_CAPS env-var names, code such as
+  ``os.environ[...]`` or ``getpass()``, type annotations such as ``password: str``) are kept.
+
+A pattern may define a group named ``secret``: then only that group is replaced, otherwise the
+whole match. Redaction is idempotent: redacting redacted text changes nothing. See
+``docs/redaction.md`` for the rule set, the measured corpus results and the known limits.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from typing import Any, Final, TypeVar, cast
+
+from sandmem._errors import UserError
+
+__all__ = ["DEFAULT_PATTERNS", "Redactor", "redact"]
+
+_T = TypeVar("_T")
+
+_MARKER: Final = "[REDACTED:"
+_KIND_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks of the context rules
+# ---------------------------------------------------------------------------------------------
+
+# One character of an unquoted value. A value ends at whitespace, a quote, a backslash (the
+# start of an escape in JSON-encoded text) or an "&" that starts the next URL query parameter.
+_VCHAR = r"""(?:[^\s'"`\\&]|&(?![\w.\[\]-]+=))"""
+# Where an identifier-like unquoted value ends (used to test "the whole value is X").
+_WEND = r"""(?=[\s'"`\\&,;()\[\]{}|]|\Z)"""
+# Words that are never secrets on their own: literals, type names, the key names themselves.
+_WORDS = (
+    r"true|false|null|none|nil|undefined|yes|no|on|off|required|optional|redacted|hidden"
+    r"|masked|empty|dummy|placeholder|str|bytes|string|int|number|bool|boolean|float|any"
+    r"|object|secretstr|secretbytes|password|passwd|passphrase|pass|secret|token|api[_-]?key"
+    r"|apikey"
+)
+
+
+def _placeholder(end: str, *, in_code: bool = True) -> str:
+    """A regex for values that only look like secrets; ``end`` asserts the end of the value.
+    ``in_code`` adds shapes that only make sense inside a line of code (``f(token=tok)``)."""
+    shapes = (
+        r"\$[{(]|\$[A-Za-z_]\w*" + end,  # ${VAR}  $(cat file)  $VAR
+        r"[{<]|%[sd(]",  # {{ tpl }}  {name}  <your-key>  %(name)s  '%s:%s' % (user, pw)
+        r"-{1,2}[A-Za-z][\w-]*" + end,  # the next CLI flag: --password --verbose
+        r"(?i:(?:your|replace|change|insert)[-_ ]?(?:me\b|[a-z]))",  # your-api-key, changeme
+        r"\[[\w :-]*\]" + end,  # [REDACTED:token]  [hidden]
+        r"\S{1,2}" + end,  # too short to be a credential
+        r":?(?:[A-Za-z0-9]{1,8}[-_]){0,2}[xX*.#_-]{3,}" + end,  # xxxx  ****  sk-...  ghp_xxxx
+        r"#[0-9A-Fa-f]{3,8}" + end,  # a colour: Token: "#cccccc"
+        r"[A-Z]+(?:_[A-Z0-9]+)+" + end,  # OPENAI_API_KEY: the name of an env var
+        r"[A-Z]{1,15}" + end,  # TOKEN  REDACTED
+        r"(?:[A-Z][a-z]+){2,}" + end,  # a type or class: client_secret: ClientSecret
+        r"(?i:" + _WORDS + ")" + end,  # None  str  true  password=password
+        r"[A-Za-z_]+(?:\.[A-Za-z_]\w*)+" + end,  # self.token  Name.Builtin  settings.SECRET
+        r"[A-Za-z_][\w.]*[(\[]",  # getpass()  os.environ["X"]  config['password']  auth[2]
+    )
+    # an argument or operand in code: f(api_key=key, token=tok)  x=secret or default
+    code = (r"[a-z_]+(?=[ \t]*[,)}\]]|[ \t]+(?:or|and|if|else)\b)",) if in_code else ()
+    return "(?:" + "|".join(shapes + code) + ")"
+
+
+_VALUE_END = r"(?(q)(?P=q)|" + _WEND + ")"
+
+
+def _value(*, after_spaced_equals: str = "") -> str:
+    """A value after ``key=``, ``key: `` or ``--key ``: quoted (spaces allowed, escapes honoured,
+    closing quote on the same line) or unquoted. Placeholders are rejected, and so are shapes of
+    code: a quoted value starting with a space or a comma, an unquoted one starting with "=",
+    "(" or "[" (prompts, comparisons, expressions: ``"Password: " + x``, ``password == x``,
+    ``user_pass = (user + ":" + pw)``). ``after_spaced_equals`` names a group that is set when
+    the separator was a spaced `` = ``: then a bare word (``self._pwd = pwd``) is a variable;
+    ``hunter2`` or ``s3cr3t!`` still count as values."""
+    code_word = (
+        "|(?(" + after_spaced_equals + ")[A-Za-z_]+" + _WEND + "|(?!))"
+        if after_spaced_equals
+        else ""
+    )
+    return (
+        r"""(?P<q>\\?["'])?"""
+        + "(?!"
+        + _placeholder(_VALUE_END)
+        + r"|(?(q)[\s,]|[=(\[])"
+        + code_word
+        + ")"
+        + r"(?P<secret>(?(q)(?:(?!(?P=q))(?:[^\\\n]|\\.))+(?=(?P=q))|"
+        + _VCHAR
+        + "++))"
+    )
+
+
+def _lead(literal: str, not_after: str = r"[\w-]") -> str:
+    """``literal`` not preceded by a ``not_after`` character. The check is a lookbehind placed
+    *after* the literal so that the pattern starts with it: ``re`` then scans for the literal
+    quickly instead of trying every position (about 40x faster on large text)."""
+    return literal + "(?<!" + not_after + literal + ")"
+
+
+def _ci(word: str) -> str:
+    return "(?i:" + word + ")"
+
+
+def _key_lookbehinds(*forms: str) -> str:
+    """Lookbehinds that accept one of ``forms`` (fixed-width, case-insensitive) as the key."""
+    return "(?:" + "|".join("(?<=" + _ci(form) + ")" for form in forms) + ")"
+
+
+_SEP = r"[_.-]"
+# Each anchor matches the *last word* of a key that holds a secret (``DB_PASSWORD``,
+# ``client_secret``, ``x-api-key``, ``accessToken``), so ``token_count`` or ``password_field``
+# never match. Every anchor starts with one letter class, which keeps the scan fast.
+_ANCHORS: Final[tuple[tuple[str, str], ...]] = (
+    (
+        "aws-secret-key",
+        "[Kk]"
+        + _ci("ey")
+        + _key_lookbehinds(
+            f"secret{_SEP}access{_SEP}key", "secretaccesskey", f"aws{_SEP}secret{_SEP}key"
+        ),
+    ),
+    (
+        "password",
+        r"[Pp](?<![/\\][Pp])" + _ci(r"ass(?:word|wd|phrase|(?<=[_.-]pass))|(?<=[_.-]p)wd"),
+    ),
+    ("secret", r"[Ss](?<![/\\][Ss])" + _ci("ecret")),
+    (
+        "secret",
+        "[Kk]"
+        + _ci("ey")
+        + _key_lookbehinds(
+            *(
+                f"{word}{sep}key"
+                for word in ("secret", "private", "signing", "encryption", "master", "access")
+                for sep in (_SEP, "")
+            )
+        ),
+    ),
+    ("token", r"[Tt](?<![/\\][Tt])" + _ci("oken")),
+    ("api-key", "[Aa]" + _ci(f"pi{_SEP}?key")),
+)
+
+
+def _assignment(anchor: str) -> str:
+    """``<key> = value`` in env files, JSON, YAML, code, headers: ``DB_PASSWORD=x``,
+    ``"token": "x"``, ``api_key: x``, ``X-Api-Key: x``, ``os.environ["TOKEN"] = "x"``."""
+    return (
+        anchor
+        # "key: value" needs a space or a quote after the colon ("passwd:dir" is not a value)
+        + r"""(?:\\?["'])?\]?[ \t]*(?:(?P<colon>:)(?=[ \t]|\\?["'])[ \t]*"""
+        + r"|:?=(?P<spaced>[ \t]+)?)"
+        + _value(after_spaced_equals="spaced")
+        # after "key:" an unquoted value must end the line, as in YAML and HTTP headers; this
+        # keeps prose such as "invalid token: must be 40 characters" intact
+        + r"""(?(colon)(?(q)|(?=[ \t]*(?:[#\r\n"'`]|\\[nr"']|\Z))))"""
+    )
+
+
+def _flag(anchor: str) -> str:
+    """A CLI flag: ``--password x``, ``--db-password=x``, ``--api-key x``. After a space the
+    value must be quoted, hold a digit or symbol, or be 16+ characters long, so that prose
+    ("use the --password option") is kept."""
+    spaced_value = r"""[ \t]+(?=\\?["']|[A-Za-z]*[^A-Za-z\s'"`\\&,.;:)]|[^\s'"]{16})"""
+    return _lead("--") + "(?:[A-Za-z0-9]+-)*" + anchor + "(?:=|" + spaced_value + ")" + _value()
+
+
+_TOKEN_CHARS = r"[\w.~+/=-]"
+# The credential after an auth scheme: 8+ token characters with a digit, or 20+ of them.
+_SCHEME_VALUE = (
+    "(?!"
+    + _placeholder(r"(?!" + _TOKEN_CHARS + ")")
+    + r"|[a-z]+(?:_[a-z]+)+(?!"  # a snake_case name: expected_authorization
+    + _TOKEN_CHARS
+    + "))"
+    r"(?P<secret>(?=" + _TOKEN_CHARS + "{20}|" + _TOKEN_CHARS + r"*[0-9])" + _TOKEN_CHARS + "{8,})"
+)
+# After a provider prefix: not a documentation placeholder such as sk_live_xxxxxxxx.
+_NOT_FILLER = r"(?![xX*.]{8})"
+_PEM_LABEL = r"-----{0}[A-Z0-9 ]{{0,30}}PRIVATE KEY(?: BLOCK)?-----"
+_PEM_SPACE = r"(?:\s|\\[nrt])"  # real or JSON-escaped line breaks
+_PEM_BODY = _PEM_SPACE + "*+" + r"[\w+/=:,.-]+(?:" + _PEM_SPACE + r"+[\w+/=:,.-]+)*+"
+
+# (kind, regex source); order matters: earlier rules win, so formats precede context rules.
+_RULES: Final[tuple[tuple[str, str], ...]] = (
+    # -- formats -----------------------------------------------------------------------------
+    (
+        "private-key",
+        _PEM_LABEL.format("BEGIN")
+        # the scan for END stops at the next BEGIN, so repeated BEGINs stay linear
+        + r"(?:(?:(?!-----BEGIN)[\s\S]){0,32768}?"
+        + _PEM_LABEL.format("END")
+        + "|"
+        + _PEM_BODY
+        + ")",  # no END line (truncated output): up to the last base64 character
+    ),
+    ("jwt", _lead("eyJ") + r"[\w-]{7,}\.eyJ[\w-]{7,}\.[\w-]*"),
+    ("anthropic-key", _lead("sk-ant-") + _NOT_FILLER + r"[\w-]{20,}"),
+    (
+        "openai-key",  # sk-, sk-proj-, sk-svcacct-, sk-admin-: long, mixed case and digits
+        _lead("sk-") + r"(?:(?:proj|svcacct|admin|None)-)?(?!ant-)"
+        r"(?=[\w-]*[0-9])(?=[\w-]*[A-Z])(?=[\w-]*[a-z])[\w-]{20,}",
+    ),
+    ("github-token", _lead("gh[pousr]_", r"\w") + _NOT_FILLER + r"[A-Za-z0-9]{36,}(?!\w)"),
+    ("github-token", _lead("github_pat_", r"\w") + _NOT_FILLER + r"\w{50,}"),
+    ("gitlab-token", _lead("gl") + r"(?:pat|dt|rt|ptt|ft|soat|cbt)-[\w-]{20,}(?:\.[\w-]+)*"),
+    ("slack-token", _lead("x") + r"(?:ox[abposre]|app)-[A-Za-z0-9-]{10,}"),
+    ("slack-webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[\w/-]{8,})"),
+    ("discord-webhook", r"discord(?:app)?\.com/api/webhooks/(?P<secret>[0-9]+/[\w-]{20,})"),
+    ("stripe-key", _lead("[rs]k_") + r"(?:live|test)_" + _NOT_FILLER + r"[A-Za-z0-9]{16,}"),
+    ("stripe-key", _lead("whsec_") + _NOT_FILLER + r"[A-Za-z0-9]{24,}"),
+    ("google-api-key", _lead("AIza") + _NOT_FILLER + r"[\w-]{35}(?![\w-])"),
+    ("google-oauth", _lead("GOCSPX-") + r"[\w-]{24,}"),
+    ("google-oauth", _lead(r"ya29\.") + r"[\w-]{20,}"),
+    (
+        "aws-access-key",
+        _lead("A", "[A-Za-z0-9]") + r"(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+    ),
+    (
+        "aws-secret-key",  # needs its key name: a bare 40-char string may be a git sha
+        _ANCHORS[0][1] + r"""(?:\\?["'])?\]?[ \t]*(?::=|[:= \t])[ \t]*(?:\\?["'])?"""
+        r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+    ),
+    ("huggingface-token", _lead("hf_") + _NOT_FILLER + r"[A-Za-z0-9]{30,}(?!\w)"),
+    ("npm-token", _lead("npm_") + _NOT_FILLER + r"[A-Za-z0-9]{36,}(?!\w)"),
+    ("pypi-token", _lead("pypi-AgE") + r"[\w-]{60,}"),
+    # -- context -----------------------------------------------------------------------------
+    (
+        "url-password",  # scheme://user:password@host
+        r"""://(?<=[A-Za-z0-9]://)[^\s:/@?#'"<>\[\]]*:"""
+        r"(?!" + _placeholder("@") + r""")(?P<secret>[^\s/@?#'"<>]+)@""",
+    ),
+    ("bearer-token", _lead(_ci("bearer")) + r"[ \t]+" + _SCHEME_VALUE),
+    (
+        "auth-header",  # Authorization: Basic|Token|... <credential>
+        _ci("authorization")
+        + r"""(?:\\?["'])?[ \t]*(?::|=(?=[ \t]*\\?["']))[ \t]*(?:\\?["'])?"""
+        + "(?:"
+        + _ci("basic|token|bot|digest|negotiate|ntlm|apikey|key")
+        + r"[ \t]+)?"
+        + _SCHEME_VALUE,
+    ),
+    (
+        "password",  # curl -u user:password
+        _lead("curl") + r"""\b(?:(?!curl)[^\n])*?[ \t](?:-u|--user)[ \t]+["']?[^\s:'"]*:"""
+        r"(?!" + _placeholder(r"""(?=[\s'"]|\Z)""") + r"""|[0-9]+(?=[\s'"]|\Z))"""
+        r"""(?P<secret>[^\s'"]+)""",
+    ),
+    *((kind, _assignment(anchor)) for kind, anchor in _ANCHORS[1:]),
+    *((kind, _flag(anchor)) for kind, anchor in _ANCHORS[1:]),
+)
+
+DEFAULT_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
+    (kind, re.compile(source, re.ASCII)) for kind, source in _RULES
+)
+"""The default rules as ``(kind, compiled pattern)``, in the order they are applied."""
+
+# For redact_obj: a dict key that names a secret, and a whole value that is only a placeholder.
+_SECRET_KEYS: Final = tuple(
+    (kind, re.compile(r"[\w.-]*?" + anchor, re.ASCII))
+    for kind, anchor in (*_ANCHORS, ("auth-header", _ci("authorization")))
+)
+_PLACEHOLDER_VALUE: Final = re.compile(_placeholder(r"\Z", in_code=False), re.ASCII)
+
+
+def _compile(kind: str, pattern: str | re.Pattern[str]) -> re.Pattern[str]:
+    if not isinstance(kind, str) or not _KIND_RE.fullmatch(kind):
+        raise UserError(
+            f"invalid redaction kind {kind!r}: use letters, digits, '-', '_' or '.', "
+            "e.g. 'acme-token'"
+        )
+    try:
+        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+    except re.error as exc:
+        raise UserError(f"invalid redaction pattern for kind {kind!r}: {exc}") from exc
+    if not isinstance(compiled, re.Pattern) or not isinstance(compiled.pattern, str):
+        raise UserError(f"redaction pattern for kind {kind!r} must be a str regex")
+    if compiled.fullmatch(""):
+        raise UserError(
+            f"redaction pattern for kind {kind!r} matches the empty string; "
+            "make it require at least one character"
+        )
+    return compiled
+
+
+class Redactor:
+    """Replaces secrets in text with ``[REDACTED:<kind>]``.
+
+    ``extra_patterns`` are ``(kind, pattern)`` pairs; they run first, in the order given, then
+    the defaults (unless ``defaults=False``). If a pattern has a group named ``secret`` only that
+    group is replaced, otherwise the whole match. A match whose secret part already starts with
+    ``[REDACTED:`` is left alone, so redaction is idempotent.
+    """
+
+    __slots__ = ("_replacers", "_rules", "_use_key_rules")
+
+    def __init__(
+        self,
+        extra_patterns: Iterable[tuple[str, str | re.Pattern[str]]] = (),
+        *,
+        defaults: bool = True,
+    ) -> None:
+        extra = tuple((kind, _compile(kind, pattern)) for kind, pattern in extra_patterns)
+        self._rules: tuple[tuple[str, re.Pattern[str]], ...] = extra + (
+            DEFAULT_PATTERNS if defaults else ()
+        )
+        self._use_key_rules = defaults
+        self._replacers = tuple(
+            (pattern, functools.partial(_replace, f"{_MARKER}{kind}]"))
+            for kind, pattern in self._rules
+        )
+
+    @property
+    def patterns(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+        """The active rules as ``(kind, pattern)``, in the order they are applied."""
+        return self._rules
+
+    def redact(self, text: str) -> str:
+        """Return ``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
+        for pattern, replace in self._replacers:
+            text = pattern.sub(replace, text)
+        return text
+
+    def redact_obj(self, obj: _T) -> _T:
+        """Return a copy of ``obj`` with every string inside dicts, lists and tuples redacted.
+
+        Dict keys are kept. With the default rules, a string value under a key that names a
+        secret (``"password"``, ``"api_key"``, ``"client_secret"``...) is replaced whole unless
+        it is a placeholder. Values that are not strings (numbers, booleans, None) are unchanged.
+        """
+        return cast(_T, self._redact_any(obj, None))
+
+    def _redact_any(self, obj: Any, key: Any) -> Any:
+        if isinstance(obj, str):
+            return self._redact_value(obj, key)
+        if isinstance(obj, dict):
+            return {k: self._redact_any(v, k) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self._redact_any(v, None) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self._redact_any(v, None) for v in obj)
+        return obj
+
+    def _redact_value(self, value: str, key: Any) -> str:
+        redacted = self.redact(value)
+        if not self._use_key_rules or not isinstance(key, str) or not redacted.strip():
+            return redacted
+        for kind, key_pattern in _SECRET_KEYS:
+            if key_pattern.fullmatch(key):
+                if _PLACEHOLDER_VALUE.match(redacted.strip()):  # also "[REDACTED:...]"
+                    return redacted
+                return f"{_MARKER}{kind}]"
+        return redacted
+
+
+def _replace(marker: str, match: re.Match[str]) -> str:
+    whole = match.group(0)
+    if "secret" in match.re.groupindex and match.start("secret") >= 0:
+        start, end = match.span("secret")
+        offset = match.start()
+        secret = whole[start - offset : end - offset]
+        if not secret or secret.startswith(_MARKER):
+            return whole
+        return whole[: start - offset] + marker + whole[end - offset :]
+    if not whole or whole.startswith(_MARKER):
+        return whole
+    return marker
+
+
+@functools.cache
+def _default_redactor() -> Redactor:
+    return Redactor()
+
+
+def redact(text: str) -> str:
+    """Redact ``text`` with the default rules (see :data:`DEFAULT_PATTERNS`)."""
+    return _default_redactor().redact(text)
