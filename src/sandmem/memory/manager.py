@@ -131,6 +131,11 @@ class MemoryGenerationManager:
         async with self.session.lock(lock, timeout=LOCK_TIMEOUT_S):
             await self.session.append(self.paths.rollout_file(segment["rollout_id"]), line)
 
+    def detach_stop_hook(self) -> None:
+        """Do not flush when the session stops (for callers that flush explicitly, such as
+        ``sandmem memory generate``)."""
+        self.session.unregister_pre_stop_hook(self._on_stop)
+
     async def _on_stop(self) -> None:
         try:
             report = await self.flush()

@@ -1,0 +1,70 @@
+"""The ``sandmem`` command line: a thin layer over the public API.
+
+    sandmem run --workspace DIR PROMPT        an agent run with memory on DIR
+    sandmem memory tree|show|search|status    look at a workspace's memory
+    sandmem memory generate|forget            change it without an agent run
+    sandmem demo                              the two-run memory demo (when installed)
+
+Errors raised by sandmem (``SandmemError``) are printed as one line and exit with status 1;
+usage errors exit with status 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from sandmem._errors import SandmemError
+from sandmem.cli._generate_cmd import forget_command, generate_command
+from sandmem.cli._memory_cmd import memory_group
+from sandmem.cli._run_cmd import run_command
+
+__all__ = ["cli", "main"]
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class _Group(click.Group):
+    """A group that turns ``SandmemError`` into a one-line message (no traceback)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SandmemError as exc:
+            raise click.ClickException(_one_line(exc)) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sandmem", prog_name="sandmem")
+def cli() -> None:
+    """sandmem: sandboxed LLM agents with memory that carries across runs.
+
+    Memory lives in plain files in the workspace (memories/, sessions/); see
+    docs/cli.md for every command with examples.
+    """
+
+
+def _register_demo(group: click.Group) -> None:
+    """Add ``sandmem demo`` when the demo package is installed (it is built separately)."""
+    try:
+        from sandmem.demo import demo_command
+    except ModuleNotFoundError as exc:
+        if exc.name == "sandmem.demo":
+            return
+        raise
+    group.add_command(demo_command, "demo")
+
+
+memory_group.add_command(generate_command)
+memory_group.add_command(forget_command)
+cli.add_command(run_command)
+cli.add_command(memory_group)
+_register_demo(cli)
+
+
+def main() -> None:
+    """The ``sandmem`` console script."""
+    cli(prog_name="sandmem")

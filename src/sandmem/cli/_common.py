@@ -1,0 +1,155 @@
+"""What the commands share: layout options, opening a workspace, choosing the memory engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from pydantic import ValidationError
+
+from sandmem._errors import UserError
+from sandmem.memory.config import (
+    EXTRACTIVE,
+    MemoryGenerateConfig,
+    MemoryLayoutConfig,
+)
+from sandmem.memory.manager import MemoryGenerationManager, get_manager
+from sandmem.memory.storage import MemoryPaths
+from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+ENGINES = ("model", "extractive")
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def workspace_option(*, required: bool) -> Callable[[F], F]:
+    kwargs: dict[str, Any] = {"required": True} if required else {"default": "."}
+    return click.option(
+        "--workspace",
+        "-w",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        show_default=not required,
+        help="The workspace directory (used in place: it is the sandbox workspace).",
+        **kwargs,
+    )
+
+
+def layout_options(fn: F) -> F:
+    """``--memories-dir`` and ``--sessions-dir`` (the layout, relative to the workspace)."""
+    fn = click.option(
+        "--sessions-dir",
+        default="sessions",
+        show_default=True,
+        help="Where rollouts are recorded, relative to the workspace.",
+    )(fn)
+    fn = click.option(
+        "--memories-dir",
+        default="memories",
+        show_default=True,
+        help="Where memory lives, relative to the workspace.",
+    )(fn)
+    return fn
+
+
+def engine_options(fn: F) -> F:
+    """``--engine`` and ``--model``: which engine generates memory."""
+    fn = click.option(
+        "--model",
+        "-m",
+        metavar="MODEL",
+        help="Model name for both memory phases (default: the configured phase models).",
+    )(fn)
+    fn = click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="model",
+        show_default=True,
+        help="'extractive': deterministic memory generation without a model.",
+    )(fn)
+    return fn
+
+
+def layout_paths(memories_dir: str, sessions_dir: str) -> MemoryPaths:
+    try:
+        layout = MemoryLayoutConfig(memories_dir=memories_dir, sessions_dir=sessions_dir)
+    except ValidationError as exc:
+        problems = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
+        raise click.BadParameter(problems, param_hint="--memories-dir/--sessions-dir") from None
+    return MemoryPaths.of(layout)
+
+
+def require_model_server(hint: str = "") -> None:
+    """Fail early (before any work) when no OpenAI-compatible server is configured."""
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        return
+    raise UserError(
+        "no model server configured: set OPENAI_API_KEY (for api.openai.com) or "
+        "OPENAI_BASE_URL (for an OpenAI-compatible server such as Ollama or vLLM)" + hint
+    )
+
+
+def generate_config(
+    engine: str, model: str | None, *, agent_model: bool = False
+) -> MemoryGenerateConfig:
+    """The generate config for ``--engine`` / ``--model``.
+
+    ``--engine extractive`` runs both phases without a model. ``--model M`` uses ``M`` for
+    both phases with the server's default settings (so it works for reasoning and
+    non-reasoning models alike); neither gives the configured defaults. ``agent_model`` says
+    that ``--model`` names the agent's model too (``sandmem run``), so it may go with
+    ``--engine extractive``.
+    """
+    if engine == EXTRACTIVE:
+        if model is not None and not agent_model:
+            raise click.UsageError("use either --engine extractive or --model, not both")
+        return MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
+    require_model_server("; or pass --engine extractive to generate memory without a model")
+    if model is None:
+        return MemoryGenerateConfig()
+    return MemoryGenerateConfig(
+        phase_one_model=model,
+        phase_two_model=model,
+        phase_one_model_settings=None,
+        phase_two_model_settings=None,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_workspace(workspace: Path) -> AsyncIterator[SandboxSession]:
+    """A local sandbox session whose workspace is the existing directory ``workspace``."""
+    client = UnixLocalSandboxClient()
+    session = await client.create(manifest=Manifest(root=workspace))
+    async with session:
+        yield session
+
+
+async def require_layout(session: SandboxSession, paths: MemoryPaths) -> None:
+    """Refuse to work on a directory that holds no memory layout at all."""
+    if await session.exists(paths.memories_dir) or await session.exists(paths.sessions_dir):
+        return
+    raise UserError(
+        f"no memory in {session.root}: neither {paths.memories_dir}/ nor {paths.sessions_dir}/ "
+        "exists; run `sandmem run` there first, or pass --workspace / --memories-dir / "
+        "--sessions-dir"
+    )
+
+
+def command_manager(
+    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig
+) -> MemoryGenerationManager:
+    """The session's manager for ``paths``, without its pre-stop hook: the command flushes
+    explicitly (with progress and a report), so the stop must not flush a second time (that
+    would retry a rollout that just failed, within the same command)."""
+    manager = get_manager(session, paths, config)
+    manager.detach_stop_hook()
+    return manager

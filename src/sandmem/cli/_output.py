@@ -1,0 +1,182 @@
+"""Rendering: JSON, sizes, file trees, flush reports, and the progress display (on stderr)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from sandmem._usage import Usage
+from sandmem.memory.maintenance import FileEntry, read_log, rollout_statuses
+from sandmem.memory.manager import FlushReport, MemoryGenerationManager
+
+#: how often the progress display looks at ``generation_log.jsonl``
+PROGRESS_POLL_S = 0.2
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "missing"
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KB", "MB", "GB"):
+        value /= 1024
+        if value < 1024 or unit == "GB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def render_tree(entries: list[FileEntry]) -> list[str]:
+    """Files as an indented tree (one tree per top-level directory), sizes on the right."""
+    root: dict[str, Any] = {}
+    for entry in entries:
+        node = root
+        parts = entry.path.split("/")
+        for part in parts[:-1]:
+            node = node.setdefault(part + "/", {})
+        node[parts[-1]] = entry.size
+    lines: list[str] = []
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        names = sorted(node)
+        for index, name in enumerate(names):
+            last = index == len(names) - 1
+            value = node[name]
+            branch = "└── " if last else "├── "
+            if isinstance(value, dict):
+                lines.append(f"{prefix}{branch}{name}")
+                walk(value, prefix + ("    " if last else "│   "))
+            else:
+                lines.append(f"{prefix}{branch}{name}  {human_size(value)}")
+
+    for top in sorted(root):
+        value = root[top]
+        if isinstance(value, dict):
+            lines.append(top)
+            walk(value, "")
+        else:
+            lines.append(f"{top}  {human_size(value)}")
+    return lines
+
+
+def usage_dict(usage: Usage) -> dict[str, int]:
+    return {
+        "requests": usage.requests,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+    }
+
+
+def report_dict(report: FlushReport) -> dict[str, Any]:
+    """A flush report as JSON-ready data. ``not_reached``: pending rollouts the flush did not
+    get to (it timed out, or another process held the lock)."""
+    finished = {*report.processed, *report.skipped, *report.failed}
+    return {
+        "processed": sorted(report.processed),
+        "skipped": sorted(report.skipped),
+        "failed": dict(sorted(report.failed.items())),
+        "not_reached": [rid for rid in report.pending if rid not in finished],
+        "phase_two": report.phase_two,
+        "phase_two_error": report.phase_two_error,
+        "timed_out": report.timed_out,
+        "usage": {
+            "phase_one": usage_dict(report.phase_one_usage),
+            "phase_two": usage_dict(report.phase_two_usage),
+        },
+    }
+
+
+def report_incomplete(report: FlushReport) -> bool:
+    return bool(report.failed) or report.phase_two == "failed" or report.timed_out
+
+
+_PHASE_TWO_TEXT = {
+    "done": "consolidated",
+    "skipped": "nothing new to consolidate",
+    "failed": "consolidation failed (previous memory kept)",
+    "not_run": "consolidation not run",
+}
+
+
+def report_lines(report: FlushReport) -> list[str]:
+    """A flush report for people: one line per rollout, then the consolidation and tokens."""
+    data = report_dict(report)
+    lines = [f"  ✓ {rid}: extracted" for rid in data["processed"]]
+    lines += [f"  - {rid}: skipped (nothing worth remembering)" for rid in data["skipped"]]
+    lines += [f"  ✗ {rid}: {error}" for rid, error in data["failed"].items()]
+    lines += [f"  … {rid}: not reached, still pending" for rid in data["not_reached"]]
+    if not lines:
+        lines.append("  no pending conversations")
+    phase_two = _PHASE_TWO_TEXT.get(report.phase_two, report.phase_two)
+    if report.phase_two_error:
+        phase_two += f": {report.phase_two_error}"
+    lines.append(f"  {phase_two}")
+    if report.timed_out:
+        lines.append("  generation timed out; unfinished conversations stay pending")
+    one, two = report.phase_one_usage, report.phase_two_usage
+    if one.total_tokens or two.total_tokens:
+        lines.append(
+            f"  tokens: phase one {one.input_tokens:,} in / {one.output_tokens:,} out, "
+            f"phase two {two.input_tokens:,} in / {two.output_tokens:,} out"
+        )
+    return lines
+
+
+async def _phase_one_done(manager: MemoryGenerationManager, since: int) -> int:
+    records = await read_log(manager.session, manager.paths)
+    return sum(1 for record in records[since:] if record.get("phase") == "one")
+
+
+async def flush_with_progress(
+    manager: MemoryGenerationManager, console: Console, *, retry_failed: bool = False
+) -> FlushReport:
+    """``manager.flush()`` with a progress bar on ``console`` (only when it is a terminal):
+    one step per pending conversation (counted from ``generation_log.jsonl`` as phase one
+    writes it), then a spinner while phase two consolidates."""
+    if not console.is_terminal:
+        return await manager.flush(retry_failed=retry_failed)
+    session, paths = manager.session, manager.paths
+    wanted = {"pending", "failed"} if retry_failed else {"pending"}
+    todo = sum(row["status"] in wanted for row in await rollout_statuses(session, paths))
+    since = len(await read_log(session, paths))
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("memory: extracting conversations", total=todo)
+        flushing = asyncio.ensure_future(manager.flush(retry_failed=retry_failed))
+        try:
+            while not flushing.done():
+                await asyncio.wait({flushing}, timeout=PROGRESS_POLL_S)
+                done = min(await _phase_one_done(manager, since), todo)
+                progress.update(task, completed=done)
+                if done >= todo:
+                    progress.update(task, description="memory: consolidating")
+        finally:
+            if not flushing.done():
+                flushing.cancel()
+        return flushing.result()

@@ -1,0 +1,314 @@
+"""Looking after a layout's memory: what it holds, what is still pending, and forgetting.
+
+These functions work through a ``SandboxSession`` on any backend and are what the
+``sandmem memory`` commands call:
+
+- ``layout_files``: every file of a layout with its size;
+- ``rollout_statuses``: each recorded conversation and whether its memory is done, pending,
+  failed or skipped (the manager's own rules, read-only);
+- ``memory_status``: the data behind ``sandmem memory status``;
+- ``forget_rollout``: remove one conversation from memory and re-consolidate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandmem._errors import UserError
+from sandmem.memory import phase_one
+from sandmem.memory._scoped_tools import ScopedFiles
+from sandmem.memory.config import MemoryGenerateConfig
+from sandmem.memory.manager import LOCK_TIMEOUT_S, FlushReport, get_manager
+from sandmem.memory.phase_two import load_raw_memories
+from sandmem.memory.rollouts import utc_now, validate_rollout_id
+from sandmem.memory.selection import selection_document
+from sandmem.memory.storage import (
+    MemoryPaths,
+    fingerprint,
+    load_json,
+    load_state,
+    parse_header,
+    read_text,
+    write_json,
+)
+from sandmem.sandboxes._session import SandboxSession
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A workspace-relative file and its size in bytes."""
+
+    path: str
+    size: int
+
+
+async def _walk(session: SandboxSession, top: str) -> list[str]:
+    if not await session.exists(top):
+        return []
+    return await ScopedFiles(session, top).walk(top)
+
+
+async def layout_files(session: SandboxSession, paths: MemoryPaths) -> list[FileEntry]:
+    """Every visible file under ``memories_dir`` and ``sessions_dir`` (hidden files such as
+    the lock and phase two's journal are left out), sorted by path."""
+    found: list[FileEntry] = []
+    for top in (paths.memories_dir, paths.sessions_dir):
+        for path in await _walk(session, top):
+            found.append(FileEntry(path, len(await session.read(path))))
+    return sorted(found, key=lambda entry: entry.path)
+
+
+async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    """The ids of the recorded conversations (``<sessions_dir>/<id>.jsonl``)."""
+    if not await session.exists(paths.sessions_dir):
+        return []
+    names = await session.ls(paths.sessions_dir)
+    return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
+
+
+async def rollout_statuses(
+    session: SandboxSession, paths: MemoryPaths, state: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Each recorded conversation: ``rollout_id``, ``status`` (``done`` — its raw memory is up
+    to date; ``pending`` — the next generation extracts it; ``failed`` — it failed
+    ``max_attempts`` times, retried only by ``generate --retry-failed`` or a new segment;
+    ``skipped`` — nothing worth remembering), ``attempts``, ``last_error``,
+    ``last_attempt_at``, ``segments`` and ``updated_at``."""
+    if state is None:
+        state = await load_state(session, paths)
+    rows = []
+    for rid in await rollout_ids(session, paths):
+        fp = fingerprint(await session.read(paths.rollout_file(rid)))
+        entry = state["rollouts"].get(rid)
+        entry = entry if isinstance(entry, dict) else {}
+        same_version = entry.get("segments") == fp.segments and (
+            entry.get("updated_at") == fp.updated_at
+        )
+        raw = await read_text(session, paths.raw_memory_file(rid))
+        if phase_one.is_up_to_date(raw, fp):
+            status = "done"
+        elif same_version and entry.get("status") in ("failed", "skipped"):
+            status = str(entry["status"])
+        else:
+            status = "pending"
+        if not same_version:  # a new segment since the last attempt: a fresh start
+            entry = {}
+        rows.append(
+            {
+                "rollout_id": rid,
+                "status": status,
+                "attempts": int(entry.get("attempts") or 0),
+                "last_error": entry.get("last_error"),
+                "last_attempt_at": entry.get("last_attempt_at"),
+                "segments": fp.segments,
+                "updated_at": fp.updated_at,
+            }
+        )
+    return rows
+
+
+async def read_log(session: SandboxSession, paths: MemoryPaths) -> list[dict[str, Any]]:
+    """The records of ``generation_log.jsonl`` (malformed lines are skipped)."""
+    text = await read_text(session, paths.log_jsonl) or ""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def token_totals(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Phase runs and tokens spent, per phase (``one`` and ``two``), summed from the log."""
+    totals = {
+        phase: {"runs": 0, "failed_runs": 0, "input_tokens": 0, "output_tokens": 0}
+        for phase in ("one", "two")
+    }
+    for record in records:
+        bucket = totals.get(str(record.get("phase")))
+        if bucket is None:
+            continue
+        bucket["runs"] += 1
+        bucket["failed_runs"] += record.get("status") in ("failed", "pending")
+        for key in ("input_tokens", "output_tokens"):
+            value = record.get(key)
+            bucket[key] += value if isinstance(value, int) else 0
+    return totals
+
+
+def _last_consolidation(
+    state: dict[str, Any], records: list[dict[str, Any]], selection: Any
+) -> dict[str, Any] | None:
+    runs = [r for r in records if r.get("phase") == "two"]
+    raw = state.get("phase_two")
+    phase_two: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    selection = selection if isinstance(selection, dict) else {}
+    selected = selection.get("selected")
+    last_success = phase_two.get("last_success_at") or selection.get("updated_at")
+    if not runs and not phase_two and last_success is None:
+        return None
+    last = runs[-1] if runs else {}
+    return {
+        "time": last.get("time") or phase_two.get("last_attempt_at") or last_success,
+        "status": last.get("status") or phase_two.get("status"),
+        "error": last.get("error") if runs else phase_two.get("last_error"),
+        "rollouts": len(last.get("rollouts") or []),
+        "duration_s": last.get("duration_s"),
+        "last_success_at": last_success,
+        "selected": len(selected) if isinstance(selected, list) else None,
+    }
+
+
+async def _sizes(session: SandboxSession, paths: MemoryPaths) -> dict[str, Any]:
+    files = {}
+    for path in (paths.memory_md, paths.summary_md, paths.raw_memories_md):
+        data = await session.read(path) if await session.exists(path) else None
+        files[path.rsplit("/", 1)[1]] = {"path": path, "bytes": None if data is None else len(data)}
+    dirs = {}
+    for name, top in (
+        ("raw_memories", paths.raw_dir),
+        ("rollout_summaries", paths.summaries_dir),
+        ("skills", paths.skills_dir),
+        ("sessions", paths.sessions_dir),
+    ):
+        walked = await _walk(session, top)
+        size = sum([len(await session.read(p)) for p in walked])
+        dirs[name] = {"path": top, "files": len(walked), "bytes": size}
+    return {"files": files, "dirs": dirs}
+
+
+async def memory_status(session: SandboxSession, paths: MemoryPaths) -> dict[str, Any]:
+    """Everything ``sandmem memory status`` shows, as JSON-ready data: conversation counts,
+    ``pending`` and ``failed`` rollouts (attempts, last error), the last consolidation, file
+    sizes, and tokens spent per phase (from ``generation_log.jsonl``)."""
+    state = await load_state(session, paths)
+    rows = await rollout_statuses(session, paths, state)
+    records = await read_log(session, paths)
+    counts = dict.fromkeys(("done", "pending", "failed", "skipped"), 0)
+    for row in rows:
+        counts[row["status"]] += 1
+    return {
+        "memories_dir": paths.memories_dir,
+        "sessions_dir": paths.sessions_dir,
+        "rollouts": {"total": len(rows), **counts},
+        "pending": [r for r in rows if r["status"] == "pending"],
+        "failed": [r for r in rows if r["status"] == "failed"],
+        "last_consolidation": _last_consolidation(
+            state, records, await load_json(session, paths.selection_json)
+        ),
+        **await _sizes(session, paths),
+        "tokens": token_totals(records),
+    }
+
+
+# ---------------------------------------------------------------- showing and forgetting
+
+
+def _summary_name(raw_memory_text: str | None) -> str | None:
+    """The ``rollout_summaries/...`` file a raw memory points to (``None`` when unsafe)."""
+    if raw_memory_text is None:
+        return None
+    name = parse_header(raw_memory_text)[0].get("rollout_summary_file", "")
+    if not name.startswith("rollout_summaries/") or ".." in name.split("/"):
+        return None
+    return name
+
+
+async def rollout_summary_files(
+    session: SandboxSession, paths: MemoryPaths, rollout_id: str
+) -> list[str]:
+    """The rollout summary files of a conversation: the one its raw memory names, plus any
+    other whose header says ``session_id: <rollout_id>`` (left over from an older slug)."""
+    found: list[str] = []
+    name = _summary_name(await read_text(session, paths.raw_memory_file(rollout_id)))
+    if name is not None and await session.exists(f"{paths.memories_dir}/{name}"):
+        found.append(f"{paths.memories_dir}/{name}")
+    if await session.exists(paths.summaries_dir):
+        for entry in await session.ls(paths.summaries_dir):
+            path = f"{paths.summaries_dir}/{entry}"
+            if path in found or not entry.startswith(f"{rollout_id}_"):
+                continue
+            text = await read_text(session, path) or ""
+            if parse_header(text)[0].get("session_id") == rollout_id:
+                found.append(path)
+    return found
+
+
+def checked_rollout_id(rollout_id: str) -> str:
+    """``validate_rollout_id`` with a ``UserError`` (a CLI-friendly message) on failure."""
+    try:
+        return validate_rollout_id(rollout_id)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+@dataclass
+class ForgetResult:
+    """What ``forget_rollout`` removed, and the re-consolidation's flush report."""
+
+    rollout_id: str
+    removed: list[str] = field(default_factory=list)
+    report: FlushReport = field(default_factory=FlushReport)
+
+
+async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -> list[str]:
+    targets = await rollout_summary_files(session, paths, rid)
+    for path in (paths.raw_memory_file(rid), paths.rollout_file(rid)):
+        if await session.exists(path):
+            targets.append(path)
+    state = await load_state(session, paths)
+    if not targets and rid not in state["rollouts"]:
+        raise UserError(
+            f"no conversation {rid!r} in {paths.sessions_dir}/ or {paths.memories_dir}/; "
+            "`sandmem memory status` and `sandmem memory tree` list the known ones"
+        )
+    for path in targets:
+        await session.remove(path)
+    if state["rollouts"].pop(rid, None) is not None:
+        await write_json(session, paths.state_json, state)
+    return targets
+
+
+async def _clear_consolidated(session: SandboxSession, paths: MemoryPaths) -> None:
+    """No raw memory is left: the consolidated memory would only repeat forgotten facts, and
+    consolidation refuses to leave ``MEMORY.md`` empty, so empty it here."""
+    await session.write(paths.memory_md, b"")
+    await session.write(paths.summary_md, b"")
+    for path in (paths.raw_memories_md, paths.consolidated_memory_md):
+        if await session.exists(path):
+            await session.remove(path)
+    await write_json(session, paths.selection_json, selection_document([], utc_now()))
+
+
+async def forget_rollout(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    rollout_id: str,
+    config: MemoryGenerateConfig,
+) -> ForgetResult:
+    """Forget one conversation: remove its rollout file, raw memory, rollout summaries and
+    state entry, then re-consolidate with ``config`` (phase two is told the rollout was
+    removed and drops what only it supported). When no raw memory is left, ``MEMORY.md`` and
+    ``memory_summary.md`` are emptied instead (skills are kept).
+
+    Raises ``UserError`` for an invalid or unknown id. A failed re-consolidation does not
+    raise: it is in ``result.report`` (the next generation retries it).
+    """
+    rid = checked_rollout_id(rollout_id)
+    manager = get_manager(session, paths, config)
+    await manager.prepare()
+    result = ForgetResult(rid)
+    async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+        async with session.lock(f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
+            result.removed = await _forget_files(session, paths, rid)
+        previous = await load_json(session, paths.selection_json)
+        consolidated = isinstance(previous, dict) and bool(previous.get("selected"))
+        if consolidated and not await load_raw_memories(session, paths):
+            await _clear_consolidated(session, paths)
+    result.report = await manager.flush()
+    return result

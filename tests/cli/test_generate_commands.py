@@ -1,0 +1,146 @@
+"""``sandmem memory generate`` and ``sandmem memory forget``, with the extractive engine and
+through the fake OpenAI server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_workspaces import (
+    DEPLOY,
+    INVOICE,
+    build_workspace,
+    failing_phase_one,
+    invoke,
+    invoke_json,
+    memory_server_handler,
+)
+from fake_openai import FakeOpenAIServer
+
+from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
+
+
+def failing_config(**overrides: object) -> MemoryGenerateConfig:
+    return MemoryGenerateConfig(
+        phase_one_model=failing_phase_one(),
+        phase_two_model=EXTRACTIVE,
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+def statuses(root: Path) -> dict[str, str]:
+    state = json.loads((root / "memories/generation_state.json").read_text())
+    return {rid: entry["status"] for rid, entry in state["rollouts"].items()}
+
+
+def test_generate_processes_a_pending_rollout(tmp_path: Path) -> None:
+    root = build_workspace(tmp_path / "ws", [INVOICE], failing_config())
+    assert not (root / "memories/raw_memories/invoice-fix.md").exists()
+    result = invoke("memory", "generate", "-w", root, "--engine", "extractive")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[:3] == [
+        "memory (memories/):",
+        "  ✓ invoice-fix: extracted",
+        "  consolidated",
+    ]
+    assert (root / "memories/raw_memories/invoice-fix.md").exists()
+    assert "invoice" in (root / "memories/MEMORY.md").read_text().lower()
+    assert statuses(root) == {"invoice-fix": "done"}
+    again = invoke_json("memory", "generate", "-w", root, "--engine", "extractive", "--json")
+    assert again["processed"] == [] and again["phase_two"] == "skipped"
+
+
+def test_generate_retry_failed(tmp_path: Path) -> None:
+    root = build_workspace(tmp_path / "ws", [INVOICE], failing_config(max_attempts=1))
+    assert statuses(root) == {"invoice-fix": "failed"}
+    status = invoke_json("memory", "status", "-w", root, "--json")
+    assert [r["rollout_id"] for r in status["failed"]] == ["invoice-fix"]
+    plain = invoke_json("memory", "generate", "-w", root, "--engine", "extractive", "--json")
+    assert plain["processed"] == [] and statuses(root) == {"invoice-fix": "failed"}
+    retried = invoke_json(
+        "memory", "generate", "-w", root, "--engine", "extractive", "--retry-failed", "--json"
+    )
+    assert retried["processed"] == ["invoice-fix"]
+    assert retried["phase_two"] == "done"
+    assert statuses(root) == {"invoice-fix": "done"}
+
+
+def test_generate_through_a_model_server(tmp_path: Path, fake_openai: FakeOpenAIServer) -> None:
+    root = build_workspace(tmp_path / "ws", [INVOICE, DEPLOY], failing_config())
+    fake_openai.handler = memory_server_handler()
+    env = {"OPENAI_BASE_URL": fake_openai.base_url}
+    data = invoke_json("memory", "generate", "-w", root, "-m", "fake-model", "--json", env=env)
+    assert data["processed"] == ["deploy-notes", "invoice-fix"]
+    assert data["phase_two"] == "done"
+    assert data["usage"]["phase_one"]["requests"] == 2
+    assert {r.model for r in fake_openai.requests} == {"fake-model"}
+    memory_md = (root / "memories/MEMORY.md").read_text()
+    assert "learned in conversation invoice-fix" in memory_md
+    status = invoke_json("memory", "status", "-w", root, "--json")
+    assert status["tokens"]["one"]["input_tokens"] > 0  # summed from generation_log.jsonl
+
+
+def test_generate_reports_failures_with_exit_1(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    root = build_workspace(tmp_path / "ws", [INVOICE], failing_config())
+    fake_openai.inject(status=400, times=100)
+    env = {"OPENAI_BASE_URL": fake_openai.base_url}
+    result = invoke("memory", "generate", "-w", root, "-m", "fake-model", env=env)
+    assert result.exit_code == 1
+    assert "✗ invoice-fix:" in result.stdout
+    assert result.stderr.startswith("Error: memory generation incomplete: 1 conversation(s)")
+    [pending] = invoke_json("memory", "status", "-w", root, "--json")["pending"]
+    assert pending["attempts"] == 2  # the command's stop did not flush (and retry) again
+
+
+def test_generate_needs_a_model_server_or_the_extractive_engine(workspace: Path) -> None:
+    result = invoke("memory", "generate", "-w", workspace)
+    assert result.exit_code == 1
+    assert "no model server configured" in result.stderr
+    assert "--engine extractive" in result.stderr
+    both = invoke("memory", "generate", "-w", workspace, "--engine", "extractive", "-m", "x")
+    assert both.exit_code == 2 and "not both" in both.stderr
+
+
+def test_forget_removes_files_and_reconsolidates(workspace: Path) -> None:
+    assert "deploy-notes" in (workspace / "memories/MEMORY.md").read_text()
+    summary = next((workspace / "memories/rollout_summaries").glob("deploy-notes_*.md"))
+    result = invoke("memory", "forget", "deploy-notes", "-w", workspace, "--engine", "extractive")
+    assert result.exit_code == 0, result.output
+    assert "forgot deploy-notes:" in result.stdout
+    assert not summary.exists()
+    assert not (workspace / "memories/raw_memories/deploy-notes.md").exists()
+    assert not (workspace / "sessions/deploy-notes.jsonl").exists()
+    assert "deploy-notes" not in statuses(workspace)
+    for name in ("MEMORY.md", "memory_summary.md", "raw_memories.md", "phase_two_selection.json"):
+        assert "deploy-notes" not in (workspace / "memories" / name).read_text(), name
+    assert "invoice-fix" in (workspace / "memories/MEMORY.md").read_text()
+    show = invoke("memory", "show", "deploy-notes", "-w", workspace)
+    assert show.exit_code == 1
+
+
+def test_forget_the_last_conversation_empties_memory(tmp_path: Path) -> None:
+    root = build_workspace(tmp_path / "ws", [INVOICE])
+    data = invoke_json(
+        "memory", "forget", "invoice-fix", "-w", root, "--engine", "extractive", "--json"
+    )
+    assert data["rollout_id"] == "invoice-fix"
+    removed = sorted(data["removed"])
+    assert removed[:2] == ["memories/raw_memories/invoice-fix.md", removed[1]]
+    assert removed[1].startswith("memories/rollout_summaries/invoice-fix_")
+    assert removed[2:] == ["sessions/invoice-fix.jsonl"]
+    assert not any((root / p).exists() for p in removed)
+    assert (root / "memories/MEMORY.md").read_text() == ""
+    assert (root / "memories/memory_summary.md").read_text() == ""
+    selection = json.loads((root / "memories/phase_two_selection.json").read_text())
+    assert selection["selected"] == []
+
+
+def test_forget_unknown_or_invalid_id(workspace: Path) -> None:
+    before = sorted(p.name for p in (workspace / "memories/raw_memories").iterdir())
+    unknown = invoke("memory", "forget", "nobody", "-w", workspace, "--engine", "extractive")
+    assert unknown.exit_code == 1 and "no conversation 'nobody'" in unknown.stderr
+    invalid = invoke("memory", "forget", "a/../b", "-w", workspace, "--engine", "extractive")
+    assert invalid.exit_code == 1 and "invalid rollout id" in invalid.stderr
+    assert sorted(p.name for p in (workspace / "memories/raw_memories").iterdir()) == before

@@ -1,0 +1,213 @@
+"""``sandmem run`` through the fake OpenAI server, plus the CLI's shared behaviour (help,
+errors, the demo command)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_workspaces import invoke, invoke_json, memory_server_handler
+from click.testing import CliRunner
+from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
+
+from sandmem.cli import cli
+from sandmem.cli._run_cmd import paired_calls
+
+ANSWER = "The invoice total now multiplies the tax rate."
+
+
+@pytest.fixture
+def server(fake_openai: FakeOpenAIServer) -> FakeOpenAIServer:
+    fake_openai.handler = memory_server_handler(ANSWER)
+    return fake_openai
+
+
+@pytest.fixture
+def env(server: FakeOpenAIServer) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": server.base_url}
+
+
+def agent_requests(server: FakeOpenAIServer) -> list[FakeRequest]:
+    return [r for r in server.requests if not r.wants_json() and "write_file" not in r.tool_names()]
+
+
+def test_run_prints_the_answer_records_and_generates_memory(
+    tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]
+) -> None:
+    (tmp_path / "app.py").write_text("print('hi')\n")
+    result = invoke(
+        "run",
+        "-w",
+        tmp_path,
+        "--engine",
+        "extractive",
+        "--session",
+        "fix-1",
+        "Fix",
+        "the bug",
+        env=env,
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ANSWER + "\n"
+    assert "✓ fix-1: extracted" in result.stderr
+    assert "conversation: fix-1 (continue it with --session fix-1)" in result.stderr
+    [segment] = [
+        json.loads(x) for x in (tmp_path / "sessions/fix-1.jsonl").read_text().splitlines()
+    ]
+    assert segment["input"][0]["content"] == "Fix the bug"
+    assert segment["final_output"] == ANSWER
+    assert (tmp_path / "memories/raw_memories/fix-1.md").exists()
+    assert "Fix the bug" in (tmp_path / "memories/MEMORY.md").read_text()
+    [request] = agent_requests(server)
+    assert {"exec_command", "apply_patch"} <= set(request.tool_names())
+    assert len(server.requests) == 1  # the extractive engine needs no model
+
+
+def test_run_continues_a_conversation_and_reads_memory(
+    tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]
+) -> None:
+    args = ("run", "-w", tmp_path, "--engine", "extractive", "--session", "conv")
+    assert invoke(*args, "Fix the invoice bug", env=env).exit_code == 0
+    assert invoke(*args, "Now add a regression test", env=env).exit_code == 0
+    first, second = agent_requests(server)
+    assert "<memory_summary>" not in (first.instructions or "")
+    assert "<memory_summary>" in (second.instructions or "")
+    history = json.dumps(second.items)  # the first run is replayed from sessions/conv.jsonl
+    assert history.index("Fix the invoice bug") < history.index(ANSWER)
+    assert history.index(ANSWER) < history.index("Now add a regression test")
+    lines = (tmp_path / "sessions/conv.jsonl").read_text().splitlines()
+    assert len(lines) == 2  # one rollout, two segments, no duplicated history
+    assert len(json.loads(lines[1])["input"]) == 1
+
+
+def test_run_with_a_model_for_memory_too(
+    tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]
+) -> None:
+    data = invoke_json("run", "-w", tmp_path, "-m", "fake-model", "--json", "Say hi", env=env)
+    assert data["final_output"] == ANSWER
+    rid = data["rollout_id"]
+    assert rid.startswith("run-")
+    assert data["memory"]["processed"] == [rid] and data["memory"]["phase_two"] == "done"
+    assert {r.model for r in server.requests} == {"fake-model"}
+    assert any(r.wants_json() for r in server.requests)  # phase one went to the server
+    assert f"learned in conversation {rid}" in (tmp_path / "memories/MEMORY.md").read_text()
+
+
+def test_run_without_memory(tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]) -> None:
+    (tmp_path / "memories").mkdir()
+    (tmp_path / "memories/memory_summary.md").write_text("Use tabs.\n")
+    result = invoke(
+        "run", "-w", tmp_path, "--no-memory-read", "--no-memory-generate", "hello", env=env
+    )
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "sessions").exists()
+    [request] = server.requests
+    assert "Use tabs." not in (request.instructions or "")
+    read_only = invoke("run", "-w", tmp_path, "--no-memory-generate", "hello", env=env)
+    assert read_only.exit_code == 0
+    assert "Use tabs." in (server.requests[-1].instructions or "")
+    assert not (tmp_path / "sessions").exists()
+
+
+def test_run_failure_is_recorded_and_one_line(
+    tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]
+) -> None:
+    server.handler = lambda req: FakeReply(tool_calls=[("exec_command", {"cmd": "true"}, "c")])
+    result = invoke(
+        "run",
+        "-w",
+        tmp_path,
+        "--engine",
+        "extractive",
+        "--max-turns",
+        "2",
+        "--session",
+        "loop",
+        "spin",
+        env=env,
+    )
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].startswith("Error: the run reached max_turns=2")
+    segment = json.loads((tmp_path / "sessions/loop.jsonl").read_text())
+    assert segment["terminal_metadata"]["terminal_state"] == "max_turns_exceeded"
+    assert (tmp_path / "memories/raw_memories/loop.md").exists()  # failures are remembered
+
+
+def test_run_needs_a_model_server(tmp_path: Path) -> None:
+    result = invoke("run", "-w", tmp_path, "--engine", "extractive", "hello")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: no model server configured: set OPENAI_API_KEY")
+    assert result.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_rejects_bad_input(tmp_path: Path, env: dict[str, str]) -> None:
+    bad_id = invoke("run", "-w", tmp_path, "--session", "a b/c", "hi", env=env)
+    assert bad_id.exit_code == 1 and "invalid rollout id" in bad_id.stderr
+    bad_layout = invoke("run", "-w", tmp_path, "--memories-dir", "../x", "hi", env=env)
+    assert bad_layout.exit_code == 2 and "must not contain '..'" in bad_layout.stderr
+    overlap = invoke(
+        "run", "-w", tmp_path, "--memories-dir", "m", "--sessions-dir", "m/s", "hi", env=env
+    )
+    assert overlap.exit_code == 1 and "overlap" in overlap.stderr
+    missing = invoke("run", "-w", tmp_path / "nope", "hi", env=env)
+    assert missing.exit_code == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_command_has_help() -> None:
+    commands = [["run"], ["demo"], ["memory"]] + [
+        ["memory", name] for name in ("tree", "show", "search", "status", "generate", "forget")
+    ]
+    for command in [[], *commands]:
+        result = invoke(*command, "--help")
+        assert result.exit_code == 0, command
+        assert "Usage: " in result.stdout
+    assert invoke("--version").stdout.startswith("sandmem, version ")
+
+
+def test_the_demo_command_is_registered() -> None:
+    from sandmem.demo import demo_command
+
+    assert cli.commands["demo"] is demo_command
+
+
+def test_prompt_from_stdin(tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["run", "-w", str(tmp_path), "--no-memory-generate", "-"],
+        input="from stdin\n",
+        env=env,
+    )
+    assert result.exit_code == 0, result.output
+    assert "from stdin" in json.dumps(server.requests[0].items)
+    empty = CliRunner().invoke(cli, ["run", "-w", str(tmp_path), "-"], input="  \n", env=env)
+    assert empty.exit_code == 2 and "the prompt is empty" in empty.stderr
+
+
+def test_paired_calls_drops_dangling_tool_items() -> None:
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "a", "name": "x", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "ok"},
+        {"type": "function_call", "call_id": "b", "name": "x", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "orphan"},
+    ]
+    assert paired_calls(items) == items[:3]
+
+
+def test_console_script_prints_one_line_errors(tmp_path: Path) -> None:
+    script = "from sandmem.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "memory", "status", "-w", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.startswith("Error: no memory in ") and done.stderr.count("\n") == 1
