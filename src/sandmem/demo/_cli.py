@@ -1,0 +1,43 @@
+"""The ``sandmem demo`` command."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from sandmem.demo._scenario import run_demo
+
+
+@click.command("demo")
+@click.option(
+    "--model",
+    default=None,
+    metavar="NAME",
+    help="Use this model for the agent and both memory phases (through OPENAI_API_KEY / "
+    "OPENAI_BASE_URL).",
+)
+@click.option(
+    "--offline/--online",
+    default=None,
+    help="Force the offline scripted agent and extractive engine, or a real model. Default: "
+    "offline unless OPENAI_API_KEY or OPENAI_BASE_URL is set or --model is given.",
+)
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Keep both workspaces (with their memory) in DIR, a new or empty directory.",
+)
+def demo_command(model: str | None, offline: bool | None, keep: Path | None) -> None:
+    """Show memory carrying across two agent runs.
+
+    Run 1 fixes a bug in a small workspace; the session stops, memory is generated and the
+    workspace snapshotted; run 2, in a new session resumed from the snapshot, is asked to
+    "add a regression test for the bug you fixed". Exits 0 only when run 2's first model
+    request carried the memory of run 1.
+    """
+    code = asyncio.run(run_demo(model=model, offline=offline, workdir=keep))
+    click.get_current_context().exit(code)
