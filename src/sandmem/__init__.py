@@ -39,6 +39,7 @@ from sandmem.memory import (
 )
 from sandmem.models import Model, ModelProvider
 from sandmem.sandboxes import (
+    BubblewrapSandboxClient,
     Dir,
     ExecResult,
     File,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Agent",
+    "BubblewrapSandboxClient",
     "Capability",
     "Dir",
     "ExecResult",

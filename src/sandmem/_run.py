@@ -151,7 +151,9 @@ async def _prepare(
         assert ctx.sandbox is not None
         capabilities = [cap.bind(ctx.sandbox) for cap in agent.capabilities]
         _check_requirements(capabilities)
-        parts.append(render_prompt(load_prompt("sandmem", "sandbox"), root=str(ctx.sandbox.root)))
+        parts.append(
+            render_prompt(load_prompt("sandmem", "sandbox"), root=ctx.sandbox.display_root)
+        )
     tools = _collect_tools(agent, capabilities)
     model = _resolve_model(agent, config, owned)
     for cap in capabilities:

@@ -23,6 +23,7 @@ from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.manager import get_manager
 from sandmem.memory.storage import MemoryPaths, parse_header
 from sandmem.sandboxes import (
+    BubblewrapSandboxClient,
     File,
     LocalSnapshotSpec,
     Manifest,
@@ -61,8 +62,21 @@ def run_config(sandbox: SandboxSession) -> RunConfig:
     return RunConfig(sandbox=SandboxRunConfig(session=sandbox))
 
 
-async def test_two_runs_snapshot_and_resume(tmp_path: Path) -> None:
-    client = UnixLocalSandboxClient()
+def _backends() -> list[object]:
+    """The local backend always; bubblewrap when it can run here (CI installs it)."""
+    from sandmem.sandboxes._bwrap_host import probe_bwrap
+
+    probe = probe_bwrap()
+    skip = pytest.mark.skipif(probe.error is not None, reason=str(probe.error))
+    return [
+        pytest.param(UnixLocalSandboxClient, id="local"),
+        pytest.param(BubblewrapSandboxClient, id="bubblewrap", marks=skip),
+    ]
+
+
+@pytest.mark.parametrize("client_class", _backends())
+async def test_two_runs_snapshot_and_resume(tmp_path: Path, client_class: type) -> None:
+    client = client_class()
     config = generate_config()
     memory = Memory(generate=config)
     sandbox = await client.create(

@@ -12,12 +12,16 @@ snapshot cannot be resumed), ``SandboxError`` (any other failed operation); all 
 
 from __future__ import annotations
 
+from sandmem.sandboxes._bubblewrap import BubblewrapSandboxClient
+from sandmem.sandboxes._bwrap_host import DEFAULT_READONLY_BINDS
 from sandmem.sandboxes._local import UnixLocalSandboxClient
 from sandmem.sandboxes._manifest import Dir, File, Manifest
 from sandmem.sandboxes._session import ExecResult, SandboxSession, SandboxSessionState
 from sandmem.sandboxes._snapshot import LocalSnapshotSpec
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - plain sorted() order, checked by a test
+    "BubblewrapSandboxClient",
+    "DEFAULT_READONLY_BINDS",
     "Dir",
     "ExecResult",
     "File",

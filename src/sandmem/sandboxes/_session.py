@@ -186,6 +186,12 @@ class SandboxSession(abc.ABC):
         return self._root
 
     @property
+    def display_root(self) -> str:
+        """The workspace root as commands see it (the host path here; ``/workspace`` for a
+        backend that mounts the workspace elsewhere). Shown to the model."""
+        return str(self._root)
+
+    @property
     def is_running(self) -> bool:
         """True between ``start()`` and ``stop()``."""
         return self._running
