@@ -22,6 +22,7 @@ import openai
 from openai import AsyncOpenAI
 
 from sandmem._errors import ModelRequestError
+from sandmem.models._base import Model
 
 #: a client, or a function returning the client to use for this request
 ClientSource = AsyncOpenAI | Callable[[], AsyncOpenAI]
@@ -92,3 +93,19 @@ def apply_extra_args(kwargs: dict[str, Any], extra_args: dict[str, Any] | None) 
     kwargs.update(options)
     if body:
         kwargs["extra_body"] = body
+
+
+class OpenAIModelBase(Model):
+    """What both OpenAI models share: the model name and where the client comes from.
+
+    ``client`` is an ``AsyncOpenAI`` client, or a function returning the client to use for
+    each request (the provider passes one, so clients are created lazily, per event loop).
+    """
+
+    def __init__(self, model: str, client: ClientSource) -> None:
+        self.model = model
+        self.name = model
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r})"

@@ -25,9 +25,9 @@ from openai.types.chat import ChatCompletion
 from sandmem._errors import ModelBehaviorError, UserError
 from sandmem._items import Item, content_text, item_kind
 from sandmem._usage import Usage
-from sandmem.models._base import Model, ModelRequest, ModelResponse, OutputSchema, ToolSpec
+from sandmem.models._base import ModelRequest, ModelResponse, OutputSchema, ToolSpec
 from sandmem.models._openai_common import (
-    ClientSource,
+    OpenAIModelBase,
     apply_extra_args,
     resolve_client,
     translated_errors,
@@ -39,20 +39,8 @@ _TOOL_CHOICE_MODES = frozenset({"auto", "required", "none"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 
-class OpenAIChatCompletionsModel(Model):
-    """A model served through the Chat Completions API.
-
-    ``client`` is an ``AsyncOpenAI`` client, or a function returning the client to use for
-    each request (the provider passes one, so clients are created lazily, per event loop).
-    """
-
-    def __init__(self, model: str, client: ClientSource) -> None:
-        self.model = model
-        self.name = model
-        self._client = client
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatCompletionsModel({self.model!r})"
+class OpenAIChatCompletionsModel(OpenAIModelBase):
+    """A model served through the Chat Completions API (arguments: ``OpenAIModelBase``)."""
 
     async def get_response(self, request: ModelRequest) -> ModelResponse:
         kwargs = build_request(self.model, request)

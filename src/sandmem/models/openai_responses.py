@@ -14,9 +14,9 @@ from openai.types.responses import Response
 from sandmem._errors import ModelBehaviorError, ModelRequestError
 from sandmem._items import Item, item_kind
 from sandmem._usage import Usage
-from sandmem.models._base import Model, ModelRequest, ModelResponse, OutputSchema, ToolSpec
+from sandmem.models._base import ModelRequest, ModelResponse, OutputSchema, ToolSpec
 from sandmem.models._openai_common import (
-    ClientSource,
+    OpenAIModelBase,
     apply_extra_args,
     resolve_client,
     translated_errors,
@@ -27,20 +27,8 @@ _FUNCTION_CALL_KEYS = ("type", "call_id", "name", "arguments")
 _FUNCTION_OUTPUT_KEYS = ("type", "call_id", "output")
 
 
-class OpenAIResponsesModel(Model):
-    """A model served through the Responses API.
-
-    ``client`` is an ``AsyncOpenAI`` client, or a function returning the client to use for
-    each request (the provider passes one, so clients are created lazily, per event loop).
-    """
-
-    def __init__(self, model: str, client: ClientSource) -> None:
-        self.model = model
-        self.name = model
-        self._client = client
-
-    def __repr__(self) -> str:
-        return f"OpenAIResponsesModel({self.model!r})"
+class OpenAIResponsesModel(OpenAIModelBase):
+    """A model served through the Responses API (see ``OpenAIModelBase`` for the arguments)."""
 
     async def get_response(self, request: ModelRequest) -> ModelResponse:
         kwargs = build_request(self.model, request)
