@@ -171,6 +171,12 @@ def echo_handler(req: FakeRequest) -> FakeReply:
     return FakeReply(text=f"echo: {req.last_user_text()}")
 
 
+class _Server(ThreadingHTTPServer):
+    # A deep listen backlog, like a real model server: with the stdlib's 5, a burst of
+    # concurrent requests has SYNs dropped and the client retries them a second later.
+    request_queue_size = 128
+
+
 class FakeOpenAIServer:
     """See the module docstring. ``base_url`` ends with ``/v1``."""
 
@@ -191,7 +197,7 @@ class FakeOpenAIServer:
     def start(self) -> FakeOpenAIServer:
         if self._httpd is not None:
             return self
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_request_handler(self))
+        httpd = _Server(("127.0.0.1", 0), _make_request_handler(self))
         httpd.daemon_threads = True
         self._httpd = httpd
         self._thread = threading.Thread(

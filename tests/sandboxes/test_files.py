@@ -158,3 +158,17 @@ async def test_lock_excludes_another_task_without_blocking_the_loop(
 
     await asyncio.gather(worker("a"), worker("b"))
     assert events in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
+
+
+async def test_read_many_reads_a_batch_and_maps_missing_to_none(tmp_path: Path) -> None:
+    from sandmem import SandboxPathError
+    from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+
+    session = await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path / "ws"))
+    async with session:
+        await session.write("a.txt", b"A")
+        await session.write("d/b.txt", b"B")
+        found = await session.read_many(["a.txt", "missing.txt", "d/b.txt"])
+        assert found == {"a.txt": b"A", "missing.txt": None, "d/b.txt": b"B"}
+        with pytest.raises(SandboxPathError):
+            await session.read_many(["a.txt", "../outside"])

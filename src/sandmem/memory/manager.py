@@ -22,12 +22,12 @@ from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.rollouts import segment_line, utc_now
 from sandmem.memory.storage import (
     MemoryPaths,
+    RolloutFingerprint,
     append_log,
     bound_rollout,
     ensure_layout,
     fingerprint,
     load_state,
-    read_text,
     write_json,
 )
 from sandmem.models._base import ModelProvider
@@ -37,6 +37,10 @@ from sandmem.sandboxes._session import SandboxSession
 logger = logging.getLogger("sandmem.memory")
 
 LOCK_TIMEOUT_S = 60.0
+#: rollout files read at once when looking for pending rollouts
+_PENDING_BATCH = 32
+#: during phase one the state file is rewritten at most this often (and once at the end)
+STATE_WRITE_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -114,6 +118,7 @@ class MemoryGenerationManager:
         self.redactor = Redactor(config.redact_patterns)
         self._flush_lock = asyncio.Lock()
         self._state_lock = asyncio.Lock()
+        self._state_written_at = 0.0
         self._layout_ready = False
         session.register_pre_stop_hook(self._on_stop)
 
@@ -200,6 +205,8 @@ class MemoryGenerationManager:
                     for rid in sorted(pending)
                 )
             )
+            if pending:
+                await self._save_state(state)
             await self._phase_two(state, report, provider)
 
     # ------------------------------------------------------------ phase one
@@ -210,11 +217,24 @@ class MemoryGenerationManager:
         names = await self.session.ls(self.paths.sessions_dir)
         return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
+    async def _fingerprints(self) -> dict[str, tuple[RolloutFingerprint, str | None]]:
+        """Each rollout's fingerprint and its raw memory's text, read in bounded batches
+        (rollout files can be large: at most ``_PENDING_BATCH`` are held at once)."""
+        found: dict[str, tuple[RolloutFingerprint, str | None]] = {}
+        ids = await self.rollout_ids()
+        for start in range(0, len(ids), _PENDING_BATCH):
+            batch = ids[start : start + _PENDING_BATCH]
+            rollouts = await self.session.read_many([self.paths.rollout_file(r) for r in batch])
+            raws = await self.session.read_many([self.paths.raw_memory_file(r) for r in batch])
+            for rid, data, raw in zip(batch, rollouts.values(), raws.values(), strict=True):
+                if data is not None:
+                    text = raw.decode("utf-8", "replace") if raw is not None else None
+                    found[rid] = (fingerprint(data), text)
+        return found
+
     async def _pending(self, state: dict[str, Any], retry_failed: bool) -> set[str]:
         pending: set[str] = set()
-        for rid in await self.rollout_ids():
-            fp = fingerprint(await self.session.read(self.paths.rollout_file(rid)))
-            raw = await read_text(self.session, self.paths.raw_memory_file(rid))
+        for rid, (fp, raw) in (await self._fingerprints()).items():
             if phase_one.is_up_to_date(raw, fp):
                 continue
             entry = state["rollouts"].get(rid) or {}
@@ -268,7 +288,8 @@ class MemoryGenerationManager:
                     report.processed.append(rid)
                 entry.update(segments=fp.segments, updated_at=fp.updated_at)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                # a model server may echo request content in its error messages
+                error = self.redactor.redact(f"{type(exc).__name__}: {exc}")
                 entry["attempts"] = int(entry.get("attempts", 0)) + 1
                 exhausted = entry["attempts"] >= self.config.max_attempts
                 status = "failed" if exhausted else "pending"
@@ -286,18 +307,25 @@ class MemoryGenerationManager:
                     "input_tokens": usage.input_tokens,
                     "output_tokens": usage.output_tokens,
                 },
+                force=False,
             )
 
-    async def _save(self, state: dict[str, Any], log: dict[str, Any]) -> None:
-        """Write the state and append a log record; error texts are redacted first (a model
-        server may echo request content in its error messages)."""
-        for entry in (*state["rollouts"].values(), state["phase_two"], log):
-            for key in ("last_error", "error"):
-                if isinstance(entry.get(key), str):
-                    entry[key] = self.redactor.redact(entry[key])
+    async def _save_state(self, state: dict[str, Any]) -> None:
         async with self._state_lock:
             await write_json(self.session, self.paths.state_json, state)
+            self._state_written_at = time.monotonic()
+
+    async def _save(self, state: dict[str, Any], log: dict[str, Any], *, force: bool) -> None:
+        """Append a log record, and write the state file when ``force`` or when the last write
+        is older than ``STATE_WRITE_INTERVAL_S`` (a flush over many rollouts would otherwise
+        rewrite a growing file after each one). The log and the raw memory headers are the
+        record of what was done; the state file adds attempts and errors."""
+        async with self._state_lock:
             await append_log(self.session, self.paths, {"time": utc_now(), **log})
+            now = time.monotonic()
+            if force or now - self._state_written_at >= STATE_WRITE_INTERVAL_S:
+                await write_json(self.session, self.paths.state_json, state)
+                self._state_written_at = now
 
     # ------------------------------------------------------------ phase two
 
@@ -318,10 +346,11 @@ class MemoryGenerationManager:
                 self.session, self.paths, self.config, self.redactor, plan, now, provider
             )
         except Exception as exc:  # rolled back already; recorded, never raised
-            report.phase_two, report.phase_two_error = "failed", str(exc)
+            error = self.redactor.redact(str(exc))
+            report.phase_two, report.phase_two_error = "failed", error
             state["phase_two"] = {
                 "status": "failed",
-                "last_error": str(exc),
+                "last_error": error,
                 "last_attempt_at": now,
             }
             await self._save(
@@ -330,11 +359,12 @@ class MemoryGenerationManager:
                     "phase": "two",
                     "rollouts": ids,
                     "status": "failed",
-                    "error": str(exc),
+                    "error": error,
                     "duration_s": round(time.monotonic() - started, 3),
                     "input_tokens": 0,
                     "output_tokens": 0,
                 },
+                force=True,
             )
             return
         report.phase_two = "done"
@@ -356,4 +386,5 @@ class MemoryGenerationManager:
                 "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens,
             },
+            force=True,
         )

@@ -16,7 +16,11 @@ import logging
 from dataclasses import dataclass
 
 from sandmem._agent import Agent
-from sandmem._errors import MaxTurnsExceeded, MemoryGenerationError, SandmemError
+from sandmem._errors import (
+    MaxTurnsExceeded,
+    MemoryGenerationError,
+    SandmemError,
+)
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._usage import Usage
 from sandmem.memory._scoped_tools import ScopedFiles, scoped_tools
@@ -45,21 +49,32 @@ from sandmem.sandboxes._session import SandboxSession
 logger = logging.getLogger("sandmem.memory")
 
 _JOURNAL_INDEX = "index.json"
+#: how many raw memory files ``load_raw_memories`` reads at once
+_READ_BATCH = 512
 
 
 # ---------------------------------------------------------------- selection
 
 
 async def load_raw_memories(session: SandboxSession, paths: MemoryPaths) -> dict[str, str]:
-    """Every raw memory file's text by rollout id."""
-    found: dict[str, str] = {}
+    """Every raw memory file's text by rollout id (in file-name order).
+
+    A workspace may hold thousands: files are read with ``read_many`` in bounded batches (one
+    worker-thread hop per batch on the local backends); a file removed between the listing
+    and its read is skipped.
+    """
     if not await session.exists(paths.raw_dir):
-        return found
-    for name in await session.ls(paths.raw_dir):
-        if name.endswith(".md") and not name.startswith("."):
-            text = await read_text(session, f"{paths.raw_dir}/{name}")
-            if text is not None:
-                found[name[:-3]] = text
+        return {}
+    names = [
+        n for n in await session.ls(paths.raw_dir) if n.endswith(".md") and not n.startswith(".")
+    ]
+    found: dict[str, str] = {}
+    for start in range(0, len(names), _READ_BATCH):
+        batch = names[start : start + _READ_BATCH]
+        texts = await session.read_many([f"{paths.raw_dir}/{n}" for n in batch])
+        for name, data in zip(batch, texts.values(), strict=True):
+            if data is not None:
+                found[name[:-3]] = data.decode("utf-8", "replace")
     return found
 
 
@@ -72,10 +87,11 @@ class Plan:
 
 async def plan(session: SandboxSession, paths: MemoryPaths, cap: int) -> Plan:
     raw = await load_raw_memories(session, paths)
-    refs = [RawMemoryRef.from_fields(parse_header(text)[0], rid) for rid, text in raw.items()]
+    parsed = {rid: parse_header(text) for rid, text in raw.items()}
+    refs = [RawMemoryRef.from_fields(fields, rid) for rid, (fields, _) in parsed.items()]
     selected = select(refs, cap) if refs else []
     previous = previous_refs(await load_json(session, paths.selection_json))
-    bodies = {rid: parse_header(text)[1].strip() for rid, text in raw.items()}
+    bodies = {rid: body.strip() for rid, (_, body) in parsed.items()}
     return Plan(selected, diff_selection(selected, previous), bodies)
 
 

@@ -64,6 +64,19 @@ def read(root: Path, path: PathArg) -> bytes:
         return resolve_path(root, path, operation="read").read_bytes()
 
 
+def read_many(root: Path, paths: list[str]) -> dict[str, bytes | None]:
+    """``read`` for each path in one call; a missing file maps to ``None``."""
+    found: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            found[path] = read(root, path)
+        except SandboxError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                raise
+            found[path] = None
+    return found
+
+
 def write_atomic(root: Path, path: PathArg, data: bytes | str) -> None:
     """Write a temp file next to the target, fsync it, and rename it over the target.
 

@@ -155,6 +155,10 @@ class UnixLocalSandboxSession(SandboxSession):
         self._check_not_deleted("read")
         return await asyncio.to_thread(_hostfs.read, self.root, path)
 
+    async def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
+        self._check_not_deleted("read")
+        return await asyncio.to_thread(_hostfs.read_many, self.root, list(paths))
+
     async def write(self, path: str, data: bytes | str) -> None:
         self._check_not_deleted("write")
         await asyncio.to_thread(_hostfs.write_atomic, self.root, path, data)

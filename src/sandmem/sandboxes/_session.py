@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sandmem._errors import SandboxStateError
+from sandmem._errors import SandboxError, SandboxStateError
 from sandmem.sandboxes._manifest import Manifest
 from sandmem.sandboxes._snapshot import LocalSnapshotSpec, take_snapshot
 
@@ -308,6 +308,23 @@ class SandboxSession(abc.ABC):
 
     @abc.abstractmethod
     async def read(self, path: str) -> bytes: ...
+
+    async def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
+        """Read several files at once; a file that does not exist maps to ``None``.
+
+        Built on ``read`` for every backend; a backend may override it to batch the reads
+        (the local backends read a batch in one worker thread)."""
+
+        async def one(path: str) -> bytes | None:
+            try:
+                return await self.read(path)
+            except SandboxError as exc:
+                if isinstance(exc.__cause__, FileNotFoundError):
+                    return None
+                raise
+
+        results = await asyncio.gather(*(one(path) for path in paths))
+        return dict(zip(paths, results, strict=True))
 
     @abc.abstractmethod
     async def write(self, path: str, data: bytes | str) -> None:
