@@ -1,0 +1,109 @@
+"""Run sandmem's benchmarks and write the report (issue 9).
+
+    python benchmarks/run.py --out BENCHMARKS.md     # every figure (what `make bench` runs)
+    python benchmarks/run.py --only flush            # one figure, printed
+    python benchmarks/run.py --only read,exec        # several
+
+Figures: flush (1), append (2), selection (3), read (4), input-size (5), exec (6),
+extractive (7). Each figure module is ``benchmarks/bench_*.py`` with a ``run()`` that returns a
+``bench_common.Figure``. Timings are medians of at least 5 runs; nothing here (or in the test
+suite) asserts a timing: the Done-when verdicts are reported, not enforced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import bench_append
+import bench_exec
+import bench_extractive
+import bench_flush
+import bench_input_size
+import bench_read
+import bench_selection
+from bench_common import Figure, load_line, machine_line
+
+FIGURES: dict[str, Callable[[], Figure]] = {
+    "flush": bench_flush.run,
+    "append": bench_append.run,
+    "selection": bench_selection.run,
+    "read": bench_read.run,
+    "input-size": bench_input_size.run,
+    "exec": bench_exec.run,
+    "extractive": bench_extractive.run,
+}
+
+
+def _verdict(figure: Figure) -> str:
+    if figure.status is None:
+        return "no target"
+    if "**MISSED**" in figure.status:
+        return "**missed**"
+    return "met"
+
+
+def report(figures: list[Figure], started: float, machine: str, load: str) -> str:
+    minutes = (time.monotonic() - started) / 60
+    summary = "\n".join(
+        f"| {f.number} | [{f.title}](#figure-{f.number}) | {_verdict(f)} | `{f.command}` |"
+        for f in figures
+    )
+    lines = [
+        "# Benchmarks",
+        "",
+        machine + ".",
+        "",
+        f"{load}. Generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by `make bench` "
+        f"(`python benchmarks/run.py --out BENCHMARKS.md`) in {minutes:.1f} min.",
+        "",
+        "Every timing is a median of at least 5 runs (figure 1 states where its slowest cell "
+        "uses fewer). The machine is shared, so absolute numbers carry noise; the ratios the "
+        "Done-when targets use are steadier. The test suite only smoke-tests these scripts "
+        "with tiny sizes (`tests/test_benchmarks_smoke.py`); it never asserts a timing.",
+        "",
+        "| figure | what | Done-when | reproduce |",
+        "| ---: | --- | --- | --- |",
+        summary,
+        "",
+    ]
+    for figure in figures:
+        lines += [f'<a id="figure-{figure.number}"></a>', "", figure.markdown()]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, help="write the report here (default: stdout)")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated figures to run: {', '.join(FIGURES)} (default: all)",
+    )
+    args = parser.parse_args(argv)
+    names = list(FIGURES) if not args.only else [n.strip() for n in args.only.split(",")]
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        parser.error(f"unknown figure {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
+    started = time.monotonic()
+    machine, load = machine_line(), load_line()
+    figures = []
+    for name in names:
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        begun = time.monotonic()
+        figures.append(FIGURES[name]())
+        print(f"  {name}: {time.monotonic() - begun:.1f} s", file=sys.stderr, flush=True)
+    text = report(figures, started, machine, load)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
