@@ -8,7 +8,6 @@ so ``import sandmem`` does not import the ``openai`` package.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from sandmem._agent import Agent
@@ -99,20 +98,16 @@ __all__ = [
     "validate_rollout_id",
 ]
 
-_LAZY = {
-    "OpenAIChatCompletionsModel": "sandmem.models",
-    "OpenAIProvider": "sandmem.models",
-    "OpenAIResponsesModel": "sandmem.models",
-}
+#: imported from ``sandmem.models`` on first use (it imports ``openai`` lazily too)
+_FROM_MODELS = frozenset({"OpenAIChatCompletionsModel", "OpenAIProvider", "OpenAIResponsesModel"})
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    if name in _FROM_MODELS:
+        from sandmem import models
+
+        return getattr(models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
