@@ -1,0 +1,90 @@
+"""SPEC §3.3: the memory read prompt — injection, truncation, variants, configured directory."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from memory_doubles import scripted_agent
+
+from sandmem import (
+    Filesystem,
+    Manifest,
+    Memory,
+    MemoryLayoutConfig,
+    MemoryReadConfig,
+    RunConfig,
+    Runner,
+    SandboxAgent,
+    SandboxRunConfig,
+    Shell,
+    UnixLocalSandboxClient,
+)
+from sandmem.capabilities.memory import SUMMARY_MAX_TOKENS, memory_read_prompt
+
+PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
+
+
+def test_empty_or_blank_summary_injects_nothing() -> None:
+    assert memory_read_prompt("", "memories", live_update=True) is None
+    assert memory_read_prompt(" \n\t", "memories", live_update=False) is None
+
+
+@pytest.mark.parametrize("live_update", [True, False])
+def test_prompt_is_filled_and_names_the_configured_dir(live_update: bool) -> None:
+    prompt = memory_read_prompt("- prefers pytest -q", "memories/eng", live_update=live_update)
+    assert prompt is not None
+    assert not PLACEHOLDER.search(prompt) and "{{" not in prompt
+    assert "<memory_summary>\n- prefers pytest -q\n</memory_summary>" in prompt
+    assert "memories/eng/MEMORY.md" in prompt
+    assert "memories/eng/rollout_summaries/" in prompt
+    assert "do not open `memories/eng/memory_summary.md` again" in prompt
+    assert "`memories/MEMORY.md`" not in prompt
+    assert "current evidence" in prompt or "workspace now wins" in prompt
+
+
+def test_live_update_and_read_only_variants_differ() -> None:
+    live = memory_read_prompt("x", "memories", live_update=True) or ""
+    frozen = memory_read_prompt("x", "memories", live_update=False) or ""
+    assert "edit `memories/MEMORY.md` in this same run" in live
+    assert "before your final answer" in live
+    assert "read-only" in frozen and "never create, edit or delete" in frozen
+    assert "in this same run" not in frozen
+
+
+def test_long_summary_is_cut_head_and_tail_with_marker() -> None:
+    head, tail = "HEAD-MARK " * 10, " TAIL-MARK" * 10
+    summary = head + "m" * (SUMMARY_MAX_TOKENS * 4 * 3) + tail
+    prompt = memory_read_prompt(summary, "memories", live_update=True) or ""
+    inner = prompt.split("<memory_summary>\n", 1)[1].split("\n</memory_summary>", 1)[0]
+    assert len(inner.encode()) <= SUMMARY_MAX_TOKENS * 4
+    assert inner.startswith("HEAD-MARK") and inner.endswith("TAIL-MARK")
+    assert "memory summary truncated" in inner and "omitted" in inner
+
+
+async def test_summary_read_once_per_run_not_per_turn(tmp_path: Path) -> None:
+    from sandmem.testing import tool_call
+
+    model = scripted_agent(
+        lambda r: [tool_call("exec_command", {"cmd": "echo changed > memories/memory_summary.md"})],
+        lambda r: "done",
+    )
+    agent = SandboxAgent(
+        name="reader",
+        model=model,
+        capabilities=[
+            Memory(layout=MemoryLayoutConfig(), read=MemoryReadConfig(), generate=None),
+            Filesystem(),
+            Shell(),
+        ],
+    )
+    sandbox = await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path / "ws"))
+    async with sandbox:
+        await sandbox.write("memories/memory_summary.md", "original summary")
+        run = RunConfig(sandbox=SandboxRunConfig(session=sandbox))
+        await Runner.run(agent, "go", run_config=run)
+    first, second = model.requests
+    assert "original summary" in (first.instructions or "")
+    assert first.instructions == second.instructions
+    assert not (sandbox.root / "sessions").exists(), "read-only memory records nothing"
