@@ -225,6 +225,35 @@ async def test_sigkill_during_phase_one_then_new_session_completes(tmp_path: Pat
     _assert_memory_files_parse(workspace / "memories")
 
 
+async def test_temp_files_left_by_a_killed_write_are_swept_under_the_lock(
+    tmp_path: Path,
+) -> None:
+    """A kill between an atomic write's temp file and its rename leaves the temp behind (the
+    CI run that first met this killed the worker inside a state write). The next generation
+    removes exactly those names, in every directory sandmem writes, and nothing else."""
+    workspace = tmp_path / "ws"
+    leftovers = [
+        "memories/.generation_state.json.77e6774f5bb0.tmp",
+        "memories/.MEMORY.md.0123456789ab.tmp",
+        "memories/raw_memories/.crashy.md.aaaaaaaaaaaa.tmp",
+        "memories/rollout_summaries/.crashy_slug.md.bbbbbbbbbbbb.tmp",
+        "memories/skills/deploy/.SKILL.md.cccccccccccc.tmp",
+    ]
+    kept = [
+        "memories/notes.tmp",  # a user's file: not our pattern
+        "memories/.MEMORY.md.tmp",  # no random part
+        "memories/.x.0123456789AB.tmp",  # upper-case hex is never ours
+        "memories/skills/deploy/SKILL.md",
+    ]
+    for rel in leftovers + kept:
+        (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / rel).write_text("half")
+    await _complete_on(workspace)
+    assert [rel for rel in leftovers if (workspace / rel).exists()] == []
+    assert [rel for rel in kept if not (workspace / rel).exists()] == []
+    assert state_of(workspace)["after-crash"]["status"] == "done"
+
+
 async def test_sigkill_mid_consolidation_restores_then_consolidates(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     proc = _start_worker(workspace, "first", 1, "normal")

@@ -15,6 +15,7 @@ import pytest
 
 from sandmem._errors import SandboxError
 from sandmem.sandboxes import SandboxSession
+from sandmem.sandboxes._hostfs import _temp_name, is_write_temp, write_atomic
 
 
 async def test_write_read_append_ls_exists(session: SandboxSession) -> None:
@@ -172,3 +173,12 @@ async def test_read_many_reads_a_batch_and_maps_missing_to_none(tmp_path: Path) 
         assert found == {"a.txt": b"A", "missing.txt": None, "d/b.txt": b"B"}
         with pytest.raises(SandboxPathError):
             await session.read_many(["a.txt", "../outside"])
+
+
+def test_write_temp_names_are_recognised_and_never_left_behind(tmp_path: Path) -> None:
+    for _ in range(20):
+        assert is_write_temp(_temp_name(tmp_path / "generation_state.json").name)
+    assert not is_write_temp("generation_state.json")
+    assert not is_write_temp(".generation_state.json.tmp")
+    write_atomic(tmp_path, "a/b.txt", b"x")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.txt"]

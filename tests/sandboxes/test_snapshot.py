@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from sandmem.sandboxes import (
     UnixLocalSandboxClient,
 )
 from sandmem.sandboxes._hostfs import remove_tree
+from sandmem.sandboxes._snapshot import STALE_TEMP_S
 
 
 def tree(root: str) -> dict[str, Any]:
@@ -152,6 +154,25 @@ async def test_snapshot_is_written_atomically_and_overwritten_on_next_stop(
     await client.delete(resumed)
     assert not path.exists()
     assert not resumed.root.exists()
+
+
+async def test_a_killed_stops_temp_archive_is_removed_by_the_next_snapshot_once_stale(
+    client: UnixLocalSandboxClient, snapshot_spec: LocalSnapshotSpec
+) -> None:
+    session = await _stopped_session(client, snapshot_spec)
+    base = snapshot_spec.base_path
+    stale = base / f".{session.session_id}.k1ll3d_x.tmp"
+    fresh = base / f".{session.session_id}.wr1t1ng_.tmp"  # another stop still writing
+    other = base / ".other-session.k1ll3d_x.tmp"
+    for path in (stale, fresh, other):
+        path.write_bytes(b"half a tar")
+    old = time.time() - STALE_TEMP_S - 60
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    async with session:
+        await session.write("f.txt", b"v2")
+    assert not stale.exists()
+    assert fresh.exists() and other.exists()
 
 
 def _write_tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes]], fmt: str = "1") -> None:

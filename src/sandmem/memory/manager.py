@@ -28,6 +28,7 @@ from sandmem.memory.storage import (
     ensure_layout,
     fingerprint,
     load_state,
+    sweep_write_temps,
     write_json,
 )
 from sandmem.models._base import ModelProvider
@@ -192,6 +193,9 @@ class MemoryGenerationManager:
     ) -> None:
         async with self.session.lock(self.paths.lock, timeout=LOCK_TIMEOUT_S):
             await self.prepare()
+            removed = await sweep_write_temps(self.session, self.paths)
+            if removed:
+                logger.warning("removed %d temp file(s) left by a killed write", len(removed))
             if await self.session.exists(self.paths.backup_dir):
                 logger.warning("restoring memory files after an interrupted consolidation")
                 await phase_two.rollback(self.session, self.paths)

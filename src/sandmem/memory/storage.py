@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandmem.memory.config import MemoryLayoutConfig
+from sandmem.sandboxes._hostfs import is_write_temp
 from sandmem.sandboxes._session import SandboxSession
 
 STATE_VERSION = 1
@@ -102,6 +103,33 @@ async def ensure_layout(session: SandboxSession, paths: MemoryPaths) -> None:
     for name in (paths.memory_md, paths.summary_md):
         if not await session.exists(name):
             await session.write(name, b"")
+
+
+_SKILLS_SWEEP_DEPTH = 4
+
+
+async def sweep_write_temps(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    """Remove the temp files an atomic write leaves when its process is killed before the
+    rename (the target itself is whole: old or new). Call only while holding the layout's
+    generation lock, so no live write in ``memories_dir`` is touched. Returns what was removed.
+    """
+    removed: list[str] = []
+
+    async def sweep(directory: str, depth: int) -> None:
+        if not await session.is_dir(directory):
+            return
+        for name in await session.ls(directory):
+            path = f"{directory}/{name}"
+            if is_write_temp(name):
+                await session.remove(path)
+                removed.append(path)
+            elif depth > 0 and await session.is_dir(path):
+                await sweep(path, depth - 1)
+
+    for directory in (paths.memories_dir, paths.raw_dir, paths.summaries_dir, paths.backup_dir):
+        await sweep(directory, 0)
+    await sweep(paths.skills_dir, _SKILLS_SWEEP_DEPTH)
+    return removed
 
 
 async def read_text(session: SandboxSession, path: str) -> str | None:

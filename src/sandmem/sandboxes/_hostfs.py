@@ -10,6 +10,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -18,6 +19,22 @@ from pathlib import Path
 
 from sandmem._errors import SandboxError
 from sandmem.sandboxes._paths import PathArg, resolve_path
+
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
+
+
+def _temp_name(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+
+
+def is_write_temp(name: str) -> bool:
+    """True for the name of a temp file that ``write_atomic`` makes next to its target.
+
+    A process killed between creating the temp file and renaming it leaves one behind; the
+    memory layer sweeps them while it holds its generation lock.
+    """
+    return _TEMP_NAME.fullmatch(name) is not None
+
 
 _REASONS = {
     errno.ENOENT: "no such file or directory",
@@ -92,7 +109,7 @@ def write_atomic(root: Path, path: PathArg, data: bytes | str) -> None:
             mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
         except FileNotFoundError:
             mode = None
-        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+        tmp = _temp_name(target)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as fh:

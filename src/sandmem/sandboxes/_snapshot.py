@@ -8,7 +8,8 @@ inside the workspace; an absolute target inside the workspace is stored relative
 valid in the restored workspace. Other file types (sockets, fifos, devices) are skipped.
 
 The archive is written to a temporary name in ``base_path``, fsynced, and renamed, so a crash
-leaves the previous snapshot or the new one, never half of one.
+leaves the previous snapshot or the new one, never half of one. A temp file left by a killed
+stop is removed by the session's next successful snapshot once it is ``STALE_TEMP_S`` old.
 
 Snapshots work on the session's host path (``session.root``), so every backend whose workspace
 is a host directory gets them for free.
@@ -20,9 +21,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import stat
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,6 +44,8 @@ SNAPSHOT_FORMAT = "1"
 WORKSPACE_PREFIX = "sandmem-ws-"
 #: permission bits restored; setuid/setgid are dropped
 _MODE_MASK = 0o1777
+#: a temp archive untouched this long was left by a stop that was killed mid-write
+STALE_TEMP_S = 600.0
 
 
 class LocalSnapshotSpec(BaseModel):
@@ -143,6 +148,7 @@ def write_snapshot(root: Path, session_id: str, spec: LocalSnapshotSpec) -> Path
             os.fsync(fh.fileno())
         os.replace(tmp, final)
         _fsync_dir(spec.base_path)
+        _sweep_stale_temps(spec.base_path, session_id)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -152,6 +158,21 @@ def write_snapshot(root: Path, session_id: str, spec: LocalSnapshotSpec) -> Path
             ) from exc
         raise
     return final
+
+
+def _sweep_stale_temps(base_path: Path, session_id: str) -> None:
+    """Remove this session's temp archives that a killed stop left behind. A temp still being
+    written (another process stopping the same session) keeps a fresh mtime and is kept."""
+    pattern = re.compile(re.escape(f".{session_id}.") + r"[a-z0-9_]{8}\.tmp")
+    cutoff = time.time() - STALE_TEMP_S
+    with contextlib.suppress(OSError), os.scandir(base_path) as it:
+        for entry in it:
+            if not pattern.fullmatch(entry.name):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    logger.warning("snapshot: removed %s left by an interrupted stop", entry.name)
 
 
 async def take_snapshot(session: SandboxSession, spec: LocalSnapshotSpec) -> Path:
