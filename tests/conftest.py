@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,3 +102,15 @@ def fake_openai() -> Iterator[FakeOpenAIServer]:
         yield server
     if server.handler_errors:
         pytest.fail("the fake OpenAI handler raised:\n" + "\n".join(server.handler_errors))
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(proc.stdout)

@@ -226,23 +226,27 @@ async def test_sigkill_during_phase_one_then_new_session_completes(tmp_path: Pat
 
 
 async def test_temp_files_left_by_a_killed_write_are_swept_under_the_lock(
-    tmp_path: Path,
+    tmp_path: Path, dead_pid: int
 ) -> None:
     """A kill between an atomic write's temp file and its rename leaves the temp behind (the
     CI run that first met this killed the worker inside a state write). The next generation
     removes exactly those names, in every directory sandmem writes, and nothing else."""
     workspace = tmp_path / "ws"
+    now = int(time.time())
+    dead = f"{dead_pid}.{now:x}"  # a writer that is gone
+    old = f"{os.getpid()}.{now - 3600:x}"  # an hour old: stale even though the pid lives
+    live = f"{os.getpid()}.{now:x}"  # a write in flight (e.g. a live memory update)
     leftovers = [
-        "memories/.generation_state.json.77e6774f5bb0.tmp",
-        "memories/.MEMORY.md.0123456789ab.tmp",
-        "memories/raw_memories/.crashy.md.aaaaaaaaaaaa.tmp",
-        "memories/rollout_summaries/.crashy_slug.md.bbbbbbbbbbbb.tmp",
-        "memories/skills/deploy/.SKILL.md.cccccccccccc.tmp",
+        f"memories/.generation_state.json.{dead}.77e6774f.tmp",
+        f"memories/.MEMORY.md.{old}.01234567.tmp",
+        f"memories/raw_memories/.crashy.md.{dead}.aaaaaaaa.tmp",
+        f"memories/rollout_summaries/.crashy_slug.md.{dead}.bbbbbbbb.tmp",
+        f"memories/skills/deploy/.SKILL.md.{dead}.cccccccc.tmp",
     ]
     kept = [
+        f"memories/.MEMORY.md.{live}.dddddddd.tmp",
         "memories/notes.tmp",  # a user's file: not our pattern
-        "memories/.MEMORY.md.tmp",  # no random part
-        "memories/.x.0123456789AB.tmp",  # upper-case hex is never ours
+        "memories/.MEMORY.md.tmp",
         "memories/skills/deploy/SKILL.md",
     ]
     for rel in leftovers + kept:

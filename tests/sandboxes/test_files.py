@@ -15,7 +15,12 @@ import pytest
 
 from sandmem._errors import SandboxError
 from sandmem.sandboxes import SandboxSession
-from sandmem.sandboxes._hostfs import _temp_name, is_write_temp, write_atomic
+from sandmem.sandboxes._hostfs import (
+    STALE_WRITE_TEMP_S,
+    _temp_name,
+    is_stale_write_temp,
+    write_atomic,
+)
 
 
 async def test_write_read_append_ls_exists(session: SandboxSession) -> None:
@@ -175,10 +180,18 @@ async def test_read_many_reads_a_batch_and_maps_missing_to_none(tmp_path: Path) 
             await session.read_many(["a.txt", "../outside"])
 
 
-def test_write_temp_names_are_recognised_and_never_left_behind(tmp_path: Path) -> None:
-    for _ in range(20):
-        assert is_write_temp(_temp_name(tmp_path / "generation_state.json").name)
-    assert not is_write_temp("generation_state.json")
-    assert not is_write_temp(".generation_state.json.tmp")
+def test_a_write_temp_is_stale_only_when_its_writer_is_gone_or_it_is_old(
+    tmp_path: Path, dead_pid: int
+) -> None:
+    now = time.time()
+    mine = _temp_name(tmp_path / "generation_state.json").name
+    assert mine.startswith(f".generation_state.json.{os.getpid()}.")
+    assert not is_stale_write_temp(mine)  # a write in flight in this process
+    assert is_stale_write_temp(mine, now=now + STALE_WRITE_TEMP_S + 1)  # pid reused, or hung
+    fresh = f"{int(now):x}.0123abcd"
+    assert is_stale_write_temp(f".MEMORY.md.{dead_pid}.{fresh}.tmp")  # killed writer
+    assert not is_stale_write_temp(f".MEMORY.md.1.{fresh}.tmp")  # pid 1 is alive
+    for name in ("MEMORY.md", ".MEMORY.md.tmp", "notes.tmp", f".MEMORY.md.1.{fresh.upper()}.tmp"):
+        assert not is_stale_write_temp(name, now=now + 10**6)
     write_atomic(tmp_path, "a/b.txt", b"x")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.txt"]

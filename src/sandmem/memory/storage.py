@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandmem.memory.config import MemoryLayoutConfig
-from sandmem.sandboxes._hostfs import is_write_temp
+from sandmem.sandboxes._hostfs import is_stale_write_temp
 from sandmem.sandboxes._session import SandboxSession
 
 STATE_VERSION = 1
@@ -110,8 +110,9 @@ _SKILLS_SWEEP_DEPTH = 4
 
 async def sweep_write_temps(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     """Remove the temp files an atomic write leaves when its process is killed before the
-    rename (the target itself is whole: old or new). Call only while holding the layout's
-    generation lock, so no live write in ``memories_dir`` is touched. Returns what was removed.
+    rename (the target itself is whole: old or new). Called under the layout's generation
+    lock; a temp whose write may still finish (its process is alive, e.g. a run making a live
+    memory update, which does not take that lock) is kept. Returns what was removed.
     """
     removed: list[str] = []
 
@@ -120,7 +121,7 @@ async def sweep_write_temps(session: SandboxSession, paths: MemoryPaths) -> list
             return
         for name in await session.ls(directory):
             path = f"{directory}/{name}"
-            if is_write_temp(name):
+            if is_stale_write_temp(name):
                 await session.remove(path)
                 removed.append(path)
             elif depth > 0 and await session.is_dir(path):

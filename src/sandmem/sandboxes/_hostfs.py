@@ -14,26 +14,48 @@ import re
 import secrets
 import shutil
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from sandmem._errors import SandboxError
 from sandmem.sandboxes._paths import PathArg, resolve_path
 
-_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
+#: ``.<target name>.<writer pid>.<creation time, hex seconds>.<8 random hex>.tmp``
+_TEMP_NAME = re.compile(r"\..+\.([0-9]{1,10})\.([0-9a-f]{8,12})\.[0-9a-f]{8}\.tmp")
+#: a temp file this old is a leftover even when its writer's pid is alive (pid reuse)
+STALE_WRITE_TEMP_S = 60.0
 
 
 def _temp_name(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    stamp = f"{os.getpid()}.{int(time.time()):x}.{secrets.token_hex(4)}"
+    return target.with_name(f".{target.name}.{stamp}.tmp")
 
 
-def is_write_temp(name: str) -> bool:
-    """True for the name of a temp file that ``write_atomic`` makes next to its target.
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
-    A process killed between creating the temp file and renaming it leaves one behind; the
-    memory layer sweeps them while it holds its generation lock.
+
+def is_stale_write_temp(name: str, now: float | None = None) -> bool:
+    """True when ``name`` is a temp file of ``write_atomic`` whose write can no longer finish.
+
+    A process killed between creating the temp file and renaming it leaves one behind. The name
+    carries the writer's pid and the creation time: the temp is stale when that process is gone,
+    or when it is ``STALE_WRITE_TEMP_S`` old (the pid may have been reused). A write in flight,
+    in this process or another, is never stale.
     """
-    return _TEMP_NAME.fullmatch(name) is not None
+    match = _TEMP_NAME.fullmatch(name)
+    if match is None:
+        return False
+    pid, created = int(match.group(1)), int(match.group(2), 16)
+    age = (time.time() if now is None else now) - created
+    return age >= STALE_WRITE_TEMP_S or (pid != os.getpid() and not _pid_alive(pid))
 
 
 _REASONS = {
