@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,6 +112,41 @@ async def test_cancelling_exec_kills_the_process_group(session: SandboxSession) 
         await task
     child = int((await session.read("child.pid")).decode())
     assert await _wait_gone(child)
+
+
+@pytest.mark.parametrize("how", ["cancelled", "timed out", "exited"])
+async def test_exec_closes_its_transport_before_returning(
+    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transport still open when exec returns is closed only by the loop's later callbacks;
+    when the loop ends first, the garbage collector warns inside whatever code runs next (CI
+    once failed an unrelated test that way, after a cancelled exec)."""
+    from sandmem.sandboxes._process import run_command
+
+    loop = asyncio.get_running_loop()
+    transports: list[asyncio.BaseTransport] = []
+    real_subprocess_exec = loop.subprocess_exec
+
+    async def spy(*args: Any, **kwargs: Any) -> tuple[asyncio.BaseTransport, Any]:
+        transport, protocol = await real_subprocess_exec(*args, **kwargs)
+        transports.append(transport)
+        return transport, protocol
+
+    monkeypatch.setattr(loop, "subprocess_exec", spy)
+    run = functools.partial(
+        run_command, cwd=tmp_path, env={"PATH": os.defpath}, max_output_bytes=1024
+    )
+    if how == "cancelled":
+        task = asyncio.create_task(run(["sleep", "30"], time_limit=60))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    elif how == "timed out":
+        assert (await run(["sleep", "30"], time_limit=0.2)).timed_out
+    else:
+        assert (await run(["true"], time_limit=10)).exit_code == 0
+    assert [t.is_closing() for t in transports] == [True]
 
 
 async def test_background_process_holding_the_pipe_does_not_block(session: SandboxSession) -> None:

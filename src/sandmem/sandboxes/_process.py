@@ -26,6 +26,8 @@ TIMEOUT_EXIT_CODE = 124
 DRAIN_GRACE_SECONDS = 0.5
 #: how long to wait for the killed command to be reaped
 KILL_GRACE_SECONDS = 5.0
+#: how long a cancelled call waits for the killed command to be reaped before it re-raises
+CANCEL_GRACE_SECONDS = 1.0
 
 
 class _Capture:
@@ -103,6 +105,17 @@ def kill_process_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+class _ExitWatch(asyncio.SubprocessProtocol):
+    """Resolves ``exited`` once the event loop has seen the process exit."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
 async def run_command(
     argv: Sequence[str],
     *,
@@ -115,15 +128,20 @@ async def run_command(
 
     After ``time_limit`` seconds the whole process group gets SIGKILL and the result has
     ``timed_out=True`` and exit code 124. When the call itself is cancelled the group is killed
-    too. Raises ``OSError`` when the program cannot be started.
+    too, and the kill is awaited briefly. Whatever happens, the subprocess transport is closed
+    before this returns or raises: none is left for the garbage collector (whose
+    ``ResourceWarning`` would otherwise surface in unrelated code, long after the loop ended).
+    Raises ``OSError`` when the program cannot be started.
     """
     loop = asyncio.get_running_loop()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     readers: list[_PipeReader] = []
+    transport: asyncio.SubprocessTransport | None = None
     try:
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, watch = await loop.subprocess_exec(
+                lambda: _ExitWatch(loop),
                 *argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
@@ -135,31 +153,34 @@ async def run_command(
         finally:
             os.close(out_w)
             os.close(err_w)
+        pid = transport.get_pid()
         out, err = _Capture(max_output_bytes), _Capture(max_output_bytes)
         readers = [_PipeReader(loop, out_r, out), _PipeReader(loop, err_r, err)]
         timed_out = False
         try:
-            await asyncio.wait_for(proc.wait(), time_limit)
-        except TimeoutError:
-            timed_out = True
-            kill_process_group(proc.pid)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), KILL_GRACE_SECONDS)
+            done, _ = await asyncio.wait({watch.exited}, timeout=time_limit)
+            if not done:
+                timed_out = True
+                kill_process_group(pid)
+                await asyncio.wait({watch.exited}, timeout=KILL_GRACE_SECONDS)
         except BaseException:
-            kill_process_group(proc.pid)
+            kill_process_group(pid)
+            await asyncio.wait({watch.exited}, timeout=CANCEL_GRACE_SECONDS)
             raise
         # background processes may still hold the pipes: give them a moment, then stop reading
         await asyncio.wait([r.eof for r in readers], timeout=DRAIN_GRACE_SECONDS)
+        returncode = transport.get_returncode()
     finally:
+        if transport is not None:
+            transport.close()
         for reader in readers:
             reader.close()
         os.close(out_r)
         os.close(err_r)
     stdout, out_truncated = out.result()
     stderr, err_truncated = err.result()
-    returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
     return ExecResult(
-        exit_code=TIMEOUT_EXIT_CODE if timed_out else returncode,
+        exit_code=TIMEOUT_EXIT_CODE if timed_out or returncode is None else returncode,
         stdout=stdout,
         stderr=stderr,
         timed_out=timed_out,
