@@ -138,7 +138,10 @@ async def test_exec_closes_its_transport_before_returning(
     )
     if how == "cancelled":
         task = asyncio.create_task(run(["sleep", "30"], time_limit=60))
-        await asyncio.sleep(0.2)
+        for _ in range(500):  # cancel once the command runs, however slow the machine
+            if transports:
+                break
+            await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
