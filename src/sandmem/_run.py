@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -18,13 +17,13 @@ from sandmem._prompts import load_prompt, render_prompt
 from sandmem._run_config import RunConfig
 from sandmem._run_context import RunContext, RunOutcome, TerminalState
 from sandmem._sandbox_agent import SandboxAgent
+from sandmem._sandbox_scope import sandbox_scope
 from sandmem._session import Session
 from sandmem._settings import ModelSettings
 from sandmem._tools import FunctionTool, ToolArgumentsError
 from sandmem._usage import Usage
 from sandmem.capabilities._base import Capability
 from sandmem.models._base import Model, ModelProvider, ModelRequest, OutputSchema
-from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.run")
 
@@ -213,31 +212,6 @@ async def _loop(
     )
 
 
-@contextlib.asynccontextmanager
-async def _sandbox_scope(agent: Agent, config: RunConfig) -> AsyncIterator[SandboxSession | None]:
-    if not isinstance(agent, SandboxAgent):
-        yield None
-        return
-    sandbox = config.sandbox
-    if sandbox is None:
-        raise UserError(
-            f"SandboxAgent {agent.name!r} needs a sandbox: pass "
-            "run_config=RunConfig(sandbox=SandboxRunConfig(session=...)) or "
-            "SandboxRunConfig(client=..., manifest=...)"
-        )
-    if sandbox.session is not None:
-        if not getattr(sandbox.session, "is_running", True):
-            raise UserError("the sandbox session is not started; use `async with session:`")
-        yield sandbox.session
-        return
-    if sandbox.client is None:
-        raise UserError("SandboxRunConfig needs a session or a client")
-    manifest = sandbox.manifest or agent.default_manifest
-    created = await sandbox.client.create(manifest=manifest)  # type: ignore[attr-defined]
-    async with created:
-        yield created
-
-
 def _terminal_state(exc: BaseException) -> TerminalState:
     if isinstance(exc, MaxTurnsExceeded):
         return "max_turns_exceeded"
@@ -264,7 +238,7 @@ async def _run(
     owned: list[ModelProvider],
 ) -> RunResult:
     input_items = normalize_input(input)
-    async with _sandbox_scope(agent, config) as sandbox:
+    async with sandbox_scope(agent, config) as sandbox:
         ctx = RunContext(
             agent=agent,
             input=input_items,
