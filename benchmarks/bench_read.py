@@ -14,7 +14,7 @@ from typing import Any
 from bench_common import Figure, median, ms, table, time_async, workspace
 
 from sandmem import Agent, RunConfig
-from sandmem._run_context import RunContext
+from sandmem._run_context import SandboxRunContext
 from sandmem._truncate import BYTES_PER_TOKEN
 from sandmem.capabilities.memory import SUMMARY_MAX_TOKENS, Memory, memory_read_prompt
 from sandmem.memory import MemoryReadConfig
@@ -57,7 +57,7 @@ async def _measure(size: int, repeat: int) -> dict[str, float]:
         agent = Agent(name="reader")
 
         async def build() -> Any:
-            ctx = RunContext(agent=agent, input=[], run_config=RunConfig())
+            ctx = SandboxRunContext(agent=agent, input=[], run_config=RunConfig())
             await memory.on_run_start(ctx)
             return await memory.instructions(ctx)
 

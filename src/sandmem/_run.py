@@ -15,7 +15,7 @@ from sandmem._errors import MaxTurnsExceeded, ModelBehaviorError, UserError
 from sandmem._items import Item, item_kind, message_text, normalize_input
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._run_config import RunConfig
-from sandmem._run_context import RunContext, RunOutcome, TerminalState
+from sandmem._run_context import RunOutcome, SandboxRunContext, TerminalState
 from sandmem._sandbox_agent import SandboxAgent
 from sandmem._sandbox_scope import sandbox_scope
 from sandmem._session import Session
@@ -141,7 +141,7 @@ def _collect_tools(agent: Agent, capabilities: list[Capability]) -> dict[str, Fu
 
 
 async def _prepare(
-    agent: Agent, ctx: RunContext, config: RunConfig, owned: list[ModelProvider]
+    agent: Agent, ctx: SandboxRunContext, config: RunConfig, owned: list[ModelProvider]
 ) -> _Prepared:
     """Everything that can refuse a run happens here, before the first model call."""
     capabilities: list[Capability] = []
@@ -220,7 +220,7 @@ def _terminal_state(exc: BaseException) -> TerminalState:
     return "failed"
 
 
-async def _finish(prep: _Prepared, ctx: RunContext, outcome: RunOutcome) -> None:
+async def _finish(prep: _Prepared, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
     for cap in prep.capabilities:
         try:
             await asyncio.shield(cap.on_run_end(ctx, outcome))
@@ -239,7 +239,7 @@ async def _run(
 ) -> RunResult:
     input_items = normalize_input(input)
     async with sandbox_scope(agent, config) as sandbox:
-        ctx = RunContext(
+        ctx = SandboxRunContext(
             agent=agent,
             input=input_items,
             run_config=config,

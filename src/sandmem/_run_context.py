@@ -1,4 +1,10 @@
-"""What a run exposes to capabilities: its context before it starts and its outcome after."""
+"""What a run exposes to a sandbox agent's capabilities: its context before it starts and its
+outcome after.
+
+``SandboxRunContext`` is sandmem's internal, capability-facing view of one run (the live
+``sandbox`` session, the conversation ``session``, the input). It is not the reference's
+``RunContextWrapper``, which carries the user's ``context`` object to tools and hooks.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +25,10 @@ TerminalState = Literal[
 
 
 @dataclass
-class RunContext:
-    """One run as capabilities see it. ``input`` is this run's new input (without stored
-    conversation history); ``conversation_id`` is what the caller passed to ``Runner.run``."""
+class SandboxRunContext:
+    """One run as capabilities see it. ``sandbox`` is the live sandbox session; ``session`` is
+    the conversation history store passed to ``Runner.run`` (if any); ``input`` is this run's
+    new input (without stored history); ``conversation_id`` is what the caller passed."""
 
     agent: Agent
     input: list[Item]

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from sandmem import Agent, RunConfig, SQLiteSession
-from sandmem._run_context import RunContext, RunOutcome
+from sandmem._run_context import RunOutcome, SandboxRunContext
 from sandmem.memory import validate_rollout_id
 from sandmem.memory.rollouts import (
     build_segment,
@@ -43,11 +43,11 @@ def test_file_safe_mapping_is_deterministic_and_valid() -> None:
     assert validate_rollout_id(file_safe_rollout_id("../../x" * 40))
 
 
-def _ctx(**kwargs: object) -> RunContext:
+def _ctx(**kwargs: object) -> SandboxRunContext:
     agent = Agent(name="a", model=FunctionModel(lambda r: "x"))
     defaults: dict[str, object] = {"agent": agent, "input": [], "run_config": RunConfig()}
     defaults.update(kwargs)
-    return RunContext(**defaults)  # type: ignore[arg-type]
+    return SandboxRunContext(**defaults)  # type: ignore[arg-type]
 
 
 def test_resolution_order() -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Self
 from sandmem._errors import UserError
 
 if TYPE_CHECKING:
-    from sandmem._run_context import RunContext, RunOutcome
+    from sandmem._run_context import RunOutcome, SandboxRunContext
     from sandmem._tools import FunctionTool
     from sandmem.sandboxes._session import SandboxSession
 
@@ -45,11 +45,11 @@ class Capability:
     def tools(self) -> list[FunctionTool]:
         return []
 
-    async def on_run_start(self, ctx: RunContext) -> None:
+    async def on_run_start(self, ctx: SandboxRunContext) -> None:
         """Validate and prepare before the first model call; raise ``UserError`` on misuse."""
 
-    async def instructions(self, ctx: RunContext) -> str | None:
+    async def instructions(self, ctx: SandboxRunContext) -> str | None:
         return None
 
-    async def on_run_end(self, ctx: RunContext, outcome: RunOutcome) -> None:
+    async def on_run_end(self, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
         """Called once when the run ends, completed or not."""

@@ -11,7 +11,7 @@ from sandmem.capabilities._apply_patch import apply_patch
 from sandmem.capabilities._base import Capability
 
 if TYPE_CHECKING:
-    from sandmem._run_context import RunContext
+    from sandmem._run_context import SandboxRunContext
 
 #: images larger than this are refused by ``view_image``
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
@@ -87,7 +87,7 @@ class Filesystem(Capability):
         encoded = base64.b64encode(data).decode("ascii")
         return [{"type": "input_image", "image_url": f"data:{mime};base64,{encoded}"}]
 
-    async def instructions(self, ctx: RunContext) -> str | None:
+    async def instructions(self, ctx: SandboxRunContext) -> str | None:
         return (
             "Edit files with `apply_patch` (the `*** Begin Patch` format; paths relative to the "
             "workspace root; a patch that does not fit changes nothing). Look at image files "

@@ -13,7 +13,7 @@ from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig, Memo
 from sandmem.memory.storage import MemoryPaths, read_text
 
 if TYPE_CHECKING:
-    from sandmem._run_context import RunContext, RunOutcome
+    from sandmem._run_context import RunOutcome, SandboxRunContext
     from sandmem.memory.manager import MemoryGenerationManager
 
 #: the summary is cut to this many tokens (4 bytes a token), head and tail kept
@@ -80,12 +80,12 @@ class Memory(Capability):
             return frozenset({Shell, Filesystem})
         return frozenset({Shell})
 
-    def _slot(self, ctx: RunContext) -> _RunMemory:
+    def _slot(self, ctx: SandboxRunContext) -> _RunMemory:
         slot = ctx.extras.setdefault(("memory", self.paths), _RunMemory())
         assert isinstance(slot, _RunMemory)
         return slot
 
-    async def on_run_start(self, ctx: RunContext) -> None:
+    async def on_run_start(self, ctx: SandboxRunContext) -> None:
         """Resolve the rollout id, check the layout and prepare it, and read the summary once —
         all before the first model call, so misuse surfaces at once."""
         from sandmem.memory.manager import get_manager
@@ -105,10 +105,10 @@ class Memory(Capability):
                 summary, self.paths.memories_dir, live_update=self.read.live_update
             )
 
-    async def instructions(self, ctx: RunContext) -> str | None:
+    async def instructions(self, ctx: SandboxRunContext) -> str | None:
         return self._slot(ctx).prompt
 
-    async def on_run_end(self, ctx: RunContext, outcome: RunOutcome) -> None:
+    async def on_run_end(self, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
         from sandmem.memory.rollouts import build_segment
 
         slot = self._slot(ctx)

@@ -11,7 +11,7 @@ from sandmem._truncate import truncate_head_tail
 from sandmem.capabilities._base import Capability
 
 if TYPE_CHECKING:
-    from sandmem._run_context import RunContext
+    from sandmem._run_context import SandboxRunContext
     from sandmem.sandboxes._session import ExecResult
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -109,7 +109,7 @@ class Shell(Capability):
             notes=notes,
         )
 
-    async def instructions(self, ctx: RunContext) -> str | None:
+    async def instructions(self, ctx: SandboxRunContext) -> str | None:
         return (
             "Run shell commands with `exec_command`; they start in the workspace root unless "
             f"`workdir` is given and are killed after {DEFAULT_TIMEOUT_MS // 1000} s unless "

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sandmem._items import Item, item_kind
-from sandmem._run_context import RunContext, RunOutcome
+from sandmem._run_context import RunOutcome, SandboxRunContext
 
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SLUG_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -42,7 +42,7 @@ def new_rollout_id() -> str:
     return f"run-{uuid.uuid4().hex}"
 
 
-def resolve_rollout_id(ctx: RunContext) -> tuple[str, str | None]:
+def resolve_rollout_id(ctx: SandboxRunContext) -> tuple[str, str | None]:
     """The rollout id of a run and, when it had to be mapped, the original conversation key.
 
     First set wins: ``conversation_id`` → the conversation session's ``session_id`` →
@@ -60,7 +60,7 @@ def resolve_rollout_id(ctx: RunContext) -> tuple[str, str | None]:
     return new_rollout_id(), None
 
 
-def _session_id(ctx: RunContext) -> str | None:
+def _session_id(ctx: SandboxRunContext) -> str | None:
     if ctx.session is None:
         return None
     value = getattr(ctx.session, "session_id", None)
@@ -84,7 +84,7 @@ def utc_now() -> str:
 
 
 def build_segment(
-    ctx: RunContext,
+    ctx: SandboxRunContext,
     outcome: RunOutcome,
     rollout_id: str,
     conversation_key: str | None,
