@@ -3,6 +3,7 @@
     sandmem run --workspace DIR PROMPT        an agent run with memory on DIR
     sandmem memory tree|show|search|status    look at a workspace's memory
     sandmem memory generate|forget            change it without an agent run
+    sandmem memory view                       one HTML page of a workspace's memory
     sandmem demo                              the two-run memory demo (when installed)
 
 Errors raised by sandmem (``SandmemError``) are printed as one line and exit with status 1;
@@ -19,6 +20,7 @@ from sandmem._errors import SandmemError
 from sandmem.cli._generate_cmd import forget_command, generate_command
 from sandmem.cli._memory_cmd import memory_group
 from sandmem.cli._run_cmd import run_command
+from sandmem.cli._view_cmd import view_command
 
 __all__ = ["cli", "main"]
 
@@ -60,6 +62,7 @@ def _register_demo(group: click.Group) -> None:
 
 memory_group.add_command(generate_command)
 memory_group.add_command(forget_command)
+memory_group.add_command(view_command)
 cli.add_command(run_command)
 cli.add_command(memory_group)
 _register_demo(cli)

@@ -1,0 +1,76 @@
+"""``sandmem memory view``: one self-contained HTML page of a workspace's memory."""
+
+from __future__ import annotations
+
+import webbrowser
+from pathlib import Path
+
+import click
+
+from sandmem.cli._common import (
+    layout_options,
+    layout_paths,
+    open_workspace,
+    require_layout,
+    run_async,
+    workspace_option,
+)
+from sandmem.cli._output import emit_json
+from sandmem.memory._viewer_html import build_page
+from sandmem.memory.storage import MemoryPaths
+
+DEFAULT_OUT = "memory-view.html"
+
+
+async def _page(workspace: Path, label: str, paths: MemoryPaths) -> str:
+    async with open_workspace(workspace) as session:
+        await require_layout(session, paths)
+        return await build_page(session, paths, workspace=label)
+
+
+def write_view(workspace: Path, paths: MemoryPaths, out: Path) -> Path:
+    """Render the viewer page of ``workspace`` into ``out`` and return its absolute path.
+    The default ``out`` is outside the memory files: the page is not memory, and agents
+    should not find it when they search memory."""
+    page = run_async(_page(workspace, str(workspace.resolve()), paths))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out.resolve()
+
+
+@click.command("view")
+@workspace_option(required=False)
+@layout_options
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_OUT,
+    show_default=True,
+    help="Where to write the HTML page.",
+)
+@click.option("--open", "open_page", is_flag=True, help="Open the page in a web browser.")
+@click.option("--json", "as_json", is_flag=True, help="Print the page's path as JSON.")
+def view_command(
+    workspace: Path,
+    memories_dir: str,
+    sessions_dir: str,
+    out: Path,
+    open_page: bool,
+    as_json: bool,
+) -> None:
+    """Write one self-contained HTML page showing a workspace's memory.
+
+    The page shows the summary as runs receive it, MEMORY.md with each task group linked to
+    the rollout summaries it cites, every conversation (status, attempts, last error, tokens),
+    the last consolidation's selection, the generation runs with tokens per phase, and memory
+    size over time. It loads nothing from the network; all text is escaped.
+    """
+    paths = layout_paths(memories_dir, sessions_dir)
+    path = write_view(workspace, paths, out)
+    if open_page:
+        webbrowser.open(path.as_uri())
+    if as_json:
+        emit_json({"path": str(path)})
+    else:
+        click.echo(f"wrote {path}")
