@@ -1,4 +1,4 @@
-"""Every ```python block in docs/ runs offline (one opening with ``# not run`` is shown only)."""
+"""Every ```python block in docs/ runs offline, except blocks opening with ``# not run``."""
 
 from __future__ import annotations
 
