@@ -13,8 +13,9 @@ errors mean they were exhausted.
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,15 +25,18 @@ from openai import AsyncOpenAI
 from sandmem._errors import ModelRequestError
 from sandmem.models._base import Model
 
-#: a client, or a function returning the client to use for this request
-ClientSource = AsyncOpenAI | Callable[[], AsyncOpenAI]
+#: a client, or a function (plain or async) returning the client to use for this request
+ClientSource = AsyncOpenAI | Callable[[], AsyncOpenAI | Awaitable[AsyncOpenAI]]
 
 # ``extra_args`` keys that are request options of the openai client, not body fields
 _CLIENT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
 
 
-def resolve_client(source: ClientSource) -> AsyncOpenAI:
-    return source if isinstance(source, AsyncOpenAI) else source()
+async def resolve_client(source: ClientSource) -> AsyncOpenAI:
+    if isinstance(source, AsyncOpenAI):
+        return source
+    client = source()
+    return await client if inspect.isawaitable(client) else client
 
 
 def is_retryable_status(status: int) -> bool:
@@ -98,8 +102,9 @@ def apply_extra_args(kwargs: dict[str, Any], extra_args: dict[str, Any] | None) 
 class OpenAIModelBase(Model):
     """What both OpenAI models share: the model name and where the client comes from.
 
-    ``client`` is an ``AsyncOpenAI`` client, or a function returning the client to use for
-    each request (the provider passes one, so clients are created lazily, per event loop).
+    ``client`` is an ``AsyncOpenAI`` client, or a function (plain or async) returning the
+    client to use for each request (the provider passes its async ``client``, so clients are
+    created lazily, off the event loop, one per event loop).
     """
 
     def __init__(self, model: str, client: ClientSource) -> None:

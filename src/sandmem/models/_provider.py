@@ -1,11 +1,21 @@
 """``OpenAIProvider``: resolves model names to OpenAI models, configured from arguments or env.
 
-Environment (read when a model is first needed, so a provider can be built before it is set):
+Environment (read when a request needs a client, so a provider can be built before it is set):
 
 - ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` — credentials and server; a local server given by
   ``OPENAI_BASE_URL`` needs no key;
 - ``SANDMEM_OPENAI_API`` — ``responses`` (default) or ``chat_completions``;
 - ``SANDMEM_MODEL`` — the model used when an agent names none (default ``gpt-5.4-mini``).
+
+Clients are the expensive part: building an ``AsyncOpenAI`` client loads the TLS certificates
+(tens of milliseconds of blocking work) and each client keeps its own connection pool. So a
+provider creates **one client per event loop and configuration**, lazily, in a worker thread
+(the event loop keeps running meanwhile), and every model it hands out reuses it. A client is
+closed by ``aclose()``, or when its event loop shuts down (``asyncio.run`` and
+``Runner.run_sync`` do that on exit).
+
+``default_provider()`` is the provider a run or a memory flush uses when none is configured:
+one per process, so every run and every flush in the process shares its client.
 
 The ``openai`` package is imported only when a client is created.
 """
@@ -15,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Literal
 
 from sandmem._errors import UserError
@@ -30,6 +41,23 @@ DEFAULT_MODEL = "gpt-5.4-mini"
 #: sent as the key to servers given by base URL only (local servers ignore it)
 PLACEHOLDER_API_KEY = "sandmem-no-key"
 
+#: (api key, base URL) a client was built for
+_ClientKey = tuple[str | None, str | None]
+
+
+class _LoopClients:
+    """The clients of one provider on one event loop, and their creation in progress."""
+
+    def __init__(self) -> None:
+        self.clients: dict[_ClientKey, AsyncOpenAI] = {}
+        self.creating: dict[_ClientKey, asyncio.Future[AsyncOpenAI]] = {}
+        self.closer: AsyncGenerator[None, None] | None = None
+
+    async def close(self) -> None:
+        clients, self.clients = list(self.clients.values()), {}
+        for client in clients:
+            await client.close()
+
 
 class OpenAIProvider(ModelProvider):
     """Models from an OpenAI or OpenAI-compatible server.
@@ -38,9 +66,10 @@ class OpenAIProvider(ModelProvider):
     ``timeout`` (seconds) bounds each HTTP request; ``max_retries`` is the ``openai`` client's
     retry count for 408/409/429/5xx and connection errors, with exponential backoff.
 
-    One ``AsyncOpenAI`` client is created lazily per event loop (an ``asyncio`` client cannot
-    be shared across loops, and ``Runner.run_sync`` starts a loop per call); ``openai_client``
-    supplies a ready client instead, used as is.
+    Every model of a provider shares one ``AsyncOpenAI`` client per event loop (an ``asyncio``
+    client cannot be shared across loops, and ``Runner.run_sync`` starts a loop per call),
+    created on first use in a worker thread; ``openai_client`` supplies a ready client instead,
+    used as is (and never closed by the provider).
     """
 
     def __init__(
@@ -65,7 +94,7 @@ class OpenAIProvider(ModelProvider):
         self.timeout = timeout
         self.max_retries = max_retries
         self._fixed_client = openai_client
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -85,28 +114,54 @@ class OpenAIProvider(ModelProvider):
 
         model = name or os.environ.get("SANDMEM_MODEL", "").strip() or DEFAULT_MODEL
         if self.api == "chat_completions":
-            return OpenAIChatCompletionsModel(model, self._client)
-        return OpenAIResponsesModel(model, self._client)
+            return OpenAIChatCompletionsModel(model, self.client)
+        return OpenAIResponsesModel(model, self.client)
 
-    async def aclose(self) -> None:
-        """Close the client created for the running event loop, if any."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.close()
-
-    def _client(self) -> AsyncOpenAI:
+    async def client(self) -> AsyncOpenAI:
+        """The client for the running event loop, created in a worker thread on first use
+        (concurrent first callers share one creation)."""
         if self._fixed_client is not None:
             return self._fixed_client
+        key = self._client_key()
+        slot = self._slot()
+        client = slot.clients.get(key)
+        if client is not None:
+            return client
+        creating = slot.creating.get(key)
+        if creating is None:
+            creating = asyncio.ensure_future(asyncio.to_thread(self._new_client, key))
+            slot.creating[key] = creating
+            creating.add_done_callback(lambda _: slot.creating.pop(key, None))
+        client = await asyncio.shield(creating)
+        slot.clients.setdefault(key, client)
+        return slot.clients[key]
+
+    def _client(self) -> AsyncOpenAI:
+        """The client for the running event loop, created here (blocking) when missing."""
+        if self._fixed_client is not None:
+            return self._fixed_client
+        key = self._client_key()
+        slot = self._slot()
+        if key not in slot.clients:
+            slot.clients[key] = self._new_client(key)
+        return slot.clients[key]
+
+    async def aclose(self) -> None:
+        """Close the clients created for the running event loop, if any."""
+        slot = self._loops.pop(asyncio.get_running_loop(), None)
+        if slot is not None:
+            await slot.close()
+
+    def _slot(self) -> _LoopClients:
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._new_client()
-            self._clients[loop] = client
-        return client
+        slot = self._loops.get(loop)
+        if slot is None:
+            slot = _LoopClients()
+            self._loops[loop] = slot
+            slot.closer = _closer(slot)
+        return slot
 
-    def _new_client(self) -> AsyncOpenAI:
-        from openai import AsyncOpenAI
-
+    def _client_key(self) -> _ClientKey:
         api_key = self._api_key or os.environ.get("OPENAI_API_KEY") or None
         base_url = self._base_url or os.environ.get("OPENAI_BASE_URL") or None
         if api_key is None and base_url is None:
@@ -115,12 +170,51 @@ class OpenAIProvider(ModelProvider):
                 "OPENAI_BASE_URL (for an OpenAI-compatible server such as Ollama or vLLM), "
                 "or pass api_key/base_url to OpenAIProvider"
             )
+        return api_key, base_url
+
+    def _new_client(self, key: _ClientKey) -> AsyncOpenAI:
+        from openai import AsyncOpenAI
+
+        api_key, base_url = key
         return AsyncOpenAI(
             api_key=api_key or PLACEHOLDER_API_KEY,
             base_url=base_url,
             timeout=self.timeout,
             max_retries=self.max_retries,
         )
+
+
+async def _close_at_loop_shutdown(slot: _LoopClients) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await slot.close()
+
+
+def _closer(slot: _LoopClients) -> AsyncGenerator[None, None]:
+    """An async generator, started on the running loop and parked at its ``yield``: the loop
+    finalises the generators started on it in ``shutdown_asyncgens()`` (which ``asyncio.run``
+    calls on exit), and this one's ``finally`` closes the loop's clients then. Its first step
+    has no await, so it is taken here synchronously."""
+    closer = _close_at_loop_shutdown(slot)
+    step = closer.__anext__()  # the loop registers the generator on this first iteration
+    try:
+        step.send(None)
+    except StopIteration:
+        pass
+    return closer
+
+
+_DEFAULT_PROVIDER: OpenAIProvider | None = None
+
+
+def default_provider() -> OpenAIProvider:
+    """The process's shared ``OpenAIProvider()``, used by runs and memory flushes that are
+    given no model provider (so they share its clients). Configured from the environment."""
+    global _DEFAULT_PROVIDER
+    if _DEFAULT_PROVIDER is None:
+        _DEFAULT_PROVIDER = OpenAIProvider()
+    return _DEFAULT_PROVIDER
 
 
 def _check_api(value: str, *, source: str) -> ApiName:

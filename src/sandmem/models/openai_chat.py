@@ -45,7 +45,7 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
     async def get_response(self, request: ModelRequest) -> ModelResponse:
         kwargs = build_request(self.model, request)
         with translated_errors(self.model, "Chat Completions"):
-            client = resolve_client(self._client)
+            client = await resolve_client(self._client)
             completion = await client.chat.completions.create(**kwargs)
         if not isinstance(completion, ChatCompletion):
             raise ModelBehaviorError(

@@ -33,7 +33,7 @@ class OpenAIResponsesModel(OpenAIModelBase):
     async def get_response(self, request: ModelRequest) -> ModelResponse:
         kwargs = build_request(self.model, request)
         with translated_errors(self.model, "Responses API"):
-            client = resolve_client(self._client)
+            client = await resolve_client(self._client)
             response = await client.responses.create(**kwargs)
         if not isinstance(response, Response):
             raise ModelBehaviorError(
