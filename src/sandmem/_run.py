@@ -23,7 +23,7 @@ from sandmem._settings import ModelSettings
 from sandmem._tools import FunctionTool, ToolArgumentsError
 from sandmem._usage import Usage
 from sandmem.capabilities._base import Capability
-from sandmem.models._base import Model, ModelProvider, ModelRequest, OutputSchema
+from sandmem.models._base import Model, ModelRequest, OutputSchema
 
 logger = logging.getLogger("sandmem.run")
 
@@ -103,18 +103,17 @@ class _Prepared:
     settings: ModelSettings
 
 
-def _resolve_model(agent: Agent, config: RunConfig, owned: list[ModelProvider]) -> Model:
-    """The run's model. A default provider created here is appended to ``owned`` so the run
-    closes its client when it ends."""
+def _resolve_model(agent: Agent, config: RunConfig) -> Model:
+    """The run's model. Names are resolved by the run's provider, else the process's shared
+    default provider (whose client every run reuses; it is not closed per run)."""
     chosen = config.model if config.model is not None else agent.model
     if isinstance(chosen, Model):
         return chosen
     provider = config.model_provider
     if provider is None:
-        from sandmem.models._provider import OpenAIProvider
+        from sandmem.models._provider import default_provider
 
-        provider = OpenAIProvider()
-        owned.append(provider)
+        provider = default_provider()
     return provider.get_model(chosen)
 
 
@@ -140,9 +139,7 @@ def _collect_tools(agent: Agent, capabilities: list[Capability]) -> dict[str, Fu
     return tools
 
 
-async def _prepare(
-    agent: Agent, ctx: SandboxRunContext, config: RunConfig, owned: list[ModelProvider]
-) -> _Prepared:
+async def _prepare(agent: Agent, ctx: SandboxRunContext, config: RunConfig) -> _Prepared:
     """Everything that can refuse a run happens here, before the first model call."""
     capabilities: list[Capability] = []
     parts = [agent.instructions] if agent.instructions else []
@@ -154,7 +151,7 @@ async def _prepare(
             render_prompt(load_prompt("sandmem", "sandbox"), root=ctx.sandbox.display_root)
         )
     tools = _collect_tools(agent, capabilities)
-    model = _resolve_model(agent, config, owned)
+    model = _resolve_model(agent, config)
     for cap in capabilities:
         await cap.on_run_start(ctx)
     for cap in capabilities:
@@ -235,7 +232,6 @@ async def _run(
     config: RunConfig,
     max_turns: int,
     conversation_id: str | None,
-    owned: list[ModelProvider],
 ) -> RunResult:
     input_items = normalize_input(input)
     async with sandbox_scope(agent, config) as sandbox:
@@ -247,7 +243,7 @@ async def _run(
             conversation_id=conversation_id,
             sandbox=sandbox,
         )
-        prep = await _prepare(agent, ctx, config, owned)
+        prep = await _prepare(agent, ctx, config)
         history = await session.get_items() if session is not None else []
         generated: list[Item] = []
         usage = Usage()
@@ -288,12 +284,7 @@ class Runner:
         if max_turns < 1:
             raise UserError("max_turns must be at least 1")
         config = run_config or RunConfig()
-        owned: list[ModelProvider] = []
-        try:
-            return await _run(agent, input, session, config, max_turns, conversation_id, owned)
-        finally:
-            for provider in owned:
-                await provider.aclose()
+        return await _run(agent, input, session, config, max_turns, conversation_id)
 
     @staticmethod
     def run_sync(

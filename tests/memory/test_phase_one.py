@@ -107,3 +107,26 @@ def test_fingerprint_and_up_to_date() -> None:
     assert is_up_to_date(raw, fp)
     assert not is_up_to_date(raw, RolloutFingerprint(4, fp.updated_at, "failed"))
     assert not is_up_to_date(None, fp)
+
+
+async def test_the_rollout_is_rendered_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rendering a long rollout is CPU work: it runs in a worker thread, not on the loop."""
+    import threading
+
+    from sandmem.memory import MemoryGenerateConfig, phase_one
+    from sandmem.models._provider import OpenAIProvider
+    from sandmem.testing import FunctionModel
+
+    threads: list[threading.Thread] = []
+
+    def recording(*args: object) -> str:
+        threads.append(threading.current_thread())
+        return render_input(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(phase_one, "render_input", recording)
+    reply = json.dumps({"rollout_slug": "s", "rollout_summary": "sum", "raw_memory": "raw"})
+    model = FunctionModel(lambda request: [{"role": "assistant", "content": reply}])
+    config = MemoryGenerateConfig(phase_one_model=model)
+    artifacts, _ = await phase_one.call_model("r", _segment("hello"), config, OpenAIProvider())
+    assert artifacts.raw_memory == "raw"
+    assert threads and threads[0] is not threading.current_thread()

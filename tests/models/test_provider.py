@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from fake_openai import FakeOpenAIServer
@@ -125,3 +126,87 @@ async def test_provider_retries_then_reports(fake_openai: FakeOpenAIServer) -> N
     await provider.aclose()
     assert (info.value.status_code, info.value.retryable) == (502, True)
     assert len(fake_openai.requests) == 2
+
+
+async def test_models_share_one_client_created_off_the_event_loop(
+    fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    provider = OpenAIProvider(base_url=fake_openai.base_url)
+    built_in: list[threading.Thread] = []
+    new_client = provider._new_client
+
+    def recording(key: tuple[str | None, str | None]) -> object:
+        built_in.append(threading.current_thread())
+        return new_client(key)
+
+    monkeypatch.setattr(provider, "_new_client", recording)
+    first, second = provider.get_model("a"), provider.get_model("b")
+    await asyncio.gather(*(m.get_response(HELLO) for m in (first, second, first)))
+    assert len(built_in) == 1, "concurrent first requests share one client creation"
+    assert built_in[0] is not threading.current_thread()
+    assert await provider.client() is provider._client()
+    assert len(fake_openai.requests) == 3
+    await provider.aclose()
+
+
+def test_a_loops_client_is_closed_when_the_loop_shuts_down(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    provider = OpenAIProvider(base_url=fake_openai.base_url)
+    clients = []
+
+    async def one_run() -> None:
+        await provider.get_model("m").get_response(HELLO)
+        clients.append(await provider.client())  # no aclose(): asyncio.run's shutdown closes it
+
+    asyncio.run(one_run())
+    assert clients[0].is_closed()
+
+
+async def test_a_changed_environment_gets_its_own_client(
+    fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = OpenAIProvider()
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    first = await provider.client()
+    assert await provider.client() is first
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url + "/")
+    assert await provider.client() is not first
+    await provider.aclose()
+    assert first.is_closed()
+
+
+async def test_runs_and_flushes_without_a_provider_share_the_default_ones_client(
+    fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from sandmem import Agent, Runner
+    from sandmem.memory import MemoryGenerateConfig
+    from sandmem.memory.manager import get_manager
+    from sandmem.memory.storage import MemoryPaths
+    from sandmem.models._provider import default_provider
+    from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    provider = default_provider()
+    assert provider is default_provider()
+    created: list[object] = []
+    new_client = provider._new_client
+
+    def counting(key: tuple[str | None, str | None]) -> object:
+        created.append(key)
+        return new_client(key)
+
+    monkeypatch.setattr(provider, "_new_client", counting)
+    agent = Agent(name="a", model="m")
+    for _ in range(3):
+        assert (await Runner.run(agent, "hi")).final_output == "echo: hi"
+    assert len(created) == 1
+    client = await provider.client()
+    assert not client.is_closed(), "a run does not close the shared client"
+    sandbox_client = UnixLocalSandboxClient()
+    session = await sandbox_client.create(manifest=Manifest(root=tmp_path / "ws"))
+    manager = get_manager(session, MemoryPaths("memories", "sessions"), MemoryGenerateConfig())
+    assert manager._provider() is provider
+    await sandbox_client.delete(session)

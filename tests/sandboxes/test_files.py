@@ -166,6 +166,51 @@ async def test_lock_excludes_another_task_without_blocking_the_loop(
     assert events in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
 
 
+async def test_tasks_of_one_process_queue_on_an_in_process_lock_in_order(
+    session: SandboxSession,
+) -> None:
+    """Waiters in this process queue on an asyncio lock per path (first come, first served)
+    in front of the flock, so none of them polls the file lock; other paths are not held up."""
+    inside: list[int] = []
+    order: list[int] = []
+
+    held = asyncio.Event()
+    release = asyncio.Event()
+
+    async def worker(n: int) -> None:
+        async with session.lock("sessions/.lock"):
+            inside.append(n)
+            assert len(inside) == 1, "two holders at once"
+            order.append(n)
+            if n == 0:
+                held.set()
+                await release.wait()
+            await asyncio.sleep(0)
+            inside.remove(n)
+
+    first = asyncio.create_task(worker(0))
+    await held.wait()  # worker 0 holds the lock; the rest queue up behind it
+    rest = [asyncio.create_task(worker(n)) for n in range(1, 16)]
+    await asyncio.sleep(0.01)
+    async with session.lock("memories/.lock", timeout=1):  # another path is free meanwhile
+        pass
+    release.set()
+    await asyncio.gather(first, *rest)
+    assert order == list(range(16))
+
+
+async def test_a_lock_held_in_this_process_times_out_with_a_sandbox_error(
+    session: SandboxSession,
+) -> None:
+    async with session.lock("sessions/.lock"):
+        with pytest.raises(SandboxError, match="still held") as info:
+            async with session.lock("sessions/./.lock", timeout=0.1):  # the same path
+                pass
+    assert info.value.operation == "lock"
+    async with session.lock("sessions/.lock", timeout=1):  # released by the holder and the
+        pass  # timed-out waiter alike
+
+
 async def test_read_many_reads_a_batch_and_maps_missing_to_none(tmp_path: Path) -> None:
     from sandmem import SandboxPathError
     from sandmem.sandboxes import Manifest, UnixLocalSandboxClient

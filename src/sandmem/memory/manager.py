@@ -172,21 +172,17 @@ class MemoryGenerationManager:
                 logger.warning("memory flush timed out after %ss", self.config.flush_timeout_s)
         return report
 
-    def _provider(self) -> tuple[ModelProvider, bool]:
-        """The provider for string model names, and whether this flush owns (closes) it."""
+    def _provider(self) -> ModelProvider:
+        """The provider for string model names: the configured one, else the process's shared
+        default provider (its client is reused by every flush and run, not closed here)."""
         if self.config.model_provider is not None:
-            return self.config.model_provider, False
-        from sandmem.models._provider import OpenAIProvider
+            return self.config.model_provider
+        from sandmem.models._provider import default_provider
 
-        return OpenAIProvider(), True
+        return default_provider()
 
     async def _flush(self, report: FlushReport, retry_failed: bool) -> None:
-        provider, owned = self._provider()
-        try:
-            await self._flush_locked(report, retry_failed, provider)
-        finally:
-            if owned:
-                await provider.aclose()
+        await self._flush_locked(report, retry_failed, self._provider())
 
     async def _flush_locked(
         self, report: FlushReport, retry_failed: bool, provider: ModelProvider

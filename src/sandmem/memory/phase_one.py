@@ -7,6 +7,7 @@ an untrusted transcript and must not be able to act on the workspace.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass
@@ -117,9 +118,12 @@ async def call_model(
     from sandmem._schema import output_schema_for, parse_structured_output
 
     model = resolve_model(config.phase_one_model, provider)
+    # rendering a long rollout is CPU work (tens of ms): keep it off the event loop so the
+    # flush's other requests keep moving meanwhile
+    rendered = await asyncio.to_thread(render_input, rollout_id, rollout_text, omitted_bytes)
     request = ModelRequest(
         instructions=instructions(rollout_id, config.extra_prompt),
-        input=[user_message(render_input(rollout_id, rollout_text, omitted_bytes))],
+        input=[user_message(rendered)],
         tools=[],
         output_schema=output_schema_for(PhaseOneArtifacts),
         settings=config.phase_one_model_settings or ModelSettings(),
@@ -162,7 +166,7 @@ async def extract(
     if config.phase_one_model == EXTRACTIVE:
         from sandmem.memory.extractive import extract as extractive_extract
 
-        artifacts = extractive_extract(rollout_id, rollout_text)
+        artifacts = await asyncio.to_thread(extractive_extract, rollout_id, rollout_text)
         usage = Usage()
     else:
         artifacts, usage = await call_model(

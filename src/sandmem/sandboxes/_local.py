@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import posixpath
 import shlex
 import tempfile
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -45,7 +47,9 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_EXEC_TIMEOUT = 600.0
 #: default capture bound per stream (stdout, stderr): the first and the last 1 MiB are kept
 DEFAULT_MAX_OUTPUT_BYTES = 2 * 1024 * 1024
-#: how often ``lock`` retries a held lock
+#: how often ``lock`` retries an ``flock`` held by another process: first after this, then
+#: twice as long each time up to ``_LOCK_POLL_SECONDS``
+_LOCK_FIRST_POLL_SECONDS = 0.002
 _LOCK_POLL_SECONDS = 0.05
 
 
@@ -78,6 +82,9 @@ class UnixLocalSandboxSession(SandboxSession):
         self._client_env = dict(env or {})
         self._exec_timeout = exec_timeout
         self._max_output_bytes = max_output_bytes
+        self._locks: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
+        ] = weakref.WeakKeyDictionary()
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -197,26 +204,49 @@ class UnixLocalSandboxSession(SandboxSession):
         path: str,
         timeout: float = 30.0,  # noqa: ASYNC109 - a lock timeout, reported as SandboxError
     ) -> AsyncIterator[None]:
-        """Exclusive ``flock`` on the host file ``path`` (created if missing), shared with
-        other processes and other ``lock`` calls. Polls without blocking the event loop;
-        raises ``SandboxError`` when not acquired within ``timeout`` seconds."""
+        """Exclusive lock on ``path``: first an in-process ``asyncio`` lock per path (tasks of
+        this process queue there and are woken at once), then an ``flock`` on the host file
+        ``path`` (created if missing), shared with other processes. Polls the ``flock``
+        without blocking the event loop; raises ``SandboxError`` when not acquired within
+        ``timeout`` seconds."""
         self._check_not_deleted("lock")
-        fd = await asyncio.to_thread(_hostfs.open_lock_file, self.root, path)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        local = self._path_lock(path)
         try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while not _hostfs.try_flock(fd):
-                if loop.time() >= deadline:
-                    raise SandboxError(
-                        f"lock {path!r}: still held by another process or task after "
-                        f"{timeout} s; retry later or raise the timeout",
-                        operation="lock",
-                        path=path,
-                    )
-                await asyncio.sleep(_LOCK_POLL_SECONDS)
-            yield
+            async with asyncio.timeout(timeout):
+                await local.acquire()
+        except TimeoutError:
+            raise _lock_timeout(path, timeout) from None
+        try:
+            fd = await asyncio.to_thread(_hostfs.open_lock_file, self.root, path)
+            try:
+                poll = _LOCK_FIRST_POLL_SECONDS
+                while not _hostfs.try_flock(fd):
+                    if loop.time() >= deadline:
+                        raise _lock_timeout(path, timeout)
+                    await asyncio.sleep(poll)
+                    poll = min(poll * 2, _LOCK_POLL_SECONDS)
+                yield
+            finally:
+                os.close(fd)  # closing the descriptor releases the flock
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            local.release()
+
+    def _path_lock(self, path: str) -> asyncio.Lock:
+        """The in-process lock of ``path`` on the running loop (an ``asyncio.Lock`` belongs to
+        one loop, and ``Runner.run_sync`` starts a loop per call)."""
+        locks = self._locks.setdefault(asyncio.get_running_loop(), {})
+        return locks.setdefault(posixpath.normpath(path), asyncio.Lock())
+
+
+def _lock_timeout(path: str, timeout: float) -> SandboxError:
+    return SandboxError(
+        f"lock {path!r}: still held by another process or task after "
+        f"{timeout} s; retry later or raise the timeout",
+        operation="lock",
+        path=path,
+    )
 
 
 def _prepare_workspace(manifest: Manifest) -> tuple[Path, bool]:
