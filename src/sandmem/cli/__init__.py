@@ -4,6 +4,7 @@
     sandmem memory tree|show|search|status    look at a workspace's memory
     sandmem memory generate|forget            change it without an agent run
     sandmem memory view                       one HTML page of a workspace's memory
+    sandmem eval [SUITE]                      the same tasks with and without memory
     sandmem demo                              the two-run memory demo (when installed)
 
 Errors raised by sandmem (``SandmemError``) are printed as one line and exit with status 1;
@@ -17,6 +18,7 @@ from typing import Any
 import click
 
 from sandmem._errors import SandmemError
+from sandmem.cli._eval_cmd import eval_command
 from sandmem.cli._generate_cmd import forget_command, generate_command
 from sandmem.cli._memory_cmd import memory_group
 from sandmem.cli._run_cmd import run_command
@@ -65,6 +67,7 @@ memory_group.add_command(forget_command)
 memory_group.add_command(view_command)
 cli.add_command(run_command)
 cli.add_command(memory_group)
+cli.add_command(eval_command)
 _register_demo(cli)
 
 

@@ -1,0 +1,100 @@
+"""``sandmem eval``: the same tasks with and without memory, compared."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from sandmem.eval import BUILTIN, CONDITIONS, SCRIPTED, EvalOptions, load_suite, run_eval
+
+
+def _conditions(value: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in value.split(",") if part.strip())
+    unknown = [name for name in names if name not in CONDITIONS]
+    if unknown or not names:
+        raise click.BadParameter(f"use some of {', '.join(CONDITIONS)} (comma-separated)")
+    return names
+
+
+@click.command("eval")
+@click.argument("suite", default=BUILTIN)
+@click.option(
+    "--model",
+    "-m",
+    default=SCRIPTED,
+    show_default=True,
+    help="The agent's model; `scripted` is the offline deterministic policy (a check of the "
+    "machinery, not a measure of any model).",
+)
+@click.option("--memory-model", default=None, help="Model of both memory phases [the agent's].")
+@click.option("--repeat", "-k", default=1, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--backend", type=click.Choice(["local", "bwrap"]), default="local", show_default=True
+)
+@click.option("--concurrency", "-j", default=1, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--conditions",
+    default="memory,no-memory",
+    show_default=True,
+    help=f"Comma-separated, from: {', '.join(CONDITIONS)}.",
+)
+@click.option("--task", "tasks", multiple=True, help="Run only this task (repeatable).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("sandmem-eval"),
+    show_default=True,
+    help="Report directory; finished cells kept there let a rerun resume.",
+)
+def eval_command(
+    suite: str,
+    model: str,
+    memory_model: str | None,
+    repeat: int,
+    backend: str,
+    concurrency: int,
+    conditions: str,
+    tasks: tuple[str, ...],
+    out: Path,
+) -> None:
+    """Run SUITE (a .toml file, or `builtin`) with and without memory and compare.
+
+    Writes report.json, report.md and report.html into --out. An interrupted eval resumes
+    where it stopped when rerun with the same --out.
+    """
+    try:
+        chosen = _conditions(conditions)
+    except click.BadParameter as exc:
+        raise click.UsageError(f"--conditions: {exc.message}") from None
+    loaded = load_suite(suite)
+    options = EvalOptions(
+        out=out,
+        model=model,
+        memory_model=memory_model,
+        repeat=repeat,
+        backend="bwrap" if backend == "bwrap" else "local",
+        concurrency=concurrency,
+        conditions=chosen,  # type: ignore[arg-type]
+        progress=lambda line: click.echo(line),
+        tasks=tasks or None,
+    )
+    if model == SCRIPTED:
+        click.echo("Model: scripted (offline deterministic policy + extractive memory engine).")
+    try:
+        report = asyncio.run(run_eval(loaded, options))
+    except KeyboardInterrupt:
+        kept = len(list((out / "cells").glob("*.json")))
+        click.echo(
+            f"\ninterrupted: {kept} finished cells are kept in {out / 'cells'}; rerun the same "
+            "command to resume where it stopped",
+            err=True,
+        )
+        raise SystemExit(130) from None
+    click.echo(f"\nReport: {out / 'report.md'}, {out / 'report.html'}, {out / 'report.json'}")
+    for condition, totals in report.totals.items():
+        click.echo(
+            f"  {condition}: {totals['successes'].median:g} steps passed, "
+            f"{totals['turns'].median:g} turns, {totals['input_tokens'].median:g} input tokens"
+        )

@@ -1,0 +1,96 @@
+"""``sandmem eval`` offline: the built-in suite end to end with the scripted policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sandmem.eval import EvalOptions, EvalReport, run_eval
+
+
+def _turns(report: EvalReport, task: str, condition: str) -> list[float]:
+    summary = next(s for s in report.summaries if s.task == task and s.condition == condition)
+    return [step["turns"] for step in summary.per_step]
+
+
+@pytest.fixture(scope="module")
+def aware(tmp_path_factory: pytest.TempPathFactory) -> tuple[EvalReport, Path]:
+    import asyncio
+
+    out = tmp_path_factory.mktemp("eval-aware")
+    return asyncio.run(run_eval("builtin", EvalOptions(out=out))), out
+
+
+def test_builtin_suite_runs_end_to_end_and_writes_three_reports(
+    aware: tuple[EvalReport, Path],
+) -> None:
+    report, out = aware
+    assert {p.name for p in out.iterdir()} >= {"report.json", "report.md", "report.html"}
+    assert not (out / "work").exists()  # cell workspaces are removed
+    data = json.loads((out / "report.json").read_text())
+    assert data["model"] == "scripted"
+    assert len(data["cells"]) == 2 * len({c["task"] for c in data["cells"]})
+    assert all(step.success for cell in report.cells for step in cell.steps)
+    markdown = (out / "report.md").read_text()
+    assert "not a measure of any model" in markdown
+    assert "| invoice-followup | memory |" in markdown
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") == 5 and "http" not in page.split("<svg", 1)[1].replace(
+        "http://www.w3.org/2000/svg", ""
+    )
+
+
+def test_a_policy_that_uses_memory_takes_fewer_turns_with_memory(
+    aware: tuple[EvalReport, Path],
+) -> None:
+    report, _ = aware
+    totals = report.totals
+    assert totals["memory"]["turns"].median < totals["no-memory"]["turns"].median
+    assert totals["memory"]["interventions"].median < totals["no-memory"]["interventions"].median
+    # the first step of every task has no memory yet: it costs the same in both conditions
+    for task in {s.task for s in report.summaries}:
+        assert _turns(report, task, "memory")[0] == _turns(report, task, "no-memory")[0]
+    # the follow-up that memory is for is cheaper; the task where memory should not matter
+    # is not
+    assert (
+        _turns(report, "invoice-followup", "memory")[1]
+        < _turns(report, "invoice-followup", "no-memory")[1]
+    )
+    assert _turns(report, "memory-irrelevant", "memory") == _turns(
+        report, "memory-irrelevant", "no-memory"
+    )
+
+
+async def test_a_policy_that_ignores_memory_shows_no_difference(tmp_path: Path) -> None:
+    report = await run_eval("builtin", EvalOptions(out=tmp_path, scripted_uses_memory=False))
+    for task in {s.task for s in report.summaries}:
+        assert _turns(report, task, "memory") == _turns(report, task, "no-memory"), task
+    assert report.totals["memory"]["turns"] == report.totals["no-memory"]["turns"]
+
+
+async def test_multi_agent_layouts_keep_separate_memories(tmp_path: Path) -> None:
+    lines: list[str] = []
+    options = EvalOptions(
+        out=tmp_path,
+        conditions=("memory",),
+        tasks=("multi-agent",),
+        progress=lines.append,
+        keep_workspaces=True,
+    )
+    report = await run_eval("builtin", options)
+    assert len(lines) == 3 and all(": ok in" in line for line in lines)
+    workspace = tmp_path / "work" / "multi-agent.memory.0" / "workspace"
+    coder = (workspace / "memories/coder/MEMORY.md").read_text()
+    reviewer = (workspace / "memories/reviewer/MEMORY.md").read_text()
+    assert "multi-agent-step1" in coder and "multi-agent-step3" in coder
+    assert "multi-agent-step2" in reviewer
+    assert "multi-agent-step2" not in coder and "multi-agent-step1" not in reviewer
+    assert sorted(p.name for p in (workspace / "sessions/coder").glob("*.jsonl")) == [
+        "multi-agent-step1.jsonl",
+        "multi-agent-step3.jsonl",
+    ]
+    # step 3 (coder again) recalled its own memory: fewer turns than step 1
+    steps = report.cells[0].steps
+    assert steps[2].turns < steps[0].turns

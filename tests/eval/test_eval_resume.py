@@ -1,0 +1,95 @@
+"""An interrupted eval resumes where it stopped: finished cells are kept, not rerun."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_SUITE = """
+name = "resume"
+[[task]]
+id = "first"
+[task.files]
+"a.txt" = "a"
+[[task.step]]
+prompt = "one"
+check = "true"
+[[task]]
+id = "second"
+[task.files]
+"b.txt" = "b"
+[[task.step]]
+prompt = "two"
+check = "test -f {release} || sleep 60"
+"""
+
+
+def _eval(suite: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(Path(sys.executable).with_name("sandmem")), "eval", str(suite), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_killed_eval_resumes_without_rerunning_finished_cells(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    suite = tmp_path / "suite.toml"
+    suite.write_text(_SUITE.format(release=release))
+    out = tmp_path / "out"
+    first = out / "cells" / "first.memory.0.json"
+    proc = _eval(suite, out)
+    try:
+        _wait_for(out / "cells" / "first.no-memory.0.json", proc)
+        time.sleep(0.3)  # the second task's check is now sleeping
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert first.exists() and not (out / "report.json").exists()
+    assert not list((out / "cells").glob("second.*.json"))
+    before = first.read_bytes(), first.stat().st_mtime_ns
+
+    release.touch()
+    proc = _eval(suite, out)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output
+    assert (first.read_bytes(), first.stat().st_mtime_ns) == before  # not rerun
+    assert "first [" not in output and output.count("second [") == 2
+    assert (out / "report.json").exists()
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == [
+        "first.memory.0.json",
+        "first.no-memory.0.json",
+        "second.memory.0.json",
+        "second.no-memory.0.json",
+    ]
+
+
+def test_sigint_exits_130_and_says_how_to_resume(tmp_path: Path) -> None:
+    suite = tmp_path / "suite.toml"
+    suite.write_text(_SUITE.format(release=tmp_path / "never"))
+    out = tmp_path / "out"
+    proc = _eval(suite, out)
+    try:
+        _wait_for(out / "cells" / "first.no-memory.0.json", proc)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert proc.returncode == 130, output
+    assert "2 finished cells are kept" in output and "rerun" in output

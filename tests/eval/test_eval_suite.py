@@ -1,0 +1,72 @@
+"""The suite format: the built-in suite parses, and every kind of bad suite is a UserError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandmem import UserError
+from sandmem.eval import load_suite, parse_suite
+
+_MINIMAL = """
+name = "mini"
+[[task]]
+id = "one"
+[task.files]
+"a.txt" = "a"
+[[task.step]]
+prompt = "do it"
+check = "true"
+"""
+
+
+def test_builtin_suite_covers_the_kinds_the_issue_lists() -> None:
+    suite = load_suite("builtin")
+    kinds = {task.kind for task in suite.tasks}
+    assert len(suite.tasks) >= 8
+    assert {
+        "bug-followup",
+        "discovered-command",
+        "correction",
+        "preference",
+        "dead-end",
+        "stale-memory",
+        "multi-agent",
+        "memory-irrelevant",
+    } <= kinds
+    assert all(len(task.steps) >= 2 for task in suite.tasks)
+    multi = next(task for task in suite.tasks if task.kind == "multi-agent")
+    layouts = {(a.memories_dir, a.sessions_dir) for a in multi.agents.values()}
+    assert len(layouts) == len(multi.agents) > 1
+
+
+def test_suite_file_with_a_workspace_directory(tmp_path: Path) -> None:
+    (tmp_path / "ws" / "src").mkdir(parents=True)
+    (tmp_path / "ws" / "src" / "x.py").write_text("x = 1\n")
+    suite_file = tmp_path / "suite.toml"
+    suite_file.write_text(_MINIMAL.replace('[task.files]\n"a.txt" = "a"', 'workspace = "ws"'))
+    suite = load_suite(suite_file)
+    assert suite.workspace_files(suite.tasks[0]) == {"src/x.py": b"x = 1\n"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name = ", "not valid TOML"),
+        ('name = "x"', "task"),
+        (_MINIMAL.replace('id = "one"', 'id = "Bad Id"'), "must match"),
+        (_MINIMAL + '\nagent = "ghost"\n', "agent 'ghost'"),
+        (_MINIMAL + _MINIMAL.split('name = "mini"')[1], "unique"),
+        (_MINIMAL + '[task.step.script]\nactions = [{ cmd = "a", patch = "b" }]\n', "exactly one"),
+        (_MINIMAL + "surprise = 1\n", "Extra inputs"),
+    ],
+)
+def test_bad_suites_are_user_errors(text: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_suite(text, source="s.toml")
+
+
+def test_missing_suite_file_says_what_to_pass(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="builtin"):
+        load_suite(tmp_path / "nope.toml")
