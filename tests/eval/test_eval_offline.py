@@ -81,7 +81,8 @@ async def test_multi_agent_layouts_keep_separate_memories(tmp_path: Path) -> Non
     )
     report = await run_eval("builtin", options)
     assert len(lines) == 3 and all(": ok in" in line for line in lines)
-    workspace = tmp_path / "work" / "multi-agent.memory.0" / "workspace"
+    assert report.cells[0].workspace is not None
+    workspace = Path(report.cells[0].workspace)
     coder = (workspace / "memories/coder/MEMORY.md").read_text()
     reviewer = (workspace / "memories/reviewer/MEMORY.md").read_text()
     assert "multi-agent-step1" in coder and "multi-agent-step3" in coder

@@ -56,6 +56,8 @@ class CellResult(BaseModel):
     repeat: int
     model: str
     steps: list[StepMetrics] = Field(default_factory=list)
+    #: the cell's final workspace, when ``keep_workspaces`` kept it
+    workspace: str | None = None
 
     @property
     def key(self) -> str:
@@ -285,7 +287,9 @@ async def _run_cell(cell: _Cell) -> CellResult:
             result.steps.append(metrics)
             _progress(cell, metrics, len(cell.task.steps))
     finally:
-        if not cell.options.keep_workspaces:
+        if cell.options.keep_workspaces:
+            result.workspace = str(session.state.manifest.root)
+        else:
             await client.delete(session)
             shutil.rmtree(cell.workdir, ignore_errors=True)
     return result
