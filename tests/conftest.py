@@ -114,3 +114,27 @@ def dead_pid() -> int:
         check=True,
     )
     return int(proc.stdout)
+
+
+_otel_exporter: Any = None
+
+
+@pytest.fixture
+def otel_spans() -> Iterator[Any]:
+    """An OpenTelemetry ``InMemorySpanExporter`` receiving every span of the test (the SDK's
+    global tracer provider is set once per process; the exporter is cleared per test)."""
+    global _otel_exporter
+    pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    if _otel_exporter is None:
+        _otel_exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_otel_exporter))
+        trace.set_tracer_provider(provider)
+    _otel_exporter.clear()
+    yield _otel_exporter
+    _otel_exporter.clear()
