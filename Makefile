@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/sandmem demo
+	$(BIN)/sandmem demo --keep "$$(mktemp -d -t sandmem-demo-XXXXXX)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)

@@ -48,6 +48,11 @@ async def test_offline_demo_shows_memory_carried_to_run_two(tmp_path: Path) -> N
     assert (run2 / "tests/test_invoice_total_regression.py").is_file()
     assert (run2 / "sessions/invoice-regression-test.jsonl").is_file()
     assert not list((run1 / "src").rglob("__pycache__"))
+    # it ends by pointing at the viewer page of the kept workspace
+    page = tmp_path / "keep/memory-view.html"
+    assert text.rstrip().splitlines()[-1].endswith(f"(open it in a browser): {page}")
+    html = page.read_text()
+    assert 'data-status="done"' in html and "invoice-regression-test" in html
 
 
 def test_sandmem_cli_runs_the_demo(tmp_path: Path) -> None:

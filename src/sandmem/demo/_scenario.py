@@ -8,6 +8,7 @@ bug nor the file. The demo succeeds only when run 2's first model request carrie
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -227,20 +228,38 @@ async def _scenario(setup: _Setup) -> int:
             _, model = await _run(setup, resumed, REGRESSION_TASK, RUN_2_ID)
         records = (await _generation_log(resumed))[seen:]
         setup.write(f"  The session stopped; memory generation: {_describe_log(records)}")
-        if setup.keep:
-            await _keep(setup, resumed)
+        page = await _keep(setup, resumed) if setup.keep else None
     finally:
         await client.delete(resumed)
-    return _verdict(setup, model, summary)
+    code = _verdict(setup, model, summary)
+    if page is not None:
+        setup.write(f"Memory viewer of the kept workspace (open it in a browser): {page}")
+    return code
 
 
-async def _keep(setup: _Setup, session: SandboxSession) -> None:
+async def _keep(setup: _Setup, session: SandboxSession) -> Path:
     target = setup.base / "run2-workspace"
     shutil.copytree(session.root, target, symlinks=True)
     setup.write(
         f"\nKept: {setup.base / 'run1-workspace'} (after run 1) and {target} (after run 2). "
         f"Look inside with: sandmem memory tree --workspace {target}"
     )
+    return await _write_viewer(target, setup.base / "memory-view.html")
+
+
+async def _write_viewer(workspace: Path, out: Path) -> Path:
+    """The ``sandmem memory view`` page of ``workspace``, written to ``out``."""
+    from sandmem.memory._viewer_html import build_page
+    from sandmem.memory.storage import MemoryPaths
+    from sandmem.sandboxes import Manifest
+
+    viewer = await UnixLocalSandboxClient().create(manifest=Manifest(root=workspace))
+    async with viewer:
+        page = await build_page(
+            viewer, MemoryPaths("memories", "sessions"), workspace=str(workspace)
+        )
+    await asyncio.to_thread(out.write_text, page, encoding="utf-8")
+    return out
 
 
 def _verdict(setup: _Setup, model: RecordingModel, summary: str) -> int:
