@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,11 @@ async def test_multi_agent_layouts_keep_separate_memories(tmp_path: Path) -> Non
     # step 3 (coder again) recalled its own memory: fewer turns than step 1
     steps = report.cells[0].steps
     assert steps[2].turns < steps[0].turns
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+async def test_the_bwrap_backend_runs_the_same_cells(tmp_path: Path) -> None:
+    options = EvalOptions(out=tmp_path, backend="bwrap", tasks=("stale-memory",))
+    report = await run_eval("builtin", options)
+    assert [cell.condition for cell in report.cells] == ["memory", "no-memory"]
+    assert all(step.success for cell in report.cells for step in cell.steps)

@@ -197,7 +197,7 @@ def _chart(report: EvalReport, metric: str) -> str:
     width = len(tasks) * (len(conditions) * bar + gap) + 40
     parts = [
         f'<svg role="img" aria-label="{html.escape(METRICS[metric])}" width="{width}" '
-        f'height="{height + 60}" xmlns="http://www.w3.org/2000/svg">'
+        f'height="{height + 70}" xmlns="http://www.w3.org/2000/svg">'
     ]
     x = 30
     for task in tasks:
@@ -205,15 +205,17 @@ def _chart(report: EvalReport, metric: str) -> str:
             value = values.get((task, condition), 0.0)
             h = round(value / top * height, 1)
             parts.append(
-                f'<rect x="{x}" y="{height - h + 10}" width="{bar - 2}" height="{h}" '
+                f'<rect x="{x}" y="{height - h + 20}" width="{bar - 2}" height="{h}" '
                 f'fill="{_PALETTE.get(condition, "#777")}"><title>{html.escape(task)} '
                 f"{html.escape(condition)}: {value:g}</title></rect>"
+                f'<text x="{x + (bar - 2) / 2}" y="{height - h + 7}" font-size="8" '
+                f'text-anchor="middle">{value:g}</text>'
             )
             x += bar
         label = html.escape(task[:14])
         parts.append(
-            f'<text x="{x - len(conditions) * bar}" y="{height + 26}" font-size="9" '
-            f'transform="rotate(30 {x - len(conditions) * bar} {height + 26})">{label}</text>'
+            f'<text x="{x - len(conditions) * bar}" y="{height + 36}" font-size="9" '
+            f'transform="rotate(30 {x - len(conditions) * bar} {height + 36})">{label}</text>'
         )
         x += gap
     parts.append("</svg>")
