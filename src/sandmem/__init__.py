@@ -22,12 +22,21 @@ from sandmem._errors import (
     SandmemError,
     UserError,
 )
-from sandmem._run import Runner, RunResult
+from sandmem._lifecycle import AgentHooks, RunHooks
+from sandmem._run import Runner, RunResult, RunResultStreaming
 from sandmem._run_config import RunConfig, SandboxRunConfig
+from sandmem._run_context import RunContextWrapper, ToolContext
 from sandmem._sandbox_agent import SandboxAgent
 from sandmem._session import Session, SQLiteSession
-from sandmem._settings import ModelSettings
-from sandmem._tools import FunctionTool, function_tool
+from sandmem._settings import ModelSettings, Reasoning
+from sandmem._stream_events import (
+    AgentUpdatedStreamEvent,
+    RawResponsesStreamEvent,
+    RunItem,
+    RunItemStreamEvent,
+    StreamEvent,
+)
+from sandmem._tools import FunctionTool, default_tool_error_function, function_tool
 from sandmem._usage import Usage
 from sandmem.capabilities import Capability, Filesystem, Memory, Shell
 from sandmem.memory import (
@@ -54,6 +63,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Agent",
+    "AgentHooks",
+    "AgentUpdatedStreamEvent",
     "BubblewrapSandboxClient",
     "Capability",
     "Dir",
@@ -77,8 +88,15 @@ __all__ = [
     "OpenAIChatCompletionsModel",
     "OpenAIProvider",
     "OpenAIResponsesModel",
+    "RawResponsesStreamEvent",
+    "Reasoning",
     "RunConfig",
+    "RunContextWrapper",
+    "RunHooks",
+    "RunItem",
+    "RunItemStreamEvent",
     "RunResult",
+    "RunResultStreaming",
     "Runner",
     "SQLiteSession",
     "SandboxAgent",
@@ -91,9 +109,12 @@ __all__ = [
     "SandmemError",
     "Session",
     "Shell",
+    "StreamEvent",
+    "ToolContext",
     "UnixLocalSandboxClient",
     "Usage",
     "UserError",
+    "default_tool_error_function",
     "function_tool",
     "validate_rollout_id",
 ]

@@ -1,45 +1,40 @@
-"""The run loop: model → tool calls → tool outputs → model, until a final answer."""
+"""``Runner``: the front end of the run loop, and what a run returns.
+
+``Runner.run``, ``Runner.run_sync`` and ``Runner.run_streamed`` are three views of one core,
+``_run_loop.execute``: ``run`` awaits it, ``run_sync`` runs ``run`` on a new event loop, and
+``run_streamed`` starts it as a task whose events feed ``RunResultStreaming.stream_events()``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
-
-from pydantic import BaseModel
+from typing import Any, Literal, TypeVar, cast
 
 from sandmem._agent import Agent
-from sandmem._errors import MaxTurnsExceeded, ModelBehaviorError, UserError
-from sandmem._items import Item, item_kind, message_text, normalize_input
-from sandmem._prompts import load_prompt, render_prompt
+from sandmem._errors import UserError
+from sandmem._items import Item, normalize_input
+from sandmem._lifecycle import RunHooks
 from sandmem._run_config import RunConfig
-from sandmem._run_context import RunOutcome, SandboxRunContext, TerminalState
-from sandmem._sandbox_agent import SandboxAgent
-from sandmem._sandbox_scope import sandbox_scope
+from sandmem._run_context import RunContextWrapper
+from sandmem._run_loop import RunProgress, RunSpec, TurnCancelled, execute
 from sandmem._session import Session
-from sandmem._settings import ModelSettings
-from sandmem._tools import FunctionTool, ToolArgumentsError
+from sandmem._stream_events import RunEvent, StreamEvent
 from sandmem._usage import Usage
-from sandmem.capabilities._base import Capability
-from sandmem.models._base import Model, ModelRequest, OutputSchema
-
-logger = logging.getLogger("sandmem.run")
+from sandmem.models._base import ModelResponse
 
 T = TypeVar("T")
 
+_STREAM_EVENT_TYPES = frozenset(
+    {"raw_response_event", "run_item_stream_event", "agent_updated_stream_event"}
+)
 
-@dataclass
-class RunResult:
-    """What a run produced. ``new_items`` are the items of this run only (model outputs and
-    tool outputs); ``to_input_list()`` gives input + new items for a follow-up run."""
 
+class _ResultMixin:
     input: str | list[Item]
     new_items: list[Item]
     final_output: Any
-    last_agent: Agent
-    usage: Usage = field(default_factory=Usage)
 
     def final_output_as(self, cls: type[T], raise_if_incorrect_type: bool = False) -> T:
         """``final_output`` typed as ``cls`` (checked when ``raise_if_incorrect_type``)."""
@@ -48,253 +43,223 @@ class RunResult:
         return cast(T, self.final_output)
 
     def to_input_list(self) -> list[Item]:
+        """This run's input followed by its new items: the input of a follow-up run."""
         return normalize_input(self.input) + [dict(item) for item in self.new_items]
 
 
-def _error_output(exc: BaseException) -> str:
-    return f"Error: {type(exc).__name__}: {exc}"
-
-
-async def _invoke_tool(tools: dict[str, FunctionTool], call: Item) -> Item:
-    name = str(call.get("name", ""))
-    output: Any
-    tool = tools.get(name)
-    if tool is None:
-        available = ", ".join(sorted(tools)) or "none"
-        output = f"Error: UnknownTool: there is no tool named {name!r}; available: {available}"
-    else:
-        try:
-            output = await tool.on_invoke(str(call.get("arguments") or "{}"))
-        except ToolArgumentsError as exc:
-            output = _error_output(exc)
-        except Exception as exc:
-            logger.debug("tool %s raised", name, exc_info=True)
-            output = _error_output(exc)
-    return {"type": "function_call_output", "call_id": call.get("call_id"), "output": output}
-
-
-def _output_schema(output_type: type[Any] | None) -> OutputSchema | None:
-    if output_type is None:
-        return None
-    from sandmem._schema import output_schema_for
-
-    return output_schema_for(output_type)
-
-
-def _final_output(agent: Agent, output: Sequence[Item]) -> tuple[bool, Any]:
-    """(has_final, value) from one model turn without tool calls."""
-    messages = [i for i in output if item_kind(i) == "message" and i.get("role") == "assistant"]
-    if not messages:
-        return False, None
-    text = message_text(messages[-1])
-    if agent.output_type is None:
-        return True, text
-    from sandmem._schema import parse_structured_output
-
-    return True, parse_structured_output(agent.output_type, text)
-
-
 @dataclass
-class _Prepared:
-    model: Model
-    instructions: str | None
-    tools: dict[str, FunctionTool]
-    capabilities: list[Capability]
-    settings: ModelSettings
+class RunResult(_ResultMixin):
+    """What a run produced. ``new_items`` are the items of this run only (model outputs and
+    tool outputs); ``to_input_list()`` gives input + new items for a follow-up run;
+    ``raw_responses`` are the model's responses, one per model call."""
+
+    input: str | list[Item]
+    new_items: list[Item]
+    final_output: Any
+    last_agent: Agent
+    usage: Usage = field(default_factory=Usage)
+    raw_responses: list[ModelResponse] = field(default_factory=list)
+    context_wrapper: RunContextWrapper[Any] = field(default_factory=lambda: RunContextWrapper(None))
+
+    @property
+    def last_response_id(self) -> str | None:
+        return self.raw_responses[-1].response_id if self.raw_responses else None
 
 
-def _resolve_model(agent: Agent, config: RunConfig) -> Model:
-    """The run's model. Names are resolved by the run's provider, else the process's shared
-    default provider (whose client every run reuses; it is not closed per run)."""
-    chosen = config.model if config.model is not None else agent.model
-    if isinstance(chosen, Model):
-        return chosen
-    provider = config.model_provider
-    if provider is None:
-        from sandmem.models._provider import default_provider
+class RunResultStreaming(_ResultMixin):
+    """A run in progress. Iterate ``stream_events()`` to follow it; when that iteration ends
+    the run is complete (``is_complete``) and ``final_output``, ``new_items`` and ``usage`` are
+    final. An error of the run is raised from ``stream_events()`` once its events are out."""
 
-        provider = default_provider()
-    return provider.get_model(chosen)
+    def __init__(self, spec: RunSpec, progress: RunProgress) -> None:
+        self.input = spec.input
+        self.max_turns = spec.max_turns
+        self._progress = progress
+        self._queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+        self._error: BaseException | None = None
+        self._cancelled = False
+        self.is_complete = False
+        spec.listeners.append(self._listen)
+        self._task = asyncio.get_running_loop().create_task(self._drive(spec))
+
+    async def _listen(self, event: RunEvent) -> None:
+        if event.type in _STREAM_EVENT_TYPES:
+            self._queue.put_nowait(cast(StreamEvent, event))
+
+    async def _drive(self, spec: RunSpec) -> None:
+        try:
+            await execute(spec, self._progress)
+        except TurnCancelled:
+            pass
+        except asyncio.CancelledError:
+            if not self._cancelled:
+                raise
+        except Exception as exc:
+            self._error = exc
+        finally:
+            self.is_complete = True
+            self._queue.put_nowait(None)
+
+    async def stream_events(self) -> AsyncIterator[StreamEvent]:
+        """The run's stream events as they happen (see ``_stream_events.py`` for the types)."""
+        while True:
+            event = await self._queue.get()
+            if event is None:
+                break
+            yield event
+        await asyncio.wait([self._task])
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def cancel(self, mode: Literal["immediate", "after_turn"] = "immediate") -> None:
+        """Stop the run: at once, or after the current turn's tool calls. Its memory is recorded
+        with ``terminal_state`` ``cancelled``; ``stream_events()`` then ends without error."""
+        if self.is_complete:
+            return
+        self._cancelled = True
+        if mode == "after_turn":
+            self._progress.cancel_after_turn = True
+        else:
+            self._task.cancel()
+
+    @property
+    def new_items(self) -> list[Item]:  # type: ignore[override]
+        return self._progress.new_items
+
+    @property
+    def final_output(self) -> Any:
+        return self._progress.final_output
+
+    @property
+    def usage(self) -> Usage:
+        return self._progress.usage
+
+    @property
+    def raw_responses(self) -> list[ModelResponse]:
+        return self._progress.raw_responses
+
+    @property
+    def current_agent(self) -> Agent:
+        return self._progress.current_agent
+
+    @property
+    def last_agent(self) -> Agent:
+        return self._progress.current_agent
+
+    @property
+    def current_turn(self) -> int:
+        return self._progress.current_turn
+
+    @property
+    def context_wrapper(self) -> RunContextWrapper[Any]:
+        return self._progress.context_wrapper
+
+    @property
+    def last_response_id(self) -> str | None:
+        return self._progress.last_response_id
+
+    def __repr__(self) -> str:
+        state = "complete" if self.is_complete else f"turn {self.current_turn}"
+        return f"RunResultStreaming({self.current_agent.name!r}, {state})"
 
 
-def _check_requirements(capabilities: list[Capability]) -> None:
-    missing: set[str] = set()
-    for cap in capabilities:
-        for required in cap.required_capability_types():
-            if not any(isinstance(other, required) for other in capabilities):
-                missing.add(required.__name__)
-    if missing:
-        names = ", ".join(f"{name}()" for name in sorted(missing))
-        raise UserError(
-            f"the agent's capabilities require {names}; add them to SandboxAgent(capabilities=...)"
-        )
-
-
-def _collect_tools(agent: Agent, capabilities: list[Capability]) -> dict[str, FunctionTool]:
-    tools: dict[str, FunctionTool] = {}
-    for tool in [*agent.tools, *(t for cap in capabilities for t in cap.tools())]:
-        if tool.name in tools:
-            raise UserError(f"two tools are named {tool.name!r}; tool names must be unique")
-        tools[tool.name] = tool
-    return tools
-
-
-async def _prepare(agent: Agent, ctx: SandboxRunContext, config: RunConfig) -> _Prepared:
-    """Everything that can refuse a run happens here, before the first model call."""
-    capabilities: list[Capability] = []
-    parts = [agent.instructions] if agent.instructions else []
-    if isinstance(agent, SandboxAgent):
-        assert ctx.sandbox is not None
-        capabilities = [cap.bind(ctx.sandbox) for cap in agent.capabilities]
-        _check_requirements(capabilities)
-        parts.append(
-            render_prompt(load_prompt("sandmem", "sandbox"), root=ctx.sandbox.display_root)
-        )
-    tools = _collect_tools(agent, capabilities)
-    model = _resolve_model(agent, config)
-    for cap in capabilities:
-        await cap.on_run_start(ctx)
-    for cap in capabilities:
-        extra = await cap.instructions(ctx)
-        if extra:
-            parts.append(extra)
-    return _Prepared(
-        model=model,
-        instructions="\n\n".join(parts) or None,
-        tools=tools,
-        capabilities=capabilities,
-        settings=ModelSettings.coerce(agent.model_settings),
+def _spec(
+    starting_agent: Agent | None,
+    agent: Agent | None,
+    input: str | list[Item] | None,
+    run_config: RunConfig | dict[str, Any] | None,
+    max_turns: int,
+    **rest: Any,
+) -> RunSpec:
+    """Check the arguments of every ``Runner`` view, before anything runs."""
+    if starting_agent is not None and agent is not None and starting_agent is not agent:
+        raise UserError("pass the agent once: as starting_agent (first argument) or agent=")
+    chosen = starting_agent if starting_agent is not None else agent
+    if not isinstance(chosen, Agent):
+        raise UserError(f"Runner needs an Agent as its first argument, got {chosen!r}")
+    if input is None:
+        raise UserError("Runner needs an input: a string or a list of items")
+    if max_turns < 1:
+        raise UserError("max_turns must be at least 1")
+    if isinstance(run_config, dict):
+        run_config = RunConfig(**run_config)
+    return RunSpec(
+        agent=chosen,
+        input=input,
+        max_turns=max_turns,
+        run_config=run_config or RunConfig(),
+        **rest,
     )
 
 
-async def _loop(
-    agent: Agent,
-    prep: _Prepared,
-    transcript: list[Item],
-    generated: list[Item],
-    usage: Usage,
-    max_turns: int,
-) -> Any:
-    """Run turns, appending to ``generated`` as it goes; return the final output."""
-    schema = _output_schema(agent.output_type)
-    specs = [tool.spec() for tool in prep.tools.values()]
-    for _ in range(max_turns):
-        request = ModelRequest(
-            instructions=prep.instructions,
-            input=[*transcript, *generated],
-            tools=specs,
-            output_schema=schema,
-            settings=prep.settings,
-        )
-        response = await prep.model.get_response(request)
-        usage.requests += 1
-        usage.input_tokens += response.usage.input_tokens
-        usage.output_tokens += response.usage.output_tokens
-        generated.extend(response.output)
-        calls = [item for item in response.output if item_kind(item) == "function_call"]
-        if calls:
-            outputs = await asyncio.gather(*(_invoke_tool(prep.tools, c) for c in calls))
-            generated.extend(outputs)
-            continue
-        has_final, value = _final_output(agent, response.output)
-        if not has_final:
-            raise ModelBehaviorError(
-                f"model {prep.model.name!r} returned neither a tool call nor a message"
-            )
-        return value
-    raise MaxTurnsExceeded(
-        f"the run reached max_turns={max_turns} without a final answer; raise max_turns or "
-        "simplify the task",
-        items=generated,
-    )
-
-
-def _terminal_state(exc: BaseException) -> TerminalState:
-    if isinstance(exc, MaxTurnsExceeded):
-        return "max_turns_exceeded"
-    if isinstance(exc, asyncio.CancelledError):
-        return "cancelled"
-    return "failed"
-
-
-async def _finish(prep: _Prepared, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
-    for cap in prep.capabilities:
-        try:
-            await asyncio.shield(cap.on_run_end(ctx, outcome))
-        except Exception:
-            logger.exception("%s failed at the end of a run", type(cap).__name__)
-
-
-async def _run(
-    agent: Agent,
-    input: str | list[Item],
-    session: Session | None,
-    config: RunConfig,
-    max_turns: int,
-    conversation_id: str | None,
-) -> RunResult:
-    input_items = normalize_input(input)
-    async with sandbox_scope(agent, config) as sandbox:
-        ctx = SandboxRunContext(
-            agent=agent,
-            input=input_items,
-            run_config=config,
-            session=session,
-            conversation_id=conversation_id,
-            sandbox=sandbox,
-        )
-        prep = await _prepare(agent, ctx, config)
-        history = await session.get_items() if session is not None else []
-        generated: list[Item] = []
-        usage = Usage()
-        try:
-            final = await _loop(agent, prep, [*history, *input_items], generated, usage, max_turns)
-        except BaseException as exc:
-            outcome = RunOutcome(list(generated), _terminal_state(exc), exception=exc)
-            await _finish(prep, ctx, outcome)
-            raise
-        stored_final = final.model_dump() if isinstance(final, BaseModel) else final
-        outcome = RunOutcome(
-            list(generated), "completed", final_output=stored_final, has_final_output=True
-        )
-        await _finish(prep, ctx, outcome)
-        if session is not None:
-            await session.add_items([*input_items, *generated])
-        return RunResult(input, generated, final, agent, usage)
+def _progress(spec: RunSpec) -> RunProgress:
+    return RunProgress(context_wrapper=RunContextWrapper(spec.context), current_agent=spec.agent)
 
 
 class Runner:
-    """Runs agents. ``run`` is the async core; ``run_sync`` wraps it for blocking callers."""
+    """Runs agents: ``run`` (async), ``run_sync`` (blocking), ``run_streamed`` (events)."""
 
     @staticmethod
     async def run(
-        agent: Agent,
-        input: str | list[Item],
+        starting_agent: Agent | None = None,
+        input: str | list[Item] | None = None,
         *,
-        session: Session | None = None,
-        run_config: RunConfig | None = None,
+        context: Any = None,
         max_turns: int = 10,
+        hooks: RunHooks[Any] | None = None,
+        run_config: RunConfig | dict[str, Any] | None = None,
+        previous_response_id: str | None = None,
         conversation_id: str | None = None,
+        session: Session | None = None,
+        agent: Agent | None = None,
     ) -> RunResult:
-        """Run ``agent`` on ``input`` until a final answer.
+        """Run ``starting_agent`` on ``input`` until a final answer.
 
-        Raises ``MaxTurnsExceeded`` at the turn limit, ``ModelBehaviorError`` for unusable model
-        output, ``UserError`` for misuse (before the first model call).
+        ``context`` (any object) reaches tools, dynamic instructions and ``hooks`` through a
+        ``RunContextWrapper``. ``session`` stores the conversation's history; its
+        ``session_id`` (or ``conversation_id``) names the memory conversation. Raises
+        ``MaxTurnsExceeded`` at the turn limit, ``ModelBehaviorError`` for unusable model
+        output, ``UserError`` for misuse (before the first model call). ``agent=`` is an alias
+        of ``starting_agent``.
         """
-        if max_turns < 1:
-            raise UserError("max_turns must be at least 1")
-        config = run_config or RunConfig()
-        return await _run(agent, input, session, config, max_turns, conversation_id)
+        spec = _spec(
+            starting_agent,
+            agent,
+            input,
+            run_config,
+            max_turns,
+            context=context,
+            hooks=hooks,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            session=session,
+        )
+        progress = _progress(spec)
+        final = await execute(spec, progress)
+        return RunResult(
+            input=spec.input,
+            new_items=progress.new_items,
+            final_output=final,
+            last_agent=progress.current_agent,
+            usage=progress.usage,
+            raw_responses=progress.raw_responses,
+            context_wrapper=progress.context_wrapper,
+        )
 
     @staticmethod
     def run_sync(
-        agent: Agent,
-        input: str | list[Item],
+        starting_agent: Agent | None = None,
+        input: str | list[Item] | None = None,
         *,
-        session: Session | None = None,
-        run_config: RunConfig | None = None,
+        context: Any = None,
         max_turns: int = 10,
+        hooks: RunHooks[Any] | None = None,
+        run_config: RunConfig | dict[str, Any] | None = None,
+        previous_response_id: str | None = None,
         conversation_id: str | None = None,
+        session: Session | None = None,
+        agent: Agent | None = None,
     ) -> RunResult:
         """``run`` for code without an event loop."""
         try:
@@ -307,11 +272,53 @@ class Runner:
             )
         return asyncio.run(
             Runner.run(
-                agent,
+                starting_agent,
                 input,
-                session=session,
-                run_config=run_config,
+                context=context,
                 max_turns=max_turns,
+                hooks=hooks,
+                run_config=run_config,
+                previous_response_id=previous_response_id,
                 conversation_id=conversation_id,
+                session=session,
+                agent=agent,
             )
         )
+
+    @staticmethod
+    def run_streamed(
+        starting_agent: Agent | None = None,
+        input: str | list[Item] | None = None,
+        context: Any = None,
+        max_turns: int = 10,
+        hooks: RunHooks[Any] | None = None,
+        run_config: RunConfig | dict[str, Any] | None = None,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+        session: Session | None = None,
+        *,
+        agent: Agent | None = None,
+    ) -> RunResultStreaming:
+        """Start a run and return at once; iterate ``stream_events()`` on the result to follow
+        it (needs a running event loop). Model calls stream (``Model.stream_response``); the run
+        does exactly what ``run`` does, memory recording included."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise UserError(
+                "Runner.run_streamed needs a running event loop; call it from async code"
+            ) from None
+        spec = _spec(
+            starting_agent,
+            agent,
+            input,
+            run_config,
+            max_turns,
+            context=context,
+            hooks=hooks,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            session=session,
+            stream=True,
+        )
+        return RunResultStreaming(spec, _progress(spec))

@@ -55,6 +55,14 @@ def output_schema_for(tp: type[Any]) -> OutputSchema:
     return OutputSchema(name=_schema_name(tp), json_schema=strict, strict=True)
 
 
+def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (an object schema, e.g. a tool's arguments) in the API's strict form: every
+    object closed, every property required, no ``title``/``default``. Raises ``UserError`` for
+    free-form objects, which strict mode cannot express."""
+    result: dict[str, Any] = _strictify(schema, path="#", root=schema, inlining=frozenset())
+    return result
+
+
 def is_wrapped(tp: type[Any]) -> bool:
     """Whether the schema for ``tp`` wraps it in a ``{"response": ...}`` object."""
     return not _is_object_schema(_hoist_root_ref(TypeAdapter(tp).json_schema()))

@@ -1,28 +1,74 @@
-"""Model settings shared by every model implementation."""
+"""Model settings shared by every model implementation.
+
+Each field is sent to whichever API the model uses when it is set (``None`` = the server's
+default); a field one API lacks is left out for it (see ``docs/runtime.md`` for the mapping).
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
-ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
+
+class Reasoning(BaseModel):
+    """Reasoning options: ``effort`` and ``summary`` (``"auto"``, ``"concise"``,
+    ``"detailed"``)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    effort: ReasoningEffort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Dict-style read, so code written for ``reasoning={"effort": ...}`` keeps working."""
+        value = self.model_dump(exclude_none=True).get(key)
+        return default if value is None else value
 
 
 class ModelSettings(BaseModel):
     """Per-request model settings.
 
-    ``reasoning`` takes ``{"effort": "low" | "medium" | "high"}``. A dict of these fields is
-    accepted wherever ``ModelSettings`` is (see :meth:`coerce`).
+    ``reasoning`` takes a ``Reasoning``, a dict such as ``{"effort": "low"}``, or the ``openai``
+    package's ``Reasoning`` object. A dict of these fields is accepted wherever
+    ``ModelSettings`` is (see :meth:`coerce`). ``extra_headers`` / ``extra_query`` /
+    ``extra_body`` go to the HTTP request; ``extra_args`` are extra keyword arguments of the
+    API call.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     temperature: float | None = None
+    top_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    truncation: Literal["auto", "disabled"] | None = None
     max_tokens: int | None = None
-    reasoning: dict[str, Any] | None = None
-    tool_choice: str | None = None
+    reasoning: Reasoning | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    include_usage: bool | None = None
+    response_include: list[str] | None = None
+    top_logprobs: int | None = None
+    extra_query: dict[str, Any] | None = None
+    extra_body: dict[str, Any] | None = None
+    extra_headers: dict[str, str] | None = None
     extra_args: dict[str, Any] | None = None
+
+    @field_validator("reasoning", mode="before")
+    @classmethod
+    def _reasoning(cls, value: Any) -> Any:
+        if value is None or isinstance(value, Reasoning | dict):
+            return value
+        dump = getattr(value, "model_dump", None)  # e.g. openai.types.shared.Reasoning
+        if callable(dump):
+            return {k: v for k, v in dump().items() if v is not None}
+        return value
 
     @classmethod
     def coerce(cls, value: ModelSettings | dict[str, Any] | None) -> ModelSettings:
@@ -35,10 +81,26 @@ class ModelSettings(BaseModel):
             return cls.model_validate(value)
         raise TypeError(f"model settings must be ModelSettings or a dict, not {type(value)!r}")
 
-    def merged(self, override: ModelSettings | None) -> ModelSettings:
-        """Settings with every field that ``override`` sets taking precedence."""
+    def resolve(self, override: ModelSettings | dict[str, Any] | None) -> ModelSettings:
+        """These settings with every field ``override`` sets taking precedence; ``extra_args``
+        (and the ``extra_*`` dicts) are merged key by key."""
         if override is None:
             return self
-        data = self.model_dump()
-        data.update(override.model_dump(exclude_none=True))
-        return ModelSettings.model_validate(data)
+        other = ModelSettings.coerce(override)
+        data = {name: getattr(self, name) for name in type(self).model_fields}
+        for name in other.model_fields_set:
+            value = getattr(other, name)
+            if value is None:
+                continue
+            mine = data.get(name)
+            if name.startswith("extra_") and isinstance(mine, dict) and isinstance(value, dict):
+                value = {**mine, **value}
+            data[name] = value
+        return ModelSettings(**data)
+
+    #: the earlier sandmem name of :meth:`resolve`
+    merged = resolve
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The set fields as JSON-ready data."""
+        return self.model_dump(mode="json", exclude_none=True)

@@ -26,8 +26,11 @@ async def run(session: SandboxSession, **arguments: Any) -> str:
 def test_schema() -> None:
     (tool,) = Shell().tools()
     schema = tool.params_json_schema
-    assert schema["required"] == ["cmd"]
-    assert set(schema["properties"]) == {"cmd", "workdir", "timeout_ms", "max_output_tokens"}
+    # strict mode (the function_tool default): every property listed, optional ones nullable
+    assert schema["required"] == ["cmd", "workdir", "timeout_ms", "max_output_tokens"]
+    assert schema["additionalProperties"] is False
+    assert tool.spec().strict is True
+    assert {"type": "null"} in schema["properties"]["workdir"]["anyOf"]
 
 
 async def test_exit_code_and_interleaved_output(session: SandboxSession) -> None:

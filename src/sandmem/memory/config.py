@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sandmem._settings import ModelSettings
+from sandmem._settings import ModelSettings, Reasoning
 from sandmem.models._base import Model, ModelProvider
 
 #: the model name that selects sandmem's deterministic, model-free engine
@@ -53,7 +53,7 @@ class MemoryReadConfig(BaseModel):
 
 
 def _default_settings() -> ModelSettings:
-    return ModelSettings(reasoning={"effort": "medium"})
+    return ModelSettings(reasoning=Reasoning(effort="medium"))
 
 
 class MemoryGenerateConfig(BaseModel):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandmem._items import Item
+from sandmem._items import Item, item_kind
 from sandmem._settings import ModelSettings
 from sandmem._usage import Usage
 
@@ -39,6 +40,10 @@ class ModelRequest:
     tools: list[ToolSpec] = field(default_factory=list)
     output_schema: OutputSchema | None = None
     settings: ModelSettings = field(default_factory=ModelSettings)
+    #: server-side state to continue from (Responses API); ``input`` then holds only new items
+    previous_response_id: str | None = None
+    #: an OpenAI conversation id (``conv_...``) for the Responses API's ``conversation``
+    conversation_id: str | None = None
 
 
 @dataclass
@@ -52,7 +57,12 @@ class ModelResponse:
 
 class Model(abc.ABC):
     """A language model. Implementations translate their backend's errors into
-    ``ModelRequestError`` / ``ModelBehaviorError``."""
+    ``ModelRequestError`` / ``ModelBehaviorError``.
+
+    ``get_response`` is the one required method. ``stream_response`` is optional: its default
+    calls ``get_response`` and replays the answer's text as delta events, so every model can
+    serve ``Runner.run_streamed``.
+    """
 
     #: a name for logs and error messages
     name: str = "model"
@@ -60,6 +70,42 @@ class Model(abc.ABC):
     @abc.abstractmethod
     async def get_response(self, request: ModelRequest) -> ModelResponse:
         """Send ``request`` and return the model's output items."""
+
+    async def stream_response(self, request: ModelRequest) -> AsyncIterator[Any]:
+        """Send ``request``, yielding raw stream events as they arrive and, last, exactly one
+        ``ModelResponse`` (the whole answer, as ``get_response`` would return it).
+
+        Text deltas are objects with ``type == "response.output_text.delta"`` and ``delta``.
+        """
+        from sandmem._stream_events import ResponseTextDeltaEvent
+
+        response = await self.get_response(request)
+        sequence = 0
+        for index, item in enumerate(response.output):
+            if item_kind(item) != "message" or item.get("role") != "assistant":
+                continue
+            for part_index, text in enumerate(_texts(item.get("content"))):
+                yield ResponseTextDeltaEvent(
+                    delta=text,
+                    item_id=str(item.get("id", "")),
+                    output_index=index,
+                    content_index=part_index,
+                    sequence_number=sequence,
+                )
+                sequence += 1
+        yield response
+
+
+def _texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content] if content else []
+    if isinstance(content, list):
+        return [
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") in ("output_text", "text")
+        ]
+    return []
 
 
 class ModelProvider(abc.ABC):

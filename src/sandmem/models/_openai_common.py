@@ -23,6 +23,7 @@ import openai
 from openai import AsyncOpenAI
 
 from sandmem._errors import ModelRequestError
+from sandmem._settings import ModelSettings
 from sandmem.models._base import Model
 
 #: a client, or a function (plain or async) returning the client to use for this request
@@ -30,6 +31,7 @@ ClientSource = AsyncOpenAI | Callable[[], AsyncOpenAI | Awaitable[AsyncOpenAI]]
 
 # ``extra_args`` keys that are request options of the openai client, not body fields
 _CLIENT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
+_TOOL_CHOICE_MODES = frozenset({"auto", "required", "none"})
 
 
 async def resolve_client(source: ClientSource) -> AsyncOpenAI:
@@ -91,12 +93,33 @@ def split_extra_args(extra_args: dict[str, Any] | None) -> tuple[dict[str, Any],
     return options, body
 
 
-def apply_extra_args(kwargs: dict[str, Any], extra_args: dict[str, Any] | None) -> None:
-    """Merge ``extra_args`` into the keyword arguments of a ``create`` call (in place)."""
-    options, body = split_extra_args(extra_args)
+def apply_extra_args(kwargs: dict[str, Any], settings: ModelSettings) -> None:
+    """Merge the settings' ``extra_headers`` / ``extra_query`` / ``extra_body`` and
+    ``extra_args`` into the keyword arguments of a ``create`` call (in place)."""
+    options, body = split_extra_args(settings.extra_args)
+    for name in ("extra_headers", "extra_query"):
+        value = getattr(settings, name)
+        if value:
+            options[name] = {**value, **options.get(name, {})}
+    if settings.extra_body:
+        body = {**settings.extra_body, **body}
     kwargs.update(options)
     if body:
         kwargs["extra_body"] = body
+
+
+def tool_choice(choice: str | dict[str, Any], *, chat: bool) -> str | dict[str, Any]:
+    """``ModelSettings.tool_choice`` in the API's form: a mode, a tool name, or a dict as is."""
+    if isinstance(choice, dict) or choice in _TOOL_CHOICE_MODES:
+        return choice
+    if chat:
+        return {"type": "function", "function": {"name": choice}}
+    return {"type": "function", "name": choice}
+
+
+def set_if(kwargs: dict[str, Any], **values: Any) -> None:
+    """Set each keyword whose value is not ``None``."""
+    kwargs.update({key: value for key, value in values.items() if value is not None})
 
 
 class OpenAIModelBase(Model):

@@ -30,12 +30,13 @@ from sandmem.models._openai_common import (
     OpenAIModelBase,
     apply_extra_args,
     resolve_client,
+    set_if,
+    tool_choice,
     translated_errors,
 )
 
 Message = dict[str, Any]
 
-_TOOL_CHOICE_MODES = frozenset({"auto", "required", "none"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 
@@ -60,7 +61,6 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
 
 def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
     """The keyword arguments of ``client.chat.completions.create`` for ``request``."""
-    settings = request.settings
     kwargs: dict[str, Any] = {
         "model": model,
         "messages": chat_messages(request.instructions, request.input),
@@ -69,17 +69,35 @@ def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
         kwargs["tools"] = [_tool(spec) for spec in request.tools]
     if request.output_schema is not None:
         kwargs["response_format"] = _response_format(request.output_schema)
-    if settings.temperature is not None:
-        kwargs["temperature"] = settings.temperature
-    if settings.max_tokens is not None:
-        kwargs["max_completion_tokens"] = settings.max_tokens
-    effort = (settings.reasoning or {}).get("effort")
+    apply_settings(kwargs, request)
+    return kwargs
+
+
+def apply_settings(kwargs: dict[str, Any], request: ModelRequest) -> None:
+    """``request.settings`` as Chat Completions arguments, in place."""
+    settings = request.settings
+    set_if(
+        kwargs,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        frequency_penalty=settings.frequency_penalty,
+        presence_penalty=settings.presence_penalty,
+        max_completion_tokens=settings.max_tokens,
+        verbosity=settings.verbosity,
+        metadata=settings.metadata,
+        store=settings.store,
+        top_logprobs=settings.top_logprobs,
+    )
+    if settings.top_logprobs is not None:
+        kwargs["logprobs"] = True
+    effort = settings.reasoning.effort if settings.reasoning is not None else None
     if effort is not None:
         kwargs["reasoning_effort"] = effort
     if settings.tool_choice is not None:
-        kwargs["tool_choice"] = _tool_choice(settings.tool_choice)
-    apply_extra_args(kwargs, settings.extra_args)
-    return kwargs
+        kwargs["tool_choice"] = tool_choice(settings.tool_choice, chat=True)
+    if settings.parallel_tool_calls is not None and request.tools:
+        kwargs["parallel_tool_calls"] = settings.parallel_tool_calls
+    apply_extra_args(kwargs, settings)
 
 
 def chat_messages(instructions: str | None, items: list[Item]) -> list[Message]:
@@ -238,9 +256,3 @@ def _response_format(schema: OutputSchema) -> dict[str, Any]:
         "type": "json_schema",
         "json_schema": {"name": schema.name, "schema": schema.json_schema, "strict": schema.strict},
     }
-
-
-def _tool_choice(choice: str) -> str | dict[str, Any]:
-    if choice in _TOOL_CHOICE_MODES:
-        return choice
-    return {"type": "function", "function": {"name": choice}}

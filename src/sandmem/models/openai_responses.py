@@ -19,10 +19,11 @@ from sandmem.models._openai_common import (
     OpenAIModelBase,
     apply_extra_args,
     resolve_client,
+    set_if,
+    tool_choice,
     translated_errors,
 )
 
-_TOOL_CHOICE_MODES = frozenset({"auto", "required", "none"})
 _FUNCTION_CALL_KEYS = ("type", "call_id", "name", "arguments")
 _FUNCTION_OUTPUT_KEYS = ("type", "call_id", "output")
 
@@ -49,7 +50,6 @@ class OpenAIResponsesModel(OpenAIModelBase):
 
 def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
     """The keyword arguments of ``client.responses.create`` for ``request``."""
-    settings = request.settings
     kwargs: dict[str, Any] = {
         "model": model,
         "input": input_items(request.input),
@@ -61,16 +61,43 @@ def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
         kwargs["tools"] = [_tool(spec) for spec in request.tools]
     if request.output_schema is not None:
         kwargs["text"] = {"format": _text_format(request.output_schema)}
-    if settings.temperature is not None:
-        kwargs["temperature"] = settings.temperature
-    if settings.max_tokens is not None:
-        kwargs["max_output_tokens"] = settings.max_tokens
-    if settings.reasoning is not None:
-        kwargs["reasoning"] = dict(settings.reasoning)
-    if settings.tool_choice is not None:
-        kwargs["tool_choice"] = _tool_choice(settings.tool_choice)
-    apply_extra_args(kwargs, settings.extra_args)
+    apply_settings(kwargs, request)
     return kwargs
+
+
+def apply_settings(kwargs: dict[str, Any], request: ModelRequest) -> None:
+    """``request.settings`` (and server-side state) as Responses API arguments, in place."""
+    settings = request.settings
+    server_state = request.previous_response_id or request.conversation_id
+    if settings.store is not None:
+        kwargs["store"] = settings.store
+    elif server_state:
+        kwargs.pop("store")  # continuing server-side state needs stored responses
+    set_if(
+        kwargs,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_output_tokens=settings.max_tokens,
+        truncation=settings.truncation,
+        metadata=settings.metadata,
+        top_logprobs=settings.top_logprobs,
+        previous_response_id=request.previous_response_id,
+        conversation=request.conversation_id,
+    )
+    if settings.reasoning is not None:
+        kwargs["reasoning"] = settings.reasoning.model_dump(exclude_none=True)
+    if settings.tool_choice is not None:
+        kwargs["tool_choice"] = tool_choice(settings.tool_choice, chat=False)
+    if settings.parallel_tool_calls is not None and request.tools:
+        kwargs["parallel_tool_calls"] = settings.parallel_tool_calls
+    if settings.verbosity is not None:
+        kwargs["text"] = {**kwargs.get("text", {}), "verbosity": settings.verbosity}
+    include = list(settings.response_include or [])
+    if settings.top_logprobs is not None and "message.output_text.logprobs" not in include:
+        include.append("message.output_text.logprobs")
+    if include:
+        kwargs["include"] = include
+    apply_extra_args(kwargs, settings)
 
 
 def input_items(items: list[Item]) -> list[Item]:
@@ -164,9 +191,3 @@ def _text_format(schema: OutputSchema) -> dict[str, Any]:
         "schema": schema.json_schema,
         "strict": schema.strict,
     }
-
-
-def _tool_choice(choice: str) -> str | dict[str, Any]:
-    if choice in _TOOL_CHOICE_MODES:
-        return choice
-    return {"type": "function", "name": choice}
