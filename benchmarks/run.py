@@ -1,13 +1,14 @@
-"""Run sandmem's benchmarks and write the report (issue 9).
+"""Run sandmem's benchmarks and write the report (issues 9 and 15).
 
     python benchmarks/run.py --out BENCHMARKS.md     # every figure (what `make bench` runs)
     python benchmarks/run.py --only flush            # one figure, printed
-    python benchmarks/run.py --only read,exec        # several
+    python benchmarks/run.py --only noop,exec        # several
 
-Figures: flush (1), append (2), selection (3), read (4), input-size (5), exec (6),
-extractive (7). Each figure module is ``benchmarks/bench_*.py`` with a ``run()`` that returns a
-``bench_common.Figure``. Timings are medians of at least 5 runs; nothing here (or in the test
-suite) asserts a timing: the Done-when verdicts are reported, not enforced.
+Figures: flush (1), first-request (2), append (3), noop (4), selection (5), input-size (6),
+exec (7), extractive (8). Each figure module is ``benchmarks/bench_*.py`` with a ``run()`` that
+returns a ``bench_common.Figure``; every number and every comparison in the report is printed
+from a measurement of the same run. Nothing here (or in the test suite) asserts a timing: the
+Done-when verdicts are reported, not enforced.
 """
 
 from __future__ import annotations
@@ -22,17 +23,19 @@ from pathlib import Path
 import bench_append
 import bench_exec
 import bench_extractive
+import bench_first_request
 import bench_flush
 import bench_input_size
-import bench_read
+import bench_noop
 import bench_selection
 from bench_common import Figure, load_line, machine_line
 
 FIGURES: dict[str, Callable[[], Figure]] = {
     "flush": bench_flush.run,
+    "first-request": bench_first_request.run,
     "append": bench_append.run,
+    "noop": bench_noop.run,
     "selection": bench_selection.run,
-    "read": bench_read.run,
     "input-size": bench_input_size.run,
     "exec": bench_exec.run,
     "extractive": bench_extractive.run,
@@ -58,13 +61,15 @@ def report(figures: list[Figure], started: float, machine: str, load: str) -> st
         "",
         machine + ".",
         "",
-        f"{load}. Generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by `make bench` "
+        f"{load}; at the end: {load_line().split(': ', 1)[-1]}. "
+        f"Generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by `make bench` "
         f"(`python benchmarks/run.py --out BENCHMARKS.md`) in {minutes:.1f} min.",
         "",
-        "Every timing is a median of at least 5 runs (figure 1 states where its slowest cell "
-        "uses fewer). The machine is shared, so absolute numbers carry noise; the ratios the "
-        "Done-when targets use are steadier. The test suite only smoke-tests these scripts "
-        "with tiny sizes (`tests/test_benchmarks_smoke.py`); it never asserts a timing.",
+        "Each figure states how many runs its medians are over. The machine is shared (the "
+        "load averages above), so absolute numbers carry noise. Every number and every "
+        "comparison below is printed by the script from a measurement of this run. The test "
+        "suite only smoke-tests these scripts with tiny sizes "
+        "(`tests/test_benchmarks_smoke.py`); it never asserts a timing.",
         "",
         "| figure | what | Done-when | reproduce |",
         "| ---: | --- | --- | --- |",

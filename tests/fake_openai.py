@@ -39,11 +39,15 @@ _PATHS: dict[str, Api] = {"/v1/responses": "responses", "/v1/chat/completions": 
 
 @dataclass
 class FakeRequest:
-    """One request the server received (``headers`` keys are lower case)."""
+    """One request the server received (``headers`` keys are lower case). ``received_at`` is
+    ``time.perf_counter()`` when its headers were read (the same clock as the test's, since the
+    server runs in the test's process); ``size`` is the body's length in bytes."""
 
     api: Api
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    received_at: float = 0.0
+    size: int = 0
 
     @property
     def model(self) -> str:
@@ -333,6 +337,7 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
             pass
 
         def do_POST(self) -> None:
+            received_at = time.perf_counter()
             api = _PATHS.get(self.path.split("?", 1)[0])
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
@@ -345,7 +350,7 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
                 self._send(400, {}, _error_body(400, "request body is not JSON"))
                 return
             headers = {key.lower(): value for key, value in self.headers.items()}
-            req = FakeRequest(api=api, body=body, headers=headers)
+            req = FakeRequest(api, body, headers, received_at, len(raw))
             server._enter(req)
             try:
                 status, headers, data = server._respond(req)

@@ -1,5 +1,5 @@
-"""Smoke test of the benchmark scripts (issue 9): every figure runs end to end with tiny sizes
-and renders its section. No timing is asserted here, ever: timings live in BENCHMARKS.md."""
+"""Smoke test of the benchmark scripts (issues 9 and 15): every figure runs end to end with tiny
+sizes and renders its section. No timing is asserted here, ever: timings live in BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ if str(BENCHMARKS) not in sys.path:
 import bench_append  # noqa: E402
 import bench_exec  # noqa: E402
 import bench_extractive  # noqa: E402
+import bench_first_request  # noqa: E402
 import bench_flush  # noqa: E402
 import bench_input_size  # noqa: E402
-import bench_read  # noqa: E402
+import bench_noop  # noqa: E402
 import bench_selection  # noqa: E402
 from bench_common import CORPUS_DIR, Figure, machine_line  # noqa: E402
 
@@ -45,33 +46,64 @@ def check_section(figure: Figure, key: str) -> str:
     return text
 
 
-def test_flush_figure_runs_every_cell() -> None:
-    figure = bench_flush.run(sizes=(1, 3), concurrency=(1, 2), delay_s=0.0, repeat=1)
+def test_flush_figure_runs_the_default_flush_in_every_cell() -> None:
+    figure = bench_flush.run(sizes=(1, 5), delays=(0.0,), repeat=1, slow_repeat=1)
     check_section(figure, "flush")
-    assert set(figure.data["cells"]) == {(1, 1), (1, 2), (3, 1), (3, 2)}
-    assert figure.data["cells"][(3, 2)]["peak"] >= 1
-    assert figure.status is None, "the Done-when verdict needs N = 16 and concurrency 1 and 4"
+    default = bench_flush.DEFAULT_CONCURRENCY
+    assert set(figure.data["cells"]) == {(0.0, 1, default), (0.0, 5, default), (0.0, 5, 5)}
+    for (_, n, _), cell in figure.data["cells"].items():
+        assert cell["p1_requests"] == n, "one phase-one request per rollout"
+        assert cell["p2_requests"] >= 1, "phase two went through the model"
+        assert cell["p1_tokens"] > 0 and cell["p2_tokens"] > 0
+    assert figure.status is None, "the Done-when verdicts need the 300 ms cells"
 
 
-def test_append_figure_measures_growth_per_append() -> None:
-    figure = bench_append.run(sizes=(2, 4), repeat=1)
+def test_first_request_figure_times_a_run_with_memory() -> None:
+    figure = bench_first_request.run(size=2_000, repeat=2)
+    check_section(figure, "first-request")
+    assert 0 < figure.data["first"] < figure.data["whole"]
+    assert figure.data["recorded"] == 4, "every run was recorded as a rollout"
+    assert figure.status is None
+    assert len(bench_first_request.make_summary(2_000).encode()) == 2_000
+
+
+def test_append_figure_measures_bursts_and_growth_per_append() -> None:
+    figure = bench_append.run(sizes=(2, 4), repeat=1, burst=3)
     check_section(figure, "append")
     for row in figure.data["result"].values():
         assert row["bytes"] > 0.9 * bench_append.SEGMENT_BYTES
+    assert figure.data["bursts"]["concurrent"] > 0 and figure.data["bursts"]["sequential"] > 0
+    assert figure.status is None
+
+
+def test_noop_figure_flushes_with_nothing_to_do() -> None:
+    figure = bench_noop.run(count=6, size=4_000, repeat=2)
+    check_section(figure, "noop")
+    assert figure.data["requests"] == 0
+    assert figure.data["noop_s"] > 0
+    assert figure.status is None
+
+
+def test_scripted_memory_model_cites_only_kept_conversations() -> None:
+    import bench_model
+
+    brief = (
+        "- added (new):\n  - a1 (updated t, completed; summary memories/rollout_summaries/a1_x.md)"
+        "\n- retained (kept):\n  - r1 (updated t, completed; summary "
+        "memories/rollout_summaries/r1_y.md)\n- removed (forgotten):\n  - gone (updated t, "
+        "completed; summary memories/rollout_summaries/gone_z.md)\n"
+    )
+    refs = bench_model._REF.findall(bench_model._kept_section(brief))
+    assert [rid for rid, _ in refs] == ["a1", "r1"]
+    files = bench_model.MemoryModel()._files(refs)
+    assert "rollout_summaries/a1_x.md" in files["memories/MEMORY.md"]
+    assert "gone" not in files["memories/MEMORY.md"]
 
 
 def test_selection_figure_plans_over_raw_memories() -> None:
     figure = bench_selection.run(count=20, caps=(5, 20), repeat=1)
     check_section(figure, "selection")
     assert figure.data["selected"] == {5: 5, 20: 20}
-
-
-@pytest.mark.parametrize("size", [2_000, bench_read.SUMMARY_BYTES])
-def test_read_figure_builds_the_memory_prompt(size: int) -> None:
-    figure = bench_read.run(size=size, repeat=2)
-    check_section(figure, "read")
-    assert figure.data["prompt_bytes"] > 0
-    assert len(bench_read.make_summary(size).encode()) == size
 
 
 def test_input_size_figure_covers_the_corpus() -> None:
@@ -105,11 +137,13 @@ def test_synthetic_rollouts_are_deterministic_and_distinct() -> None:
 def test_run_writes_a_report_with_the_machine_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(bench_run.FIGURES, "read", lambda: bench_read.run(size=1_000, repeat=1))
+    monkeypatch.setitem(
+        bench_run.FIGURES, "selection", lambda: bench_selection.run(count=5, caps=(5,), repeat=1)
+    )
     out = tmp_path / "BENCHMARKS.md"
-    assert bench_run.main(["--only", "read", "--out", str(out)]) == 0
+    assert bench_run.main(["--only", "selection", "--out", str(out)]) == 0
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\n" + machine_line())
-    assert "`python benchmarks/run.py --only read`" in text
+    assert "`python benchmarks/run.py --only selection`" in text
     with pytest.raises(SystemExit):
         bench_run.main(["--only", "nope"])

@@ -456,3 +456,25 @@ def _one_exec(cmd: str, code: int, output: str) -> ParsedRollout:
             _output("c1", f"exit_code: {code}\n{output}"),
         ]
     )
+
+
+def test_the_cheap_line_tests_agree_with_the_full_patterns() -> None:
+    """``_is_error`` / ``_is_location`` pre-filter lines before the regexes: on every line of
+    the corpus (and a few edge cases) they decide exactly as the full patterns do."""
+    from sandmem.memory._render_text import _ERROR_LINE, _LOCATION_LINE, _is_error, _is_location
+
+    lines = [
+        "E   assert 1 == 2",
+        "ValueError: bad",
+        "TIMED OUT after 30 s",
+        "\u017fegmentation fault (core dumped)",  # a long s: casefolds to "s"
+        '  File "app.py", line 3, in <module>',
+        "src/app.py:12: warning",
+        "tests/test_x.py::test_y PASSED",
+    ]
+    for path in sorted((Path(__file__).parents[1] / "data" / "rollouts").glob("*.jsonl")):
+        for segment in path.read_text(encoding="utf-8").splitlines():
+            lines.extend(segment.replace("\\n", "\n").split("\n"))
+    for line in lines:
+        assert _is_error(line) == bool(_ERROR_LINE.search(line)), line
+        assert _is_location(line) == bool(_LOCATION_LINE.search(line)), line

@@ -33,6 +33,15 @@ _ERROR_LINE = re.compile(
     r"|\b[A-Z]\w*(?:Error|Exception)\b|^E\s"
 )
 _LOCATION_LINE = re.compile(r"[\w./-]+\.\w+:\d+|^\s*File \"[^\"]+\", line \d+")
+#: a line can match ``_ERROR_LINE`` only if its casefolded text contains one of these (or it
+#: starts with "E"): a cheap test first, the regex only on the lines that pass it
+_ERROR_WORDS = (
+    "error", "fatal", "fail", "panic", "traceback", "exception", "assert", "denied",
+    "timed out", "timeout", "segmentation fault", "cannot", "could not", "not found",
+)  # fmt: skip
+#: what every ``_LOCATION_LINE`` match contains; a cheap test first (the full pattern
+#: backtracks over long path-like words, and most log lines have no location at all)
+_LOCATION_HINT = re.compile(r':\d|File "')
 _SALVAGE_LINES = 40
 _SALVAGE_LINE_BYTES = 300
 
@@ -115,7 +124,7 @@ def _salvage(middle: list[str], offset: int, room: int) -> list[str]:
     original order, within ``room`` bytes."""
     candidates: dict[str, tuple[int, int]] = {}  # clipped line -> (tier, index)
     for index, line in enumerate(middle):
-        tier = 0 if _ERROR_LINE.search(line) else 1 if _LOCATION_LINE.search(line) else -1
+        tier = 0 if _is_error(line) else 1 if _is_location(line) else -1
         if tier >= 0:
             candidates.setdefault(_clip(line.strip()), (tier, index))
     chosen: list[tuple[int, str]] = []
@@ -130,6 +139,18 @@ def _salvage(middle: list[str], offset: int, room: int) -> list[str]:
     if len(candidates) > len(chosen):
         out.append(f"  (+{len(candidates) - len(chosen)} more error-like lines)")
     return out
+
+
+def _is_error(line: str) -> bool:
+    if not line.startswith("E"):
+        folded = line.casefold()
+        if not any(word in folded for word in _ERROR_WORDS):
+            return False
+    return _ERROR_LINE.search(line) is not None
+
+
+def _is_location(line: str) -> bool:
+    return _LOCATION_HINT.search(line) is not None and _LOCATION_LINE.search(line) is not None
 
 
 def _clip(line: str) -> str:
