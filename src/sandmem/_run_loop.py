@@ -212,7 +212,7 @@ def _output_schema(output_type: type[Any] | None) -> OutputSchema | None:
     return output_schema_for(output_type)
 
 
-async def _prepare(spec: RunSpec, ctx: SandboxRunContext, owned: list[ModelProvider]) -> _Prepared:
+async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
     """Everything that can refuse a run happens here, before the first model call."""
     agent, config = spec.agent, spec.run_config
     capabilities: list[Capability] = []
