@@ -56,6 +56,26 @@ def test_errors_share_one_base() -> None:
         "SandboxError",
         "MemoryGenerationError",
         "ModelRequestError",
+        "MemoryLockedError",
+        "MemoryNotFoundError",
     ):
         assert issubclass(getattr(sandmem, name), sandmem.SandmemError)
     assert not issubclass(sandmem.SandmemError, MemoryError)
+
+
+def test_memory_api_is_exported_and_not_shadowed() -> None:
+    """``sandmem.memory.search`` is the function even after every submodule is imported (a
+    submodule named ``search`` would replace it on import)."""
+    import importlib
+    import pkgutil
+
+    from sandmem import memory
+
+    assert memory.__all__ == sorted(memory.__all__, key=lambda n: (not n.isupper(), n))
+    for info in pkgutil.walk_packages(memory.__path__, "sandmem.memory."):
+        importlib.import_module(info.name)
+    for name in memory.__all__:
+        assert getattr(memory, name) is not None, name
+    for name in ("status", "list_conversations", "list_files", "show", "search", "generate"):
+        assert callable(getattr(memory, name)) and callable(getattr(memory, f"{name}_sync"))
+        assert not isinstance(getattr(memory, name), type(memory)), name

@@ -14,6 +14,8 @@ from sandmem._agent import Agent
 from sandmem._errors import (
     MaxTurnsExceeded,
     MemoryGenerationError,
+    MemoryLockedError,
+    MemoryNotFoundError,
     ModelBehaviorError,
     ModelRequestError,
     SandboxError,
@@ -79,6 +81,8 @@ __all__ = [
     "MemoryGenerateConfig",
     "MemoryGenerationError",
     "MemoryLayoutConfig",
+    "MemoryLockedError",
+    "MemoryNotFoundError",
     "MemoryReadConfig",
     "Model",
     "ModelBehaviorError",

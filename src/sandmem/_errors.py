@@ -7,7 +7,9 @@
     ├── ModelRequestError         a model request failed after the client's retries
     ├── SandboxError              a sandbox operation failed (operation, path, cause)
     │   ├── SandboxPathError      a path leaves the workspace (also a UserError)
-    │   └── SandboxStateError     a session state or snapshot cannot be used (also a UserError)
+    │   ├── SandboxStateError     a session state or snapshot cannot be used (also a UserError)
+    │   └── MemoryLockedError     another process holds a memory layout's lock
+    ├── MemoryNotFoundError       no memory, conversation or file where asked (also a UserError)
     └── MemoryGenerationError     memory generation failed for a rollout or a layout
 
 Backend and client exceptions are translated into this tree at one boundary each: the model
@@ -95,3 +97,24 @@ class MemoryGenerationError(SandmemError):
         super().__init__(message)
         self.rollout_id = rollout_id
         self.retryable = retryable
+
+
+class MemoryLockedError(SandboxError):
+    """A memory layout's lock (``<memories_dir>/.lock`` or ``<sessions_dir>/.lock``) is held by
+    another process or task (a generation or a ``forget`` in progress) past the lock timeout.
+    ``path`` names the lock; trying again later may succeed."""
+
+    retryable = True
+
+
+class MemoryNotFoundError(UserError):
+    """What was asked for is not in memory: no memory layout in the workspace, an unknown
+    conversation (``rollout_id``), or a conversation with no such file yet. ``path`` names what
+    was looked for."""
+
+    def __init__(
+        self, message: str, *, path: str | None = None, rollout_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.rollout_id = rollout_id

@@ -15,8 +15,10 @@ from cli_workspaces import (
     invoke_json,
     memory_server_handler,
 )
+from click.testing import CliRunner, Result
 from fake_openai import FakeOpenAIServer
 
+from sandmem.cli import cli
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 
 
@@ -54,7 +56,8 @@ def test_generate_retry_failed(tmp_path: Path) -> None:
     root = build_workspace(tmp_path / "ws", [INVOICE], failing_config(max_attempts=1))
     assert statuses(root) == {"invoice-fix": "failed"}
     status = invoke_json("memory", "status", "-w", root, "--json")
-    assert [r["rollout_id"] for r in status["failed"]] == ["invoice-fix"]
+    failed = [c["rollout_id"] for c in status["conversations"] if c["status"] == "failed"]
+    assert failed == ["invoice-fix"]
     plain = invoke_json("memory", "generate", "-w", root, "--engine", "extractive", "--json")
     assert plain["processed"] == [] and statuses(root) == {"invoice-fix": "failed"}
     retried = invoke_json(
@@ -77,7 +80,7 @@ def test_generate_through_a_model_server(tmp_path: Path, fake_openai: FakeOpenAI
     memory_md = (root / "memories/MEMORY.md").read_text()
     assert "learned in conversation invoice-fix" in memory_md
     status = invoke_json("memory", "status", "-w", root, "--json")
-    assert status["tokens"]["one"]["input_tokens"] > 0  # summed from generation_log.jsonl
+    assert status["tokens"]["phase_one"]["input_tokens"] > 0  # summed from the log
 
 
 def test_generate_reports_failures_with_exit_1(
@@ -90,7 +93,8 @@ def test_generate_reports_failures_with_exit_1(
     assert result.exit_code == 1
     assert "✗ invoice-fix:" in result.stdout
     assert result.stderr.startswith("Error: memory generation incomplete: 1 conversation(s)")
-    [pending] = invoke_json("memory", "status", "-w", root, "--json")["pending"]
+    [pending] = invoke_json("memory", "status", "-w", root, "--json")["conversations"]
+    assert pending["status"] == "pending"
     assert pending["attempts"] == 2  # the command's stop did not flush (and retry) again
 
 
@@ -106,7 +110,9 @@ def test_generate_needs_a_model_server_or_the_extractive_engine(workspace: Path)
 def test_forget_removes_files_and_reconsolidates(workspace: Path) -> None:
     assert "deploy-notes" in (workspace / "memories/MEMORY.md").read_text()
     summary = next((workspace / "memories/rollout_summaries").glob("deploy-notes_*.md"))
-    result = invoke("memory", "forget", "deploy-notes", "-w", workspace, "--engine", "extractive")
+    result = invoke(
+        "memory", "forget", "deploy-notes", "-w", workspace, "--engine", "extractive", "--yes"
+    )
     assert result.exit_code == 0, result.output
     assert "forgot deploy-notes:" in result.stdout
     assert not summary.exists()
@@ -123,7 +129,7 @@ def test_forget_removes_files_and_reconsolidates(workspace: Path) -> None:
 def test_forget_the_last_conversation_empties_memory(tmp_path: Path) -> None:
     root = build_workspace(tmp_path / "ws", [INVOICE])
     data = invoke_json(
-        "memory", "forget", "invoice-fix", "-w", root, "--engine", "extractive", "--json"
+        "memory", "forget", "invoice-fix", "-w", root, "--engine", "extractive", "--json", "-y"
     )
     assert data["rollout_id"] == "invoice-fix"
     removed = sorted(data["removed"])
@@ -131,6 +137,8 @@ def test_forget_the_last_conversation_empties_memory(tmp_path: Path) -> None:
     assert removed[1].startswith("memories/rollout_summaries/invoice-fix_")
     assert removed[2:] == ["sessions/invoice-fix.jsonl"]
     assert not any((root / p).exists() for p in removed)
+    assert data["clears_memory"] is True and data["dry_run"] is False
+    assert data["report"]["complete"] is True
     assert (root / "memories/MEMORY.md").read_text() == ""
     assert (root / "memories/memory_summary.md").read_text() == ""
     selection = json.loads((root / "memories/phase_two_selection.json").read_text())
@@ -144,3 +152,53 @@ def test_forget_unknown_or_invalid_id(workspace: Path) -> None:
     invalid = invoke("memory", "forget", "a/../b", "-w", workspace, "--engine", "extractive")
     assert invalid.exit_code == 1 and "invalid rollout id" in invalid.stderr
     assert sorted(p.name for p in (workspace / "memories/raw_memories").iterdir()) == before
+
+
+def _invoke_with_input(text: str, *args: str | Path) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args], input=text, catch_exceptions=False)
+
+
+def test_forget_asks_for_confirmation_and_keeps_everything_on_no(workspace: Path) -> None:
+    before = sorted(p.relative_to(workspace) for p in workspace.rglob("*") if p.is_file())
+    answer = _invoke_with_input(
+        "n\n", "memory", "forget", "deploy-notes", "-w", workspace, "--engine", "extractive"
+    )
+    assert answer.exit_code == 1
+    assert "Forget this conversation? [y/N]" in answer.stderr
+    assert "  would remove sessions/deploy-notes.jsonl" in answer.stderr
+    assert "Error: not forgotten: deploy-notes is unchanged" in answer.stderr
+    assert "pass --yes" in answer.stderr and answer.stdout == ""
+    after = sorted(p.relative_to(workspace) for p in workspace.rglob("*") if p.is_file())
+    assert after == before
+    # no terminal and no --yes: nothing to answer with, so nothing is removed
+    closed = invoke("memory", "forget", "deploy-notes", "-w", workspace, "--engine", "extractive")
+    assert closed.exit_code == 1 and "not forgotten" in closed.stderr
+    assert (workspace / "sessions/deploy-notes.jsonl").exists()
+
+
+def test_forget_goes_ahead_on_yes(workspace: Path) -> None:
+    answer = _invoke_with_input(
+        "y\n", "memory", "forget", "deploy-notes", "-w", workspace, "--engine", "extractive"
+    )
+    assert answer.exit_code == 0, answer.output
+    assert "forgot deploy-notes:" in answer.stdout
+    assert "  removed sessions/deploy-notes.jsonl" in answer.stdout
+    assert not (workspace / "sessions/deploy-notes.jsonl").exists()
+
+
+def test_forget_dry_run_changes_nothing(workspace: Path) -> None:
+    before = {p: p.read_bytes() for p in workspace.rglob("*") if p.is_file()}
+    result = invoke("memory", "forget", "deploy-notes", "-w", workspace, "--dry-run")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "forget deploy-notes (dry run, nothing changed):"
+    assert "  would remove sessions/deploy-notes.jsonl" in lines
+    assert "  would remove memories/raw_memories/deploy-notes.md" in lines
+    assert "  would remove its entry in generation_state.json" in lines
+    assert lines[-1] == "  then re-consolidate MEMORY.md and memory_summary.md without it"
+    data = invoke_json("memory", "forget", "deploy-notes", "-w", workspace, "--dry-run", "--json")
+    assert data["dry_run"] is True and data["report"] is None and data["clears_memory"] is False
+    assert "sessions/deploy-notes.jsonl" in data["removed"]
+    assert {p: p.read_bytes() for p in workspace.rglob("*") if p.is_file()} == before
+    unknown = invoke("memory", "forget", "nobody", "-w", workspace, "--dry-run")
+    assert unknown.exit_code == 1 and "no conversation 'nobody'" in unknown.stderr

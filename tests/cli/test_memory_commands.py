@@ -85,12 +85,70 @@ def test_show_errors_are_one_line(workspace: Path, tmp_path: Path) -> None:
     assert list(empty_dir.iterdir()) == []  # looking never creates the layout
 
 
-def test_show_empty_summary_says_so(tmp_path: Path) -> None:
+def test_show_says_no_such_file_for_a_missing_file(tmp_path: Path) -> None:
     (tmp_path / "memories").mkdir()
+    result = invoke("memory", "show", "-w", tmp_path)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: no such file: memories/memory_summary.md;")
+    assert "is empty" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_show_says_empty_for_an_empty_file(tmp_path: Path) -> None:
+    (tmp_path / "memories").mkdir()
+    (tmp_path / "memories/memory_summary.md").write_text("\n  \n")
     result = invoke("memory", "show", "-w", tmp_path)
     assert result.exit_code == 0
     assert result.stdout == ""
-    assert "memory_summary.md is empty" in result.stderr
+    assert "memories/memory_summary.md is empty" in result.stderr
+    assert "no such file" not in result.stderr
+    data = invoke_json("memory", "show", "-w", tmp_path, "--json")
+    assert (data["exists"], data["empty"]) == (True, True)
+    assert data["path"] == "memories/memory_summary.md"
+
+
+def test_show_a_pending_conversation_and_its_raw_memory(workspace: Path, tmp_path: Path) -> None:
+    raw = invoke("memory", "show", "invoice-fix", "--raw", "-w", workspace)
+    assert raw.exit_code == 0
+    assert raw.stdout == (workspace / "memories/raw_memories/invoice-fix.md").read_text()
+    config = MemoryGenerateConfig(phase_one_model=failing_phase_one(), phase_two_model=EXTRACTIVE)
+    root = build_workspace(tmp_path / "pending", [INVOICE], config)
+    summary = invoke("memory", "show", "invoice-fix", "-w", root)
+    assert summary.exit_code == 1
+    assert "no such file: conversation 'invoice-fix' has no rollout summary yet" in summary.stderr
+    missing_raw = invoke("memory", "show", "invoice-fix", "--raw", "-w", root)
+    assert missing_raw.exit_code == 1
+    assert "no such file: memories/raw_memories/invoice-fix.md" in missing_raw.stderr
+    usage = invoke("memory", "show", "memory", "--raw", "-w", root)
+    assert usage.exit_code == 2
+
+
+def test_list_shows_conversations_with_status_date_task_and_summary(tmp_path: Path) -> None:
+    config = MemoryGenerateConfig(phase_one_model=failing_phase_one(), phase_two_model=EXTRACTIVE)
+    root = build_workspace(tmp_path / "ws", [INVOICE])
+    build_workspace(root, [DEPLOY], config)  # recorded later, extraction fails
+    result = invoke("memory", "list", "-w", root)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("deploy-notes  pending  20")  # the most recent first
+    assert lines[0].endswith(f"  {DEPLOY.prompt}")
+    assert lines[1].startswith("invoice-fix  done  20") and lines[1].endswith(INVOICE.prompt)
+    [summary] = (root / "memories/rollout_summaries").glob("invoice-fix_*.md")
+    assert lines[2] == f"    memories/rollout_summaries/{summary.name}"
+    assert len(lines) == 3  # no summary line for the pending one
+    data = invoke_json("memory", "list", "-w", root, "--json")
+    assert [c["rollout_id"] for c in data] == ["deploy-notes", "invoice-fix"]
+    assert data[1]["summary_file"] == f"memories/rollout_summaries/{summary.name}"
+    assert data[1]["task"] == INVOICE.prompt and data[1]["terminal_state"] == "completed"
+    assert data[0]["summary_file"] is None and data[0]["attempts"] == 1
+
+
+def test_list_of_a_layout_without_conversations(tmp_path: Path) -> None:
+    (tmp_path / "memories").mkdir()
+    result = invoke("memory", "list", "-w", tmp_path)
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "no conversations recorded yet" in result.stderr
+    assert invoke_json("memory", "list", "-w", tmp_path, "--json") == []
 
 
 SECTIONS = """# Memory
@@ -122,6 +180,9 @@ def test_search_ranks_the_best_section_first(workspace: Path) -> None:
     hits = data["hits"]
     assert hits[0]["heading"] == "Memory > Invoice totals"
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    scores = [h["score"] for h in hits]
+    assert len(set(scores)) == len(scores) > 1  # not all the same (they were all 3e-06)
+    assert scores[0] > 2 * scores[-1]
     deploy = invoke_json("memory", "search", "-w", workspace, "--json", "deploying", "-n", "1")
     assert [h["heading"] for h in deploy["hits"]] == ["Memory > Deploying to staging"]
 
@@ -151,13 +212,15 @@ def test_status_lists_a_failed_extraction_as_pending(tmp_path: Path) -> None:
     config = MemoryGenerateConfig(phase_one_model=failing_phase_one(), phase_two_model=EXTRACTIVE)
     root = build_workspace(tmp_path / "ws", [INVOICE], config)
     data = invoke_json("memory", "status", "-w", root, "--json")
-    assert data["rollouts"] == {"total": 1, "done": 0, "pending": 1, "failed": 0, "skipped": 0}
-    [pending] = data["pending"]
+    assert data["counts"] == {"total": 1, "done": 0, "pending": 1, "failed": 0, "skipped": 0}
+    [pending] = data["conversations"]
+    assert pending["status"] == "pending"
     assert pending["rollout_id"] == "invoice-fix"
     assert pending["attempts"] == 1
     assert "RuntimeError: phase one exploded" in pending["last_error"]
     assert pending["last_attempt_at"]
-    assert data["tokens"]["one"]["runs"] == 1 and data["tokens"]["one"]["failed_runs"] == 1
+    assert data["tokens"]["phase_one"]["runs"] == 1
+    assert data["tokens"]["phase_one"]["failed_runs"] == 1
     assert data["last_consolidation"] is None
     text = invoke("memory", "status", "-w", root)
     assert text.exit_code == 0
@@ -169,7 +232,8 @@ def test_status_lists_a_failed_extraction_as_pending(tmp_path: Path) -> None:
 
 def test_status_reports_sizes_tokens_and_consolidation(workspace: Path) -> None:
     data = invoke_json("memory", "status", "-w", workspace, "--json")
-    assert data["rollouts"]["done"] == 2 and data["pending"] == [] and data["failed"] == []
+    assert data["counts"]["done"] == 2
+    assert {c["status"] for c in data["conversations"]} == {"done"}
     memory_md = workspace / "memories/MEMORY.md"
     assert data["files"]["MEMORY.md"]["bytes"] == memory_md.stat().st_size
     assert data["dirs"]["raw_memories"]["files"] == 2
@@ -177,6 +241,21 @@ def test_status_reports_sizes_tokens_and_consolidation(workspace: Path) -> None:
     last = data["last_consolidation"]
     assert last["status"] == "done" and last["error"] is None and last["selected"] == 2
     log = (workspace / "memories/generation_log.jsonl").read_text().splitlines()
-    assert data["tokens"]["one"]["runs"] + data["tokens"]["two"]["runs"] == len(log)
+    tokens = data["tokens"]
+    assert tokens["phase_one"]["runs"] + tokens["phase_two"]["runs"] == len(log)
     assert json.loads(log[-1])["phase"] == "two"
     assert {DEPLOY.rollout_id, INVOICE.rollout_id} <= set(json.loads(log[-1])["rollouts"])
+
+
+def test_json_output_is_the_api_models(workspace: Path) -> None:
+    """The commands print the models of the public API: the CLI and the API cannot disagree."""
+    from sandmem import memory
+
+    status = invoke_json("memory", "status", "-w", workspace, "--json")
+    assert status == memory.status_sync(workspace).model_dump(mode="json")
+    listed = invoke_json("memory", "list", "-w", workspace, "--json")
+    assert listed == [c.model_dump(mode="json") for c in memory.list_conversations_sync(workspace)]
+    hits = invoke_json("memory", "search", "-w", workspace, "--json", "invoice")
+    assert hits == memory.search_sync(workspace, "invoice").model_dump(mode="json")
+    shown = invoke_json("memory", "show", "memory", "-w", workspace, "--json")
+    assert shown == memory.show_sync(workspace, "memory").model_dump(mode="json")

@@ -17,8 +17,7 @@ from sandmem.cli._output import (
     report_incomplete,
     report_lines,
 )
-from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
-from sandmem.memory.maintenance import FileEntry
+from sandmem.memory import EXTRACTIVE, FileSize, MemoryGenerateConfig
 from sandmem.memory.manager import FlushReport
 from sandmem.memory.storage import MemoryPaths
 
@@ -27,10 +26,10 @@ PATHS = MemoryPaths("memories", "sessions")
 
 def test_render_tree() -> None:
     entries = [
-        FileEntry("memories/MEMORY.md", 10),
-        FileEntry("memories/raw_memories/a.md", 2048),
-        FileEntry("memories/raw_memories/b.md", 3),
-        FileEntry("sessions/a.jsonl", 5),
+        FileSize(path="memories/MEMORY.md", bytes=10),
+        FileSize(path="memories/raw_memories/a.md", bytes=2048),
+        FileSize(path="memories/raw_memories/b.md", bytes=3),
+        FileSize(path="sessions/a.jsonl", bytes=5),
     ]
     assert render_tree(entries) == [
         "memories/",

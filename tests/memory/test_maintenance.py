@@ -105,14 +105,15 @@ async def test_status_after_a_failed_consolidation(tmp_path: Path) -> None:
         manager = get_manager(session, PATHS, cfg)
         await manager.flush()
         manager.detach_stop_hook()
-        data = await memory_status(session, PATHS)
-    assert data["rollouts"] == {"total": 1, "done": 1, "pending": 0, "failed": 0, "skipped": 0}
+        data = (await memory_status(session, PATHS)).model_dump()
+    assert data["counts"] == {"total": 1, "done": 1, "pending": 0, "failed": 0, "skipped": 0}
     last = data["last_consolidation"]
     assert last["status"] == "failed"
     assert "consolidator down" in last["error"]
     assert last["last_success_at"] is None and last["rollouts"] == 1
-    assert data["tokens"]["one"]["runs"] == 1 and data["tokens"]["one"]["input_tokens"] > 0
-    assert data["tokens"]["two"] == {
+    one = data["tokens"]["phase_one"]
+    assert one["runs"] == 1 and one["input_tokens"] > 0
+    assert data["tokens"]["phase_two"] == {
         "runs": 1,
         "failed_runs": 1,
         "input_tokens": 0,
@@ -123,8 +124,8 @@ async def test_status_after_a_failed_consolidation(tmp_path: Path) -> None:
 
 async def test_status_of_an_empty_layout(tmp_path: Path) -> None:
     async with await open_session(tmp_path) as session:
-        data = await memory_status(session, PATHS)
-    assert data["rollouts"]["total"] == 0
+        data = (await memory_status(session, PATHS)).model_dump()
+    assert data["counts"]["total"] == 0
     assert data["last_consolidation"] is None
     assert data["files"]["MEMORY.md"]["bytes"] is None
     assert data["dirs"]["sessions"] == {"path": "sessions", "files": 0, "bytes": 0}
@@ -139,9 +140,9 @@ def test_token_totals() -> None:
         {"phase": "three", "input_tokens": 5},
         {"phase": "one", "input_tokens": "many"},
     ]
-    assert token_totals(records) == {
-        "one": {"runs": 3, "failed_runs": 1, "input_tokens": 10, "output_tokens": 2},
-        "two": {"runs": 1, "failed_runs": 0, "input_tokens": 100, "output_tokens": 20},
+    assert token_totals(records).model_dump() == {
+        "phase_one": {"runs": 3, "failed_runs": 1, "input_tokens": 10, "output_tokens": 2},
+        "phase_two": {"runs": 1, "failed_runs": 0, "input_tokens": 100, "output_tokens": 20},
     }
 
 
@@ -165,16 +166,16 @@ async def test_forget_rollout(tmp_path: Path) -> None:
         other = tmp_path / "memories/rollout_summaries/drop-me_2_fix.md"
         other.write_text("session_id: drop-me_2\n\nanother conversation's summary\n")
         assert len(await rollout_summary_files(session, PATHS, "drop-me")) == 2
-        result = await forget_rollout(session, PATHS, "drop-me", cfg)
+        plan, report = await forget_rollout(session, PATHS, "drop-me", cfg)
         manager.detach_stop_hook()
-    assert sorted(result.removed) == [
+    assert sorted(plan.files) == [
         "memories/raw_memories/drop-me.md",
         "memories/rollout_summaries/drop-me_fix-the-bug.md",
         "memories/rollout_summaries/drop-me_old-slug.md",
         "sessions/drop-me.jsonl",
     ]
     assert other.exists()
-    assert result.report.phase_two == "done"
+    assert report.phase_two == "done"
     memory_md = (tmp_path / "memories/MEMORY.md").read_text()
     assert "drop-me" not in memory_md and "keep-me" in memory_md
     state = json.loads((tmp_path / "memories/generation_state.json").read_text())
@@ -192,8 +193,8 @@ async def test_forget_a_pending_rollout_keeps_memory_files(tmp_path: Path) -> No
         manager = get_manager(session, PATHS, cfg)
         manager.detach_stop_hook()
         await manager.flush()
-        result = await forget_rollout(session, PATHS, "only", cfg)
-    assert result.removed == ["sessions/only.jsonl"]
+        plan, _ = await forget_rollout(session, PATHS, "only", cfg)
+    assert plan.files == ["sessions/only.jsonl"]
     assert (tmp_path / "memories/MEMORY.md").read_text() == "## Written by hand\n"
     state = json.loads((tmp_path / "memories/generation_state.json").read_text())
     assert state["rollouts"] == {}

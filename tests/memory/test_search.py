@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sandmem import UserError
-from sandmem.memory.search import (
+from sandmem.memory._search import (
     MAX_QUERY_TERMS,
     SNIPPET_CHARS,
-    fts_query,
+    _connect,
+    query_terms,
     search_layout,
     search_memory,
     split_sections,
@@ -62,22 +63,30 @@ def test_split_sections_preamble_and_blank_text() -> None:
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
-        ("invoice tax", '"invoice" OR "tax"'),
-        ('"unbalanced AND (', '"unbalanced" OR "and"'),
-        ("NEAR(a b) OR col:x", '"near" OR "a" OR "b" OR "or" OR "col" OR "x"'),
-        ("Tax tax TAX", '"tax"'),
-        ("***  ^-", None),
-        ("", None),
-        ("snake_case naïve", '"snake_case" OR "naïve"'),
+        ("invoice tax", ["invoic", "tax"]),
+        ('"unbalanced AND (', ["unbalanc", "and"]),
+        ("NEAR(a b) OR col:x", ["near", "a", "b", "or", "col", "x"]),
+        ("Tax tax TAX taxes", ["tax"]),
+        ("***  ^-", []),
+        ("", []),
+        ("snake_case naïve", ["snake", "case", "naiv"]),
     ],
 )
-def test_fts_query_quotes_every_word(query: str, expected: str | None) -> None:
-    assert fts_query(query) == expected
+def test_query_terms_are_stemmed_words_never_syntax(query: str, expected: list[str]) -> None:
+    conn = _connect()
+    try:
+        assert query_terms(conn, query) == expected
+    finally:
+        conn.close()
 
 
-def test_fts_query_caps_the_terms() -> None:
-    query = fts_query(" ".join(f"w{i}" for i in range(100)))
-    assert query is not None and query.count(" OR ") == MAX_QUERY_TERMS - 1
+def test_query_terms_are_capped() -> None:
+    conn = _connect()
+    try:
+        terms = query_terms(conn, " ".join(f"w{i}" for i in range(100)))
+    finally:
+        conn.close()
+    assert terms == [f"w{i}" for i in range(MAX_QUERY_TERMS)]
 
 
 def test_best_section_first_with_its_best_line() -> None:
@@ -162,3 +171,21 @@ async def test_search_layout_reads_memory_summaries_and_skills() -> None:
         assert ids == []  # the metadata header is not searched
         empty = await search_layout(session, MemoryPaths("none", "sess"), "invoice")
         assert empty == []
+
+
+def test_a_word_in_most_sections_still_ranks_them() -> None:
+    # FTS5's bm25() floors the weight of a word found in most documents at 1e-6, so every
+    # hit here used to score the same 3e-06; BM25 with a positive idf tells them apart
+    text = (
+        "# Invoice totals\n- the invoice total multiplies the invoice tax\n"
+        "# Exports\n- the invoice export runs nightly and writes a long csv file to disk\n"
+        "# Billing\n- invoices\n"
+    )
+    hits = search_memory({"m/MEMORY.md": text}, "invoice")
+    assert [h.heading for h in hits] == ["Invoice totals", "Billing", "Exports"]
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert len(set(scores)) == 3 and min(scores) > 0.01
+    both = search_memory({"m/MEMORY.md": text}, "invoice nightly")
+    assert both[0].heading == "Exports"  # the rarer word decides
+    assert both[0].snippet == "- the invoice export runs nightly and writes a long csv file to disk"

@@ -1,58 +1,116 @@
 """``sandmem memory generate`` and ``sandmem memory forget``: change a workspace's memory
-without an agent run."""
+without an agent run, through the public memory API (``sandmem.memory.generate`` and
+``forget``)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from sandmem._errors import MemoryGenerationError
 from sandmem.cli._common import (
-    command_manager,
     engine_options,
     generate_config,
     layout_options,
-    layout_paths,
-    open_workspace,
-    require_layout,
     run_async,
     workspace_option,
 )
-from sandmem.cli._output import (
-    emit_json,
-    flush_with_progress,
-    report_dict,
-    report_incomplete,
-    report_lines,
-    stderr_console,
+from sandmem.cli._memory_cmd import emit_model, layout_config
+from sandmem.cli._output import stderr_console
+from sandmem.memory import (
+    ForgetResult,
+    GenerationProgress,
+    GenerationReport,
+    forget,
+    generate,
 )
-from sandmem.memory.config import MemoryGenerateConfig
-from sandmem.memory.maintenance import ForgetResult, forget_rollout
-from sandmem.memory.manager import FlushReport
-from sandmem.memory.storage import MemoryPaths
+
+_PHASE_TWO_TEXT = {
+    "done": "consolidated",
+    "skipped": "nothing new to consolidate",
+    "failed": "consolidation failed (previous memory kept)",
+    "not_run": "consolidation not run",
+}
 
 
-def _incomplete_error(report: FlushReport) -> MemoryGenerationError:
+def generation_lines(report: GenerationReport) -> list[str]:
+    """A generation report for people: one line per conversation, then the consolidation
+    and the tokens."""
+    lines = [f"  ✓ {rid}: extracted" for rid in report.processed]
+    lines += [f"  - {rid}: skipped (nothing worth remembering)" for rid in report.skipped]
+    lines += [f"  ✗ {rid}: {error}" for rid, error in report.failed.items()]
+    lines += [f"  … {rid}: not reached, still pending" for rid in report.not_reached]
+    if not lines:
+        lines.append("  no pending conversations")
+    phase_two = _PHASE_TWO_TEXT.get(report.phase_two, report.phase_two)
+    if report.phase_two_error:
+        phase_two += f": {report.phase_two_error}"
+    lines.append(f"  {phase_two}")
+    if report.timed_out:
+        lines.append("  generation timed out; unfinished conversations stay pending")
+    one, two = report.usage.phase_one, report.usage.phase_two
+    if one.input_tokens or one.output_tokens or two.input_tokens or two.output_tokens:
+        lines.append(
+            f"  tokens: phase one {one.input_tokens:,} in / {one.output_tokens:,} out, "
+            f"phase two {two.input_tokens:,} in / {two.output_tokens:,} out"
+        )
+    return lines
+
+
+def _incomplete_error(report: GenerationReport) -> MemoryGenerationError:
     problems = [f"{len(report.failed)} conversation(s) failed"] if report.failed else []
-    if report.phase_two == "failed":
-        problems.append("consolidation failed")
+    if report.phase_two not in ("done", "skipped", "not_run"):
+        problems.append(f"consolidation {report.phase_two}")
     if report.timed_out:
         problems.append("generation timed out")
     return MemoryGenerationError(
         "memory generation incomplete: "
-        + ", ".join(problems)
+        + ", ".join(problems or ["see the report"])
         + "; see `sandmem memory status`, then run `sandmem memory generate` again"
     )
 
 
-async def _generate(
-    workspace: Path, paths: MemoryPaths, config: MemoryGenerateConfig, retry_failed: bool
-) -> FlushReport:
-    async with open_workspace(workspace) as session:
-        await require_layout(session, paths)
-        manager = command_manager(session, paths, config)
-        return await flush_with_progress(manager, stderr_console(), retry_failed=retry_failed)
+@contextlib.contextmanager
+def progress_display(
+    console: Console,
+) -> Iterator[Callable[[GenerationProgress], None] | None]:
+    """A progress callback for ``generate`` that draws a bar on ``console`` (``None`` when it
+    is not a terminal): one step per conversation extracted, then a spinner while phase two
+    consolidates."""
+    if not console.is_terminal:
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("memory: extracting conversations", total=None)
+
+        def update(step: GenerationProgress) -> None:
+            description = (
+                "memory: consolidating"
+                if step.phase == "consolidating"
+                else "memory: extracting conversations"
+            )
+            bar.update(task, total=step.total, completed=step.extracted, description=description)
+
+        yield update
 
 
 @click.command("generate")
@@ -80,36 +138,65 @@ def generate_command(
     use, without an agent run. Exits 1 when a conversation or the consolidation failed
     (they stay pending and are retried next time).
     """
-    paths = layout_paths(memories_dir, sessions_dir)
+    layout = layout_config(memories_dir, sessions_dir)
     config = generate_config(engine, model)
-    report = run_async(_generate(workspace, paths, config, retry_failed))
+    with progress_display(stderr_console()) as progress:
+        report = run_async(
+            generate(
+                workspace,
+                layout=layout,
+                config=config,
+                retry_failed=retry_failed,
+                progress=progress,
+            )
+        )
     if as_json:
-        emit_json(report_dict(report))
+        emit_model(report)
     else:
-        click.echo(f"memory ({paths.memories_dir}/):")
-        for line in report_lines(report):
+        click.echo(f"memory ({layout.memories_dir}/):")
+        for line in generation_lines(report):
             click.echo(line)
-    if report_incomplete(report):
+    if not report.complete:
         raise _incomplete_error(report)
 
 
-async def _forget(
-    workspace: Path, paths: MemoryPaths, config: MemoryGenerateConfig, rollout_id: str
-) -> ForgetResult:
-    async with open_workspace(workspace) as session:
-        await require_layout(session, paths)
-        command_manager(session, paths, config)
-        console = stderr_console()
-        if not console.is_terminal:
-            return await forget_rollout(session, paths, rollout_id, config)
-        with console.status("forgetting and re-consolidating memory"):
-            return await forget_rollout(session, paths, rollout_id, config)
+def _forget_lines(result: ForgetResult) -> list[str]:
+    verb = "would remove" if result.dry_run else "removed"
+    lines = [f"  {verb} {path}" for path in result.removed]
+    if result.state_entry:
+        lines.append(f"  {verb} its entry in generation_state.json")
+    if result.clears_memory:
+        lines.append(
+            f"  {'would empty' if result.dry_run else 'emptied'} MEMORY.md and "
+            "memory_summary.md (it was the last conversation in memory)"
+        )
+    elif result.dry_run:
+        lines.append("  then re-consolidate MEMORY.md and memory_summary.md without it")
+    return lines
+
+
+def _confirm(plan: ForgetResult) -> None:
+    """List what will go and ask; anything but yes (or no answer at all) stops here."""
+    click.echo(f"forget {plan.rollout_id}:", err=True)
+    for line in _forget_lines(plan):
+        click.echo(line, err=True)
+    try:
+        confirmed = click.confirm("Forget this conversation?", err=True)
+    except click.Abort:  # end of input: nobody to answer
+        confirmed = False
+    if not confirmed:
+        raise click.ClickException(
+            f"not forgotten: {plan.rollout_id} is unchanged (answer y, or pass --yes to "
+            "skip the question)"
+        )
 
 
 @click.command("forget")
 @workspace_option(required=False)
 @layout_options
 @engine_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Show what would be removed; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 @click.argument("rollout_id")
 def forget_command(
@@ -118,29 +205,48 @@ def forget_command(
     sessions_dir: str,
     engine: str,
     model: str | None,
+    yes: bool,
+    dry_run: bool,
     as_json: bool,
     rollout_id: str,
 ) -> None:
     """Forget one conversation and re-consolidate.
 
     Deletes the rollout file of ROLLOUT_ID, its raw memory, rollout summary and generation
-    state, then consolidates again so MEMORY.md and memory_summary.md drop what only it supported
-    (pending conversations are extracted in the same pass). If it was the last
+    state, then consolidates again so MEMORY.md and memory_summary.md drop what only it
+    supported (pending conversations are extracted in the same pass). If it was the last
     conversation in memory, MEMORY.md and memory_summary.md are emptied; skills are kept.
+
+    Asks for confirmation first, listing what will go (--yes skips the question; without a
+    terminal to ask on, pass --yes). --dry-run only lists it.
     """
-    paths = layout_paths(memories_dir, sessions_dir)
+    layout = layout_config(memories_dir, sessions_dir)
+    plan = run_async(forget(workspace, rollout_id, dry_run=True, layout=layout))
+    if dry_run:
+        if as_json:
+            emit_model(plan)
+            return
+        click.echo(f"forget {plan.rollout_id} (dry run, nothing changed):")
+        for line in _forget_lines(plan):
+            click.echo(line)
+        return
     config = generate_config(engine, model)
-    result = run_async(_forget(workspace, paths, config, rollout_id))
-    report = result.report
+    if not yes:
+        _confirm(plan)
+    console = stderr_console()
+    if console.is_terminal:
+        with console.status("forgetting and re-consolidating memory"):
+            result = run_async(forget(workspace, rollout_id, layout=layout, config=config))
+    else:
+        result = run_async(forget(workspace, rollout_id, layout=layout, config=config))
+    assert result.report is not None
     if as_json:
-        emit_json(
-            {"rollout_id": result.rollout_id, "removed": result.removed, **report_dict(report)}
-        )
+        emit_model(result)
     else:
         click.echo(f"forgot {result.rollout_id}:")
-        for path in result.removed:
-            click.echo(f"  removed {path}")
-        for line in report_lines(report):
+        for line in _forget_lines(result):
             click.echo(line)
-    if report_incomplete(report):
-        raise _incomplete_error(report)
+        for line in generation_lines(result.report):
+            click.echo(line)
+    if not result.report.complete:
+        raise _incomplete_error(result.report)

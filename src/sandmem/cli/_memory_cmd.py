@@ -1,32 +1,33 @@
-"""``sandmem memory``: look at a workspace's memory (tree, show, search, status)."""
+"""``sandmem memory``: look at a workspace's memory (tree, list, show, search, status).
+
+Every command is a call to the public memory API (``sandmem.memory``); ``--json`` prints the
+result model's JSON.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import json
 from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import TypeAdapter, ValidationError
 
-from sandmem._errors import UserError
-from sandmem.cli._common import (
-    layout_options,
-    layout_paths,
-    open_workspace,
-    require_layout,
-    run_async,
-    workspace_option,
+from sandmem._errors import MemoryNotFoundError
+from sandmem.cli._common import layout_options, run_async, workspace_option
+from sandmem.cli._output import human_size, render_tree
+from sandmem.memory import (
+    ConversationInfo,
+    MemoryFile,
+    MemoryFileKind,
+    MemoryLayoutConfig,
+    MemoryStatus,
+    list_conversations,
+    list_files,
+    search,
+    show,
+    status,
 )
-from sandmem.cli._output import emit_json, human_size, render_tree
-from sandmem.memory.maintenance import (
-    FileEntry,
-    checked_rollout_id,
-    layout_files,
-    memory_status,
-    rollout_summary_files,
-)
-from sandmem.memory.search import Hit, search_layout
-from sandmem.memory.storage import MemoryPaths, read_text
 
 
 @click.group("memory")
@@ -38,13 +39,22 @@ def memory_group() -> None:
     """
 
 
+def layout_config(memories_dir: str, sessions_dir: str) -> MemoryLayoutConfig:
+    """The layout of ``--memories-dir`` / ``--sessions-dir`` (a usage error when invalid)."""
+    try:
+        return MemoryLayoutConfig(memories_dir=memories_dir, sessions_dir=sessions_dir)
+    except ValidationError as exc:
+        problems = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
+        raise click.BadParameter(problems, param_hint="--memories-dir/--sessions-dir") from None
+
+
+def emit_model(value: Any) -> None:
+    """A result model (or a list or dict holding them) as indented JSON on stdout."""
+    data = TypeAdapter(Any).dump_python(value, mode="json")
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
 # ---------------------------------------------------------------- tree
-
-
-async def _tree(workspace: Path, paths: MemoryPaths) -> list[FileEntry]:
-    async with open_workspace(workspace) as session:
-        await require_layout(session, paths)
-        return await layout_files(session, paths)
 
 
 @memory_group.command("tree")
@@ -53,72 +63,118 @@ async def _tree(workspace: Path, paths: MemoryPaths) -> list[FileEntry]:
 @click.option("--json", "as_json", is_flag=True, help="Print the files as JSON.")
 def tree_command(workspace: Path, memories_dir: str, sessions_dir: str, as_json: bool) -> None:
     """List the memory files and rollouts with their sizes."""
-    paths = layout_paths(memories_dir, sessions_dir)
-    entries = run_async(_tree(workspace, paths))
+    layout = layout_config(memories_dir, sessions_dir)
+    files = run_async(list_files(workspace, layout=layout))
+    total = sum(f.bytes or 0 for f in files)
     if as_json:
-        emit_json(
-            {
-                "workspace": str(workspace.resolve()),
-                "files": [{"path": e.path, "bytes": e.size} for e in entries],
-                "total_bytes": sum(e.size for e in entries),
-            }
-        )
+        data = {"workspace": str(workspace.resolve()), "files": files, "total_bytes": total}
+        emit_model(data)
         return
-    for line in render_tree(entries):
+    for line in render_tree(files):
         click.echo(line)
-    total = sum(e.size for e in entries)
-    click.echo(f"{len(entries)} files, {human_size(total)}")
+    click.echo(f"{len(files)} files, {human_size(total)}")
+
+
+# ---------------------------------------------------------------- list
+
+
+def _conversation_line(row: ConversationInfo) -> str:
+    date = row.updated_at[:16].replace("T", " ") if row.updated_at != "unknown" else "unknown"
+    line = f"{row.rollout_id}  {row.status}  {date}"
+    if row.task:
+        line += f"  {row.task}"
+    return line
+
+
+@memory_group.command("list")
+@workspace_option(required=False)
+@layout_options
+@click.option("--json", "as_json", is_flag=True, help="Print the conversations as JSON.")
+def list_command(workspace: Path, memories_dir: str, sessions_dir: str, as_json: bool) -> None:
+    """List the recorded conversations, most recent first.
+
+    One line each: ROLLOUT_ID, status (done, pending, failed, skipped), the date of its
+    last run (UTC), and its task (the first user message); then its rollout summary file
+    when it has one.
+    """
+    layout = layout_config(memories_dir, sessions_dir)
+    rows = run_async(list_conversations(workspace, layout=layout))
+    if as_json:
+        emit_model(rows)
+        return
+    if not rows:
+        click.echo("no conversations recorded yet", err=True)
+        return
+    for row in rows:
+        click.echo(_conversation_line(row))
+        if row.summary_file:
+            click.echo(f"    {row.summary_file}")
 
 
 # ---------------------------------------------------------------- show
 
 
-async def _show(workspace: Path, paths: MemoryPaths, what: str) -> tuple[str, str]:
-    async with open_workspace(workspace) as session:
-        await require_layout(session, paths)
-        if what in ("summary", "memory"):
-            path = paths.summary_md if what == "summary" else paths.memory_md
-            return path, await read_text(session, path) or ""
-        rid = checked_rollout_id(what)
-        found = await rollout_summary_files(session, paths, rid)
-        if found:
-            return found[0], await read_text(session, found[0]) or ""
-        if await session.exists(paths.rollout_file(rid)):
-            raise UserError(
-                f"conversation {rid!r} has no rollout summary yet (its memory is pending, "
-                "skipped or failed); see `sandmem memory status`"
-            )
-        raise UserError(
-            f"no conversation {rid!r} in {paths.sessions_dir}/ or {paths.memories_dir}/; "
-            "`sandmem memory tree` lists the known ones"
+def _missing(found: MemoryFile) -> MemoryNotFoundError:
+    if found.kind == "rollout_summary":
+        message = (
+            f"no such file: conversation {found.rollout_id!r} has no rollout summary yet (its "
+            "memory is pending, skipped or failed); see `sandmem memory status`"
         )
+    elif found.kind == "raw_memory":
+        message = (
+            f"no such file: {found.path} (conversation {found.rollout_id!r} has not been "
+            "extracted yet); see `sandmem memory status`"
+        )
+    else:
+        message = (
+            f"no such file: {found.path}; memory is generated when a run with Memory() ends, "
+            "or by `sandmem memory generate`"
+        )
+    return MemoryNotFoundError(message, path=found.path, rollout_id=found.rollout_id)
 
 
 @memory_group.command("show")
 @workspace_option(required=False)
 @layout_options
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="With ROLLOUT_ID: print the conversation's raw memory instead of its rollout summary.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the file and its state as JSON.")
 @click.argument("what", default="summary", metavar="[summary|memory|ROLLOUT_ID]")
-def show_command(workspace: Path, memories_dir: str, sessions_dir: str, what: str) -> None:
-    """Print the memory summary, MEMORY.md, or a rollout summary.
+def show_command(
+    workspace: Path, memories_dir: str, sessions_dir: str, raw: bool, as_json: bool, what: str
+) -> None:
+    """Print the memory summary, MEMORY.md, or one conversation's rollout summary.
 
     WHAT is 'summary' (memory_summary.md, the default), 'memory' (MEMORY.md), or a
-    conversation's ROLLOUT_ID (its rollout summary).
+    conversation's ROLLOUT_ID (its rollout summary; with --raw, its raw memory). A file
+    that does not exist is an error ("no such file"); an empty one prints nothing and
+    says so on stderr.
     """
-    paths = layout_paths(memories_dir, sessions_dir)
-    path, text = run_async(_show(workspace, paths, what))
-    if not text.strip():
-        click.echo(f"{path} is empty: no memory has been generated yet", err=True)
+    layout = layout_config(memories_dir, sessions_dir)
+    if what in ("summary", "memory"):
+        if raw:
+            raise click.UsageError("--raw goes with a ROLLOUT_ID")
+        kind: MemoryFileKind = "summary" if what == "summary" else "memory"
+        found = run_async(show(workspace, kind, layout=layout))
+    else:
+        kind = "raw_memory" if raw else "rollout_summary"
+        found = run_async(show(workspace, kind, what, layout=layout))
+    if as_json:
+        emit_model(found)
         return
+    if not found.exists:
+        raise _missing(found)
+    if found.empty:
+        click.echo(f"{found.path} is empty: no memory has been generated yet", err=True)
+        return
+    text = found.text
     click.echo(text if text.endswith("\n") else text + "\n", nl=False)
 
 
 # ---------------------------------------------------------------- search
-
-
-async def _search(workspace: Path, paths: MemoryPaths, query: str, limit: int) -> list[Hit]:
-    async with open_workspace(workspace) as session:
-        await require_layout(session, paths)
-        return await search_layout(session, paths, query, limit)
 
 
 @memory_group.command("search")
@@ -150,34 +206,32 @@ def search_command(
     BM25 over the sections (split at Markdown headings) with stemming; any word of QUERY
     may match, and sections matching more and rarer words rank higher.
     """
-    paths = layout_paths(memories_dir, sessions_dir)
+    layout = layout_config(memories_dir, sessions_dir)
     text = " ".join(query)
-    hits = run_async(_search(workspace, paths, text, limit))
+    results = run_async(search(workspace, text, limit, layout=layout))
     if as_json:
-        emit_json({"query": text, "hits": [asdict(hit) for hit in hits]})
+        emit_model(results)
         return
-    if not hits:
+    if not results.hits:
         click.echo(f"no matches for {text!r}", err=True)
         return
-    for hit in hits:
+    for hit in results.hits:
         click.echo(f"{hit.path}:{hit.line}: {hit.snippet}")
 
 
 # ---------------------------------------------------------------- status
 
 
-async def _status(workspace: Path, paths: MemoryPaths) -> dict[str, Any]:
-    async with open_workspace(workspace) as session:
-        await require_layout(session, paths)
-        return await memory_status(session, paths)
-
-
-def _rollout_line(row: dict[str, Any]) -> str:
-    line = f"  {row['rollout_id']}  attempts {row['attempts']}"
-    if row.get("last_attempt_at"):
-        line += f"  last attempt {row['last_attempt_at']}"
-    if row.get("last_error"):
-        line += f"\n    error: {row['last_error']}"
+def _rollout_line(row: ConversationInfo) -> str:
+    line = f"  {row.rollout_id}  attempts {row.attempts}"
+    if row.failure_class:
+        line += f"  ({row.failure_class})"
+    if row.last_attempt_at:
+        line += f"  last attempt {row.last_attempt_at}"
+    if row.next_retry_at:
+        line += f"  next retry {row.next_retry_at}"
+    if row.last_error:
+        line += f"\n    error: {row.last_error}"
     return line
 
 
@@ -185,42 +239,42 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def status_lines(data: dict[str, Any]) -> list[str]:
-    counts = data["rollouts"]
+def status_lines(data: MemoryStatus) -> list[str]:
+    counts = data.counts
     lines = [
-        f"conversations: {counts['total']} ({counts['done']} done, {counts['pending']} pending, "
-        f"{counts['failed']} failed, {counts['skipped']} skipped)"
+        f"conversations: {counts.total} ({counts.done} done, {counts.pending} pending, "
+        f"{counts.failed} failed, {counts.skipped} skipped)"
     ]
-    if data["pending"]:
+    if data.pending:
         lines.append("pending (extracted at the next generation):")
-        lines += [_rollout_line(row) for row in data["pending"]]
-    if data["failed"]:
+        lines += [_rollout_line(row) for row in data.pending]
+    if data.failed:
         lines.append("failed (retry with `sandmem memory generate --retry-failed`):")
-        lines += [_rollout_line(row) for row in data["failed"]]
-    last = data["last_consolidation"]
+        lines += [_rollout_line(row) for row in data.failed]
+    last = data.last_consolidation
     if last is None:
         lines.append("last consolidation: never")
     else:
         lines.append(
-            f"last consolidation: {last['status']} at {last['time']} "
-            f"({_count(last['rollouts'], 'conversation')})"
+            f"last consolidation: {last.status} at {last.time} "
+            f"({_count(last.rollouts, 'conversation')})"
         )
-        if last.get("error"):
-            lines.append(f"  error: {last['error']}")
-        if last.get("last_success_at") and last["status"] != "done":
-            lines.append(f"  last success: {last['last_success_at']}")
+        if last.error:
+            lines.append(f"  error: {last.error}")
+        if last.last_success_at and last.status != "done":
+            lines.append(f"  last success: {last.last_success_at}")
     lines.append("files:")
-    for info in data["files"].values():
-        lines.append(f"  {info['path']}  {human_size(info['bytes'])}")
-    for info in data["dirs"].values():
+    for info in data.files.values():
+        lines.append(f"  {info.path}  {human_size(info.bytes)}")
+    for folder in data.dirs.values():
         lines.append(
-            f"  {info['path']}/  {_count(info['files'], 'file')}, {human_size(info['bytes'])}"
+            f"  {folder.path}/  {_count(folder.files, 'file')}, {human_size(folder.bytes)}"
         )
     lines.append("tokens spent:")
-    for phase, total in data["tokens"].items():
+    for phase, total in (("one", data.tokens.phase_one), ("two", data.tokens.phase_two)):
         lines.append(
-            f"  phase {phase}: {total['input_tokens']:,} in / {total['output_tokens']:,} out "
-            f"({_count(total['runs'], 'run')}, {total['failed_runs']} failed)"
+            f"  phase {phase}: {total.input_tokens:,} in / {total.output_tokens:,} out "
+            f"({_count(total.runs, 'run')}, {total.failed_runs} failed)"
         )
     return lines
 
@@ -232,13 +286,14 @@ def status_lines(data: dict[str, Any]) -> list[str]:
 def status_command(workspace: Path, memories_dir: str, sessions_dir: str, as_json: bool) -> None:
     """Show what is pending or failed, the last consolidation, sizes, tokens.
 
-    Lists pending and failed conversations (attempts, last error), the last consolidation
-    (time, status, error), file sizes, and the tokens spent per phase.
+    Lists pending and failed conversations (attempts, failure class, next retry, last
+    error), the last consolidation (time, status, error), file sizes, and the tokens spent
+    per phase.
     """
-    paths = layout_paths(memories_dir, sessions_dir)
-    data = run_async(_status(workspace, paths))
+    layout = layout_config(memories_dir, sessions_dir)
+    data = run_async(status(workspace, layout=layout))
     if as_json:
-        emit_json(data)
+        emit_model(data)
         return
     for line in status_lines(data):
         click.echo(line)

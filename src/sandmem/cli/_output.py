@@ -18,7 +18,8 @@ from rich.progress import (
 )
 
 from sandmem._usage import Usage
-from sandmem.memory.maintenance import FileEntry, read_log, rollout_statuses
+from sandmem.memory import FileSize
+from sandmem.memory.maintenance import read_log, rollout_statuses
 from sandmem.memory.manager import FlushReport, MemoryGenerationManager
 
 #: how often the progress display looks at ``generation_log.jsonl``
@@ -46,7 +47,7 @@ def human_size(size: int | None) -> str:
     return f"{value:.1f} {unit}"
 
 
-def render_tree(entries: list[FileEntry]) -> list[str]:
+def render_tree(entries: list[FileSize]) -> list[str]:
     """Files as an indented tree (one tree per top-level directory), sizes on the right."""
     root: dict[str, Any] = {}
     for entry in entries:
@@ -54,7 +55,7 @@ def render_tree(entries: list[FileEntry]) -> list[str]:
         parts = entry.path.split("/")
         for part in parts[:-1]:
             node = node.setdefault(part + "/", {})
-        node[parts[-1]] = entry.size
+        node[parts[-1]] = entry.bytes or 0
     lines: list[str] = []
 
     def walk(node: dict[str, Any], prefix: str) -> None:

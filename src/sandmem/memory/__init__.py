@@ -7,10 +7,51 @@
 - ``selection``: which raw memories phase two uses, and what it forgets
 - ``manager``: the per-(session, layout) generation manager
 - ``extractive``: the deterministic, model-free engine (``"extractive"``)
+
+The memory API (``status``, ``list_conversations``, ``list_files``, ``show``, ``search``,
+``generate``, ``forget``, each with a ``*_sync`` twin) works on a live sandbox session or a
+workspace directory; see ``docs/memory-api.md``.
 """
 
 from __future__ import annotations
 
+from sandmem.memory._api import (
+    GenerationProgress,
+    MemoryTarget,
+    forget,
+    forget_sync,
+    generate,
+    generate_sync,
+    list_conversations,
+    list_conversations_sync,
+    list_files,
+    list_files_sync,
+    search,
+    search_sync,
+    show,
+    show_sync,
+    status,
+    status_sync,
+)
+from sandmem.memory._results import (
+    ConsolidationInfo,
+    ConversationCounts,
+    ConversationInfo,
+    ConversationState,
+    DirSize,
+    FileSize,
+    ForgetResult,
+    GenerationReport,
+    GenerationUsage,
+    MemoryFile,
+    MemoryFileKind,
+    MemoryStatus,
+    PhaseTokens,
+    SearchHit,
+    SearchResults,
+    TokensPerPhase,
+    TokenUsage,
+)
 from sandmem.memory.config import (
     EXTRACTIVE,
     MemoryGenerateConfig,
@@ -21,8 +62,41 @@ from sandmem.memory.rollouts import validate_rollout_id
 
 __all__ = [
     "EXTRACTIVE",
+    "ConsolidationInfo",
+    "ConversationCounts",
+    "ConversationInfo",
+    "ConversationState",
+    "DirSize",
+    "FileSize",
+    "ForgetResult",
+    "GenerationProgress",
+    "GenerationReport",
+    "GenerationUsage",
+    "MemoryFile",
+    "MemoryFileKind",
     "MemoryGenerateConfig",
     "MemoryLayoutConfig",
     "MemoryReadConfig",
+    "MemoryStatus",
+    "MemoryTarget",
+    "PhaseTokens",
+    "SearchHit",
+    "SearchResults",
+    "TokenUsage",
+    "TokensPerPhase",
+    "forget",
+    "forget_sync",
+    "generate",
+    "generate_sync",
+    "list_conversations",
+    "list_conversations_sync",
+    "list_files",
+    "list_files_sync",
+    "search",
+    "search_sync",
+    "show",
+    "show_sync",
+    "status",
+    "status_sync",
     "validate_rollout_id",
 ]

@@ -1,23 +1,35 @@
 """Looking after a layout's memory: what it holds, what is still pending, and forgetting.
 
-These functions work through a ``SandboxSession`` on any backend and are what the
-``sandmem memory`` commands call:
+These functions work through a ``SandboxSession`` on any backend; the public memory API
+(``sandmem.memory.status``, ``list_conversations``, ``forget``, ...) is built on them:
 
 - ``layout_files``: every file of a layout with its size;
-- ``rollout_statuses``: each recorded conversation and whether its memory is done, pending,
+- ``conversations``: each recorded conversation and whether its memory is done, pending,
   failed or skipped (the manager's own rules, read-only);
-- ``memory_status``: the data behind ``sandmem memory status``;
-- ``forget_rollout``: remove one conversation from memory and re-consolidate.
+- ``memory_status``: the data behind ``status()`` and ``sandmem memory status``;
+- ``forget_plan`` / ``forget_rollout``: what forgetting one conversation removes; doing it,
+  then re-consolidating.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sandmem._errors import UserError
+from sandmem._errors import MemoryNotFoundError, UserError
 from sandmem.memory import phase_one
+from sandmem.memory._results import (
+    ConsolidationInfo,
+    ConversationCounts,
+    ConversationInfo,
+    ConversationState,
+    DirSize,
+    FileSize,
+    MemoryStatus,
+    PhaseTokens,
+    TokensPerPhase,
+)
 from sandmem.memory._scoped_tools import ScopedFiles
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.manager import LOCK_TIMEOUT_S, FlushReport, get_manager
@@ -34,6 +46,9 @@ from sandmem.memory.storage import (
     write_json,
 )
 from sandmem.sandboxes._session import SandboxSession
+
+#: a conversation's task is cut to this many characters
+TASK_CHARS = 120
 
 
 @dataclass(frozen=True)
@@ -68,45 +83,102 @@ async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
 
-async def rollout_statuses(
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        return " ".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def first_segment(data: bytes) -> tuple[str | None, str | None]:
+    """``updated_at`` of a rollout file's first segment and its first user message (on one
+    line, cut to ``TASK_CHARS``); ``None`` for what cannot be read."""
+    line = data.split(b"\n", 1)[0]
+    try:
+        segment = json.loads(line)
+    except ValueError:
+        return None, None
+    if not isinstance(segment, dict):
+        return None, None
+    started = segment.get("updated_at")
+    items = segment.get("input")
+    items = [{"role": "user", "content": items}] if isinstance(items, str) else items
+    task = None
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("role") == "user":
+            text = " ".join(_message_text(item.get("content")).split())
+            if text:
+                task = text if len(text) <= TASK_CHARS else text[: TASK_CHARS - 1] + "…"
+                break
+    return (str(started) if started else None), task
+
+
+def _status_of(entry: dict[str, Any], same_version: bool, up_to_date: bool) -> ConversationState:
+    if up_to_date:
+        return "done"
+    if same_version and entry.get("status") == "failed":
+        return "failed"
+    if same_version and entry.get("status") == "skipped":
+        return "skipped"
+    return "pending"
+
+
+async def conversations(
     session: SandboxSession, paths: MemoryPaths, state: dict[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Each recorded conversation: ``rollout_id``, ``status`` (``done`` — its raw memory is up
-    to date; ``pending`` — the next generation extracts it; ``failed`` — it failed
-    ``max_attempts`` times, retried only by ``generate --retry-failed`` or a new segment;
-    ``skipped`` — nothing worth remembering), ``attempts``, ``last_error``,
-    ``last_attempt_at``, ``segments`` and ``updated_at``."""
+) -> list[ConversationInfo]:
+    """Each recorded conversation and the state of its memory (see ``ConversationInfo``),
+    most recently updated first."""
     if state is None:
         state = await load_state(session, paths)
+    summaries = set(await _walk(session, paths.summaries_dir))
     rows = []
     for rid in await rollout_ids(session, paths):
-        fp = fingerprint(await session.read(paths.rollout_file(rid)))
+        data = await session.read(paths.rollout_file(rid))
+        fp = fingerprint(data)
+        started_at, task = first_segment(data)
+        del data
         entry = state["rollouts"].get(rid)
         entry = entry if isinstance(entry, dict) else {}
         same_version = entry.get("segments") == fp.segments and (
             entry.get("updated_at") == fp.updated_at
         )
         raw = await read_text(session, paths.raw_memory_file(rid))
-        if phase_one.is_up_to_date(raw, fp):
-            status = "done"
-        elif same_version and entry.get("status") in ("failed", "skipped"):
-            status = str(entry["status"])
-        else:
-            status = "pending"
+        status = _status_of(entry, same_version, phase_one.is_up_to_date(raw, fp))
         if not same_version:  # a new segment since the last attempt: a fresh start
             entry = {}
+        name = _summary_name(raw)
+        summary = f"{paths.memories_dir}/{name}" if name is not None else None
         rows.append(
-            {
-                "rollout_id": rid,
-                "status": status,
-                "attempts": int(entry.get("attempts") or 0),
-                "last_error": entry.get("last_error"),
-                "last_attempt_at": entry.get("last_attempt_at"),
-                "segments": fp.segments,
-                "updated_at": fp.updated_at,
-            }
+            ConversationInfo(
+                rollout_id=rid,
+                status=status,
+                attempts=int(entry.get("attempts") or 0),
+                failure_class=None,
+                next_retry_at=None,
+                last_error=entry.get("last_error"),
+                last_attempt_at=entry.get("last_attempt_at"),
+                segments=fp.segments,
+                started_at=started_at,
+                updated_at=fp.updated_at,
+                terminal_state=fp.terminal_state,
+                task=task,
+                summary_file=summary if summary in summaries else None,
+                raw_memory_file=paths.raw_memory_file(rid) if raw is not None else None,
+            )
         )
+    rows.sort(key=lambda row: row.rollout_id)
+    rows.sort(key=lambda row: row.updated_at, reverse=True)
     return rows
+
+
+async def rollout_statuses(
+    session: SandboxSession, paths: MemoryPaths, state: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """``conversations`` as JSON-ready dicts, sorted by rollout id."""
+    rows = await conversations(session, paths, state)
+    return [row.model_dump() for row in sorted(rows, key=lambda row: row.rollout_id)]
 
 
 async def read_log(session: SandboxSession, paths: MemoryPaths) -> list[dict[str, Any]]:
@@ -123,8 +195,8 @@ async def read_log(session: SandboxSession, paths: MemoryPaths) -> list[dict[str
     return records
 
 
-def token_totals(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Phase runs and tokens spent, per phase (``one`` and ``two``), summed from the log."""
+def token_totals(records: list[dict[str, Any]]) -> TokensPerPhase:
+    """Phase runs and tokens spent, per phase, summed from the log."""
     totals = {
         phase: {"runs": 0, "failed_runs": 0, "input_tokens": 0, "output_tokens": 0}
         for phase in ("one", "two")
@@ -138,12 +210,14 @@ def token_totals(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
         for key in ("input_tokens", "output_tokens"):
             value = record.get(key)
             bucket[key] += value if isinstance(value, int) else 0
-    return totals
+    return TokensPerPhase(
+        phase_one=PhaseTokens(**totals["one"]), phase_two=PhaseTokens(**totals["two"])
+    )
 
 
 def _last_consolidation(
     state: dict[str, Any], records: list[dict[str, Any]], selection: Any
-) -> dict[str, Any] | None:
+) -> ConsolidationInfo | None:
     runs = [r for r in records if r.get("phase") == "two"]
     raw = state.get("phase_two")
     phase_two: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -153,22 +227,27 @@ def _last_consolidation(
     if not runs and not phase_two and last_success is None:
         return None
     last = runs[-1] if runs else {}
-    return {
-        "time": last.get("time") or phase_two.get("last_attempt_at") or last_success,
-        "status": last.get("status") or phase_two.get("status"),
-        "error": last.get("error") if runs else phase_two.get("last_error"),
-        "rollouts": len(last.get("rollouts") or []),
-        "duration_s": last.get("duration_s"),
-        "last_success_at": last_success,
-        "selected": len(selected) if isinstance(selected, list) else None,
-    }
+    duration = last.get("duration_s")
+    return ConsolidationInfo(
+        time=last.get("time") or phase_two.get("last_attempt_at") or last_success,
+        status=last.get("status") or phase_two.get("status"),
+        error=last.get("error") if runs else phase_two.get("last_error"),
+        rollouts=len(last.get("rollouts") or []),
+        duration_s=float(duration) if isinstance(duration, int | float) else None,
+        last_success_at=last_success,
+        selected=len(selected) if isinstance(selected, list) else None,
+    )
 
 
-async def _sizes(session: SandboxSession, paths: MemoryPaths) -> dict[str, Any]:
+async def _sizes(
+    session: SandboxSession, paths: MemoryPaths
+) -> tuple[dict[str, FileSize], dict[str, DirSize]]:
     files = {}
     for path in (paths.memory_md, paths.summary_md, paths.raw_memories_md):
         data = await session.read(path) if await session.exists(path) else None
-        files[path.rsplit("/", 1)[1]] = {"path": path, "bytes": None if data is None else len(data)}
+        files[path.rsplit("/", 1)[1]] = FileSize(
+            path=path, bytes=None if data is None else len(data)
+        )
     dirs = {}
     for name, top in (
         ("raw_memories", paths.raw_dir),
@@ -178,32 +257,34 @@ async def _sizes(session: SandboxSession, paths: MemoryPaths) -> dict[str, Any]:
     ):
         walked = await _walk(session, top)
         size = sum([len(await session.read(p)) for p in walked])
-        dirs[name] = {"path": top, "files": len(walked), "bytes": size}
-    return {"files": files, "dirs": dirs}
+        dirs[name] = DirSize(path=top, files=len(walked), bytes=size)
+    return files, dirs
 
 
-async def memory_status(session: SandboxSession, paths: MemoryPaths) -> dict[str, Any]:
-    """Everything ``sandmem memory status`` shows, as JSON-ready data: conversation counts,
-    ``pending`` and ``failed`` rollouts (attempts, last error), the last consolidation, file
-    sizes, and tokens spent per phase (from ``generation_log.jsonl``)."""
+async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemoryStatus:
+    """Everything ``status()`` reports: the conversations and their state (attempts, last
+    error), the last consolidation, file sizes, and tokens spent per phase (from
+    ``generation_log.jsonl``)."""
     state = await load_state(session, paths)
-    rows = await rollout_statuses(session, paths, state)
+    rows = await conversations(session, paths, state)
     records = await read_log(session, paths)
     counts = dict.fromkeys(("done", "pending", "failed", "skipped"), 0)
     for row in rows:
-        counts[row["status"]] += 1
-    return {
-        "memories_dir": paths.memories_dir,
-        "sessions_dir": paths.sessions_dir,
-        "rollouts": {"total": len(rows), **counts},
-        "pending": [r for r in rows if r["status"] == "pending"],
-        "failed": [r for r in rows if r["status"] == "failed"],
-        "last_consolidation": _last_consolidation(
+        counts[row.status] += 1
+    files, dirs = await _sizes(session, paths)
+    return MemoryStatus(
+        workspace=str(session.root),
+        memories_dir=paths.memories_dir,
+        sessions_dir=paths.sessions_dir,
+        counts=ConversationCounts(total=len(rows), **counts),
+        conversations=rows,
+        last_consolidation=_last_consolidation(
             state, records, await load_json(session, paths.selection_json)
         ),
-        **await _sizes(session, paths),
-        "tokens": token_totals(records),
-    }
+        files=files,
+        dirs=dirs,
+        tokens=token_totals(records),
+    )
 
 
 # ---------------------------------------------------------------- showing and forgetting
@@ -247,31 +328,52 @@ def checked_rollout_id(rollout_id: str) -> str:
         raise UserError(str(exc)) from None
 
 
-@dataclass
-class ForgetResult:
-    """What ``forget_rollout`` removed, and the re-consolidation's flush report."""
+def unknown_conversation(paths: MemoryPaths, rid: str) -> MemoryNotFoundError:
+    return MemoryNotFoundError(
+        f"no conversation {rid!r} in {paths.sessions_dir}/ or {paths.memories_dir}/; "
+        "`sandmem memory list` (or `sandmem.memory.list_conversations()`) lists the known ones",
+        path=paths.rollout_file(rid),
+        rollout_id=rid,
+    )
+
+
+@dataclass(frozen=True)
+class ForgetPlan:
+    """What forgetting one conversation removes: its files, whether it has a state entry,
+    and whether it is the last conversation in the consolidated memory."""
 
     rollout_id: str
-    removed: list[str] = field(default_factory=list)
-    report: FlushReport = field(default_factory=FlushReport)
+    files: list[str]
+    state_entry: bool
+    clears_memory: bool
 
 
-async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -> list[str]:
-    targets = await rollout_summary_files(session, paths, rid)
+async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: str) -> ForgetPlan:
+    """What ``forget_rollout`` would remove, changing nothing. Raises ``UserError`` for an
+    invalid id and ``MemoryNotFoundError`` for an unknown one."""
+    rid = checked_rollout_id(rollout_id)
+    files = await rollout_summary_files(session, paths, rid)
     for path in (paths.raw_memory_file(rid), paths.rollout_file(rid)):
         if await session.exists(path):
-            targets.append(path)
+            files.append(path)
     state = await load_state(session, paths)
-    if not targets and rid not in state["rollouts"]:
-        raise UserError(
-            f"no conversation {rid!r} in {paths.sessions_dir}/ or {paths.memories_dir}/; "
-            "`sandmem memory status` and `sandmem memory tree` list the known ones"
-        )
-    for path in targets:
+    in_state = rid in state["rollouts"]
+    if not files and not in_state:
+        raise unknown_conversation(paths, rid)
+    previous = await load_json(session, paths.selection_json)
+    consolidated = isinstance(previous, dict) and bool(previous.get("selected"))
+    others = [r for r in await load_raw_memories(session, paths) if r != rid]
+    return ForgetPlan(rid, files, in_state, consolidated and not others)
+
+
+async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -> ForgetPlan:
+    plan = await forget_plan(session, paths, rid)
+    for path in plan.files:
         await session.remove(path)
+    state = await load_state(session, paths)
     if state["rollouts"].pop(rid, None) is not None:
         await write_json(session, paths.state_json, state)
-    return targets
+    return plan
 
 
 async def _clear_consolidated(session: SandboxSession, paths: MemoryPaths) -> None:
@@ -290,25 +392,24 @@ async def forget_rollout(
     paths: MemoryPaths,
     rollout_id: str,
     config: MemoryGenerateConfig,
-) -> ForgetResult:
+) -> tuple[ForgetPlan, FlushReport]:
     """Forget one conversation: remove its rollout file, raw memory, rollout summaries and
     state entry, then re-consolidate with ``config`` (phase two is told the rollout was
     removed and drops what only it supported). When no raw memory is left, ``MEMORY.md`` and
     ``memory_summary.md`` are emptied instead (skills are kept).
 
-    Raises ``UserError`` for an invalid or unknown id. A failed re-consolidation does not
-    raise: it is in ``result.report`` (the next generation retries it).
+    Raises ``UserError`` for an invalid id, ``MemoryNotFoundError`` for an unknown one, and
+    ``SandboxError`` when a lock stays held. A failed re-consolidation does not raise: it is
+    in the flush report (the next generation retries it).
     """
     rid = checked_rollout_id(rollout_id)
     manager = get_manager(session, paths, config)
     await manager.prepare()
-    result = ForgetResult(rid)
     async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
         async with session.lock(f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
-            result.removed = await _forget_files(session, paths, rid)
+            plan = await _forget_files(session, paths, rid)
         previous = await load_json(session, paths.selection_json)
         consolidated = isinstance(previous, dict) and bool(previous.get("selected"))
         if consolidated and not await load_raw_memories(session, paths):
             await _clear_consolidated(session, paths)
-    result.report = await manager.flush()
-    return result
+    return plan, await manager.flush()

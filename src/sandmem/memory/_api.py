@@ -1,0 +1,508 @@
+"""The public memory API: look at, search, generate and forget memory from Python.
+
+Every function takes a *target* — a live ``SandboxSession`` or the path of a workspace
+directory (used in place, like the CLI's ``--workspace``) — and an optional
+``MemoryLayoutConfig`` (default: ``memories/`` and ``sessions/``). Each is async, with a
+``*_sync`` twin for scripts (the twins refuse to run inside a running event loop). Results are
+the pydantic models of ``sandmem.memory._results``; the ``sandmem memory`` commands print
+their JSON.
+
+Errors: ``MemoryNotFoundError`` (no memory layout, an unknown conversation),
+``MemoryLockedError`` (another process holds the layout's lock), ``UserError`` (an invalid id
+or option).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+from sandmem._errors import MemoryLockedError, MemoryNotFoundError, SandboxError, UserError
+from sandmem.memory import maintenance
+from sandmem.memory._results import (
+    ConversationInfo,
+    FileSize,
+    ForgetResult,
+    GenerationReport,
+    GenerationUsage,
+    MemoryFile,
+    MemoryFileKind,
+    MemoryStatus,
+    SearchHit,
+    SearchResults,
+    TokenUsage,
+)
+from sandmem.memory._search import search_layout
+from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.manager import FlushReport, MemoryGenerationManager, get_manager
+from sandmem.memory.storage import MemoryPaths, read_text
+from sandmem.models._base import Model
+from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+from sandmem.sandboxes._session import SandboxSession
+
+T = TypeVar("T")
+
+#: a live sandbox session, or the path of a workspace directory
+MemoryTarget = Union[SandboxSession, str, "os.PathLike[str]"]
+
+Engine = Literal["model", "extractive"]
+
+#: how often ``generate``'s progress callback looks at ``generation_log.jsonl``
+PROGRESS_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class GenerationProgress:
+    """Passed to ``generate``'s ``progress`` callback: ``extracted`` of ``total`` pending
+    conversations are done; ``phase`` is ``"extracting"`` then ``"consolidating"``."""
+
+    extracted: int
+    total: int
+    phase: Literal["extracting", "consolidating"]
+
+
+# ---------------------------------------------------------------- targets
+
+
+@contextlib.asynccontextmanager
+async def _opened(
+    target: MemoryTarget, layout: MemoryLayoutConfig | None
+) -> AsyncIterator[tuple[SandboxSession, MemoryPaths, bool]]:
+    """The session, the layout's paths, and whether the session is ours (opened on a
+    workspace path for this call). Refuses a workspace that holds no memory layout."""
+    if layout is not None and not isinstance(layout, MemoryLayoutConfig):
+        raise UserError(f"layout must be a MemoryLayoutConfig, got {type(layout).__name__}")
+    paths = MemoryPaths.of(layout or MemoryLayoutConfig())
+    if isinstance(target, SandboxSession):
+        await _require_layout(target, paths)
+        yield target, paths, False
+        return
+    if not isinstance(target, str | os.PathLike):
+        raise UserError(
+            "the memory target must be a SandboxSession or a workspace directory path, got "
+            f"{type(target).__name__}"
+        )
+    root = Path(target)
+    if not await asyncio.to_thread(root.is_dir):
+        raise MemoryNotFoundError(
+            f"no workspace directory {str(root)!r}: pass an existing directory or a live "
+            "SandboxSession",
+            path=str(root),
+        )
+    session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
+    async with session:
+        await _require_layout(session, paths)
+        yield session, paths, True
+
+
+async def _require_layout(session: SandboxSession, paths: MemoryPaths) -> None:
+    if await session.exists(paths.memories_dir) or await session.exists(paths.sessions_dir):
+        return
+    raise MemoryNotFoundError(
+        f"no memory in {session.root}: neither {paths.memories_dir}/ nor {paths.sessions_dir}/ "
+        "exists; run an agent with Memory() there first (`sandmem run`), or name the layout "
+        "it used (layout=MemoryLayoutConfig(...), --memories-dir / --sessions-dir)",
+        path=paths.memories_dir,
+    )
+
+
+def _locked(exc: SandboxError) -> MemoryLockedError | SandboxError:
+    if exc.operation != "lock":
+        return exc
+    return MemoryLockedError(
+        f"memory is locked: {exc.path} is held by another process or task (a generation or "
+        "a forget in progress); try again when it has finished",
+        operation="lock",
+        path=exc.path,
+    )
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise UserError(
+        "a *_sync memory function was called inside a running event loop; await the async "
+        "function instead (e.g. `await sandmem.memory.status(...)`)"
+    )
+
+
+# ---------------------------------------------------------------- looking
+
+
+async def status(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None) -> MemoryStatus:
+    """The state of a layout's memory: every conversation (status, attempts, failure class,
+    next retry, last error), the last consolidation, file sizes, and tokens spent per phase.
+    Reads only; changes nothing."""
+    async with _opened(target, layout) as (session, paths, _):
+        return await maintenance.memory_status(session, paths)
+
+
+async def list_conversations(
+    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
+) -> list[ConversationInfo]:
+    """Every recorded conversation, most recently updated first: its status, dates, task
+    (first user message) and rollout summary file."""
+    async with _opened(target, layout) as (session, paths, _):
+        return await maintenance.conversations(session, paths)
+
+
+async def list_files(
+    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
+) -> list[FileSize]:
+    """Every visible file of the layout (under ``memories_dir`` and ``sessions_dir``; hidden
+    ones such as locks and phase two's journal are left out) with its size, sorted by path."""
+    async with _opened(target, layout) as (session, paths, _):
+        entries = await maintenance.layout_files(session, paths)
+    return [FileSize(path=e.path, bytes=e.size) for e in entries]
+
+
+async def _file(
+    session: SandboxSession,
+    kind: MemoryFileKind,
+    path: str | None,
+    rollout_id: str | None,
+) -> MemoryFile:
+    text = await read_text(session, path) if path is not None else None
+    return MemoryFile(
+        kind=kind,
+        rollout_id=rollout_id,
+        path=path,
+        exists=text is not None,
+        empty=text is not None and not text.strip(),
+        text=text or "",
+    )
+
+
+async def show(
+    target: MemoryTarget,
+    what: MemoryFileKind | None = None,
+    rollout_id: str | None = None,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+) -> MemoryFile:
+    """One memory file: ``"summary"`` (``memory_summary.md``), ``"memory"``
+    (``MEMORY.md``), or a conversation's ``"rollout_summary"`` or ``"raw_memory"`` (these
+    need ``rollout_id``). ``what`` defaults to ``"rollout_summary"`` when a ``rollout_id`` is
+    given, else to ``"summary"``.
+
+    A missing file is not an error (``exists`` is ``False``), nor an empty one (``empty``);
+    an unknown conversation raises ``MemoryNotFoundError``.
+    """
+    if what is None:
+        what = "summary" if rollout_id is None else "rollout_summary"
+    if what in ("summary", "memory"):
+        if rollout_id is not None:
+            raise UserError(f"show({what!r}) takes no rollout_id")
+    elif what in ("rollout_summary", "raw_memory"):
+        if rollout_id is None:
+            raise UserError(f"show({what!r}) needs the conversation's rollout_id")
+    else:
+        raise UserError(
+            f"show() shows 'summary', 'memory', 'rollout_summary' or 'raw_memory', not {what!r}"
+        )
+    async with _opened(target, layout) as (session, paths, _):
+        if what == "summary":
+            return await _file(session, what, paths.summary_md, None)
+        if what == "memory":
+            return await _file(session, what, paths.memory_md, None)
+        assert rollout_id is not None
+        rid = maintenance.checked_rollout_id(rollout_id)
+        found = await maintenance.rollout_summary_files(session, paths, rid)
+        raw_path = paths.raw_memory_file(rid)
+        known = (
+            bool(found)
+            or await session.exists(paths.rollout_file(rid))
+            or await session.exists(raw_path)
+        )
+        if not known:
+            raise maintenance.unknown_conversation(paths, rid)
+        if what == "raw_memory":
+            return await _file(session, what, raw_path, rid)
+        return await _file(session, what, found[0] if found else None, rid)
+
+
+async def search(
+    target: MemoryTarget,
+    query: str,
+    limit: int = 10,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+) -> SearchResults:
+    """Ranked search (BM25, stemmed) over the sections of ``MEMORY.md``, the rollout
+    summaries and the skills; at most ``limit`` hits, best first. Any word of ``query`` may
+    match; a query with no words or no match gives no hits."""
+    async with _opened(target, layout) as (session, paths, _):
+        hits = await search_layout(session, paths, query, limit)
+    return SearchResults(
+        query=query,
+        hits=[
+            SearchHit(path=h.path, line=h.line, score=h.score, snippet=h.snippet, heading=h.heading)
+            for h in hits
+        ],
+    )
+
+
+# ---------------------------------------------------------------- changing
+
+
+def generate_config(
+    config: MemoryGenerateConfig | None = None,
+    engine: Engine | None = None,
+    model: str | Model | None = None,
+) -> MemoryGenerateConfig:
+    """The generate config for the options of ``generate`` and ``forget``: ``config`` as
+    given; ``engine="extractive"``: both phases without a model; ``model``: that model for
+    both phases with the server's default settings; none of them: the defaults."""
+    if config is not None:
+        if engine is not None or model is not None:
+            raise UserError("pass either config or engine/model, not both")
+        return config
+    if engine == EXTRACTIVE:
+        if model is not None:
+            raise UserError("use either engine='extractive' or a model, not both")
+        return MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
+    if engine not in (None, "model"):
+        raise UserError(f"engine must be 'model' or 'extractive', not {engine!r}")
+    if model is None:
+        return MemoryGenerateConfig()
+    return MemoryGenerateConfig(
+        phase_one_model=model,
+        phase_two_model=model,
+        phase_one_model_settings=None,
+        phase_two_model_settings=None,
+    )
+
+
+def _report(report: FlushReport) -> GenerationReport:
+    finished = {*report.processed, *report.skipped, *report.failed}
+    return GenerationReport(
+        processed=sorted(report.processed),
+        skipped=sorted(report.skipped),
+        failed=dict(sorted(report.failed.items())),
+        not_reached=[rid for rid in report.pending if rid not in finished],
+        phase_two=report.phase_two,
+        phase_two_error=report.phase_two_error,
+        timed_out=report.timed_out,
+        usage=GenerationUsage(
+            phase_one=TokenUsage.of(report.phase_one_usage),
+            phase_two=TokenUsage.of(report.phase_two_usage),
+        ),
+        complete=not report.failed
+        and not report.timed_out
+        and report.phase_two in ("done", "skipped"),
+    )
+
+
+def _manager(
+    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig, owned: bool
+) -> MemoryGenerationManager:
+    """The session's manager for the layout. On a session opened for this call the stop hook
+    is detached: the call flushes explicitly, and a second flush at stop would retry what
+    just failed. A live session keeps its hook (its agents' runs rely on it)."""
+    manager = get_manager(session, paths, config)
+    if owned:
+        manager.detach_stop_hook()
+    return manager
+
+
+async def _flush_with_progress(
+    manager: MemoryGenerationManager,
+    retry_failed: bool,
+    progress: Callable[[GenerationProgress], None],
+) -> FlushReport:
+    session, paths = manager.session, manager.paths
+    wanted = {"pending", "failed"} if retry_failed else {"pending"}
+    total = sum(c.status in wanted for c in await maintenance.conversations(session, paths))
+    since = len(await maintenance.read_log(session, paths))
+    flushing = asyncio.ensure_future(manager.flush(retry_failed=retry_failed))
+    try:
+        while True:
+            done = {flushing}
+            await asyncio.wait(done, timeout=PROGRESS_POLL_S)
+            records = (await maintenance.read_log(session, paths))[since:]
+            extracted = min(sum(r.get("phase") == "one" for r in records), total)
+            phase: Literal["extracting", "consolidating"] = (
+                "consolidating" if extracted >= total else "extracting"
+            )
+            progress(GenerationProgress(extracted, total, phase))
+            if flushing.done():
+                return flushing.result()
+    finally:
+        if not flushing.done():
+            flushing.cancel()
+
+
+async def generate(
+    target: MemoryTarget,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    config: MemoryGenerateConfig | None = None,
+    engine: Engine | None = None,
+    model: str | Model | None = None,
+    retry_failed: bool = False,
+    progress: Callable[[GenerationProgress], None] | None = None,
+) -> GenerationReport:
+    """Generate memory now: phase one for every pending conversation, then consolidation
+    when the selection changed. ``retry_failed`` also retries conversations that failed
+    ``max_attempts`` times (their attempts restart). The engine is ``config``, or
+    ``engine="extractive"`` (no model), or ``model`` for both phases, or the defaults; on a
+    live session whose agents use this layout, pass their ``MemoryGenerateConfig``.
+    ``progress`` is called about five times a second while it runs.
+
+    A failed conversation or consolidation does not raise: it is in the report (``complete``
+    is ``False``) and retried next time. Raises ``MemoryLockedError`` when another process
+    holds the layout's lock.
+    """
+    cfg = generate_config(config, engine, model)
+    async with _opened(target, layout) as (session, paths, owned):
+        manager = _manager(session, paths, cfg, owned)
+        try:
+            if progress is None:
+                flushed = await manager.flush(retry_failed=retry_failed)
+            else:
+                flushed = await _flush_with_progress(manager, retry_failed, progress)
+        except SandboxError as exc:
+            raise _locked(exc) from exc
+    return _report(flushed)
+
+
+async def forget(
+    target: MemoryTarget,
+    rollout_id: str,
+    *,
+    dry_run: bool = False,
+    layout: MemoryLayoutConfig | None = None,
+    config: MemoryGenerateConfig | None = None,
+    engine: Engine | None = None,
+    model: str | Model | None = None,
+) -> ForgetResult:
+    """Forget one conversation: delete its rollout file, raw memory, rollout summaries and
+    generation state, then consolidate again so ``MEMORY.md`` and ``memory_summary.md`` drop
+    what only it supported (with the engine chosen as for ``generate``). When it was the last
+    conversation in memory, both files are emptied instead; skills are never touched.
+
+    ``dry_run=True`` changes nothing and reports what would go. Raises
+    ``MemoryNotFoundError`` for an unknown id (changing nothing), ``UserError`` for an
+    invalid one, ``MemoryLockedError`` when another process holds the layout's lock. A failed
+    re-consolidation does not raise: see ``result.report.complete``.
+    """
+    cfg = generate_config(config, engine, model)
+    async with _opened(target, layout) as (session, paths, owned):
+        if dry_run:
+            plan = await maintenance.forget_plan(session, paths, rollout_id)
+            flushed = None
+        else:
+            maintenance.checked_rollout_id(rollout_id)
+            _manager(session, paths, cfg, owned)
+            try:
+                plan, flushed = await maintenance.forget_rollout(session, paths, rollout_id, cfg)
+            except SandboxError as exc:
+                raise _locked(exc) from exc
+    return ForgetResult(
+        rollout_id=plan.rollout_id,
+        dry_run=dry_run,
+        removed=plan.files,
+        state_entry=plan.state_entry,
+        clears_memory=plan.clears_memory,
+        report=_report(flushed) if flushed is not None else None,
+    )
+
+
+# ---------------------------------------------------------------- sync twins
+
+
+def status_sync(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None) -> MemoryStatus:
+    """``status``, blocking."""
+    return _run_sync(status(target, layout=layout))
+
+
+def list_conversations_sync(
+    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
+) -> list[ConversationInfo]:
+    """``list_conversations``, blocking."""
+    return _run_sync(list_conversations(target, layout=layout))
+
+
+def list_files_sync(
+    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
+) -> list[FileSize]:
+    """``list_files``, blocking."""
+    return _run_sync(list_files(target, layout=layout))
+
+
+def show_sync(
+    target: MemoryTarget,
+    what: MemoryFileKind | None = None,
+    rollout_id: str | None = None,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+) -> MemoryFile:
+    """``show``, blocking."""
+    return _run_sync(show(target, what, rollout_id, layout=layout))
+
+
+def search_sync(
+    target: MemoryTarget,
+    query: str,
+    limit: int = 10,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+) -> SearchResults:
+    """``search``, blocking."""
+    return _run_sync(search(target, query, limit, layout=layout))
+
+
+def generate_sync(
+    target: MemoryTarget,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    config: MemoryGenerateConfig | None = None,
+    engine: Engine | None = None,
+    model: str | Model | None = None,
+    retry_failed: bool = False,
+    progress: Callable[[GenerationProgress], None] | None = None,
+) -> GenerationReport:
+    """``generate``, blocking."""
+    return _run_sync(
+        generate(
+            target,
+            layout=layout,
+            config=config,
+            engine=engine,
+            model=model,
+            retry_failed=retry_failed,
+            progress=progress,
+        )
+    )
+
+
+def forget_sync(
+    target: MemoryTarget,
+    rollout_id: str,
+    *,
+    dry_run: bool = False,
+    layout: MemoryLayoutConfig | None = None,
+    config: MemoryGenerateConfig | None = None,
+    engine: Engine | None = None,
+    model: str | Model | None = None,
+) -> ForgetResult:
+    """``forget``, blocking."""
+    return _run_sync(
+        forget(
+            target,
+            rollout_id,
+            dry_run=dry_run,
+            layout=layout,
+            config=config,
+            engine=engine,
+            model=model,
+        )
+    )

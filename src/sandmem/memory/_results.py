@@ -1,0 +1,296 @@
+"""The results of the memory API (``sandmem.memory.status``, ``search``, ...): pydantic models
+whose JSON is what the ``sandmem memory`` commands print with ``--json``.
+
+Every field is documented in its attribute docstring, which also becomes its description in
+the models' JSON schema (``MemoryStatus.model_json_schema()``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from sandmem._usage import Usage
+
+ConversationState = Literal["done", "pending", "failed", "skipped"]
+MemoryFileKind = Literal["summary", "memory", "rollout_summary", "raw_memory"]
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+# ---------------------------------------------------------------- conversations and status
+
+
+class ConversationInfo(_Result):
+    """One recorded conversation (a rollout file ``<sessions_dir>/<rollout_id>.jsonl``) and
+    the state of its memory."""
+
+    rollout_id: str
+    """The conversation's id (its rollout file's name)."""
+    status: ConversationState
+    """``done``: its raw memory is up to date. ``pending``: the next generation extracts it.
+    ``failed``: extraction failed ``max_attempts`` times; retried only by
+    ``generate(retry_failed=True)`` or when the conversation continues. ``skipped``: nothing
+    worth remembering."""
+    attempts: int
+    """Failed extraction attempts of this version of the conversation (0 after a success or a
+    new segment)."""
+    failure_class: str | None
+    """What kind of failure the last one was, when the generation state records it."""
+    next_retry_at: str | None
+    """When the next extraction attempt is due (ISO-8601 UTC), when the generation state
+    records it; ``None`` also means "at the next generation" for a pending conversation."""
+    last_error: str | None
+    """The last extraction error (redacted), ``None`` when the last attempt succeeded."""
+    last_attempt_at: str | None
+    """When extraction was last attempted (ISO-8601 UTC)."""
+    segments: int
+    """Run segments recorded (one per ``Runner.run``)."""
+    started_at: str | None
+    """``updated_at`` of the first segment."""
+    updated_at: str
+    """``updated_at`` of the last segment (``"unknown"`` when it has none)."""
+    terminal_state: str
+    """How the last run ended (``completed``, ``failed``, ``max_turns_exceeded``, ...)."""
+    task: str | None
+    """The first user message of the conversation, on one line, cut to 120 characters."""
+    summary_file: str | None
+    """Its rollout summary (workspace-relative), when one exists."""
+    raw_memory_file: str | None
+    """Its raw memory (workspace-relative), when one exists."""
+
+
+class ConversationCounts(_Result):
+    """How many conversations are in each state."""
+
+    total: int
+    """All recorded conversations."""
+    done: int
+    """Conversations whose raw memory is up to date."""
+    pending: int
+    """Conversations the next generation extracts."""
+    failed: int
+    """Conversations that failed ``max_attempts`` times."""
+    skipped: int
+    """Conversations with nothing worth remembering."""
+
+
+class ConsolidationInfo(_Result):
+    """The last consolidation (phase two) of the layout."""
+
+    time: str | None
+    """When it ran (ISO-8601 UTC)."""
+    status: str | None
+    """``done`` or ``failed`` (or another outcome the generation log records)."""
+    error: str | None
+    """Its error when it failed (redacted)."""
+    rollouts: int
+    """How many conversations it was given."""
+    duration_s: float | None
+    """How long it took, in seconds."""
+    last_success_at: str | None
+    """When a consolidation last succeeded."""
+    selected: int | None
+    """How many raw memories the last successful one used (``phase_two_selection.json``)."""
+
+
+class FileSize(_Result):
+    """A memory file and its size."""
+
+    path: str
+    """Workspace-relative path."""
+    bytes: int | None
+    """Size in bytes; ``None`` when the file does not exist."""
+
+
+class DirSize(_Result):
+    """A memory directory: how many visible files it holds, and their total size."""
+
+    path: str
+    """Workspace-relative path."""
+    files: int
+    """Visible files (hidden ones such as locks are not counted), recursively."""
+    bytes: int
+    """Their total size in bytes."""
+
+
+class PhaseTokens(_Result):
+    """What one phase has cost, summed over ``generation_log.jsonl``."""
+
+    runs: int
+    """Phase runs (phase one: one per conversation extracted; phase two: one per
+    consolidation)."""
+    failed_runs: int
+    """Runs that failed."""
+    input_tokens: int
+    """Input tokens spent."""
+    output_tokens: int
+    """Output tokens spent."""
+
+
+class TokensPerPhase(_Result):
+    """Tokens spent per phase."""
+
+    phase_one: PhaseTokens
+    """Extraction."""
+    phase_two: PhaseTokens
+    """Consolidation."""
+
+
+class MemoryStatus(_Result):
+    """Everything ``status()`` reports about one layout of one workspace."""
+
+    workspace: str
+    """The workspace root (absolute)."""
+    memories_dir: str
+    """The layout's memory directory, relative to the workspace."""
+    sessions_dir: str
+    """The layout's rollout directory, relative to the workspace."""
+    counts: ConversationCounts
+    """Conversations per state."""
+    conversations: list[ConversationInfo]
+    """Every recorded conversation, most recently updated first."""
+    last_consolidation: ConsolidationInfo | None
+    """The last consolidation, ``None`` when none ever ran."""
+    files: dict[str, FileSize]
+    """``MEMORY.md``, ``memory_summary.md`` and ``raw_memories.md`` by name."""
+    dirs: dict[str, DirSize]
+    """``raw_memories``, ``rollout_summaries``, ``skills`` and ``sessions`` by name."""
+    tokens: TokensPerPhase
+    """Tokens spent per phase."""
+
+    @property
+    def pending(self) -> list[ConversationInfo]:
+        """The conversations the next generation extracts."""
+        return [c for c in self.conversations if c.status == "pending"]
+
+    @property
+    def failed(self) -> list[ConversationInfo]:
+        """The conversations that failed ``max_attempts`` times."""
+        return [c for c in self.conversations if c.status == "failed"]
+
+
+# ---------------------------------------------------------------- files and search
+
+
+class MemoryFile(_Result):
+    """One memory file as ``show()`` found it."""
+
+    kind: MemoryFileKind
+    """``summary`` (``memory_summary.md``), ``memory`` (``MEMORY.md``), ``rollout_summary``
+    or ``raw_memory`` (of one conversation)."""
+    rollout_id: str | None
+    """The conversation, for ``rollout_summary`` and ``raw_memory``."""
+    path: str | None
+    """Workspace-relative path; ``None`` for a rollout summary not written yet (its name is
+    chosen when the conversation is extracted)."""
+    exists: bool
+    """Whether the file exists."""
+    empty: bool
+    """Whether it exists but holds nothing but whitespace (no memory generated yet)."""
+    text: str
+    """Its content (``""`` when missing)."""
+
+
+class SearchHit(_Result):
+    """One ranked section of a memory file."""
+
+    path: str
+    """The file, workspace-relative."""
+    line: int
+    """1-based line of the section's best-matching line."""
+    score: float
+    """BM25 relevance, higher is better; only the order between hits of one search means
+    anything."""
+    snippet: str
+    """That line, whitespace collapsed, cut to 160 characters."""
+    heading: str | None
+    """The headings down to the section (``"Memory > Invoice totals"``); ``None`` for text
+    before the first heading."""
+
+
+class SearchResults(_Result):
+    """The hits of one search, best first."""
+
+    query: str
+    """The query as given."""
+    hits: list[SearchHit]
+    """Best first, at most ``limit``."""
+
+
+# ---------------------------------------------------------------- generating and forgetting
+
+
+class TokenUsage(_Result):
+    """Model requests and tokens of one phase of one generation."""
+
+    requests: int
+    """Model requests."""
+    input_tokens: int
+    """Input tokens."""
+    output_tokens: int
+    """Output tokens."""
+
+    @classmethod
+    def of(cls, usage: Usage) -> TokenUsage:
+        return cls(
+            requests=usage.requests,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+        )
+
+
+class GenerationUsage(_Result):
+    """Usage of one generation per phase."""
+
+    phase_one: TokenUsage
+    """Extraction."""
+    phase_two: TokenUsage
+    """Consolidation."""
+
+
+class GenerationReport(_Result):
+    """What one generation (a flush: phase one for every pending conversation, then phase
+    two) did."""
+
+    processed: list[str]
+    """Conversations extracted."""
+    skipped: list[str]
+    """Conversations with nothing worth remembering."""
+    failed: dict[str, str]
+    """Conversations whose extraction failed, with the error; they stay pending."""
+    not_reached: list[str]
+    """Pending conversations it did not get to (it timed out)."""
+    phase_two: str
+    """The consolidation: ``done``, ``skipped`` (nothing new), ``failed`` (the previous
+    memory is kept), or ``not_run``."""
+    phase_two_error: str | None
+    """The consolidation's error when it failed."""
+    timed_out: bool
+    """Whether it stopped at ``flush_timeout_s``."""
+    usage: GenerationUsage
+    """Model usage per phase."""
+    complete: bool
+    """Whether everything succeeded: no conversation failed, the consolidation did not fail,
+    and it did not time out."""
+
+
+class ForgetResult(_Result):
+    """What ``forget()`` removed (or, with ``dry_run``, would remove)."""
+
+    rollout_id: str
+    """The forgotten conversation."""
+    dry_run: bool
+    """``True``: nothing was changed; the fields say what would be."""
+    removed: list[str]
+    """Its files: rollout summaries, raw memory, rollout file (workspace-relative)."""
+    state_entry: bool
+    """Whether its entry in ``generation_state.json`` was (would be) removed."""
+    clears_memory: bool
+    """Whether it was the last conversation in memory, so ``MEMORY.md`` and
+    ``memory_summary.md`` were (would be) emptied rather than re-consolidated."""
+    report: GenerationReport | None
+    """The re-consolidation that followed (``None`` for a dry run)."""
