@@ -46,6 +46,7 @@ __all__ = [
     "instrument_model",
     "is_available",
     "span",
+    "start_span",
     "traced_call",
 ]
 
@@ -107,6 +108,26 @@ class Span:
         if self._span is not None:
             self._span.set_attributes(_clean(attributes))
 
+    def end(self) -> None:
+        if self._span is not None:
+            self._span.end()
+
+    def attach(self) -> object | None:
+        """Make this span current in the running task's context; returns the token for
+        ``detach`` (``None`` when tracing is off)."""
+        if self._span is None:
+            return None
+        from opentelemetry import context, trace
+
+        return context.attach(trace.set_span_in_context(self._span))
+
+    @staticmethod
+    def detach(token: object | None) -> None:
+        if token is not None:
+            from opentelemetry import context
+
+            context.detach(token)  # type: ignore[arg-type]
+
     def fail(self, error_type: str, message: str | None = None) -> None:
         """Mark the span as failed without an exception reaching it (e.g. a tool error the
         model is shown, a rollout whose extraction is retried later)."""
@@ -115,6 +136,30 @@ class Span:
             return
         self._span.set_attribute("error.type", error_type)
         self._span.set_status(trace.Status(trace.StatusCode.ERROR, message and redact(message)))
+
+
+def start_span(
+    name: str,
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    parent: Span | None = None,
+    client: bool = False,
+    enabled: bool = True,
+) -> Span:
+    """A span that is *not* made current: the caller ends it (``Span.end``). Its parent is
+    ``parent`` when given, else the current span. For work whose start and end are separate
+    events (a run's model call, seen by a run listener)."""
+    trace = _otel() if enabled else None
+    if trace is None:
+        return Span()
+    kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
+    context = None
+    if parent is not None and parent._span is not None:
+        context = trace.set_span_in_context(parent._span)
+    otel_span = trace.get_tracer(SCOPE).start_span(
+        name, context=context, kind=kind, attributes=_clean(attributes or {})
+    )
+    return Span(otel_span)
 
 
 @contextlib.contextmanager
