@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = [
     "InstrumentedModel",
     "Span",
+    "aspan",
+    "current_span",
     "instrument_model",
     "is_available",
     "span",
@@ -198,6 +200,24 @@ def span(
             raise
 
 
+@contextlib.asynccontextmanager
+async def aspan(
+    name: str, attributes: Mapping[str, Any] | None = None, *, enabled: bool = True
+) -> AsyncIterator[Span]:
+    """``span`` as an async context manager, to share one ``async with`` line with a lock or
+    a semaphore (``async with semaphore, tracing.aspan(...) as current:``)."""
+    with span(name, attributes, enabled=enabled) as current:
+        yield current
+
+
+def current_span() -> Span:
+    """The span current in this task (a no-op handle when tracing is off or none is)."""
+    trace = _otel()
+    if trace is None:
+        return Span()
+    return Span(trace.get_current_span())
+
+
 async def traced_call(
     name: str,
     attributes: Mapping[str, Any],
@@ -214,9 +234,15 @@ async def traced_call(
 
 
 def _system(model: Model) -> str:
-    """``gen_ai.system``: ``openai`` for sandmem's OpenAI models, else the model's package."""
+    """``gen_ai.system``: ``openai`` for sandmem's OpenAI models, else the model's package
+    (a wrapper such as ``InstrumentedModel`` is looked through)."""
     from sandmem.models._openai_common import OpenAIModelBase
 
+    for _ in range(8):
+        inner = getattr(model, "wrapped", None) or getattr(model, "inner", None)
+        if not isinstance(inner, Model):
+            break
+        model = inner
     if isinstance(model, OpenAIModelBase):
         return "openai"
     return type(model).__module__.split(".", 1)[0]

@@ -15,9 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandmem import tracing
 from sandmem._errors import UserError
 from sandmem._usage import Usage
-from sandmem.memory import phase_one, phase_two
+from sandmem.memory import _trace, phase_one, phase_two
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.rollouts import segment_line, utc_now
 from sandmem.memory.storage import (
@@ -162,7 +163,7 @@ class MemoryGenerationManager:
         recorded in the report, ``generation_state.json`` and ``generation_log.jsonl``); stops
         after ``flush_timeout_s`` leaving unfinished rollouts pending."""
         report = FlushReport()
-        async with self._flush_lock:
+        async with self._flush_lock, tracing.aspan(_trace.FLUSH, _trace.layout(self.paths)) as span:
             try:
                 await asyncio.wait_for(
                     self._flush(report, retry_failed), timeout=self.config.flush_timeout_s
@@ -170,6 +171,7 @@ class MemoryGenerationManager:
             except TimeoutError:
                 report.timed_out = True
                 logger.warning("memory flush timed out after %ss", self.config.flush_timeout_s)
+            _trace.flush_done(span, report)
         return report
 
     def _provider(self) -> ModelProvider:
@@ -207,7 +209,9 @@ class MemoryGenerationManager:
             )
             if pending:
                 await self._save_state(state)
-            await self._phase_two(state, report, provider)
+            async with tracing.aspan(_trace.PHASE_TWO) as span:
+                await self._phase_two(state, report, provider)
+                _trace.phase_two_done(span, report)
 
     # ------------------------------------------------------------ phase one
 
@@ -262,7 +266,7 @@ class MemoryGenerationManager:
         semaphore: asyncio.Semaphore,
         provider: ModelProvider,
     ) -> None:
-        async with semaphore:
+        async with semaphore, tracing.aspan(_trace.PHASE_ONE, {_trace.ROLLOUT: rid}) as span:
             started = time.monotonic()
             entry = state["rollouts"].setdefault(rid, {"attempts": 0})
             error: str | None = None
@@ -295,6 +299,7 @@ class MemoryGenerationManager:
                 status = "failed" if exhausted else "pending"
                 report.failed[rid] = error
             entry.update(status=status, last_error=error, last_attempt_at=utc_now())
+            _trace.phase_one_done(span, status, usage, error)
             report.phase_one_usage.add(usage)
             await self._save(
                 state,
@@ -336,6 +341,7 @@ class MemoryGenerationManager:
         plan = await phase_two.plan(
             self.session, self.paths, self.config.max_raw_memories_for_consolidation
         )
+        _trace.phase_two_plan(plan)
         if not plan.diff.changed:
             report.phase_two = "skipped"
             return

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sandmem import tracing
 from sandmem._errors import MemoryGenerationError, ModelBehaviorError, ModelRequestError
 from sandmem._items import user_message
 from sandmem._prompts import load_prompt, render_prompt
@@ -117,7 +118,7 @@ async def call_model(
     """One structured-output model call, no tools."""
     from sandmem._schema import output_schema_for, parse_structured_output
 
-    model = resolve_model(config.phase_one_model, provider)
+    model = tracing.instrument_model(resolve_model(config.phase_one_model, provider))
     # rendering a long rollout is CPU work (tens of ms): keep it off the event loop so the
     # flush's other requests keep moving meanwhile
     rendered = await asyncio.to_thread(render_input, rollout_id, rollout_text, omitted_bytes)
