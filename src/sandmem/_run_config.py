@@ -34,7 +34,9 @@ class RunConfig:
     memory conversation when neither ``conversation_id`` nor a session is given. The tracing
     fields (``workflow_name``, ``trace_id``, ``group_id``, ``trace_metadata``,
     ``tracing_disabled``, ``trace_include_sensitive_data``) are accepted as the reference
-    names them and handed to run listeners (tracing) with the run.
+    names them and shape the run's OpenTelemetry spans (``docs/observability.md``); unlike
+    the reference, message contents are left out of spans unless
+    ``trace_include_sensitive_data=True`` (and are then redacted).
     """
 
     model: str | Model | None = None
@@ -46,7 +48,7 @@ class RunConfig:
     group_id: str | None = None
     trace_metadata: dict[str, Any] | None = None
     tracing_disabled: bool = False
-    trace_include_sensitive_data: bool = True
+    trace_include_sensitive_data: bool = False
 
     def __post_init__(self) -> None:
         if self.model_settings is not None:

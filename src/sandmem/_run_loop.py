@@ -39,6 +39,7 @@ from sandmem._run_context import (
     TerminalState,
     ToolContext,
 )
+from sandmem._run_tracing import run_tracer
 from sandmem._sandbox_agent import SandboxAgent
 from sandmem._sandbox_scope import sandbox_scope
 from sandmem._session import Session
@@ -408,7 +409,8 @@ async def execute(spec: RunSpec, progress: RunProgress) -> Any:
     final output. Raises what the run raised (``UserError`` before the first model call for
     misuse, ``MaxTurnsExceeded``, ``ModelBehaviorError``, ``ModelRequestError``...)."""
     input_items = normalize_input(spec.input)
-    emitter = Emitter([hooks_listener(spec.hooks), *spec.listeners])
+    tracer = run_tracer(spec.run_config)  # OpenTelemetry spans: one more listener
+    emitter = Emitter([hooks_listener(spec.hooks), *spec.listeners, *filter(None, [tracer])])
     async with sandbox_scope(spec.agent, spec.run_config) as sandbox:
         ctx = SandboxRunContext(
             agent=spec.agent,
