@@ -11,7 +11,11 @@ a background thread. A *handler* scripts the replies::
     with FakeOpenAIServer(handler) as server:
         client = AsyncOpenAI(api_key="test", base_url=server.base_url)
 
-The same ``FakeReply`` renders as a valid reply of either API. Faults are switched on with
+The same ``FakeReply`` renders as a valid reply of either API, and as a server-sent-event
+stream of either API when the request asks for ``stream: true`` (Responses: ``response.created``
+... ``response.output_text.delta`` ... ``response.completed``; Chat Completions: chunks, then
+``[DONE]``, with a usage chunk when ``stream_options.include_usage``). ``FakeReply.chunks``
+chooses the text deltas (default: the text split after each space). Faults are switched on with
 ``server.inject(...)`` (HTTP status, slow reply, malformed body) for the next ``times``
 requests. Every request is recorded in ``server.requests``; ``server.in_flight`` and
 ``server.max_in_flight`` count concurrent requests. A handler that raises answers HTTP 400
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 import traceback
@@ -41,17 +46,24 @@ _PATHS: dict[str, Api] = {"/v1/responses": "responses", "/v1/chat/completions": 
 class FakeRequest:
     """One request the server received (``headers`` keys are lower case). ``received_at`` is
     ``time.perf_counter()`` when its headers were read (the same clock as the test's, since the
-    server runs in the test's process); ``size`` is the body's length in bytes."""
+    server runs in the test's process); ``size`` is the body's length in bytes; ``path`` keeps
+    the query string."""
 
     api: Api
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     received_at: float = 0.0
     size: int = 0
+    path: str = ""
 
     @property
     def model(self) -> str:
         return str(self.body.get("model", ""))
+
+    @property
+    def stream(self) -> bool:
+        """Whether the client asked for a server-sent-event stream."""
+        return bool(self.body.get("stream"))
 
     @property
     def items(self) -> list[dict[str, Any]]:
@@ -142,7 +154,8 @@ class FakeReply:
     """What the fake model answers: text and/or tool calls, plus usage numbers.
 
     ``tool_calls`` are (name, arguments as a dict or a JSON string, call id). ``delay_s``
-    holds the reply back (the request stays in flight meanwhile).
+    holds the reply back (the request stays in flight meanwhile). ``chunks`` are the text
+    deltas of a streamed reply (they must join to ``text``).
     """
 
     text: str | None = None
@@ -151,6 +164,16 @@ class FakeReply:
     output_tokens: int = 5
     reasoning: str | None = None
     delay_s: float = 0.0
+    chunks: list[str] | None = None
+
+    def text_chunks(self) -> list[str]:
+        if self.text is None:
+            return []
+        if self.chunks is not None:
+            if "".join(self.chunks) != self.text:
+                raise ValueError("FakeReply.chunks must join to FakeReply.text")
+            return list(self.chunks)
+        return re.findall(r"\S+\s*|\s+", self.text) or [""]
 
     @classmethod
     def json(cls, data: Any, **kwargs: Any) -> FakeReply:
@@ -300,7 +323,7 @@ class FakeOpenAIServer:
         with self._lock:
             self.in_flight -= 1
 
-    def _respond(self, req: FakeRequest) -> tuple[int, dict[str, str], bytes]:
+    def _respond(self, req: FakeRequest) -> tuple[int, dict[str, str], bytes | list[bytes]]:
         """(status, headers, body) for one request, faults applied."""
         fault = self._next_fault()
         if fault is not None and fault.delay_s:
@@ -320,6 +343,13 @@ class FakeOpenAIServer:
         if reply.delay_s:
             time.sleep(reply.delay_s)
         n = next(self._ids)
+        if req.stream:
+            events = (
+                _sse_responses(req, reply, n)
+                if req.api == "responses"
+                else _sse_chat(req, reply, n)
+            )
+            return 200, {"content-type": "text/event-stream"}, events
         rendered = (
             _render_responses(req, reply, n)
             if req.api == "responses"
@@ -350,7 +380,7 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
                 self._send(400, {}, _error_body(400, "request body is not JSON"))
                 return
             headers = {key.lower(): value for key, value in self.headers.items()}
-            req = FakeRequest(api, body, headers, received_at, len(raw))
+            req = FakeRequest(api, body, headers, received_at, len(raw), self.path)
             server._enter(req)
             try:
                 status, headers, data = server._respond(req)
@@ -358,15 +388,18 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
                 server._leave()  # before sending: the client may count on it once it has the reply
             self._send(status, headers, data)
 
-        def _send(self, status: int, headers: dict[str, str], data: bytes) -> None:
+        def _send(self, status: int, headers: dict[str, str], data: bytes | list[bytes]) -> None:
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
+                headers = {"content-type": "application/json", **headers}
+                if isinstance(data, bytes):
+                    headers["content-length"] = str(len(data))
                 for key, value in headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(data)
+                for chunk in [data] if isinstance(data, bytes) else data:
+                    self.wfile.write(chunk)
+                    self.wfile.flush()  # a stream's events leave one by one
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (e.g. its timeout fired during a slow reply)
 
@@ -432,6 +465,101 @@ def _render_responses(req: FakeRequest, reply: FakeReply, n: int) -> dict[str, A
             "total_tokens": reply.input_tokens + reply.output_tokens,
         },
     }
+
+
+def _sse(event: str | None, data: Any) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    body = data if isinstance(data, str) else json.dumps(data)
+    return f"{head}data: {body}\n\n".encode()
+
+
+def _sse_responses(req: FakeRequest, reply: FakeReply, n: int) -> list[bytes]:
+    """The Responses API's event stream for ``reply``: created, then each output item added,
+    its deltas, done, and ``response.completed`` carrying the whole response."""
+    final = _render_responses(req, reply, n)
+    sequence = itertools.count()
+    events: list[bytes] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        events.append(_sse(kind, {"type": kind, "sequence_number": next(sequence), **fields}))
+
+    emit("response.created", response={**final, "status": "in_progress", "output": []})
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            part = {"type": "output_text", "text": "", "annotations": []}
+            ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            emit("response.content_part.added", part=part, **ids)
+            for delta in reply.text_chunks():
+                emit("response.output_text.delta", delta=delta, logprobs=[], **ids)
+            emit("response.output_text.done", text=reply.text, logprobs=[], **ids)
+            emit("response.content_part.done", part=item["content"][0], **ids)
+        elif item["type"] == "function_call":
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
+            ids = {"item_id": item["id"], "output_index": index}
+            emit("response.function_call_arguments.delta", delta=item["arguments"], **ids)
+            emit(
+                "response.function_call_arguments.done",
+                arguments=item["arguments"],
+                name=item["name"],
+                **ids,
+            )
+        else:
+            emit("response.output_item.added", output_index=index, item=item)
+        emit("response.output_item.done", output_index=index, item=item)
+    emit("response.completed", response=final)
+    return events
+
+
+def _sse_chat(req: FakeRequest, reply: FakeReply, n: int) -> list[bytes]:
+    """Chat Completions chunks for ``reply``: role, text deltas, tool-call deltas, the finish
+    reason, a usage chunk when asked for, then ``[DONE]``."""
+    base = {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": req.model,
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return _sse(None, {**base, "choices": [choice]})
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    if reply.reasoning is not None:
+        events.append(chunk({"reasoning_content": reply.reasoning}))
+    events.extend(chunk({"content": delta}) for delta in reply.text_chunks())
+    for index, (name, args, call_id) in enumerate(reply.tool_calls):
+        head = {
+            "index": index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
+        events.append(chunk({"tool_calls": [head]}))
+        text = _arguments(args)
+        for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
+            events.append(
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            )
+    events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+    if (req.body.get("stream_options") or {}).get("include_usage"):
+        usage = {
+            "prompt_tokens": reply.input_tokens,
+            "completion_tokens": reply.output_tokens,
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+        }
+        events.append(_sse(None, {**base, "choices": [], "usage": usage}))
+    events.append(_sse(None, "[DONE]"))
+    return events
 
 
 def _render_chat(req: FakeRequest, reply: FakeReply, n: int) -> dict[str, Any]:

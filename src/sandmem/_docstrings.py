@@ -16,7 +16,7 @@ _GOOGLE_OTHER = re.compile(
 _GOOGLE_ITEM = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
 _NUMPY_HEADER = re.compile(r"^-{3,}\s*$")
 _NUMPY_ITEM = re.compile(r"^(\*{0,2}\w+)\s*(:.*)?$")
-_SPHINX_FIELD = re.compile(r"^:(\w+)(?:\s+[^:]*?)?(?:\s+(\w+))?\s*:\s*(.*)$")
+_SPHINX_FIELD = re.compile(r"^:(\w+)(?:\s+([^\s:]+))?(?:\s+(\w+))?\s*:\s*(.*)$")
 
 
 @dataclass
@@ -113,7 +113,8 @@ def _sphinx(lines: list[str]) -> DocInfo | None:
     for line in lines[start:]:
         match = _SPHINX_FIELD.match(line.strip())
         if match:
-            kind, name, text = match.groups()
+            kind, first, second, text = match.groups()
+            name = second or first
             if kind in ("param", "parameter", "arg", "argument", "key", "keyword") and name:
                 current = name
                 params[name] = text.strip()

@@ -18,6 +18,7 @@ item, and a server's ``reasoning_content`` (vLLM, DeepSeek...) -> a ``reasoning`
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from openai.types.chat import ChatCompletion
@@ -57,6 +58,27 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
             usage=_usage(completion),
             response_id=completion.id,
         )
+
+    async def stream_response(self, request: ModelRequest) -> AsyncIterator[Any]:
+        """Stream through ``chat.completions.create(stream=True)``. Text deltas are yielded as
+        Responses-style ``response.output_text.delta`` events (as the reference does), then the
+        ``ModelResponse`` assembled from the chunks. Usage is asked for with
+        ``stream_options.include_usage`` unless ``ModelSettings.include_usage`` is ``False``."""
+        from sandmem.models._chat_stream import ChatStreamAccumulator
+
+        kwargs = build_request(self.model, request)
+        kwargs["stream"] = True
+        if request.settings.include_usage is not False:
+            kwargs["stream_options"] = {"include_usage": True}
+        acc = ChatStreamAccumulator(self.model)
+        with translated_errors(self.model, "Chat Completions"):
+            client = await resolve_client(self._client)
+            stream = await client.chat.completions.create(**kwargs)
+            async with stream:
+                async for chunk in stream:
+                    for event in acc.add(chunk):
+                        yield event
+        yield acc.response(assemble_items)
 
 
 def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
@@ -134,30 +156,43 @@ def output_items(model: str, completion: ChatCompletion) -> list[Item]:
     if not completion.choices:
         raise ModelBehaviorError(f"Chat Completions for {model!r} returned no choices")
     message = completion.choices[0].message
-    items: list[Item] = []
-    reasoning = (message.model_extra or {}).get("reasoning_content")
-    if isinstance(reasoning, str) and reasoning:
-        items.append(
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": reasoning}]}
-        )
-    text = message.content or message.refusal or ""
-    tool_calls = message.tool_calls or []
-    if text or not tool_calls:
-        items.append({"type": "message", "role": "assistant", "content": text})
-    for call in tool_calls:
+    calls: list[tuple[str | None, str, str]] = []
+    for call in message.tool_calls or []:
         function = getattr(call, "function", None)
         if function is None:
             raise ModelBehaviorError(
                 f"Chat Completions for {model!r} returned a tool call of type "
                 f"{getattr(call, 'type', '?')!r}; only function tools are supported"
             )
+        calls.append((call.id, function.name, function.arguments or "{}"))
+    reasoning = (message.model_extra or {}).get("reasoning_content")
+    return assemble_items(
+        text=message.content or message.refusal or "",
+        tool_calls=calls,
+        reasoning=reasoning if isinstance(reasoning, str) else None,
+    )
+
+
+def assemble_items(
+    *, text: str, tool_calls: list[tuple[str | None, str, str]], reasoning: str | None
+) -> list[Item]:
+    """Canonical items from an answer's parts: reasoning, text, then each (id, name,
+    arguments) tool call. Shared by whole and streamed completions."""
+    items: list[Item] = []
+    if reasoning:
+        items.append(
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": reasoning}]}
+        )
+    if text or not tool_calls:
+        items.append({"type": "message", "role": "assistant", "content": text})
+    for call_id, name, arguments in tool_calls:
         items.append(
             {
                 "type": "function_call",
                 # some compatible servers omit ids; a generated one keeps calls and outputs paired
-                "call_id": call.id or f"call_{uuid.uuid4().hex[:24]}",
-                "name": function.name,
-                "arguments": function.arguments or "{}",
+                "call_id": call_id or f"call_{uuid.uuid4().hex[:24]}",
+                "name": name,
+                "arguments": arguments or "{}",
             }
         )
     return items

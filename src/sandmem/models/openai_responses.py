@@ -7,6 +7,7 @@ resolve them), and known item types are reduced to the fields the API accepts.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from openai.types.responses import Response
@@ -40,12 +41,37 @@ class OpenAIResponsesModel(OpenAIModelBase):
             raise ModelBehaviorError(
                 f"Responses API returned {type(response).__name__}, expected a Response"
             )
-        _check_status(self.model, response)
-        return ModelResponse(
-            output=output_items(response),
-            usage=_usage(response),
-            response_id=response.id,
-        )
+        return _model_response(self.model, response)
+
+    async def stream_response(self, request: ModelRequest) -> AsyncIterator[Any]:
+        """Stream through ``responses.create(stream=True)``: yields the API's own events (text
+        deltas are ``response.output_text.delta``), then the ``ModelResponse`` built from the
+        ``response.completed`` event."""
+        kwargs = build_request(self.model, request)
+        final: Response | None = None
+        with translated_errors(self.model, "Responses API"):
+            client = await resolve_client(self._client)
+            stream = await client.responses.create(**kwargs, stream=True)
+            async with stream:
+                async for event in stream:
+                    if event.type in ("response.completed", "response.failed"):
+                        final = event.response
+                    elif event.type == "response.incomplete":
+                        final = event.response
+                    yield event
+        if final is None:
+            raise ModelBehaviorError(
+                f"the Responses API stream for model {self.model!r} ended without a completed "
+                "response"
+            )
+        yield _model_response(self.model, final)
+
+
+def _model_response(model: str, response: Response) -> ModelResponse:
+    _check_status(model, response)
+    return ModelResponse(
+        output=output_items(response), usage=_usage(response), response_id=response.id
+    )
 
 
 def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
