@@ -5,7 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LINTED := $(wildcard src tests examples benchmarks)
 
-.PHONY: venv demo test lint bench clean
+# test-min: a second venv with every runtime dependency at its declared lower bound
+# (pyproject.toml), running the model and CLI tests there; CI runs it after `make test`.
+MIN_VENV := .venv-min
+MIN_TESTS := tests/models tests/cli tests/test_runner_openai.py
+
+.PHONY: venv demo test test-min lint bench clean
 
 venv: $(STAMP)
 
@@ -26,8 +31,19 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest
 
+test-min:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(PYTHON) .ci/min_versions.py pyproject.toml > $(MIN_VENV)/constraints.txt
+	$(PYTHON) .ci/min_versions.py --test-requirements pyproject.toml > $(MIN_VENV)/test.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-c $(MIN_VENV)/constraints.txt -r $(MIN_VENV)/test.txt .
+	cd $(MIN_VENV) && bin/python -c "import openai, pydantic; \
+		print('minimum versions: openai', openai.__version__, '/ pydantic', pydantic.VERSION)"
+	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider $(MIN_TESTS)
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MIN_VENV) .pytest_cache .mypy_cache .ruff_cache

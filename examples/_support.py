@@ -13,10 +13,12 @@ import csv
 import io
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
-from sandmem.demo import python_command
+from sandmem import UserError
+from sandmem.demo import check_prerequisites, python_command
 from sandmem.models import ModelRequest
 from sandmem.testing import FunctionModel, tool_call
 
@@ -43,6 +45,11 @@ def parse_args(description: str) -> argparse.Namespace:
     args = parser.parse_args()
     if args.offline and args.model:
         parser.error("--offline uses no model; drop --model or --offline")
+    try:  # the agents run the workspace's tests: without pytest they would only fail
+        check_prerequisites()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     if not args.model and not (
         os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")
     ):

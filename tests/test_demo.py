@@ -32,7 +32,8 @@ async def test_offline_demo_shows_memory_carried_to_run_two(tmp_path: Path) -> N
     code = await run_demo(workdir=tmp_path / "keep", out=out)
     text = out.getvalue()
     assert code == 0, text
-    head = "\n".join(text.splitlines()[:6])
+    head = "\n".join(text.splitlines()[:7])
+    assert f"Workspaces: {tmp_path / 'keep'} (kept when the demo ends)." in head
     assert "OFFLINE" in head and "scripted policy" in head and "extractive engine" in head
     assert "Final answer (run 1):" in text and "Final answer (run 2):" in text
     assert "memories/\n" in text and "├── MEMORY.md" in text and "memory_summary.md" in text
@@ -74,7 +75,14 @@ def test_python_m_sandmem_demo_exits_zero() -> None:
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[2].startswith("Mode: OFFLINE")
+    lines = proc.stdout.splitlines()
+    assert lines[2].startswith("Workspaces: ") and "sandmem-demo-" in lines[2]
+    assert (
+        "(temporary: removed when the demo ends; `sandmem demo --keep DIR` keeps them)"
+        in (lines[2])
+    )
+    assert lines[3].startswith("Mode: OFFLINE")
+    assert proc.stderr == ""  # no raw log lines
 
 
 def _agent_reply(req: FakeRequest) -> FakeReply:

@@ -68,3 +68,30 @@ def test_memory_read_only(tmp_path: Path) -> None:
     assert "after the checker's run: unchanged" in out
     ws = tmp_path / "workspace"
     assert len(list((ws / "sessions").glob("*.jsonl"))) == 1  # the checker recorded nothing
+
+
+_WITHOUT_PYTEST = """
+import importlib.util, runpy, sys
+real = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: None if name == "pytest" else real(name, *a)
+sys.path.insert(0, sys.argv[1])
+sys.argv = [sys.argv[2], "--offline"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_examples_check_their_prerequisites(tmp_path: Path) -> None:
+    """Without pytest the examples stop at once (like the demo) instead of recording runs
+    whose only lesson is "No module named pytest"."""
+    for name in ("memory.py", "memory_read_only.py", "memory_multi_agent_multiturn.py"):
+        proc = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_PYTEST, str(EXAMPLES), str(EXAMPLES / name)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.startswith("error: the workspace's tests run with pytest, which is")
+        assert "pip install pytest" in proc.stderr
+        assert list(tmp_path.iterdir()) == []

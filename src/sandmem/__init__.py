@@ -40,6 +40,7 @@ from sandmem._stream_events import (
 )
 from sandmem._tools import FunctionTool, default_tool_error_function, function_tool
 from sandmem._usage import Usage
+from sandmem._version import __version__ as __version__
 from sandmem.capabilities import Capability, Filesystem, Memory, Shell
 from sandmem.memory import (
     MemoryGenerateConfig,

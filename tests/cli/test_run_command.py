@@ -7,14 +7,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from cli_workspaces import invoke, invoke_json, memory_server_handler
+from cli_workspaces import invoke, memory_server_handler
 from click.testing import CliRunner
 from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 
+import sandmem
 from sandmem.cli import cli
-from sandmem.cli._run_cmd import paired_calls
+from sandmem.cli._history import paired_calls
 
 ANSWER = "The invoice total now multiplies the tax rate."
 
@@ -83,14 +85,22 @@ def test_run_continues_a_conversation_and_reads_memory(
     assert len(json.loads(lines[1])["input"]) == 1
 
 
+def json_events(stdout: str) -> dict[str, dict[str, Any]]:
+    """``--json`` output: one JSON object per line, by type (the last one of each type)."""
+    return {event["type"]: event for event in map(json.loads, stdout.splitlines())}
+
+
 def test_run_with_a_model_for_memory_too(
     tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]
 ) -> None:
-    data = invoke_json("run", "-w", tmp_path, "-m", "fake-model", "--json", "Say hi", env=env)
-    assert data["final_output"] == ANSWER
-    rid = data["rollout_id"]
-    assert rid.startswith("run-")
-    assert data["memory"]["processed"] == [rid] and data["memory"]["phase_two"] == "done"
+    result = invoke("run", "-w", tmp_path, "-m", "fake-model", "--json", "Say hi", env=env)
+    assert result.exit_code == 0, result.output
+    events = json_events(result.stdout)
+    assert events["result"]["final_output"] == ANSWER
+    rid = events["result"]["rollout_id"]
+    assert rid.startswith("run-") and events["start"]["rollout_id"] == rid
+    assert events["memory"]["processed"] == [rid] and events["memory"]["phase_two"] == "done"
+    assert events["end"] == {"type": "end", "exit_code": 0, "problems": []}
     assert {r.model for r in server.requests} == {"fake-model"}
     assert any(r.wants_json() for r in server.requests)  # phase one went to the server
     assert f"learned in conversation {rid}" in (tmp_path / "memories/MEMORY.md").read_text()
@@ -130,43 +140,42 @@ def test_run_failure_is_recorded_and_one_line(
         env=env,
     )
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[-1].startswith("Error: the run reached max_turns=2")
+    assert result.stderr.splitlines()[-1].startswith(
+        "Error: the run failed (recorded in sessions/loop.jsonl): the run reached max_turns=2"
+    )
     segment = json.loads((tmp_path / "sessions/loop.jsonl").read_text())
     assert segment["terminal_metadata"]["terminal_state"] == "max_turns_exceeded"
     assert (tmp_path / "memories/raw_memories/loop.md").exists()  # failures are remembered
 
 
-def test_run_needs_a_model_server(tmp_path: Path) -> None:
-    result = invoke("run", "-w", tmp_path, "--engine", "extractive", "hello")
-    assert result.exit_code == 1
-    assert result.stderr.startswith("Error: no model server configured: set OPENAI_API_KEY")
-    assert result.stderr.count("\n") == 1
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_run_rejects_bad_input(tmp_path: Path, env: dict[str, str]) -> None:
-    bad_id = invoke("run", "-w", tmp_path, "--session", "a b/c", "hi", env=env)
-    assert bad_id.exit_code == 1 and "invalid rollout id" in bad_id.stderr
+    bad_id = invoke("run", "-w", tmp_path, "--session", "bad id", "hi", env=env)
+    assert bad_id.exit_code == 2 and "--session" in bad_id.stderr
+    assert "invalid rollout id" in bad_id.stderr
     bad_layout = invoke("run", "-w", tmp_path, "--memories-dir", "../x", "hi", env=env)
     assert bad_layout.exit_code == 2 and "must not contain '..'" in bad_layout.stderr
-    overlap = invoke(
+    nested = invoke(
         "run", "-w", tmp_path, "--memories-dir", "m", "--sessions-dir", "m/s", "hi", env=env
     )
-    assert overlap.exit_code == 1 and "overlap" in overlap.stderr
+    assert nested.exit_code == 2 and "must not nest" in nested.stderr
+    same = invoke(
+        "run", "-w", tmp_path, "--memories-dir", "m", "--sessions-dir", "m", "hi", env=env
+    )
+    assert same.exit_code == 2 and "must be different" in same.stderr
     missing = invoke("run", "-w", tmp_path / "nope", "hi", env=env)
     assert missing.exit_code == 2
     assert list(tmp_path.iterdir()) == []
 
 
 def test_every_command_has_help() -> None:
-    commands = [["run"], ["demo"], ["memory"]] + [
+    commands = [["run"], ["demo"], ["docs"], ["memory"]] + [
         ["memory", name] for name in ("tree", "show", "search", "status", "generate", "forget")
     ]
     for command in [[], *commands]:
         result = invoke(*command, "--help")
         assert result.exit_code == 0, command
         assert "Usage: " in result.stdout
-    assert invoke("--version").stdout.startswith("sandmem, version ")
+    assert invoke("--version").stdout == f"sandmem, version {sandmem.__version__}\n"
 
 
 def test_the_demo_command_is_registered() -> None:
@@ -211,3 +220,45 @@ def test_console_script_prints_one_line_errors(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.startswith("Error: no memory in ") and done.stderr.count("\n") == 1
+
+
+def test_first_memory_in_a_git_work_tree_gives_a_gitignore_tip(
+    tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]
+) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=30)
+    args = ("run", "-w", tmp_path, "--engine", "extractive", "hi")
+    first = invoke(*args, env=env)
+    assert first.exit_code == 0, first.output
+    assert "tip: " in first.stderr and "add `sessions/` to .gitignore" in first.stderr
+    assert "commit `memories/` only if" in first.stderr
+    again = invoke(*args, env=env)  # memory exists now: said once
+    assert again.exit_code == 0 and "tip: " not in again.stderr
+    ignored = tmp_path / "ignored"
+    subprocess.run(["git", "init", "-q", str(ignored)], check=True, timeout=30)
+    (ignored / ".gitignore").write_text("sessions/\n")
+    covered = invoke("run", "-w", ignored, "--engine", "extractive", "hi", env=env)
+    assert covered.exit_code == 0 and "tip: " not in covered.stderr
+    plain = tmp_path.parent / (tmp_path.name + "-plain")
+    plain.mkdir()
+    outside = invoke("run", "-w", plain, "--engine", "extractive", "hi", env=env)
+    assert outside.exit_code == 0 and "tip: " not in outside.stderr
+
+
+def test_docs_command_prints_the_packaged_pages() -> None:
+    listing = invoke("docs")
+    assert listing.exit_code == 0
+    assert "sandmem docs cli" in listing.stdout and "sandmem docs quickstart" in listing.stdout
+    where = Path(invoke("docs", "--path").stdout.strip())
+    page = invoke("docs", "cli")
+    assert page.exit_code == 0
+    assert page.stdout == (where / "cli.md").read_text()
+    assert page.stdout.startswith("# CLI reference")
+    missing = invoke("docs", "nope")
+    assert missing.exit_code == 2 and "no page 'nope'" in missing.stderr
+    assert "`sandmem docs cli`" in " ".join(invoke("--help").stdout.split())
+
+
+def test_version_is_the_package_version() -> None:
+    from importlib.metadata import version
+
+    assert sandmem.__version__ == version("sandmem")

@@ -65,6 +65,23 @@ def test_layout_dirs_are_normalised() -> None:
     assert (layout.memories_dir, layout.sessions_dir) == ("memories/gtm", "sessions/gtm")
 
 
+@pytest.mark.parametrize(
+    ("memories", "sessions", "message"),
+    [
+        ("m", "m", "must be different"),
+        ("./m/", "m", "must be different"),
+        ("memories", "memories/sessions", "must not nest"),
+        ("sessions/memories", "sessions", "must not nest"),
+    ],
+)
+def test_layout_dirs_must_differ_and_not_nest(memories: str, sessions: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        MemoryLayoutConfig(memories_dir=memories, sessions_dir=sessions)
+    # siblings, and directories that only share a name prefix, are fine
+    MemoryLayoutConfig(memories_dir="data/memories", sessions_dir="data/sessions")
+    MemoryLayoutConfig(memories_dir="mem", sessions_dir="memories")
+
+
 def test_memory_needs_read_or_generate() -> None:
     with pytest.raises(ValueError):
         Memory(read=None, generate=None)

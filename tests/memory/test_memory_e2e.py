@@ -196,7 +196,6 @@ async def test_layouts_are_isolated() -> None:
         (("memories", "sessions"), ("memories/other", "sessions")),
         (("memories", "sessions"), ("memories/gtm", "sessions/gtm")),
         (("memories/a", "sessions/a"), ("sessions/a/x", "memories/b")),
-        (("memories", "memories/sessions"), None),
     ],
 )
 async def test_layout_conflicts_refused_before_first_model_call(

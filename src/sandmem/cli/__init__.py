@@ -6,9 +6,11 @@
     sandmem memory view                       one HTML page of a workspace's memory
     sandmem eval [SUITE]                      the same tasks with and without memory
     sandmem demo                              the two-run memory demo (when installed)
+    sandmem docs [PAGE]                       the documentation shipped with the package
 
 Errors raised by sandmem (``SandmemError``) are printed as one line and exit with status 1;
-usage errors exit with status 2.
+usage errors exit with status 2; an interrupt (Ctrl-C) exits with status 130. While a command
+runs, sandmem's log warnings are printed as one readable line each.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from typing import Any
 import click
 
 from sandmem._errors import SandmemError
+from sandmem._version import __version__
+from sandmem.cli._docs_cmd import docs_command
 from sandmem.cli._eval_cmd import eval_command
 from sandmem.cli._generate_cmd import forget_command, generate_command
 from sandmem.cli._memory_cmd import memory_group
+from sandmem.cli._output import readable_warnings
 from sandmem.cli._run_cmd import run_command
 from sandmem.cli._view_cmd import view_command
 
@@ -31,23 +36,33 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+#: the exit status after an interrupt (128 + SIGINT), as shells report it
+EXIT_INTERRUPTED = 130
+
+
 class _Group(click.Group):
-    """A group that turns ``SandmemError`` into a one-line message (no traceback)."""
+    """A group that turns ``SandmemError`` into a one-line message (no traceback), an
+    interrupt into exit status 130, and log warnings into one readable line each."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with readable_warnings():
+                return super().invoke(ctx)
         except SandmemError as exc:
             raise click.ClickException(_one_line(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="sandmem", prog_name="sandmem")
+@click.version_option(__version__, prog_name="sandmem")
 def cli() -> None:
     """sandmem: sandboxed LLM agents with memory that carries across runs.
 
-    Memory lives in plain files in the workspace (memories/, sessions/); see
-    docs/cli.md for every command with examples.
+    Memory lives in plain files in the workspace (memories/, sessions/). The documentation
+    ships with the package: `sandmem docs` lists the pages, `sandmem docs cli` prints the CLI
+    reference (every command, exit codes, examples).
     """
 
 
@@ -68,6 +83,7 @@ memory_group.add_command(view_command)
 cli.add_command(run_command)
 cli.add_command(memory_group)
 cli.add_command(eval_command)
+cli.add_command(docs_command)
 _register_demo(cli)
 
 

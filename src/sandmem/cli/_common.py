@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +15,7 @@ import click
 from pydantic import ValidationError
 
 from sandmem._errors import UserError
+from sandmem.cli._models import require_model_server
 from sandmem.memory.config import (
     EXTRACTIVE,
     MemoryGenerateConfig,
@@ -26,6 +29,13 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 ENGINES = ("model", "extractive")
+
+
+class ConfigError(click.ClickException):
+    """The command cannot start as invoked: a setting in the environment is missing or
+    wrong. Printed as one line (``Error: ...``), exit status 2 like a usage error."""
+
+    exit_code = 2
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
@@ -67,7 +77,8 @@ def engine_options(fn: F) -> F:
         "--model",
         "-m",
         metavar="MODEL",
-        help="Model name for both memory phases (default: the configured phase models).",
+        help="Model name for both memory phases (default: $SANDMEM_MEMORY_MODEL, else the "
+        "configured phase models).",
     )(fn)
     fn = click.option(
         "--engine",
@@ -88,32 +99,20 @@ def layout_paths(memories_dir: str, sessions_dir: str) -> MemoryPaths:
     return MemoryPaths.of(layout)
 
 
-def require_model_server(hint: str = "") -> None:
-    """Fail early (before any work) when no OpenAI-compatible server is configured."""
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        return
-    raise UserError(
-        "no model server configured: set OPENAI_API_KEY (for api.openai.com) or "
-        "OPENAI_BASE_URL (for an OpenAI-compatible server such as Ollama or vLLM)" + hint
-    )
+def generate_config(engine: str, model: str | None) -> MemoryGenerateConfig:
+    """The generate config of the memory commands for ``--engine`` / ``--model``.
 
-
-def generate_config(
-    engine: str, model: str | None, *, agent_model: bool = False
-) -> MemoryGenerateConfig:
-    """The generate config for ``--engine`` / ``--model``.
-
-    ``--engine extractive`` runs both phases without a model. ``--model M`` uses ``M`` for
-    both phases with the server's default settings (so it works for reasoning and
-    non-reasoning models alike); neither gives the configured defaults. ``agent_model`` says
-    that ``--model`` names the agent's model too (``sandmem run``), so it may go with
-    ``--engine extractive``.
+    ``--engine extractive`` runs both phases without a model. ``--model M`` (else
+    ``SANDMEM_MEMORY_MODEL``) uses ``M`` for both phases with the server's default settings
+    (so it works for reasoning and non-reasoning models alike); neither gives the configured
+    defaults.
     """
     if engine == EXTRACTIVE:
-        if model is not None and not agent_model:
+        if model is not None:
             raise click.UsageError("use either --engine extractive or --model, not both")
         return MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
     require_model_server("; or pass --engine extractive to generate memory without a model")
+    model = model or os.environ.get("SANDMEM_MEMORY_MODEL", "").strip() or None
     if model is None:
         return MemoryGenerateConfig()
     return MemoryGenerateConfig(
@@ -153,3 +152,31 @@ def command_manager(
     manager = get_manager(session, paths, config)
     manager.detach_stop_hook()
     return manager
+
+
+def git_tip(workspace: Path, paths: MemoryPaths) -> str | None:
+    """Advice for the first memory written in a git work tree whose ``.gitignore`` does not
+    cover the sessions directory yet (``None`` otherwise, or without git)."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+
+    def git_ok(*args: str) -> subprocess.CompletedProcess[bytes] | None:
+        try:
+            return subprocess.run(
+                [git, "-C", str(workspace), *args], capture_output=True, timeout=5, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    inside = git_ok("rev-parse", "--is-inside-work-tree")
+    if inside is None or inside.returncode != 0 or inside.stdout.strip() != b"true":
+        return None
+    ignored = git_ok("check-ignore", "-q", paths.sessions_dir + "/")
+    if ignored is None or ignored.returncode == 0:
+        return None
+    return (
+        f"tip: {workspace} is in a git work tree: add `{paths.sessions_dir}/` to .gitignore (it "
+        f"holds raw transcripts); commit `{paths.memories_dir}/` only if everyone working here "
+        "should share what the agent learned, else ignore it too"
+    )

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
-from typing import Any
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -21,6 +26,10 @@ from sandmem._usage import Usage
 from sandmem.memory import FileSize
 from sandmem.memory.maintenance import read_log, rollout_statuses
 from sandmem.memory.manager import FlushReport, MemoryGenerationManager
+from sandmem.memory.storage import MemoryPaths
+
+if TYPE_CHECKING:
+    from sandmem.cli._models import ModelChoice
 
 #: how often the progress display looks at ``generation_log.jsonl``
 PROGRESS_POLL_S = 0.2
@@ -107,8 +116,24 @@ def report_dict(report: FlushReport) -> dict[str, Any]:
     }
 
 
+#: consolidation outcomes that are not a failure
+_PHASE_TWO_FINE = frozenset({"done", "skipped", "not_run"})
+
+
 def report_incomplete(report: FlushReport) -> bool:
-    return bool(report.failed) or report.phase_two == "failed" or report.timed_out
+    return bool(incomplete_text(report))
+
+
+def incomplete_text(report: FlushReport) -> str:
+    """What did not complete in a flush ("" when everything did), for people."""
+    problems = []
+    if report.failed:
+        problems.append(f"{len(report.failed)} conversation(s) failed: {', '.join(report.failed)}")
+    if report.phase_two not in _PHASE_TWO_FINE:
+        problems.append(f"consolidation {report.phase_two} (previous memory kept)")
+    if report.timed_out:
+        problems.append("generation timed out")
+    return ", ".join(problems)
 
 
 _PHASE_TWO_TEXT = {
@@ -181,3 +206,106 @@ async def flush_with_progress(
             if not flushing.done():
                 flushing.cancel()
         return flushing.result()
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class OneLineWarnings(logging.Handler):
+    """Renders sandmem's log records of level WARNING and above as one readable line on the
+    current stderr (``warning: ...``), the exception (if any) folded into the same line."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = one_line(record.getMessage())
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                text += f": {type(exc).__name__}: {one_line(str(exc))}"
+            level = "warning" if record.levelno < logging.ERROR else "error"
+            click.echo(f"sandmem {level}: {text}", err=True)
+        except Exception:  # pragma: no cover - logging must never break the command
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def readable_warnings() -> Iterator[None]:
+    """While a command runs, sandmem's warnings are one readable line each (no raw log lines,
+    no tracebacks); the logger is restored afterwards."""
+    logger = logging.getLogger("sandmem")
+    if any(isinstance(h, OneLineWarnings) for h in logger.handlers):
+        yield  # already on (``sandmem demo`` inside the ``sandmem`` group)
+        return
+    handler = OneLineWarnings()
+    saved = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = saved
+
+
+class Out:
+    """Where a command's output goes: the answer and data on stdout, everything else on
+    stderr; ``quiet`` keeps only the answer and errors; ``as_json`` prints one JSON event per
+    line on stdout instead. ``click.echo`` flushes each write, so a pipe sees every line at
+    once."""
+
+    def __init__(self, *, quiet: bool = False, as_json: bool = False) -> None:
+        self.quiet = quiet
+        self.as_json = as_json
+
+    def event(self, data: dict[str, Any]) -> None:
+        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+
+    def note(self, text: str) -> None:
+        if not (self.quiet or self.as_json):
+            click.echo(text, err=True)
+
+    def start(self, models: ModelChoice, rollout_id: str, workspace: Path, *, memory: bool) -> None:
+        if self.as_json:
+            self.event(
+                {
+                    "type": "start",
+                    "rollout_id": rollout_id,
+                    "workspace": str(workspace.resolve()),
+                    "agent_model": models.agent,
+                    "memory_model": models.memory_text() if memory else None,
+                }
+            )
+        self.note(f"sandmem: {models.describe(memory=memory)}")
+
+    def answer(self, event: dict[str, Any], result: Any) -> None:
+        if self.as_json:
+            self.event(event)
+        elif result is not None:
+            click.echo(str(result.final_output))
+
+    def progress_console(self) -> Console:
+        if self.quiet or self.as_json:
+            return Console(file=io.StringIO(), stderr=False)
+        return stderr_console()
+
+    def memory_report(self, report: FlushReport, paths: MemoryPaths) -> None:
+        if self.as_json:
+            self.event({"type": "memory", **report_dict(report)})
+            return
+        self.note(f"memory ({paths.memories_dir}/):")
+        for line in report_lines(report):
+            self.note(line)
+
+    def interrupted(self, text: str) -> None:
+        if self.as_json:
+            self.event({"type": "interrupted", "message": text})
+        click.echo(text, err=True)
+
+    def finish(self, problems: list[str]) -> None:
+        if self.as_json:
+            self.event({"type": "end", "exit_code": 1 if problems else 0, "problems": problems})
+        for problem in problems:
+            click.echo(f"Error: {problem}", err=True)

@@ -1,18 +1,22 @@
 """``sandmem run``: one memory-enabled agent run on an existing directory, then memory
-generation."""
+generation.
+
+The answer is printed as soon as the run ends, before memory generation starts. Exit codes:
+0 success; 1 the run failed or memory generation did not complete (the output says which and
+how to retry); 2 a usage error (nothing was run); 130 interrupted (after saying what was saved).
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
 from sandmem._errors import SandmemError, UserError
-from sandmem._items import Item, item_kind
 from sandmem._run import Runner, RunResult
 from sandmem._run_config import RunConfig, SandboxRunConfig
 from sandmem._sandbox_agent import SandboxAgent
@@ -21,100 +25,57 @@ from sandmem.capabilities.filesystem import Filesystem
 from sandmem.capabilities.memory import Memory
 from sandmem.capabilities.shell import Shell
 from sandmem.cli._common import (
+    ConfigError,
     command_manager,
-    generate_config,
+    git_tip,
     layout_options,
     layout_paths,
     open_workspace,
-    require_model_server,
     run_async,
     workspace_option,
 )
+from sandmem.cli._history import RolloutHistory, paired_calls
+from sandmem.cli._models import ModelChoice, check_server, choose_models
 from sandmem.cli._output import (
-    emit_json,
+    Out,
     flush_with_progress,
-    report_dict,
-    report_lines,
-    stderr_console,
+    incomplete_text,
     usage_dict,
 )
 from sandmem.memory.config import MemoryLayoutConfig, MemoryReadConfig
-from sandmem.memory.maintenance import checked_rollout_id
 from sandmem.memory.manager import FlushReport
-from sandmem.memory.rollouts import new_rollout_id
+from sandmem.memory.rollouts import new_rollout_id, validate_rollout_id
 from sandmem.memory.storage import MemoryPaths, read_text
-from sandmem.sandboxes import SandboxSession
+
+__all__ = ["RolloutHistory", "paired_calls", "run_command"]
 
 DEFAULT_MAX_TURNS = 30
-
-
-class RolloutHistory:
-    """A conversation ``Session`` read back from the conversation's rollout file, so the
-    history of ``--session ID`` lives in the workspace, redacted like every rollout. Storing is
-    a no-op: the Memory capability appends each run to the rollout file."""
-
-    def __init__(self, sandbox: SandboxSession, paths: MemoryPaths, rollout_id: str) -> None:
-        self.session_id = rollout_id
-        self._sandbox = sandbox
-        self._path = paths.rollout_file(rollout_id)
-
-    async def get_items(self, limit: int | None = None) -> list[Item]:
-        text = await read_text(self._sandbox, self._path) or ""
-        items: list[Item] = []
-        for line in text.splitlines():
-            try:
-                segment = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(segment, dict):
-                for key in ("input", "generated_items"):
-                    value = segment.get(key)
-                    items.extend(i for i in value or [] if isinstance(i, dict))
-        items = paired_calls(items)
-        return items[-limit:] if limit else items
-
-    async def add_items(self, items: list[Item]) -> None:
-        return None
-
-    async def pop_item(self) -> Item | None:
-        return None
-
-    async def clear_session(self) -> None:
-        return None
-
-
-def paired_calls(items: list[Item]) -> list[Item]:
-    """Drop tool calls without an output and outputs without a call (a run that was cut
-    short), which model APIs refuse."""
-    calls = {i.get("call_id") for i in items if item_kind(i) == "function_call"}
-    outputs = {i.get("call_id") for i in items if item_kind(i) == "function_call_output"}
-    return [
-        i
-        for i in items
-        if (item_kind(i) != "function_call" or i.get("call_id") in outputs)
-        and (item_kind(i) != "function_call_output" or i.get("call_id") in calls)
-    ]
+EXIT_INTERRUPTED = 130
 
 
 @dataclass
 class RunOptions:
     workspace: Path
     prompt: str
-    model: str | None
-    session_id: str | None
+    models: ModelChoice
+    rollout_id: str
+    resume: bool
     paths: MemoryPaths
     read: bool
     generate: bool
-    engine: str
     max_turns: int
 
 
 @dataclass
-class RunOutcome:
-    rollout_id: str
+class RunState:
+    """How far the command got; read after an interrupt to say what was saved."""
+
+    stage: str = "starting"  # starting | running | memory | done
+    recorded: bool = False
     result: RunResult | None = None
     error: SandmemError | None = None
     report: FlushReport | None = None
+    problems: list[str] = field(default_factory=list)
 
 
 def build_agent(opts: RunOptions) -> SandboxAgent:
@@ -126,58 +87,118 @@ def build_agent(opts: RunOptions) -> SandboxAgent:
         memory = Memory(
             layout=layout,
             read=MemoryReadConfig() if opts.read else None,
-            generate=generate_config(opts.engine, opts.model, agent_model=True)
-            if opts.generate
-            else None,
+            generate=opts.models.generate_config() if opts.generate else None,
         )
         capabilities.insert(0, memory)
-    return SandboxAgent(name="sandmem", model=opts.model, capabilities=capabilities)
+    return SandboxAgent(name="sandmem", model=opts.models.agent, capabilities=capabilities)
 
 
-async def execute(opts: RunOptions) -> RunOutcome:
-    """Run the agent, then generate memory (also after a failed run: failures are worth
-    remembering). A run refused before its first model call (``UserError``) is re-raised
-    at once; any other run error after memory generation."""
-    require_model_server()
+async def _segments(sandbox: Any, opts: RunOptions) -> int:
+    text = await read_text(sandbox, opts.paths.rollout_file(opts.rollout_id))
+    return len((text or "").splitlines())
+
+
+async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
+    """Run the agent, print its answer, then generate memory (also after a failed run:
+    failures are worth remembering). A run refused before its first model call
+    (``UserError``) is re-raised at once."""
     agent = build_agent(opts)
-    memory = next((c for c in agent.capabilities if isinstance(c, Memory)), None)
-    rid = checked_rollout_id(opts.session_id) if opts.session_id else new_rollout_id()
-    outcome = RunOutcome(rid)
-    console = stderr_console()
     async with open_workspace(opts.workspace) as sandbox:
         manager = None
-        if memory is not None and memory.generate is not None:
+        if opts.generate:
+            memory = next(c for c in agent.capabilities if isinstance(c, Memory))
+            assert memory.generate is not None
             manager = command_manager(sandbox, opts.paths, memory.generate)
-        history = RolloutHistory(sandbox, opts.paths, rid) if opts.session_id else None
+        history = RolloutHistory(sandbox, opts.paths, opts.rollout_id) if opts.resume else None
+        before = await _segments(sandbox, opts)
+        state.stage = "running"
         try:
-            outcome.result = await Runner.run(
+            state.result = await Runner.run(
                 agent,
                 opts.prompt,
                 session=history,
                 run_config=RunConfig(sandbox=SandboxRunConfig(session=sandbox)),
                 max_turns=opts.max_turns,
-                conversation_id=rid,
+                conversation_id=opts.rollout_id,
             )
         except UserError:
             raise
         except SandmemError as exc:
-            outcome.error = exc
+            state.error = exc
+        finally:
+            state.recorded = opts.generate and await _segments(sandbox, opts) > before
+        out.answer(result_event(opts, state), state.result)
         if manager is not None:
-            outcome.report = await flush_with_progress(manager, console)
-    return outcome
+            state.stage = "memory"
+            state.report = await flush_with_progress(manager, out.progress_console())
+            out.memory_report(state.report, opts.paths)
+        state.stage = "done"
 
 
-def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:
-    result = outcome.result
+def interrupted_text(opts: RunOptions, state: RunState) -> str:
+    """What an interrupt left behind, for people."""
+    ws, rid = opts.workspace, opts.rollout_id
+    rollout = f"{opts.paths.rollout_file(rid)}"
+    generate = f"`sandmem memory generate -w {ws}` (or the next `sandmem run` there)"
+    if state.stage == "starting":
+        return "interrupted before the run started; nothing was saved"
+    if state.stage == "running":
+        if not state.recorded:
+            return "interrupted: the run was stopped; nothing was recorded"
+        return (
+            f"interrupted: the run was stopped and recorded in {ws}/{rollout} (as cancelled); "
+            f"its memory is pending and is generated by {generate}; continue the conversation "
+            f"with --session {rid}"
+        )
+    return (
+        f"interrupted during memory generation: the run is recorded in {ws}/{rollout}; "
+        "conversations not yet extracted stay pending and the previous memory is kept; "
+        f"finish with {generate}"
+    )
+
+
+def _problems(opts: RunOptions, state: RunState) -> list[str]:
+    problems = []
+    if state.error is not None:
+        where = f" (recorded in {opts.paths.rollout_file(opts.rollout_id)})"
+        problems.append(f"the run failed{where if state.recorded else ''}: {state.error}")
+    if state.report is not None:
+        text = incomplete_text(state.report)
+        if text:
+            problems.append(
+                f"memory generation did not complete: {text}; the run is recorded and its "
+                f"memory stays pending: retry with `sandmem memory generate -w {opts.workspace}`"
+            )
+    return problems
+
+
+def result_event(opts: RunOptions, state: RunState) -> dict[str, Any]:
+    result = state.result
     return {
-        "rollout_id": outcome.rollout_id,
+        "type": "result",
+        "rollout_id": opts.rollout_id,
         "final_output": None if result is None else result.final_output,
-        "error": None
-        if outcome.error is None
-        else f"{type(outcome.error).__name__}: {outcome.error}",
+        "error": None if state.error is None else f"{type(state.error).__name__}: {state.error}",
         "usage": None if result is None else usage_dict(result.usage),
-        "memory": None if outcome.report is None else report_dict(outcome.report),
     }
+
+
+def _prompt_text(prompt: tuple[str, ...]) -> str:
+    text = " ".join(prompt)
+    if text == "-":
+        text = sys.stdin.read()
+    if not text.strip():
+        raise click.UsageError("the prompt is empty")
+    return text
+
+
+def _rollout_id(session_id: str | None) -> str:
+    if session_id is None:
+        return new_rollout_id()
+    try:
+        return validate_rollout_id(session_id)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--session") from None
 
 
 @click.command("run")
@@ -186,8 +207,15 @@ def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:
     "--model",
     "-m",
     metavar="MODEL",
-    help="Model name for the agent (and the memory phases unless --engine extractive); "
-    "default: $SANDMEM_MODEL or gpt-5.4-mini.",
+    help="The agent's model (default: $SANDMEM_MODEL, else gpt-5.4-mini); memory uses it too "
+    "unless --memory-model or --engine extractive says otherwise.",
+)
+@click.option(
+    "--memory-model",
+    metavar="MODEL",
+    help="Model for both memory phases (default: $SANDMEM_MEMORY_MODEL, else the agent's "
+    "model when chosen by --model/$SANDMEM_MODEL or when OPENAI_BASE_URL is not OpenAI, else "
+    "gpt-5.4-mini and gpt-5.5).",
 )
 @click.option(
     "--session",
@@ -215,11 +243,15 @@ def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:
     show_default=True,
     help="Turn limit of the agent run.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the answer and errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line.")
 @click.argument("prompt", nargs=-1, required=True)
+@click.pass_context
 def run_command(
+    ctx: click.Context,
     workspace: Path,
     model: str | None,
+    memory_model: str | None,
     session_id: str | None,
     memories_dir: str,
     sessions_dir: str,
@@ -227,46 +259,56 @@ def run_command(
     no_memory_generate: bool,
     engine: str,
     max_turns: int,
+    quiet: bool,
     as_json: bool,
     prompt: tuple[str, ...],
 ) -> None:
     """Run an agent with memory on a workspace directory.
 
-    Prints the agent's final answer on stdout. The agent gets a shell and apply_patch in
-    the workspace (the local sandbox: commands run on this machine, NOT isolated), reads
-    memory_summary.md, and records the run; when it ends, memory is generated. PROMPT is
-    the task ('-' reads it from stdin).
+    Prints the agent's final answer on stdout as soon as the run ends; then memory is
+    generated. The agent gets a shell and apply_patch in the workspace (the local sandbox:
+    commands run on this machine, NOT isolated), reads memory_summary.md, and the run is
+    recorded. PROMPT is the task ('-' reads it from stdin).
 
     Needs OPENAI_API_KEY or OPENAI_BASE_URL (SANDMEM_OPENAI_API=chat_completions for
-    servers without the Responses API).
+    servers without the Responses API). Exit status: 0 done, 1 the run or memory
+    generation failed, 2 usage error, 130 interrupted. Reference: `sandmem docs cli`.
     """
-    text = " ".join(prompt)
-    if text == "-":
-        text = sys.stdin.read()
-    if not text.strip():
-        raise click.UsageError("the prompt is empty")
+    text = _prompt_text(prompt)
     opts = RunOptions(
         workspace=workspace,
         prompt=text,
-        model=model,
-        session_id=session_id,
+        models=choose_models(model, memory_model, engine),
+        rollout_id=_rollout_id(session_id),
+        resume=session_id is not None,
         paths=layout_paths(memories_dir, sessions_dir),
         read=not no_memory_read,
         generate=not no_memory_generate,
-        engine=engine,
         max_turns=max_turns,
     )
-    outcome = run_async(execute(opts))
-    if as_json:
-        emit_json(outcome_dict(outcome))
-    elif outcome.result is not None:
-        click.echo(str(outcome.result.final_output))
-    if not as_json and outcome.report is not None:
-        click.echo(f"memory ({opts.paths.memories_dir}/):", err=True)
-        for line in report_lines(outcome.report):
-            click.echo(line, err=True)
-    if opts.generate and not as_json:
-        rid = outcome.rollout_id
-        click.echo(f"conversation: {rid} (continue it with --session {rid})", err=True)
-    if outcome.error is not None:
-        raise outcome.error
+    out = Out(quiet=quiet, as_json=as_json)
+    try:
+        check_server()
+    except UserError as exc:
+        raise ConfigError(str(exc)) from None
+    fresh = not (workspace / opts.paths.memories_dir).exists()
+    out.start(opts.models, opts.rollout_id, workspace, memory=opts.generate)
+    state = RunState()
+    try:
+        run_async(execute(opts, state, out))
+    except KeyboardInterrupt:
+        out.interrupted(interrupted_text(opts, state))
+        ctx.exit(EXIT_INTERRUPTED)
+    except asyncio.CancelledError:  # pragma: no cover - asyncio.run turns it into the above
+        ctx.exit(EXIT_INTERRUPTED)
+    if opts.generate and fresh and not quiet and not as_json:
+        tip = git_tip(workspace, opts.paths)
+        if tip:
+            out.note(tip)
+    if opts.generate:
+        rid = opts.rollout_id
+        out.note(f"conversation: {rid} (continue it with --session {rid})")
+    problems = _problems(opts, state)
+    out.finish(problems)
+    if problems:
+        ctx.exit(1)

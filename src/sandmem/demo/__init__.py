@@ -3,7 +3,8 @@
 - :func:`run_demo` — the scenario (async; returns the exit code);
 - :data:`demo_command` — the click command (``sandmem demo``, ``python -m sandmem.demo``);
 - :func:`invoice_workspace`, :func:`scripted_engineer`, :data:`FIX_TASK`,
-  :data:`REGRESSION_TASK` — the scenario's parts, reused by ``examples/``.
+  :data:`REGRESSION_TASK`, :func:`check_prerequisites` — the scenario's parts, reused by
+  ``examples/``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from sandmem.demo._scenario import RecordingModel, memory_carried, run_demo
 from sandmem.demo._workspace import (
     FIX_TASK,
     REGRESSION_TASK,
+    check_prerequisites,
     command_env,
     invoice_workspace,
     python_command,
@@ -23,6 +25,7 @@ __all__ = [
     "FIX_TASK",
     "REGRESSION_TASK",
     "RecordingModel",
+    "check_prerequisites",
     "command_env",
     "demo_command",
     "invoice_workspace",

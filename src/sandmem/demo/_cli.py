@@ -39,5 +39,8 @@ def demo_command(model: str | None, offline: bool | None, keep: Path | None) -> 
     "add a regression test for the bug you fixed". Exits 0 only when run 2's first model
     request carried the memory of run 1.
     """
-    code = asyncio.run(run_demo(model=model, offline=offline, workdir=keep))
+    from sandmem.cli._output import readable_warnings  # the CLI imports this module
+
+    with readable_warnings():
+        code = asyncio.run(run_demo(model=model, offline=offline, workdir=keep))
     click.get_current_context().exit(code)

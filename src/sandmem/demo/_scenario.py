@@ -9,7 +9,6 @@ bug nor the file. The demo succeeds only when run 2's first model request carrie
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import shutil
@@ -39,7 +38,13 @@ from sandmem import (
 from sandmem.capabilities.memory import memory_read_prompt
 from sandmem.demo._policy import scripted_engineer
 from sandmem.demo._report import indent, print_steps, tree_lines, wrap
-from sandmem.demo._workspace import FIX_TASK, REGRESSION_TASK, command_env, invoice_workspace
+from sandmem.demo._workspace import (
+    FIX_TASK,
+    REGRESSION_TASK,
+    check_prerequisites,
+    command_env,
+    invoice_workspace,
+)
 from sandmem.memory import EXTRACTIVE
 from sandmem.models import ModelRequest, ModelResponse, OpenAIProvider
 
@@ -141,6 +146,13 @@ class _Setup:
 def _header(setup: _Setup) -> None:
     setup.write("sandmem demo: memory that carries across runs")
     setup.write("=" * 46)
+    if setup.keep:
+        setup.write(f"Workspaces: {setup.base} (kept when the demo ends).")
+    else:
+        setup.write(
+            f"Workspaces: {setup.base} (temporary: removed when the demo ends; "
+            "`sandmem demo --keep DIR` keeps them)."
+        )
     if setup.offline:
         setup.write(_OFFLINE_NOTICE)
         return
@@ -306,11 +318,7 @@ async def run_demo(
     stream = out if out is not None else sys.stdout
     try:
         offline_mode = wants_offline(model, offline)
-        if offline_mode and importlib.util.find_spec("pytest") is None:
-            raise UserError(
-                "the offline demo runs the workspace's tests with pytest, which is not "
-                "installed next to sandmem: pip install pytest"
-            )
+        check_prerequisites()
         if not offline_mode and not _server_configured():
             raise UserError(
                 "a model needs a server: set OPENAI_API_KEY (api.openai.com) or OPENAI_BASE_URL "

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
+from sandmem._errors import UserError
 from sandmem.sandboxes import File, Manifest
 from sandmem.sandboxes._local import DEFAULT_PATH
 
@@ -73,6 +75,17 @@ def invoice_workspace() -> Manifest:
             "tests/test_report.py": File(content=_TEST),
         }
     )
+
+
+def check_prerequisites() -> None:
+    """Raise ``UserError`` when the workspace's tests cannot run: they need pytest importable
+    by this Python (the commands call ``python -m pytest`` through :func:`command_env`), or the
+    runs would only see "No module named pytest" and remember that."""
+    if importlib.util.find_spec("pytest") is None:
+        raise UserError(
+            f"the workspace's tests run with pytest, which is not installed for {sys.executable}: "
+            "pip install pytest"
+        )
 
 
 def python_command() -> str:

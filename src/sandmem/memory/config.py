@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sandmem._settings import ModelSettings, Reasoning
 from sandmem.models._base import Model, ModelProvider
@@ -29,8 +29,16 @@ def normalize_dir(value: str, field: str) -> str:
     return "/".join(parts)
 
 
+def _nested(a: str, b: str) -> bool:
+    return a.startswith(b + "/") or b.startswith(a + "/")
+
+
 class MemoryLayoutConfig(BaseModel):
-    """Where one memory lives in the workspace. Isolation between agents is by layout."""
+    """Where one memory lives in the workspace. Isolation between agents is by layout.
+
+    Both directories are relative to the workspace, normalised, and checked here, at
+    construction: they must differ and neither may lie inside the other (``ValueError``).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -41,6 +49,21 @@ class MemoryLayoutConfig(BaseModel):
     @classmethod
     def _relative(cls, value: str, info: Any) -> str:
         return normalize_dir(value, info.field_name)
+
+    @model_validator(mode="after")
+    def _separate(self) -> MemoryLayoutConfig:
+        mem, ses = self.memories_dir, self.sessions_dir
+        if mem == ses:
+            raise ValueError(
+                f"memories_dir and sessions_dir must be different directories, both are {mem!r}"
+            )
+        if _nested(mem, ses):
+            inner, outer = (mem, ses) if mem.startswith(ses + "/") else (ses, mem)
+            raise ValueError(
+                f"memories_dir {mem!r} and sessions_dir {ses!r} must not nest ({inner!r} is "
+                f"inside {outer!r}); use two separate directories"
+            )
+        return self
 
 
 class MemoryReadConfig(BaseModel):
