@@ -16,7 +16,7 @@ from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 
 import sandmem
 from sandmem.cli import cli
-from sandmem.cli._history import paired_calls
+from sandmem.cli._run_cmd import paired_calls
 
 ANSWER = "The invoice total now multiplies the tax rate."
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import click
 
 from sandmem._errors import ModelRequestError, UserError
-from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 from sandmem.models._provider import DEFAULT_MODEL, OpenAIProvider
 
 OPENAI_URL = "https://api.openai.com/v1"

@@ -26,7 +26,6 @@ from sandmem._usage import Usage
 from sandmem.memory import FileSize
 from sandmem.memory.maintenance import read_log, rollout_statuses
 from sandmem.memory.manager import FlushReport, MemoryGenerationManager
-from sandmem.memory.storage import MemoryPaths
 
 if TYPE_CHECKING:
     from sandmem.cli._models import ModelChoice
@@ -291,11 +290,11 @@ class Out:
             return Console(file=io.StringIO(), stderr=False)
         return stderr_console()
 
-    def memory_report(self, report: FlushReport, paths: MemoryPaths) -> None:
+    def memory_report(self, report: FlushReport, memories_dir: str) -> None:
         if self.as_json:
             self.event({"type": "memory", **report_dict(report)})
             return
-        self.note(f"memory ({paths.memories_dir}/):")
+        self.note(f"memory ({memories_dir}/):")
         for line in report_lines(report):
             self.note(line)
 

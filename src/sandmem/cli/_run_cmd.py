@@ -9,6 +9,7 @@ how to retry); 2 a usage error (nothing was run); 130 interrupted (after saying 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import click
 
 from sandmem._errors import SandmemError, UserError
+from sandmem._items import Item, item_kind
 from sandmem._run import Runner, RunResult
 from sandmem._run_config import RunConfig, SandboxRunConfig
 from sandmem._sandbox_agent import SandboxAgent
@@ -34,7 +36,6 @@ from sandmem.cli._common import (
     run_async,
     workspace_option,
 )
-from sandmem.cli._history import RolloutHistory, paired_calls
 from sandmem.cli._models import ModelChoice, check_server, choose_models
 from sandmem.cli._output import (
     Out,
@@ -46,11 +47,60 @@ from sandmem.memory.config import MemoryLayoutConfig, MemoryReadConfig
 from sandmem.memory.manager import FlushReport
 from sandmem.memory.rollouts import new_rollout_id, validate_rollout_id
 from sandmem.memory.storage import MemoryPaths, read_text
+from sandmem.sandboxes import SandboxSession
 
 __all__ = ["RolloutHistory", "paired_calls", "run_command"]
 
 DEFAULT_MAX_TURNS = 30
 EXIT_INTERRUPTED = 130
+
+
+class RolloutHistory:
+    """A conversation ``Session`` read back from the conversation's rollout file, so the
+    history of ``--session ID`` lives in the workspace, redacted like every rollout. Storing is
+    a no-op: the Memory capability appends each run to the rollout file."""
+
+    def __init__(self, sandbox: SandboxSession, paths: MemoryPaths, rollout_id: str) -> None:
+        self.session_id = rollout_id
+        self._sandbox = sandbox
+        self._path = paths.rollout_file(rollout_id)
+
+    async def get_items(self, limit: int | None = None) -> list[Item]:
+        text = await read_text(self._sandbox, self._path) or ""
+        items: list[Item] = []
+        for line in text.splitlines():
+            try:
+                segment = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(segment, dict):
+                for key in ("input", "generated_items"):
+                    value = segment.get(key)
+                    items.extend(i for i in value or [] if isinstance(i, dict))
+        items = paired_calls(items)
+        return items[-limit:] if limit else items
+
+    async def add_items(self, items: list[Item]) -> None:
+        return None
+
+    async def pop_item(self) -> Item | None:
+        return None
+
+    async def clear_session(self) -> None:
+        return None
+
+
+def paired_calls(items: list[Item]) -> list[Item]:
+    """Drop tool calls without an output and outputs without a call (a run that was cut
+    short), which model APIs refuse."""
+    calls = {i.get("call_id") for i in items if item_kind(i) == "function_call"}
+    outputs = {i.get("call_id") for i in items if item_kind(i) == "function_call_output"}
+    return [
+        i
+        for i in items
+        if (item_kind(i) != "function_call" or i.get("call_id") in outputs)
+        and (item_kind(i) != "function_call_output" or i.get("call_id") in calls)
+    ]
 
 
 @dataclass
@@ -131,7 +181,7 @@ async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
         if manager is not None:
             state.stage = "memory"
             state.report = await flush_with_progress(manager, out.progress_console())
-            out.memory_report(state.report, opts.paths)
+            out.memory_report(state.report, opts.paths.memories_dir)
         state.stage = "done"
 
 
