@@ -77,6 +77,10 @@ def test_conversations_show_status_attempts_errors_and_dates(page: tuple[Path, s
     assert "model server is down" in rows["flaky-build"]  # the whole error, as a tooltip
     assert "<td>1</td>" in rows["flaky-build"]  # one attempt
     assert 'data-status="pending"' in rows["later-question"]
+    assert "<td>failed</td>" in rows["later-question"]  # how its last run ended
+    assert "What changed? &lt;script&gt;" in rows["later-question"]  # its task, escaped
+    assert "<td>Why does the build fail on Mondays?</td>" in rows["flaky-build"]
+    assert '<a href="#rs-invoice-fix_' in rows["invoice-fix"]  # linked to its summary
     assert "2026-11-30 09:00:00" in rows["later-question"]
     assert 'data-filter="failed">failed (1)</button>' in html
     assert 'data-filter="pending">pending (1)</button>' in html

@@ -21,6 +21,8 @@ from cli_workspaces import (
 
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 
+#: a task whose text is markup: shown as text in the conversations table
+TASK = "What changed? <script>document.body.setAttribute('data-pwned', '3')</script>"
 FLAKY = Conversation("flaky-build", "Why does the build fail on Mondays?", "ls", "No idea.")
 #: a fake credential of a recognisable shape, written into MEMORY.md by hand
 SECRET = "sk-proj-" + "Zq8" * 16
@@ -43,7 +45,7 @@ def build_viewer_workspace(root: Path) -> Path:
     segment = {
         "updated_at": "2026-11-30T09:00:00.000Z",
         "rollout_id": "later-question",
-        "input": [{"type": "message", "role": "user", "content": "What changed?"}],
+        "input": [{"type": "message", "role": "user", "content": TASK}],
         "generated_items": [],
         "terminal_metadata": {
             "terminal_state": "failed",

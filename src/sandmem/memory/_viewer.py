@@ -188,27 +188,28 @@ async def _raw_headers(
 
 
 async def _conversations(
-    reader: _Reader,
-    session: SandboxSession,
-    paths: MemoryPaths,
-    log: list[dict[str, Any]],
-    raw: dict[str, tuple[dict[str, str], int]],
+    reader: _Reader, session: SandboxSession, paths: MemoryPaths, log: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    from sandmem.memory.maintenance import rollout_statuses
+    """``maintenance.conversations`` (the public memory API's rows), with the error's class
+    and the phase-one tokens from the log; oldest first."""
+    from sandmem.memory.maintenance import conversations
+
+    async def rows() -> list[dict[str, Any]]:
+        return [info.model_dump() for info in await conversations(session, paths)]
 
     empty: list[dict[str, Any]] = []
-    rows = await reader.guard("conversations", lambda: rollout_statuses(session, paths), empty)
     tokens = _tokens_by_rollout(log)
     result = []
-    for row in rows:
+    for row in reversed(await reader.guard("conversations", rows, empty)):
         rid = str(row.get("rollout_id"))
         error = row.get("last_error")
+        redact = reader.redactor.redact
         result.append(
             {
                 **row,
-                "last_error": reader.redactor.redact(str(error)) if error else None,
-                "error_class": error_class(error),
-                "terminal_state": raw[rid][0].get("terminal_state") if rid in raw else None,
+                "task": redact(str(row["task"])) if row.get("task") else None,
+                "last_error": redact(str(error)) if error else None,
+                "error_class": row.get("failure_class") or error_class(error),
                 "input_tokens": tokens.get(rid, (0, 0))[0],
                 "output_tokens": tokens.get(rid, (0, 0))[1],
             }
@@ -283,7 +284,7 @@ async def collect(
     data.skills = await _skills(reader, paths)
     data.log = await _log(reader, paths)
     raw = await _raw_headers(reader, paths)
-    data.conversations = await _conversations(reader, session, paths, data.log, raw)
+    data.conversations = await _conversations(reader, session, paths, data.log)
     data.selection, data.selection_updated_at = _selection(
         await reader.json(paths.state_json), await reader.json(paths.selection_json)
     )

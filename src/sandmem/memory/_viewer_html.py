@@ -114,17 +114,19 @@ def _memory(data: ViewerData) -> str:
 # ---------------------------------------------------------------- conversations and selection
 
 
-def _conversation_row(row: dict[str, Any], summary_of: dict[str, str]) -> str:
+def _conversation_row(row: dict[str, Any], memories_dir: str) -> str:
     rid = str(row.get("rollout_id"))
     status = str(row.get("status"))
     error = row.get("last_error")
     error_cell = f'<span title="{_e(error)}">{_e(row.get("error_class"))}</span>' if error else "—"
-    path = summary_of.get(rid)
+    summary = row.get("summary_file")
+    path = str(summary).removeprefix(f"{memories_dir}/") if summary else None
     rid_cell = f'<a href="#{anchor(path)}">{_e(rid)}</a>' if path else _e(rid)
     tokens = f"{row.get('input_tokens', 0)} / {row.get('output_tokens', 0)}"
     return (
         f'<tr data-status="{_e(status)}"><td class="id">{rid_cell}</td>'
         f'<td><span class="badge {_e(status)}">{_e(status)}</span></td>'
+        f"<td>{_e(row.get('task') or '—')}</td>"
         f"<td>{_e(row.get('attempts'))}</td><td>{error_cell}</td>"
         f"<td>{_short_time(row.get('updated_at'))}</td><td>{_e(row.get('segments'))}</td>"
         f"<td>{_e(row.get('terminal_state') or '—')}</td><td>{_e(tokens)}</td></tr>"
@@ -135,7 +137,6 @@ def _conversations(data: ViewerData) -> str:
     rows = data.conversations
     if not rows:
         return _section("conversations", "Conversations", '<p class="empty">none recorded</p>')
-    summary_of = {s.fields.get("session_id", ""): s.path for s in data.summaries}
     counts = {s: sum(1 for r in rows if r.get("status") == s) for s in _STATUSES}
     buttons = '<button type="button" data-filter="all" class="on">all</button>' + "".join(
         f'<button type="button" data-filter="{s}">{s} ({n})</button>'
@@ -143,17 +144,17 @@ def _conversations(data: ViewerData) -> str:
         if n
     )
     head = (
-        "<tr><th>rollout</th><th>status</th><th>attempts</th><th>last error</th>"
+        "<tr><th>rollout</th><th>status</th><th>task</th><th>attempts</th><th>last error</th>"
         "<th>updated</th><th>segments</th><th>terminal state</th>"
-        "<th>phase-one tokens (in / out)</th></tr>"
+        "<th>tokens in / out</th></tr>"
     )
-    body = "".join(_conversation_row(r, summary_of) for r in rows)
+    body = "".join(_conversation_row(r, data.memories_dir) for r in rows)
     table = (
         f'<div class="filters" id="status-filters">{buttons}</div>'
         f'<table id="conversations-table"><thead>{head}</thead><tbody>{body}</tbody></table>'
     )
     note = (
-        f"{len(rows)} conversation(s) in {_e(data.sessions_dir)}/. "
+        f"{len(rows)} conversation(s) in {_e(data.sessions_dir)}/, oldest first. "
         "pending: extracted at the next generation; failed: gave up after max_attempts."
     )
     return _section("conversations", "Conversations", table, note)
