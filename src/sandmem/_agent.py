@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from sandmem._settings import ModelSettings
+from sandmem._tool_use import ToolUseBehavior, check_tool_use_behavior
 from sandmem._tools import FunctionTool
 from sandmem.models._base import Model
 
@@ -30,6 +31,8 @@ class Agent:
     (a ``ModelSettings`` or a dict of its fields) may be overridden per run by
     ``RunConfig.model_settings``. ``output_type`` (a pydantic model) asks for validated structured
     output. ``hooks`` (an ``AgentHooks``) receives this agent's lifecycle callbacks.
+    ``tool_use_behavior`` says what follows a turn of tool calls (see ``sandmem._tool_use``):
+    another model turn by default, or a final output taken from the tools.
     """
 
     name: str
@@ -40,6 +43,7 @@ class Agent:
     output_type: type[Any] | None = None
     hooks: AgentHooks[Any] | None = None
     handoff_description: str | None = None
+    tool_use_behavior: ToolUseBehavior = "run_llm_again"
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -49,6 +53,7 @@ class Agent:
         ):
             raise TypeError("Agent.instructions must be a string or a function (ctx, agent) -> str")
         self.model_settings = ModelSettings.coerce(self.model_settings)
+        check_tool_use_behavior(self.tool_use_behavior)
 
     @property
     def settings(self) -> ModelSettings:

@@ -57,6 +57,7 @@ from sandmem._stream_events import (
     ToolStartEvent,
     run_item_event,
 )
+from sandmem._tool_use import FunctionToolResult, tools_final_output
 from sandmem._tools import FunctionTool, to_tool_output
 from sandmem._usage import Usage
 from sandmem.capabilities._base import Capability
@@ -288,12 +289,16 @@ class _Turns:
             unsent = []
             calls = [item for item in response.output if item_kind(item) == "function_call"]
             if calls:
-                outputs = await self._run_tools(calls)
+                outputs, results = await self._run_tools(calls)
                 unsent.extend(outputs)
                 if self.progress.cancel_after_turn:
                     raise TurnCancelled()
-                continue
-            has_final, value = _final_output(self.agent, response.output)
+                decision = await tools_final_output(self.agent.tool_use_behavior, self.ctx, results)
+                if not decision.is_final_output:
+                    continue
+                has_final, value = True, decision.final_output
+            else:
+                has_final, value = _final_output(self.agent, response.output)
             if not has_final:
                 raise ModelBehaviorError(
                     f"model {self.prep.model.name!r} returned neither a tool call nor a message"
@@ -354,15 +359,21 @@ class _Turns:
             raise ModelBehaviorError(f"model {model.name!r} ended its stream without a response")
         return response
 
-    async def _run_tools(self, calls: list[Item]) -> list[Item]:
+    async def _run_tools(self, calls: list[Item]) -> tuple[list[Item], list[FunctionToolResult]]:
+        """The output items of ``calls`` (run concurrently), and the results of the calls to
+        known tools (for ``tool_use_behavior``)."""
         tools = {t.name: t for t in self.prep.tools if await t.enabled_for(self.ctx, self.agent)}
         outputs = await asyncio.gather(*(self._invoke_tool(tools, call) for call in calls))
-        for item in outputs:
+        results = []
+        for call, item in zip(calls, outputs, strict=True):
             self.progress.new_items.append(item)
             event = run_item_event(self.agent, item)
             if event is not None:
                 await self.emit(event)
-        return list(outputs)
+            tool = tools.get(str(call.get("name", "")))
+            if tool is not None:
+                results.append(FunctionToolResult(tool, item["output"], item))
+        return list(outputs), results
 
     async def _invoke_tool(self, tools: dict[str, FunctionTool], call: Item) -> Item:
         name, call_id = str(call.get("name", "")), str(call.get("call_id", ""))

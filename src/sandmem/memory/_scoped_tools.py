@@ -2,13 +2,16 @@
 
 Paths are workspace-relative like every path in sandmem (``memories/MEMORY.md``). Reads and
 searches may reach any file under ``memories_dir``; writes only ``MEMORY.md``,
-``memory_summary.md`` and ``skills/**``. There is no shell.
+``memory_summary.md`` and ``skills/**`` (``write_files`` writes several in one call, so one
+model turn can write both consolidated files). There is no shell.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+
+from pydantic import BaseModel
 
 from sandmem._errors import SandboxError, UserError
 from sandmem._tools import FunctionTool, function_tool
@@ -18,6 +21,13 @@ from sandmem.sandboxes._session import SandboxSession
 
 _MAX_READ_TOKENS = 20_000
 _MAX_SEARCH_HITS = 200
+
+
+class MemoryFile(BaseModel):
+    """One file for ``write_files``: its workspace-relative path and its whole new content."""
+
+    path: str
+    content: str
 
 
 class ScopedFiles:
@@ -79,55 +89,74 @@ class ScopedFiles:
         return sorted(found)
 
 
+async def _search(scoped: ScopedFiles, pattern: str, path: str | None) -> str:
+    try:
+        regex = re.compile(pattern, re.IGNORECASE)
+    except re.error as exc:
+        raise UserError(f"invalid regular expression {pattern!r}: {exc}") from exc
+    hits: list[str] = []
+    for name in await scoped.walk(path or scoped.root):
+        try:
+            text = (await scoped.read(name)).decode("utf-8", "replace")
+        except SandboxError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if regex.search(line):
+                hits.append(f"{name}:{number}: {line[:300]}")
+                if len(hits) >= _MAX_SEARCH_HITS:
+                    return "\n".join([*hits, "(more hits not shown)"])
+    return "\n".join(hits) or "(no matches)"
+
+
+async def _write(session: SandboxSession, scoped: ScopedFiles, items: list[MemoryFile]) -> str:
+    """Check every path first (nothing is written when one is refused), then write each."""
+    targets = [(scoped.check(item.path, write=True), item.content) for item in items]
+    if not targets:
+        raise UserError("give at least one file to write")
+    written = []
+    for target, content in targets:
+        await session.mkdir(target.rsplit("/", 1)[0], parents=True)  # inside the checked path
+        await scoped.write(target, content)
+        written.append(f"wrote {target} ({len(content.encode('utf-8'))} bytes)")
+    return "\n".join(written)
+
+
 def scoped_tools(session: SandboxSession, memories_dir: str) -> list[FunctionTool]:
-    files = ScopedFiles(session, memories_dir)
+    scoped = ScopedFiles(session, memories_dir)
 
     @function_tool
     async def read_file(path: str) -> str:
         """Read a text file under the memory directory (long files are cut head+tail)."""
-        text = (await files.read(path)).decode("utf-8", "replace")
+        text = (await scoped.read(path)).decode("utf-8", "replace")
         return truncate_head_tail(text, _MAX_READ_TOKENS, what=path) or "(empty file)"
 
     @function_tool
     async def list_files(path: str) -> str:
         """List the files below a directory of the memory directory, recursively."""
-        listed = await files.walk(path)
+        listed = await scoped.walk(path)
         return "\n".join(listed) or "(no files)"
 
     @function_tool
     async def search_files(pattern: str, path: str | None = None) -> str:
         """Search files under the memory directory (or under `path`) for a regular expression,
         case-insensitive; returns `file:line: text` hits."""
-        try:
-            regex = re.compile(pattern, re.IGNORECASE)
-        except re.error as exc:
-            raise UserError(f"invalid regular expression {pattern!r}: {exc}") from exc
-        hits: list[str] = []
-        for name in await files.walk(path or files.root):
-            try:
-                text = (await files.read(name)).decode("utf-8", "replace")
-            except SandboxError:
-                continue
-            for number, line in enumerate(text.splitlines(), 1):
-                if regex.search(line):
-                    hits.append(f"{name}:{number}: {line[:300]}")
-                    if len(hits) >= _MAX_SEARCH_HITS:
-                        return "\n".join([*hits, "(more hits not shown)"])
-        return "\n".join(hits) or "(no matches)"
+        return await _search(scoped, pattern, path)
 
     @function_tool
     async def write_file(path: str, content: str) -> str:
         """Write a whole file (MEMORY.md, memory_summary.md or skills/**), replacing it."""
-        target = files.check(path, write=True)
-        parent = target.rsplit("/", 1)[0]
-        await session.mkdir(parent, parents=True)
-        await files.write(target, content)
-        return f"wrote {target} ({len(content.encode('utf-8'))} bytes)"
+        return await _write(session, scoped, [MemoryFile(path=path, content=content)])
+
+    @function_tool
+    async def write_files(files: list[MemoryFile]) -> str:
+        """Write several whole files in one call (for example MEMORY.md and
+        memory_summary.md together), each replacing its old content."""
+        return await _write(session, scoped, files)
 
     @function_tool
     async def apply_patch(patch: str) -> str:
         """Apply a `*** Begin Patch` patch to files in the memory directory."""
-        result = await apply_patch_engine(files, patch)
+        result = await apply_patch_engine(scoped, patch)
         return result.render()
 
-    return [read_file, list_files, search_files, write_file, apply_patch]
+    return [read_file, list_files, search_files, write_file, write_files, apply_patch]
