@@ -116,6 +116,7 @@ async def test_status_after_a_failed_consolidation(tmp_path: Path) -> None:
     assert data["tokens"]["phase_two"] == {
         "runs": 1,
         "failed_runs": 1,
+        "requests": 0,
         "input_tokens": 0,
         "output_tokens": 0,
     }
@@ -134,15 +135,27 @@ async def test_status_of_an_empty_layout(tmp_path: Path) -> None:
 
 def test_token_totals() -> None:
     records: list[dict[str, Any]] = [
-        {"phase": "one", "status": "done", "input_tokens": 10, "output_tokens": 2},
+        {"phase": "one", "status": "done", "requests": 2, "input_tokens": 10, "output_tokens": 2},
         {"phase": "one", "status": "pending", "input_tokens": 0, "output_tokens": 0},
         {"phase": "two", "status": "done", "input_tokens": 100, "output_tokens": 20},
         {"phase": "three", "input_tokens": 5},
         {"phase": "one", "input_tokens": "many"},
     ]
     assert token_totals(records).model_dump() == {
-        "phase_one": {"runs": 3, "failed_runs": 1, "input_tokens": 10, "output_tokens": 2},
-        "phase_two": {"runs": 1, "failed_runs": 0, "input_tokens": 100, "output_tokens": 20},
+        "phase_one": {
+            "runs": 3,
+            "failed_runs": 1,
+            "requests": 2,
+            "input_tokens": 10,
+            "output_tokens": 2,
+        },
+        "phase_two": {
+            "runs": 1,
+            "failed_runs": 0,
+            "requests": 0,
+            "input_tokens": 100,
+            "output_tokens": 20,
+        },
     }
 
 

@@ -224,8 +224,8 @@ def search_command(
 
 def _rollout_line(row: ConversationInfo) -> str:
     line = f"  {row.rollout_id}  attempts {row.attempts}"
-    if row.failure_class:
-        line += f"  ({row.failure_class})"
+    if row.failure_kind:
+        line += f"  ({row.failure_kind})"
     if row.last_attempt_at:
         line += f"  last attempt {row.last_attempt_at}"
     if row.next_retry_at:

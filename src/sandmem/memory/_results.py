@@ -38,8 +38,10 @@ class ConversationInfo(_Result):
     attempts: int
     """Failed extraction attempts of this version of the conversation (0 after a success or a
     new segment)."""
-    failure_class: str | None
-    """What kind of failure the last one was, when the generation state records it."""
+    failure_kind: str | None
+    """The failure class of the last failed attempt, when the generation state records it
+    (``environment``: the model server or network, retried with backoff without using an
+    attempt; ``rollout``: this conversation's extraction itself failed)."""
     next_retry_at: str | None
     """When the next extraction attempt is due (ISO-8601 UTC), when the generation state
     records it; ``None`` also means "at the next generation" for a pending conversation."""
@@ -125,6 +127,8 @@ class PhaseTokens(_Result):
     consolidation)."""
     failed_runs: int
     """Runs that failed."""
+    requests: int
+    """Model requests (0 for runs logged before requests were recorded)."""
     input_tokens: int
     """Input tokens spent."""
     output_tokens: int

@@ -155,7 +155,7 @@ async def conversations(
                 rollout_id=rid,
                 status=status,
                 attempts=int(entry.get("attempts") or 0),
-                failure_class=None,
+                failure_kind=None,
                 next_retry_at=None,
                 last_error=entry.get("last_error"),
                 last_attempt_at=entry.get("last_attempt_at"),
@@ -198,7 +198,7 @@ async def read_log(session: SandboxSession, paths: MemoryPaths) -> list[dict[str
 def token_totals(records: list[dict[str, Any]]) -> TokensPerPhase:
     """Phase runs and tokens spent, per phase, summed from the log."""
     totals = {
-        phase: {"runs": 0, "failed_runs": 0, "input_tokens": 0, "output_tokens": 0}
+        phase: {"runs": 0, "failed_runs": 0, "requests": 0, "input_tokens": 0, "output_tokens": 0}
         for phase in ("one", "two")
     }
     for record in records:
@@ -207,7 +207,7 @@ def token_totals(records: list[dict[str, Any]]) -> TokensPerPhase:
             continue
         bucket["runs"] += 1
         bucket["failed_runs"] += record.get("status") in ("failed", "pending")
-        for key in ("input_tokens", "output_tokens"):
+        for key in ("requests", "input_tokens", "output_tokens"):
             value = record.get(key)
             bucket[key] += value if isinstance(value, int) else 0
     return TokensPerPhase(
