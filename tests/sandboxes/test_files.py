@@ -89,7 +89,7 @@ async def test_failed_write_keeps_old_content_and_no_temp(
 ) -> None:
     await session.write("memory.md", b"old")
 
-    def broken_replace(src: object, dst: object) -> None:
+    def broken_replace(src: object, dst: object, **_: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
@@ -229,7 +229,7 @@ def test_a_write_temp_is_stale_only_when_its_writer_is_gone_or_it_is_old(
     tmp_path: Path, dead_pid: int
 ) -> None:
     now = time.time()
-    mine = _temp_name(tmp_path / "generation_state.json").name
+    mine = _temp_name("generation_state.json")
     assert mine.startswith(f".generation_state.json.{os.getpid()}.")
     assert not is_stale_write_temp(mine)  # a write in flight in this process
     assert is_stale_write_temp(mine, now=now + STALE_WRITE_TEMP_S + 1)  # pid reused, or hung

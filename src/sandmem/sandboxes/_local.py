@@ -25,7 +25,6 @@ from typing import ClassVar
 from sandmem._errors import SandboxError, SandboxStateError, UserError
 from sandmem.sandboxes import _hostfs
 from sandmem.sandboxes._manifest import Manifest, validate_env, write_entries
-from sandmem.sandboxes._paths import resolve_path
 from sandmem.sandboxes._process import run_command
 from sandmem.sandboxes._session import (
     DEFAULT_PRE_STOP_HOOK_TIMEOUT,
@@ -147,14 +146,7 @@ class UnixLocalSandboxSession(SandboxSession):
     def _workdir(self, workdir: str | None) -> Path:
         if workdir is None:
             return self.root
-        path = resolve_path(self.root, workdir, operation="exec")
-        if not path.is_dir():
-            raise SandboxError(
-                f"exec: workdir {workdir!r} is not a directory in the workspace",
-                operation="exec",
-                path=workdir,
-            )
-        return path
+        return _hostfs.workdir(self.root, workdir)
 
     # -- files --------------------------------------------------------------------------------
 

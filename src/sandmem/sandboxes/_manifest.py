@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -21,8 +20,8 @@ from pydantic import (
     field_validator,
 )
 
-from sandmem._errors import SandboxError
-from sandmem.sandboxes._paths import resolve_path
+from sandmem._errors import SandboxError, SandboxPathError
+from sandmem.sandboxes import _hostfs
 
 
 class File(BaseModel):
@@ -156,23 +155,22 @@ class Manifest(BaseModel):
 
 
 def write_entries(root: Path, entries: dict[str, File | Dir]) -> None:
-    """Write manifest entries under ``root`` (blocking; parents first, paths checked)."""
+    """Write manifest entries under ``root`` (blocking; parents first, paths checked; through
+    the host-filesystem layer, so a symlink never redirects an entry)."""
     for rel in sorted(entries):
         entry = entries[rel]
-        target = resolve_path(root, rel, operation="manifest")
         try:
             if isinstance(entry, Dir):
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(entry.content)
-            if entry.mode is not None:
-                os.chmod(target, entry.mode)
-        except OSError as exc:
+                _hostfs.mkdir(root, rel, parents=True)
+            else:
+                _hostfs.write_atomic(root, rel, entry.content, mode=entry.mode, durable=False)
+        except SandboxPathError:
+            raise
+        except SandboxError as exc:
+            cause = exc.__cause__
+            why = cause.strerror if isinstance(cause, OSError) and cause.strerror else exc
             raise SandboxError(
-                f"cannot write manifest entry {rel!r} into the workspace {root}: {exc.strerror}",
+                f"cannot write manifest entry {rel!r} into the workspace {root}: {why}",
                 operation="manifest",
                 path=rel,
-            ) from exc
+            ) from cause

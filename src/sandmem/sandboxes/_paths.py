@@ -8,14 +8,19 @@ Every sandbox primitive that takes a path goes through ``resolve_path``. The rul
 - symlinks are resolved: a path whose real location (of the target, or of its deepest existing
   ancestor when the target does not exist yet) is outside the root is refused.
 
-The check is made just before the operation; it is not a defence against a process in the
-workspace racing to swap a directory for a symlink (the local backend does not isolate
-processes anyway, see ``docs/sandboxes.md``).
+``resolve_path`` is a name-based check, kept for callers that need a host path for display.
+The file primitives themselves do not use it: ``_hostfs`` walks every path from a descriptor
+of the root (``_fdwalk``), so a directory swapped for a symlink between a check and a use can
+never redirect an operation. ``no_symlinks()`` makes that walk refuse every symlink (the
+memory pipeline runs under it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from sandmem._errors import SandboxPathError
@@ -25,6 +30,34 @@ PathArg = str | os.PathLike[str]
 
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+_NO_SYMLINKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sandmem_no_symlinks", default=False
+)
+
+
+@contextlib.contextmanager
+def no_symlinks() -> Iterator[None]:
+    """Within this context (and the tasks and worker threads started from it) the file
+    primitives of host-directory sessions follow no symlink at all: a symlinked directory on
+    the way is refused, a symlink as the last component is not read or listed (``exists`` and
+    ``is_dir`` say ``False``), a write replaces it with a regular file, and ``read_many``
+    skips it with a warning. The memory pipeline and its tools run under it."""
+    token = _NO_SYMLINKS.set(True)
+    try:
+        yield
+    finally:
+        _NO_SYMLINKS.reset(token)
+
+
+def symlinks_refused() -> bool:
+    """True inside ``no_symlinks()``."""
+    return _NO_SYMLINKS.get()
+
+
+def refusal(operation: str, path: str, root: str, why: str) -> SandboxPathError:
+    return _refuse(operation, path, root, why)
 
 
 def _refuse(operation: str, path: str, root: str, why: str) -> SandboxPathError:
