@@ -289,3 +289,79 @@ async def test_snapshot_directory_inside_the_workspace_is_left_out(
     resumed = await client.resume(session.state)
     assert await resumed.ls() == ["a.txt"]
     await client.delete(resumed)
+
+
+def _escapes(root: Path) -> list[str]:
+    """Every entry under ``root`` whose real location (all symlinks followed) is outside."""
+    real_root = os.path.realpath(root)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            real = os.path.realpath(os.path.join(dirpath, name))
+            if real != real_root and not real.startswith(real_root + "/"):
+                found.append(os.path.relpath(os.path.join(dirpath, name), root))
+    return found
+
+
+@pytest.mark.parametrize(
+    "links",
+    [
+        # finding 3: c is placed through the link a/b, pointing one level above it
+        [("a/b", ".."), ("a/b/c", "..")],
+        # '..' after a link climbs from the link's target (as the kernel does)
+        [("a/b", ".."), ("c", "a/b/..")],
+        # a link whose meaning changes once a later link is placed
+        [("c", "a/b/.."), ("a/b", "..")],
+        [("x", "."), ("x/y", ".."), ("x/y/z", "../..")],
+    ],
+    ids=["link-through-link", "dotdot-after-link", "later-link", "chain"],
+)
+async def test_restored_links_never_resolve_outside(
+    client: UnixLocalSandboxClient,
+    snapshot_spec: LocalSnapshotSpec,
+    links: list[tuple[str, str]],
+) -> None:
+    session = await _stopped_session(client, snapshot_spec)
+    path = snapshot_spec.path_for(session.session_id)
+    members = [(_member("a", tarfile.DIRTYPE), b""), (_member("f.txt"), b"ok")]
+    members += [(_member(name, tarfile.SYMTYPE, target), b"") for name, target in links]
+    _write_tar(path, members)
+    resumed = await client.resume(session.state)
+    assert _escapes(resumed.root) == []
+    assert await resumed.read("f.txt") == b"ok"
+    await client.delete(resumed)
+
+
+async def test_a_member_below_a_restored_link_is_never_placed_through_it(
+    client: UnixLocalSandboxClient, snapshot_spec: LocalSnapshotSpec, tmp_path: Path
+) -> None:
+    session = await _stopped_session(client, snapshot_spec)
+    path = snapshot_spec.path_for(session.session_id)
+    members = [
+        (_member("a", tarfile.DIRTYPE), b""),
+        (_member("a/b", tarfile.SYMTYPE, ".."), b""),
+        (_member("a/b/c", tarfile.SYMTYPE, ".."), b""),
+        (_member("a/b/c/evil.txt"), b"evil"),
+    ]
+    _write_tar(path, members)
+    resumed = await client.resume(session.state)
+    assert _escapes(resumed.root) == []
+    assert not _found(tmp_path / "snapshots", "evil.txt")
+    assert not (resumed.root.parent / "evil.txt").exists()
+    await client.delete(resumed)
+
+
+async def test_restore_drops_setuid_and_setgid_bits(
+    client: UnixLocalSandboxClient, snapshot_spec: LocalSnapshotSpec
+) -> None:
+    session = await _stopped_session(client, snapshot_spec)
+    path = snapshot_spec.path_for(session.session_id)
+    suid = _member("suid")
+    suid.mode = 0o4755
+    sgid_dir = _member("d", tarfile.DIRTYPE)
+    sgid_dir.mode = 0o2775
+    _write_tar(path, [(sgid_dir, b""), (suid, b"#!/bin/sh\n")])
+    resumed = await client.resume(session.state)
+    assert os.stat(resumed.root / "suid").st_mode & 0o7777 == 0o755
+    assert os.stat(resumed.root / "d").st_mode & 0o7777 == 0o775
+    await client.delete(resumed)

@@ -31,10 +31,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from sandmem._errors import SandboxError, UserError
+from sandmem.sandboxes import _hostfs
 from sandmem.sandboxes._bwrap_host import (
     DEFAULT_READONLY_BINDS,
     INSTALL_HINT,
     SANDBOX_ROOT,
+    SECCOMP_FD,
+    SECCOMP_WRAPPER,
     bind_args,
     check_binds,
     create_cgroup,
@@ -42,6 +45,8 @@ from sandmem.sandboxes._bwrap_host import (
     pids_cgroup_base,
     probe_bwrap,
     remove_cgroup,
+    seccomp_source,
+    seccomp_works,
     within,
 )
 from sandmem.sandboxes._local import (
@@ -92,6 +97,9 @@ class SandboxPolicy:
     prlimit: str | None = None
     #: where per-command pids cgroups are made (root hosts with ``max_processes``)
     pids_cgroup: Path | None = None
+    #: a path opening to the seccomp filter refusing setuid/setgid bits; ``None``: the bits
+    #: are stripped from the workspace after each command instead
+    seccomp: str | None = None
 
 
 def bwrap_argv(
@@ -108,9 +116,13 @@ def bwrap_argv(
     if policy.max_processes is not None and policy.pids_cgroup is None:
         rlimits.append(f"--nproc={policy.max_processes + 1}")  # + bwrap's init (pid 1)
     command = [policy.prlimit or "prlimit", *rlimits, "--", *argv] if rlimits else list(argv)
+    wrapper = ["/bin/sh", "-c", SECCOMP_WRAPPER, policy.seccomp] if policy.seccomp else []
+    seccomp = ["--seccomp", str(SECCOMP_FD)] if policy.seccomp else []
     return [
+        *wrapper,
         policy.bwrap,
         *namespace_args(network=policy.network, disable_userns=policy.disable_userns),
+        *seccomp,
         *("--proc", "/proc", "--dev", "/dev"),
         *tmpfs,
         *binds,
@@ -188,6 +200,19 @@ class BubblewrapSandboxSession(UnixLocalSandboxSession):
         also be given as the sandbox sees it (``/workspace/sub``)."""
         if workdir is not None:
             workdir = _workspace_relative(workdir)
+        try:
+            return await self._exec_limited(cmd, timeout, workdir, env)
+        finally:
+            if self._policy.seccomp is None:  # the command's processes are all gone now
+                await asyncio.to_thread(_hostfs.strip_setid_bits, self.root)
+
+    async def _exec_limited(
+        self,
+        cmd: str | Sequence[str],
+        timeout: float | None,  # noqa: ASYNC109 - the timeout kills the sandbox
+        workdir: str | None,
+        env: dict[str, str] | None,
+    ) -> ExecResult:
         base, limit = self._policy.pids_cgroup, self._policy.max_processes
         if base is None or limit is None:
             return await super().exec(cmd, timeout=timeout, workdir=workdir, env=env)
@@ -306,6 +331,7 @@ class BubblewrapSandboxClient(UnixLocalSandboxClient):
             tmpfs_size=probe.tmpfs_size,
             prlimit=self._find_prlimit(),
             pids_cgroup=self._find_pids_cgroup(),
+            seccomp=seccomp_source() if seccomp_works(probe.path, probe.disable_userns) else None,
         )
 
     def _find_prlimit(self) -> str | None:

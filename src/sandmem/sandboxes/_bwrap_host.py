@@ -12,8 +12,10 @@ import functools
 import glob
 import logging
 import os
+import platform
 import shutil
 import signal
+import struct
 import subprocess
 import time
 import uuid
@@ -149,6 +151,126 @@ def run_probe(path: str | None) -> BwrapProbe:
 def probe_bwrap() -> BwrapProbe:
     """``run_probe`` for the ``bwrap`` on PATH, once per process."""
     return run_probe(shutil.which("bwrap"))
+
+
+# -- seccomp: no setuid or setgid bits ------------------------------------------------------
+
+_S_ISID = 0o6000
+_RET_ALLOW = 0x7FFF0000
+_RET_EPERM = 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+_RET_ENOSYS = 0x00050000 | 38  # SECCOMP_RET_ERRNO | ENOSYS
+#: per architecture: (AUDIT_ARCH value, [(syscall, index of its mode argument)], syscalls
+#: refused with ENOSYS because their mode cannot be inspected: openat2, io_uring_setup)
+_SETID_RULES: dict[str, tuple[int, list[tuple[int, int]], list[int]]] = {
+    "x86_64": (
+        0xC000003E,
+        # chmod fchmod fchmodat fchmodat2 open openat creat mkdir mkdirat mknod mknodat
+        [
+            *((90, 1), (91, 1), (268, 2), (452, 2), (2, 2), (257, 3), (85, 1)),
+            *((83, 1), (258, 2), (133, 1), (259, 2)),
+        ],
+        [437, 425],
+    ),
+    "aarch64": (
+        0xC00000B7,
+        # fchmod fchmodat fchmodat2 openat mkdirat mknodat
+        [(52, 1), (53, 2), (452, 2), (56, 3), (34, 2), (33, 2)],
+        [437, 425],
+    ),
+}
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("<HBBI", code, jt, jf, k)
+
+
+def setid_seccomp_program(machine: str | None = None) -> bytes | None:
+    """A classic-BPF seccomp filter (for ``bwrap --seccomp FD``) that makes every call which
+    could set a setuid or setgid bit fail with EPERM: chmod and its variants, and the calls
+    that create files or directories with a mode. Calls of another ABI (32-bit, x32) fail as
+    well, so the filter cannot be bypassed through them. ``None`` on an architecture without
+    rules (then the bits are stripped after each command instead)."""
+    rules = _SETID_RULES.get(machine or platform.machine())
+    if rules is None:
+        return None
+    arch, checks, unsupported = rules
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    prog = [_insn(ld, 0, 0, 4), _insn(jeq, 1, 0, arch), _insn(ret, 0, 0, _RET_EPERM)]
+    prog.append(_insn(ld, 0, 0, 0))
+    if arch == 0xC000003E:  # x32 system calls share the x86_64 arch value: refuse them
+        prog += [_insn(jge, 0, 1, 0x40000000), _insn(ret, 0, 0, _RET_EPERM)]
+    for nr in unsupported:
+        prog += [_insn(jeq, 0, 1, nr), _insn(ret, 0, 0, _RET_ENOSYS)]
+    for nr, arg in checks:
+        prog += [
+            _insn(jeq, 0, 4, nr),
+            _insn(ld, 0, 0, 16 + 8 * arg),  # the low 32 bits of the argument
+            _insn(jset, 0, 1, _S_ISID),
+            _insn(ret, 0, 0, _RET_EPERM),
+            _insn(ret, 0, 0, _RET_ALLOW),
+        ]
+    prog.append(_insn(ret, 0, 0, _RET_ALLOW))
+    return b"".join(prog)
+
+
+#: the descriptor given to bwrap's ``--seccomp`` (opened by the wrapper shell)
+SECCOMP_FD = 9
+#: wraps bwrap: opens the program (``$0``) at ``SECCOMP_FD`` for it
+SECCOMP_WRAPPER = f'exec "$@" {SECCOMP_FD}<"$0"'
+
+
+@functools.cache
+def _seccomp_memfd() -> int | None:
+    program = setid_seccomp_program()
+    if program is None or not hasattr(os, "memfd_create"):
+        return None
+    try:
+        fd = os.memfd_create("sandmem-seccomp", os.MFD_CLOEXEC)
+        os.write(fd, program)
+    except OSError:
+        return None
+    return fd
+
+
+def seccomp_source() -> str | None:
+    """A path that opens to the seccomp program: a memfd of this process, reopened by path so
+    every command reads it from its start; ``None`` when unavailable."""
+    fd = _seccomp_memfd()
+    return None if fd is None else f"/proc/{os.getpid()}/fd/{fd}"
+
+
+@functools.cache
+def seccomp_works(bwrap: str, disable_userns: bool) -> bool:
+    """Whether ``bwrap --seccomp`` with the program runs ``true`` here (once per process)."""
+    source = seccomp_source()
+    if source is None:
+        return False
+    argv = [
+        "/bin/sh",
+        *("-c", SECCOMP_WRAPPER, source, bwrap),
+        *namespace_args(network=False, disable_userns=disable_userns),
+        *("--seccomp", str(SECCOMP_FD)),
+        *bind_args(DEFAULT_READONLY_BINDS),
+        *("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--remount-ro", "/"),
+        *("--", "true"),
+    ]
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            timeout=_PROBE_TIMEOUT,
+            env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"},
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if done.returncode != 0:
+        logger.warning(
+            "bwrap --seccomp does not work here (%s); setuid/setgid bits are stripped after "
+            "each command instead",
+            done.stderr.decode("utf-8", "replace").strip(),
+        )
+    return done.returncode == 0
 
 
 # -- read-only binds ----------------------------------------------------------------------------

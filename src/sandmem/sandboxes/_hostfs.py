@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from sandmem._errors import SandboxError
 from sandmem.sandboxes import _fdwalk
@@ -443,6 +444,72 @@ def workdir(root: Path, path: PathArg) -> Path:
                 path=os.fspath(path),
             )
         return root.joinpath(*loc.parts)
+
+
+def write_new_file(
+    root: Path, path: PathArg, source: IO[bytes], *, mode: int, mtime: float
+) -> None:
+    """Create (or truncate) the regular file ``path`` from ``source`` with ``mode`` (setuid
+    and setgid dropped) and ``mtime``; no fsync (snapshot restore into a fresh workspace)."""
+    with (
+        translate_errors("restore", path),
+        _located(root, path, "restore", create_parents=True) as loc,
+    ):
+        fd = _open_regular(loc, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "restore", path)
+        try:
+            while chunk := source.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode & ~(stat.S_ISUID | stat.S_ISGID))
+            os.utime(fd, (mtime, mtime))
+        finally:
+            os.close(fd)
+
+
+def symlink(root: Path, path: PathArg, target: str, *, mtime: float | None = None) -> None:
+    """Create the symlink ``path`` -> ``target`` (the target is not checked here: see
+    ``stays_inside``)."""
+    with (
+        translate_errors("symlink", path),
+        _located(root, path, "symlink", follow_last=False, create_parents=True) as loc,
+    ):
+        if not loc.name:
+            raise refusal("symlink", os.fspath(path), str(root), "it names the workspace root")
+        os.symlink(target, loc.name, dir_fd=loc.parent_fd)
+        if mtime is not None:
+            with contextlib.suppress(OSError, NotImplementedError):
+                os.utime(loc.name, (mtime, mtime), dir_fd=loc.parent_fd, follow_symlinks=False)
+
+
+def stays_inside(root: Path, path: PathArg) -> bool:
+    """Whether ``path``, resolved as the kernel would (every symlink followed, ``..`` taken
+    from where a link leads), stays inside the workspace. A path that ends at a missing entry
+    stays inside; a symlink loop does not count as inside."""
+    raw = os.fspath(path)
+    try:
+        parts = _fdwalk.lexical_parts(str(root), raw)
+        root_fd = os.open(root, _fdwalk.DIR_FLAGS)
+        try:
+            _fdwalk.locate(root_fd, str(root), parts).close()
+        finally:
+            os.close(root_fd)
+    except _fdwalk.Refused:
+        return False
+    except OSError as exc:
+        return exc.errno in (errno.ENOENT, errno.ENOTDIR)
+    return True
+
+
+def set_mode_and_mtime(root: Path, path: PathArg, mode: int, mtime: float) -> None:
+    """Set a directory's (or file's) mode, setuid and setgid dropped, and its mtime."""
+    with translate_errors("restore", path), _located(root, path, "restore") as loc:
+        fd = _open_dir(loc)
+        try:
+            os.fchmod(fd, mode & ~(stat.S_ISUID | stat.S_ISGID))
+            os.utime(fd, (mtime, mtime))
+        finally:
+            os.close(fd)
 
 
 def try_flock(fd: int) -> bool:

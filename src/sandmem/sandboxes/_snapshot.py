@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from sandmem._errors import SandboxError, SandboxPathError, SandboxStateError
+from sandmem.sandboxes import _hostfs
 from sandmem.sandboxes._hostfs import remove_tree
-from sandmem.sandboxes._paths import resolve_path
+from sandmem.sandboxes._paths import no_symlinks
 
 if TYPE_CHECKING:
     from sandmem.sandboxes._session import SandboxSession
@@ -73,10 +74,10 @@ class LocalSnapshotSpec(BaseModel):
 # -- taking a snapshot --------------------------------------------------------------------------
 
 
-def _link_target(root: str, link: str) -> str | None:
-    """The target to store for the symlink ``link``, or None when it leads outside."""
-    target = os.readlink(link)
-    parent = os.path.dirname(link)
+def _link_target(root: str, rel: str, target: str) -> str | None:
+    """The target to store for the symlink at ``rel`` pointing to ``target``, or None when it
+    leads outside."""
+    parent = os.path.dirname(os.path.join(root, rel))
     if os.path.isabs(target):
         target = os.path.relpath(os.path.normpath(target), parent)
     resolved = os.path.normpath(os.path.join(parent, target))
@@ -85,36 +86,39 @@ def _link_target(root: str, link: str) -> str | None:
     return target
 
 
-def _add_tree(tar: tarfile.TarFile, root: str, directory: str, skip: str) -> None:
-    """Add the contents of ``directory``; ``skip`` (the snapshot directory, when it lies
-    inside the workspace) is left out."""
-    with os.scandir(directory) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    for entry in entries:
-        rel = os.path.relpath(entry.path, root)
-        if entry.path == skip:
-            continue
-        st = entry.stat(follow_symlinks=False)
-        info = tarfile.TarInfo(rel)
-        info.mode = stat.S_IMODE(st.st_mode)
+def _add_tree(tar: tarfile.TarFile, root: Path, skip: tuple[int, int] | None) -> None:
+    """Add everything below ``root`` (through the host-fs layer: no symlink is followed and
+    every file is opened without blocking); ``skip`` identifies the snapshot directory when it
+    lies inside the workspace."""
+    for entry in _hostfs.walk_tree(root, skip=skip):
+        st = entry.st
+        info = tarfile.TarInfo(entry.rel)
+        info.mode = stat.S_IMODE(st.st_mode) & _MODE_MASK
         info.mtime = st.st_mtime
-        if stat.S_ISLNK(st.st_mode):
-            target = _link_target(root, entry.path)
+        if entry.link is not None:
+            target = _link_target(str(root), entry.rel, entry.link)
             if target is None:
-                logger.warning("snapshot: skipping symlink %s: it points outside", rel)
+                logger.warning("snapshot: skipping symlink %s: it points outside", entry.rel)
                 continue
             info.type, info.linkname = tarfile.SYMTYPE, target
             tar.addfile(info)
         elif stat.S_ISDIR(st.st_mode):
             info.type = tarfile.DIRTYPE
             tar.addfile(info)
-            _add_tree(tar, root, entry.path, skip)
-        elif stat.S_ISREG(st.st_mode):
-            with open(entry.path, "rb") as fh:
-                info.size = os.fstat(fh.fileno()).st_size
+        elif stat.S_ISREG(st.st_mode) and entry.fd is not None:
+            info.size = st.st_size
+            with os.fdopen(os.dup(entry.fd), "rb") as fh:
                 tar.addfile(info, fh)
         else:
-            logger.warning("snapshot: skipping %s: not a file, directory or symlink", rel)
+            logger.warning("snapshot: skipping %s: not a file, directory or symlink", entry.rel)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _fsync_dir(path: Path) -> None:
@@ -143,7 +147,7 @@ def write_snapshot(root: Path, session_id: str, spec: LocalSnapshotSpec) -> Path
             with tarfile.open(
                 fileobj=fh, mode="w", format=tarfile.PAX_FORMAT, pax_headers=headers
             ) as tar:
-                _add_tree(tar, str(root), str(root), os.path.realpath(spec.base_path))
+                _add_tree(tar, root, _identity(spec.base_path))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, final)
@@ -199,51 +203,84 @@ def _check_member_name(name: str) -> str:
     return normalized
 
 
+def _first_filter(member: tarfile.TarInfo, dest: Path) -> tarfile.TarInfo | None:
+    """``tarfile``'s ``data`` filter as the first line of defence: a member it refuses for
+    its name is an error; a link it refuses, a special file or a hard link is skipped."""
+    try:
+        tarfile.data_filter(member, str(dest))
+    except (tarfile.AbsolutePathError, tarfile.OutsideDestinationError) as exc:
+        raise ValueError(f"member {member.name!r} leads outside the workspace") from exc
+    except tarfile.FilterError as exc:
+        logger.warning("restore: skipping %s: %s", member.name, exc)
+        return None
+    if member.issym() or member.isdir() or member.isreg():
+        return member
+    logger.warning("restore: skipping %s: unsupported member type", member.name)
+    return None
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Directories and files first, symlinks last, every one placed through the host-fs
+    layer with no symlink followed (a member below a link is refused); then every link is
+    resolved through what was placed, and one that ends outside the workspace is removed."""
+    dirs: list[tuple[str, tarfile.TarInfo]] = []
+    links: list[tuple[str, tarfile.TarInfo]] = []
+    with no_symlinks():
+        for member in tar:
+            name = _check_member_name(member.name)
+            if name == "." or _first_filter(member, dest) is None:
+                continue
+            if member.issym():
+                links.append((name, member))
+            elif member.isdir():
+                _hostfs.mkdir(dest, name, parents=True)
+                dirs.append((name, member))
+            else:
+                source = tar.extractfile(member)
+                if source is None:
+                    raise ValueError(f"member {member.name!r} has no data")
+                with source:
+                    _hostfs.write_new_file(
+                        dest, name, source, mode=member.mode & _MODE_MASK, mtime=member.mtime
+                    )
+        placed = []
+        for name, member in links:
+            if not _link_inside(name, member.linkname):
+                logger.warning("restore: skipping symlink %s: it points outside", name)
+                continue
+            try:
+                _hostfs.symlink(dest, name, member.linkname, mtime=member.mtime)
+            except SandboxError as exc:
+                logger.warning("restore: skipping symlink %s: %s", name, exc)
+                continue
+            placed.append(name)
+    _drop_escaping_links(dest, placed)
+    with no_symlinks():
+        for name, member in sorted(dirs, key=lambda d: d[0].count("/"), reverse=True):
+            _hostfs.set_mode_and_mtime(dest, name, member.mode & _MODE_MASK, member.mtime)
+
+
+def _drop_escaping_links(dest: Path, placed: list[str]) -> None:
+    """Remove every restored symlink that, resolved through the links now in place (as the
+    kernel would), ends outside ``dest``; again until none does (a link removed can change
+    what another one resolves to)."""
+    remaining = list(placed)
+    while True:
+        escaping = [name for name in remaining if not _hostfs.stays_inside(dest, name)]
+        if not escaping:
+            return
+        for name in escaping:
+            logger.warning("restore: removing symlink %s: it resolves outside", name)
+            with no_symlinks():
+                _hostfs.remove(dest, name)
+            remaining.remove(name)
+
+
 def _link_inside(name: str, linkname: str) -> bool:
     if os.path.isabs(linkname):
         return False
     resolved = os.path.normpath(os.path.join(os.path.dirname(name), linkname))
     return resolved != ".." and not resolved.startswith("../")
-
-
-def _extract(tar: tarfile.TarFile, dest: Path) -> None:
-    dirs: list[tuple[Path, tarfile.TarInfo]] = []
-    links: list[tarfile.TarInfo] = []
-    for member in tar:
-        name = _check_member_name(member.name)
-        if name == ".":
-            continue
-        if member.issym():
-            links.append(member)
-            continue
-        if not (member.isdir() or member.isreg()):
-            logger.warning("restore: skipping %s: unsupported member type", member.name)
-            continue
-        target = resolve_path(dest, name, operation="restore")
-        if member.isdir():
-            target.mkdir(parents=True, exist_ok=True)
-            dirs.append((target, member))
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        source = tar.extractfile(member)
-        if source is None:
-            raise ValueError(f"member {member.name!r} has no data")
-        with source, open(target, "wb") as out:
-            while chunk := source.read(1 << 20):
-                out.write(chunk)
-        os.chmod(target, member.mode & _MODE_MASK)
-        os.utime(target, (member.mtime, member.mtime))
-    for member in links:
-        if not _link_inside(member.name, member.linkname):
-            logger.warning("restore: skipping symlink %s: it points outside", member.name)
-            continue
-        target = resolve_path(dest, member.name, operation="restore", follow_symlinks=False)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(member.linkname, target)
-        os.utime(target, (member.mtime, member.mtime), follow_symlinks=False)
-    for target, member in sorted(dirs, key=lambda d: len(d[0].parts), reverse=True):
-        os.chmod(target, member.mode & _MODE_MASK)
-        os.utime(target, (member.mtime, member.mtime))
 
 
 def restore_snapshot(spec: LocalSnapshotSpec, session_id: str) -> Path:
