@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 
 from sandmem import Agent, RunConfig, Runner, function_tool, tracing
+from sandmem.models import OpenAIProvider
 from sandmem.models._base import ModelRequest
 from sandmem.testing import FunctionModel, tool_call
 
@@ -147,3 +149,38 @@ async def test_streamed_run_is_traced_too(otel_spans: Any) -> None:
     [run] = spans["invoke_agent helper"]
     assert len(spans["chat scripted"]) == 2
     assert run.attributes["gen_ai.usage.input_tokens"] == streamed.usage.input_tokens
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_openai_model_spans_through_the_real_client(
+    api: str, fake_openai: FakeOpenAIServer, otel_spans: Any
+) -> None:
+    def handler(req: FakeRequest) -> FakeReply:
+        if not req.tool_outputs():
+            return FakeReply(
+                tool_calls=[("lookup", {"key": "k"}, "c1")], input_tokens=70, output_tokens=7
+            )
+        return FakeReply(text="found", input_tokens=90, output_tokens=9)
+
+    fake_openai.handler = handler
+    provider = OpenAIProvider(base_url=fake_openai.base_url, api=api)
+    try:
+        result = await Runner.run(
+            Agent("helper", tools=[lookup]),
+            "find k",
+            run_config=RunConfig(model="fake-model", model_provider=provider),
+        )
+    finally:
+        await provider.aclose()
+    chats = by_name(otel_spans.get_finished_spans())["chat fake-model"]
+    assert len(chats) == 2
+    for chat in chats:
+        attrs = dict(chat.attributes)
+        assert attrs["gen_ai.system"] == "openai"
+        assert attrs["gen_ai.request.model"] == attrs["gen_ai.response.model"] == "fake-model"
+        assert attrs["gen_ai.response.id"]
+    first, second = sorted(chats, key=lambda s: s.start_time)
+    assert first.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert second.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert [c.attributes["gen_ai.usage.input_tokens"] for c in (first, second)] == [70, 90]
+    assert result.usage.input_tokens == 160 and result.usage.output_tokens == 16

@@ -125,8 +125,12 @@ class _RunTracer:
             model if model is not None else _Named(name), event.request, self.sensitive
         )
         if model is None:  # a name resolved by the run's provider
+            from sandmem.models._provider import OpenAIProvider
+
             provider = self.config.model_provider
-            system = "openai" if provider is None else type(provider).__module__.split(".")[0]
+            system = type(provider).__module__.split(".")[0]
+            if provider is None or isinstance(provider, OpenAIProvider):
+                system = "openai"
             attributes["gen_ai.system"] = attributes["gen_ai.provider.name"] = system
         attributes["sandmem.turn"] = event.turn
         self.model_span = tracing.start_span(

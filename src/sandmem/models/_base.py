@@ -53,6 +53,10 @@ class ModelResponse:
     output: list[Item]
     usage: Usage = field(default_factory=Usage)
     response_id: str | None = None
+    #: the model that answered, as the server names it (for tracing; ``None``: not reported)
+    model: str | None = None
+    #: why generation stopped, per choice, as the server says (``stop``, ``tool_calls``, ...)
+    finish_reasons: list[str] | None = None
 
 
 class Model(abc.ABC):

@@ -57,6 +57,8 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
             output=output_items(self.model, completion),
             usage=_usage(completion),
             response_id=completion.id,
+            model=completion.model,
+            finish_reasons=[str(c.finish_reason) for c in completion.choices if c.finish_reason],
         )
 
     async def stream_response(self, request: ModelRequest) -> AsyncIterator[Any]:

@@ -70,7 +70,10 @@ class OpenAIResponsesModel(OpenAIModelBase):
 def _model_response(model: str, response: Response) -> ModelResponse:
     _check_status(model, response)
     return ModelResponse(
-        output=output_items(response), usage=_usage(response), response_id=response.id
+        output=output_items(response),
+        usage=_usage(response),
+        response_id=response.id,
+        model=response.model,
     )
 
 
