@@ -121,6 +121,11 @@ def test_show_a_pending_conversation_and_its_raw_memory(workspace: Path, tmp_pat
     assert "no such file: memories/raw_memories/invoice-fix.md" in missing_raw.stderr
     usage = invoke("memory", "show", "memory", "--raw", "-w", root)
     assert usage.exit_code == 2
+    rollout = invoke("memory", "show", "invoice-fix", "--rollout", "-w", root)
+    assert rollout.exit_code == 0
+    assert rollout.stdout == (root / "sessions/invoice-fix.jsonl").read_text()
+    both = invoke("memory", "show", "invoice-fix", "--rollout", "--raw", "-w", root)
+    assert both.exit_code == 2 and "not both" in both.stderr
 
 
 def test_list_shows_conversations_with_status_date_task_and_summary(tmp_path: Path) -> None:

@@ -193,6 +193,9 @@ async def test_show(tmp_path: Path, kind: str, name: str) -> None:
         memory = await api.show(where, "memory", layout=layout)
         rollout = await api.show(where, rollout_id="invoice-fix", layout=layout)
         raw = await api.show(where, "raw_memory", "invoice-fix", layout=layout)
+        rollout_file = await api.show(where, "rollout", "invoice-fix", layout=layout)
+    assert rollout_file.path == f"{layout.sessions_dir}/invoice-fix.jsonl"
+    assert rollout_file.text == (root / rollout_file.path).read_text()
     assert (summary.kind, summary.path) == ("summary", f"{mem}/memory_summary.md")
     assert summary.text == (root / mem / "memory_summary.md").read_text()
     assert summary.exists and not summary.empty and summary.rollout_id is None
@@ -299,6 +302,29 @@ async def test_generate_retry_failed_and_an_incomplete_report(tmp_path: Path, ki
     assert not still.complete
     assert plain.processed == [] and plain.complete
     assert retried.processed == ["invoice-fix"] and retried.complete
+
+
+async def test_generate_without_a_second_flush_at_stop(tmp_path: Path) -> None:
+    config = MemoryGenerateConfig(phase_one_model=failing(), phase_two_model=EXTRACTIVE)
+    for flush_on_stop, attempts in ((True, 2), (False, 1)):
+        root = tmp_path / str(flush_on_stop)
+        root.mkdir()
+        session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
+        async with session:
+            await record(session, CUSTOM, config, "invoice-fix")
+            report = await api.generate(
+                session, layout=CUSTOM, config=config, flush_on_stop=flush_on_stop
+            )
+            assert not report.complete
+        # the stop flushed again (one more failed attempt) only when asked to
+        [row] = await api.list_conversations(root, layout=CUSTOM)
+        assert row.attempts == attempts, flush_on_stop
+
+
+def test_new_rollout_id() -> None:
+    first, second = api.new_rollout_id(), api.new_rollout_id()
+    assert first != second and api.validate_rollout_id(first) == first
+    assert first.startswith("run-") and len(first) == 36
 
 
 async def test_generate_on_the_live_session_of_the_run(tmp_path: Path) -> None:

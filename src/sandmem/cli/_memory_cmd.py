@@ -141,26 +141,41 @@ def _missing(found: MemoryFile) -> MemoryNotFoundError:
     is_flag=True,
     help="With ROLLOUT_ID: print the conversation's raw memory instead of its rollout summary.",
 )
+@click.option(
+    "--rollout",
+    "rollout_file",
+    is_flag=True,
+    help="With ROLLOUT_ID: print its recorded run segments (the rollout file, JSONL).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the file and its state as JSON.")
 @click.argument("what", default="summary", metavar="[summary|memory|ROLLOUT_ID]")
 def show_command(
-    workspace: Path, memories_dir: str, sessions_dir: str, raw: bool, as_json: bool, what: str
+    workspace: Path,
+    memories_dir: str,
+    sessions_dir: str,
+    raw: bool,
+    rollout_file: bool,
+    as_json: bool,
+    what: str,
 ) -> None:
     """Print the memory summary, MEMORY.md, or one conversation's rollout summary.
 
     WHAT is 'summary' (memory_summary.md, the default), 'memory' (MEMORY.md), or a
-    conversation's ROLLOUT_ID (its rollout summary; with --raw, its raw memory). A file
+    conversation's ROLLOUT_ID (its rollout summary; with --raw, its raw memory; with
+    --rollout, its rollout file). A file
     that does not exist is an error ("no such file"); an empty one prints nothing and
     says so on stderr.
     """
     layout = layout_config(memories_dir, sessions_dir)
+    if raw and rollout_file:
+        raise click.UsageError("use either --raw or --rollout, not both")
     if what in ("summary", "memory"):
-        if raw:
-            raise click.UsageError("--raw goes with a ROLLOUT_ID")
+        if raw or rollout_file:
+            raise click.UsageError("--raw and --rollout go with a ROLLOUT_ID")
         kind: MemoryFileKind = "summary" if what == "summary" else "memory"
         found = run_async(show(workspace, kind, layout=layout))
     else:
-        kind = "raw_memory" if raw else "rollout_summary"
+        kind = "raw_memory" if raw else "rollout" if rollout_file else "rollout_summary"
         found = run_async(show(workspace, kind, what, layout=layout))
     if as_json:
         emit_model(found)

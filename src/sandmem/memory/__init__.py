@@ -58,7 +58,7 @@ from sandmem.memory.config import (
     MemoryLayoutConfig,
     MemoryReadConfig,
 )
-from sandmem.memory.rollouts import validate_rollout_id
+from sandmem.memory.rollouts import new_rollout_id, validate_rollout_id
 
 __all__ = [
     "EXTRACTIVE",
@@ -92,6 +92,7 @@ __all__ = [
     "list_conversations_sync",
     "list_files",
     "list_files_sync",
+    "new_rollout_id",
     "search",
     "search_sync",
     "show",

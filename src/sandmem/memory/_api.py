@@ -189,8 +189,9 @@ async def show(
     layout: MemoryLayoutConfig | None = None,
 ) -> MemoryFile:
     """One memory file: ``"summary"`` (``memory_summary.md``), ``"memory"``
-    (``MEMORY.md``), or a conversation's ``"rollout_summary"`` or ``"raw_memory"`` (these
-    need ``rollout_id``). ``what`` defaults to ``"rollout_summary"`` when a ``rollout_id`` is
+    (``MEMORY.md``), or a conversation's ``"rollout_summary"``, ``"raw_memory"`` or
+    ``"rollout"`` (its recorded run segments, ``<sessions_dir>/<rollout_id>.jsonl``); these
+    need ``rollout_id``. ``what`` defaults to ``"rollout_summary"`` when a ``rollout_id`` is
     given, else to ``"summary"``.
 
     A missing file is not an error (``exists`` is ``False``), nor an empty one (``empty``);
@@ -201,12 +202,13 @@ async def show(
     if what in ("summary", "memory"):
         if rollout_id is not None:
             raise UserError(f"show({what!r}) takes no rollout_id")
-    elif what in ("rollout_summary", "raw_memory"):
+    elif what in ("rollout_summary", "raw_memory", "rollout"):
         if rollout_id is None:
             raise UserError(f"show({what!r}) needs the conversation's rollout_id")
     else:
         raise UserError(
-            f"show() shows 'summary', 'memory', 'rollout_summary' or 'raw_memory', not {what!r}"
+            "show() shows 'summary', 'memory', 'rollout_summary', 'raw_memory' or 'rollout', "
+            f"not {what!r}"
         )
     async with _opened(target, layout) as (session, paths, _):
         if what == "summary":
@@ -226,6 +228,8 @@ async def show(
             raise maintenance.unknown_conversation(paths, rid)
         if what == "raw_memory":
             return await _file(session, what, raw_path, rid)
+        if what == "rollout":
+            return await _file(session, what, paths.rollout_file(rid), rid)
         return await _file(session, what, found[0] if found else None, rid)
 
 
@@ -302,13 +306,13 @@ def _report(report: FlushReport) -> GenerationReport:
 
 
 def _manager(
-    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig, owned: bool
+    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig, detach: bool
 ) -> MemoryGenerationManager:
-    """The session's manager for the layout. On a session opened for this call the stop hook
-    is detached: the call flushes explicitly, and a second flush at stop would retry what
-    just failed. A live session keeps its hook (its agents' runs rely on it)."""
+    """The session's manager for the layout, its stop hook detached when ``detach``: on a
+    session opened for this call (the call flushes explicitly, and a second flush at stop
+    would retry what just failed), or when the caller asks (``flush_on_stop=False``)."""
     manager = get_manager(session, paths, config)
-    if owned:
+    if detach:
         manager.detach_stop_hook()
     return manager
 
@@ -349,13 +353,18 @@ async def generate(
     model: str | Model | None = None,
     retry_failed: bool = False,
     progress: Callable[[GenerationProgress], None] | None = None,
+    flush_on_stop: bool = True,
 ) -> GenerationReport:
     """Generate memory now: phase one for every pending conversation, then consolidation
     when the selection changed. ``retry_failed`` also retries conversations that failed
     ``max_attempts`` times (their attempts restart). The engine is ``config``, or
     ``engine="extractive"`` (no model), or ``model`` for both phases, or the defaults; on a
     live session whose agents use this layout, pass their ``MemoryGenerateConfig``.
-    ``progress`` is called about five times a second while it runs.
+    ``progress`` is called about five times a second while it runs. On a live session the
+    layout's manager still flushes when the session stops (for runs after this call);
+    ``flush_on_stop=False`` turns that off, for a caller that generates explicitly after its
+    last run (as ``sandmem run`` does), so a conversation that just failed is not retried
+    again at the stop.
 
     A failed conversation or consolidation does not raise: it is in the report (``complete``
     is ``False``) and retried next time. Raises ``MemoryLockedError`` when another process
@@ -363,7 +372,7 @@ async def generate(
     """
     cfg = generate_config(config, engine, model)
     async with _opened(target, layout) as (session, paths, owned):
-        manager = _manager(session, paths, cfg, owned)
+        manager = _manager(session, paths, cfg, owned or not flush_on_stop)
         try:
             if progress is None:
                 flushed = await manager.flush(retry_failed=retry_failed)
@@ -401,7 +410,7 @@ async def forget(
             flushed = None
         else:
             maintenance.checked_rollout_id(rollout_id)
-            _manager(session, paths, cfg, owned)
+            _manager(session, paths, cfg, detach=owned)
             try:
                 plan, flushed = await maintenance.forget_rollout(session, paths, rollout_id, cfg)
             except SandboxError as exc:
@@ -469,6 +478,7 @@ def generate_sync(
     model: str | Model | None = None,
     retry_failed: bool = False,
     progress: Callable[[GenerationProgress], None] | None = None,
+    flush_on_stop: bool = True,
 ) -> GenerationReport:
     """``generate``, blocking."""
     return _run_sync(
@@ -480,6 +490,7 @@ def generate_sync(
             model=model,
             retry_failed=retry_failed,
             progress=progress,
+            flush_on_stop=flush_on_stop,
         )
     )
 

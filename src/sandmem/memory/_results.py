@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from sandmem._usage import Usage
 
 ConversationState = Literal["done", "pending", "failed", "skipped"]
-MemoryFileKind = Literal["summary", "memory", "rollout_summary", "raw_memory"]
+MemoryFileKind = Literal["summary", "memory", "rollout_summary", "raw_memory", "rollout"]
 
 
 class _Result(BaseModel):
@@ -184,8 +184,8 @@ class MemoryFile(_Result):
     """One memory file as ``show()`` found it."""
 
     kind: MemoryFileKind
-    """``summary`` (``memory_summary.md``), ``memory`` (``MEMORY.md``), ``rollout_summary``
-    or ``raw_memory`` (of one conversation)."""
+    """``summary`` (``memory_summary.md``), ``memory`` (``MEMORY.md``), or one conversation's
+    ``rollout_summary``, ``raw_memory`` or ``rollout`` (its recorded run segments, JSONL)."""
     rollout_id: str | None
     """The conversation, for ``rollout_summary`` and ``raw_memory``."""
     path: str | None

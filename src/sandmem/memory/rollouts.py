@@ -39,6 +39,7 @@ def file_safe_rollout_id(key: str) -> str:
 
 
 def new_rollout_id() -> str:
+    """A fresh rollout id, ``run-<32 hex>`` (what a run without a conversation id gets)."""
     return f"run-{uuid.uuid4().hex}"
 
 
