@@ -210,3 +210,52 @@ async def test_runs_and_flushes_without_a_provider_share_the_default_ones_client
     manager = get_manager(session, MemoryPaths("memories", "sessions"), MemoryGenerateConfig())
     assert manager._provider() is provider
     await sandbox_client.delete(session)
+
+
+def test_raw_body_call_sends_every_body_field_through_extra_body() -> None:
+    """Body fields skip the openai client's per-field transform (slow on long transcripts, on
+    the event loop) by travelling in ``extra_body``; the JSON body sent is unchanged."""
+    from sandmem.models._openai_common import raw_body_call
+
+    kwargs = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "temperature": 0.5,
+        "timeout": 3.0,
+        "extra_headers": {"h": "1"},
+        "extra_body": {"temperature": 0.1, "custom": True},
+    }
+    call = raw_body_call(kwargs, required=("messages",))
+    assert call == {
+        "model": "m",
+        "timeout": 3.0,
+        "extra_headers": {"h": "1"},
+        "messages": [],
+        "extra_body": {
+            "messages": [{"role": "user", "content": "x"}],
+            "temperature": 0.1,
+            "custom": True,
+        },
+    }
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_a_long_history_reaches_the_server_whole(
+    api: str, fake_openai: FakeOpenAIServer
+) -> None:
+    history: list[dict[str, object]] = [{"role": "user", "content": "start"}]
+    for i in range(200):
+        history.append(
+            {"type": "function_call", "call_id": f"c{i}", "name": "ls", "arguments": "{}"}
+        )
+        history.append({"type": "function_call_output", "call_id": f"c{i}", "output": f"o{i}"})
+    history.append({"role": "user", "content": "hello"})
+    provider = OpenAIProvider(base_url=fake_openai.base_url, api=api)  # type: ignore[arg-type]
+    request = ModelRequest("be brief", history)
+    response = await provider.get_model("m").get_response(request)
+    await provider.aclose()
+    assert response.output[0]["content"] == "echo: hello"
+    [req] = fake_openai.requests
+    assert req.instructions == "be brief"
+    assert len(req.tool_outputs()) == 200
+    assert [name for name, _, _ in req.tool_calls()] == ["ls"] * 200

@@ -93,6 +93,28 @@ def split_extra_args(extra_args: dict[str, Any] | None) -> tuple[dict[str, Any],
     return options, body
 
 
+#: ``create`` arguments kept as named arguments by ``raw_body_call``
+_NAMED = frozenset({"model", "stream", *_CLIENT_OPTIONS})
+
+
+def raw_body_call(kwargs: dict[str, Any], *, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``kwargs`` of a ``create`` call with every body field moved into ``extra_body``.
+
+    The ``openai`` client walks each named argument against its typed-dict definitions before
+    sending (an identity for the plain JSON we build, but ~1 ms per history item, on the event
+    loop: hundreds of milliseconds for a long transcript); ``extra_body`` is merged into the
+    JSON body as it is (its keys win over named ones). The body sent is the same either way.
+    Arguments the client insists on (``required``, e.g. Chat's ``messages``) are passed named
+    as empty lists, and overridden by their real value in ``extra_body``.
+    """
+    call: dict[str, Any] = {key: value for key, value in kwargs.items() if key in _NAMED}
+    call.update({key: [] for key in required if key in kwargs})
+    body = {key: value for key, value in kwargs.items() if key not in _NAMED}
+    body.update(body.pop("extra_body", None) or {})
+    call["extra_body"] = body
+    return call
+
+
 def apply_extra_args(kwargs: dict[str, Any], settings: ModelSettings) -> None:
     """Merge the settings' ``extra_headers`` / ``extra_query`` / ``extra_body`` and
     ``extra_args`` into the keyword arguments of a ``create`` call (in place)."""

@@ -30,6 +30,7 @@ from sandmem.models._base import ModelRequest, ModelResponse, OutputSchema, Tool
 from sandmem.models._openai_common import (
     OpenAIModelBase,
     apply_extra_args,
+    raw_body_call,
     resolve_client,
     set_if,
     tool_choice,
@@ -48,7 +49,9 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
         kwargs = build_request(self.model, request)
         with translated_errors(self.model, "Chat Completions"):
             client = await resolve_client(self._client)
-            completion = await client.chat.completions.create(**kwargs)
+            completion = await client.chat.completions.create(
+                **raw_body_call(kwargs, required=("messages",))
+            )
         if not isinstance(completion, ChatCompletion):
             raise ModelBehaviorError(
                 f"Chat Completions returned {type(completion).__name__}, expected a ChatCompletion"
@@ -75,7 +78,9 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
         acc = ChatStreamAccumulator(self.model)
         with translated_errors(self.model, "Chat Completions"):
             client = await resolve_client(self._client)
-            stream = await client.chat.completions.create(**kwargs)
+            stream = await client.chat.completions.create(
+                **raw_body_call(kwargs, required=("messages",))
+            )
             async with stream:
                 async for chunk in stream:
                     for event in acc.add(chunk):

@@ -19,6 +19,7 @@ from sandmem.models._base import ModelRequest, ModelResponse, OutputSchema, Tool
 from sandmem.models._openai_common import (
     OpenAIModelBase,
     apply_extra_args,
+    raw_body_call,
     resolve_client,
     set_if,
     tool_choice,
@@ -36,7 +37,7 @@ class OpenAIResponsesModel(OpenAIModelBase):
         kwargs = build_request(self.model, request)
         with translated_errors(self.model, "Responses API"):
             client = await resolve_client(self._client)
-            response = await client.responses.create(**kwargs)
+            response = await client.responses.create(**raw_body_call(kwargs))
         if not isinstance(response, Response):
             raise ModelBehaviorError(
                 f"Responses API returned {type(response).__name__}, expected a Response"
@@ -51,7 +52,7 @@ class OpenAIResponsesModel(OpenAIModelBase):
         final: Response | None = None
         with translated_errors(self.model, "Responses API"):
             client = await resolve_client(self._client)
-            stream = await client.responses.create(**kwargs, stream=True)
+            stream = await client.responses.create(**raw_body_call(kwargs), stream=True)
             async with stream:
                 async for event in stream:
                     if event.type in ("response.completed", "response.failed"):
