@@ -16,11 +16,7 @@ from pydantic import ValidationError
 
 from sandmem._errors import UserError
 from sandmem.cli._models import require_model_server
-from sandmem.memory.config import (
-    EXTRACTIVE,
-    MemoryGenerateConfig,
-    MemoryLayoutConfig,
-)
+from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.manager import MemoryGenerationManager, get_manager
 from sandmem.memory.storage import MemoryPaths
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
