@@ -31,7 +31,7 @@ import re
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -155,7 +155,9 @@ class FakeReply:
 
     ``tool_calls`` are (name, arguments as a dict or a JSON string, call id). ``delay_s``
     holds the reply back (the request stays in flight meanwhile). ``chunks`` are the text
-    deltas of a streamed reply (they must join to ``text``).
+    deltas of a streamed reply (they must join to ``text``); ``chunk_delay_s`` paces a
+    streamed reply: the server waits that long before each event after the first, so a
+    client can show text while the reply is still arriving.
     """
 
     text: str | None = None
@@ -165,6 +167,9 @@ class FakeReply:
     reasoning: str | None = None
     delay_s: float = 0.0
     chunks: list[str] | None = None
+    chunk_delay_s: float = 0.0
+    #: when each event of a paced stream left the server (``time.perf_counter()``)
+    sent_at: list[float] = field(default_factory=list)
 
     def text_chunks(self) -> list[str]:
         if self.text is None:
@@ -323,7 +328,7 @@ class FakeOpenAIServer:
         with self._lock:
             self.in_flight -= 1
 
-    def _respond(self, req: FakeRequest) -> tuple[int, dict[str, str], bytes | list[bytes]]:
+    def _respond(self, req: FakeRequest) -> tuple[int, dict[str, str], bytes | Iterable[bytes]]:
         """(status, headers, body) for one request, faults applied."""
         fault = self._next_fault()
         if fault is not None and fault.delay_s:
@@ -349,6 +354,8 @@ class FakeOpenAIServer:
                 if req.api == "responses"
                 else _sse_chat(req, reply, n)
             )
+            if reply.chunk_delay_s:
+                return 200, {"content-type": "text/event-stream"}, _paced(events, reply)
             return 200, {"content-type": "text/event-stream"}, events
         rendered = (
             _render_responses(req, reply, n)
@@ -388,7 +395,9 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
                 server._leave()  # before sending: the client may count on it once it has the reply
             self._send(status, headers, data)
 
-        def _send(self, status: int, headers: dict[str, str], data: bytes | list[bytes]) -> None:
+        def _send(
+            self, status: int, headers: dict[str, str], data: bytes | Iterable[bytes]
+        ) -> None:
             try:
                 self.send_response(status)
                 headers = {"content-type": "application/json", **headers}
@@ -404,6 +413,14 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
                 pass  # the client gave up (e.g. its timeout fired during a slow reply)
 
     return RequestHandler
+
+
+def _paced(events: list[bytes], reply: FakeReply) -> Iterator[bytes]:
+    for index, event in enumerate(events):
+        if index:
+            time.sleep(reply.chunk_delay_s)
+        reply.sent_at.append(time.perf_counter())
+        yield event
 
 
 def _error_body(status: int, message: str) -> bytes:

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from sandmem.memory.maintenance import read_log, rollout_statuses
 from sandmem.memory.manager import FlushReport, MemoryGenerationManager
 
 if TYPE_CHECKING:
+    from sandmem.cli._live import LiveView
     from sandmem.cli._models import ModelChoice
 
 #: how often the progress display looks at ``generation_log.jsonl``
@@ -284,6 +286,16 @@ class Out:
             self.event(event)
         elif result is not None:
             click.echo(str(result.final_output))
+
+    def live_view(self) -> LiveView:
+        from sandmem.cli._live import LiveView
+
+        return LiveView(
+            text=not self.quiet,
+            tools=not self.quiet,
+            spinner=not self.quiet and sys.stderr.isatty(),
+            as_json=self.as_json,
+        )
 
     def progress_console(self) -> Console:
         if self.quiet or self.as_json:

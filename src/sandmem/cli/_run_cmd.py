@@ -19,7 +19,7 @@ import click
 
 from sandmem._errors import SandmemError, UserError
 from sandmem._items import Item, item_kind
-from sandmem._run import Runner, RunResult
+from sandmem._run import RunResultStreaming
 from sandmem._run_config import RunConfig, SandboxRunConfig
 from sandmem._sandbox_agent import SandboxAgent
 from sandmem.capabilities._base import Capability
@@ -36,6 +36,7 @@ from sandmem.cli._common import (
     run_async,
     workspace_option,
 )
+from sandmem.cli._live import stream_run
 from sandmem.cli._models import ModelChoice, check_server, choose_models
 from sandmem.cli._output import (
     Out,
@@ -122,7 +123,7 @@ class RunState:
 
     stage: str = "starting"  # starting | running | memory | done
     recorded: bool = False
-    result: RunResult | None = None
+    result: RunResultStreaming | None = None
     error: SandmemError | None = None
     report: FlushReport | None = None
     problems: list[str] = field(default_factory=list)
@@ -162,8 +163,10 @@ async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
         history = RolloutHistory(sandbox, opts.paths, opts.rollout_id) if opts.resume else None
         before = await _segments(sandbox, opts)
         state.stage = "running"
+        view = out.live_view()
         try:
-            state.result = await Runner.run(
+            state.result = await stream_run(
+                view,
                 agent,
                 opts.prompt,
                 session=history,
@@ -177,7 +180,8 @@ async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
             state.error = exc
         finally:
             state.recorded = opts.generate and await _segments(sandbox, opts) > before
-        out.answer(result_event(opts, state), state.result)
+        shown = state.result is not None and view.answer_shown(state.result.final_output)
+        out.answer(result_event(opts, state), None if shown else state.result)
         if manager is not None:
             state.stage = "memory"
             state.report = await flush_with_progress(manager, out.progress_console())
