@@ -240,3 +240,19 @@ def test_a_write_temp_is_stale_only_when_its_writer_is_gone_or_it_is_old(
         assert not is_stale_write_temp(name, now=now + 10**6)
     write_atomic(tmp_path, "a/b.txt", b"x")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.txt"]
+
+
+async def test_stat_many_reports_size_and_mtime_without_reading(session: SandboxSession) -> None:
+    from sandmem import SandboxPathError
+    from sandmem.sandboxes._session import FileStat
+
+    await session.write("a.txt", b"12345")
+    await session.mkdir("d")
+    os.utime(session.root / "a.txt", ns=(1_000_000_123, 2_000_000_456))
+    found = await session.stat_many(["a.txt", "missing.txt", "d"])
+    assert found == {"a.txt": FileStat(5, 2_000_000_456), "missing.txt": None, "d": None}
+    # the default built on read_many, for backends without their own: the size only
+    default = await SandboxSession.stat_many(session, ["a.txt", "missing.txt"])
+    assert default == {"a.txt": FileStat(5), "missing.txt": None}
+    with pytest.raises(SandboxPathError):
+        await session.stat_many(["../outside"])

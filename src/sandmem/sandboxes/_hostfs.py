@@ -385,6 +385,17 @@ def is_dir(root: Path, path: PathArg) -> bool:
     return st is not None and stat.S_ISDIR(st.st_mode)
 
 
+def stat_many(root: Path, paths: list[str]) -> dict[str, tuple[int, int] | None]:
+    """(size, mtime in ns) of each regular file (after expanding inner symlinks); ``None``
+    for a missing path or one that is not a regular file."""
+    found: dict[str, tuple[int, int] | None] = {}
+    for path in paths:
+        st = _stat_or_none(root, path, "stat")
+        regular = st is not None and stat.S_ISREG(st.st_mode)
+        found[path] = (st.st_size, st.st_mtime_ns) if st is not None and regular else None
+    return found
+
+
 def is_file(root: Path, path: PathArg) -> bool:
     """True for a regular file (after expanding inner symlinks)."""
     st = _stat_or_none(root, path, "is_file")

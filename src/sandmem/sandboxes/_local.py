@@ -29,6 +29,7 @@ from sandmem.sandboxes._process import run_command
 from sandmem.sandboxes._session import (
     DEFAULT_PRE_STOP_HOOK_TIMEOUT,
     ExecResult,
+    FileStat,
     SandboxSession,
     SandboxSessionState,
     parse_state,
@@ -157,6 +158,11 @@ class UnixLocalSandboxSession(SandboxSession):
     async def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
         self._check_not_deleted("read")
         return await asyncio.to_thread(_hostfs.read_many, self.root, list(paths))
+
+    async def stat_many(self, paths: Sequence[str]) -> dict[str, FileStat | None]:
+        self._check_not_deleted("stat")
+        found = await asyncio.to_thread(_hostfs.stat_many, self.root, list(paths))
+        return {p: None if v is None else FileStat(*v) for p, v in found.items()}
 
     async def write(self, path: str, data: bytes | str) -> None:
         self._check_not_deleted("write")

@@ -50,6 +50,16 @@ class ExecResult:
         return (self.stdout + self.stderr).decode("utf-8", "replace")
 
 
+@dataclass(frozen=True)
+class FileStat:
+    """What ``stat_many`` reports of a file: its size and, where the backend knows it, its
+    modification time in nanoseconds (``None`` otherwise: then only the size says whether the
+    file changed, so callers that need certainty read the file)."""
+
+    size: int
+    mtime_ns: int | None = None
+
+
 class SandboxSessionState(BaseModel):
     """JSON-serialisable: enough to resume the session in a new process.
 
@@ -325,6 +335,14 @@ class SandboxSession(abc.ABC):
 
         results = await asyncio.gather(*(one(path) for path in paths))
         return dict(zip(paths, results, strict=True))
+
+    async def stat_many(self, paths: Sequence[str]) -> dict[str, FileStat | None]:
+        """Size (and modification time, where known) of several regular files; a missing
+        file maps to ``None``. Built on ``read_many`` (size only) for every backend; the local
+        backends override it with one ``stat`` per file in one worker thread, reading nothing.
+        """
+        found = await self.read_many(paths)
+        return {p: None if data is None else FileStat(len(data)) for p, data in found.items()}
 
     @abc.abstractmethod
     async def write(self, path: str, data: bytes | str) -> None:
