@@ -240,3 +240,38 @@ def test_invoice_workspace_view_without_failures(tmp_path: Path) -> None:
     assert invoke("memory", "view", "-w", root, "-o", out).exit_code == 0
     html = out.read_text()
     assert 'data-filter="done">done (1)</button>' in html and "failed (" not in html
+
+
+def test_open_flag_opens_the_written_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = build_workspace(tmp_path / "ws", [INVOICE])
+    opened: list[str] = []
+    monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
+    out = tmp_path / "page.html"
+    result = invoke("memory", "view", "-w", root, "-o", out, "--open")
+    assert result.exit_code == 0, result.output
+    assert opened == [out.resolve().as_uri()]
+    assert "--open" in invoke("memory", "view", "--help").stdout
+
+
+def test_timeline_bars_show_tokens_per_phase() -> None:
+    from sandmem.memory._viewer import ViewerData
+    from sandmem.memory._viewer_html import render_page
+
+    log = [
+        {"phase": "one", "time": "2026-01-01T00:00:00Z", "input_tokens": 300, "output_tokens": 30},
+        {"phase": "one", "time": "2026-01-01T00:00:01Z", "input_tokens": 100, "output_tokens": 10},
+        {"phase": "two", "time": "2026-01-01T00:00:02Z", "input_tokens": 500, "output_tokens": 50},
+        {"phase": "one", "time": "2026-01-02T00:00:00Z", "input_tokens": 20, "output_tokens": 2},
+        {"phase": "two", "time": "2026-01-02T00:00:01Z", "status": "done", "memory_bytes": 900},
+    ]
+    data = ViewerData("ws", "memories", "sessions", "2026-01-03T00:00:00Z", log=log)
+    from sandmem.memory._viewer import _size_points
+
+    data.sizes = _size_points(log, {})
+    html = render_page(data)
+    chart = html.split('id="tokens-chart"')[1].split("</svg>")[0]
+    assert "990 tokens" in chart  # the tallest run: 440 + 550
+    assert "run 1, phase one: 440 tokens" in chart and "run 1, phase two: 550 tokens" in chart
+    assert "run 2, phase one: 22 tokens" in chart
+    sizes = html.split('id="size-chart"')[1].split("</svg>")[0]
+    assert "consolidated: 900 bytes" in sizes
