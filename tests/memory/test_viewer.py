@@ -39,7 +39,7 @@ ALLOWED_TAGS = {
     *("article", "h1", "h2", "h3", "h4", "h5", "h6", "p", "br", "ul", "ol", "li", "a"),
     *("code", "pre", "strong", "span", "div", "button", "table", "thead", "tbody", "tr"),
     *("th", "td", "dl", "dt", "dd", "svg", "rect", "text", "title", "polyline", "circle"),
-    "script",
+    *("details", "summary", "script"),
 }
 
 
@@ -106,6 +106,8 @@ def test_summary_selection_runs_and_sizes(page: tuple[Path, str]) -> None:
     root, html = page
     summary = (root / "memories/memory_summary.md").read_text().strip()
     assert "Summary as injected" in html
+    prompt = html.split('id="memory-prompt"')[1].split("</details>")[0]
+    assert summary.splitlines()[0] in prompt and "memories/MEMORY.md" in prompt
     assert summary.splitlines()[0] in html
     assert "added (2)" in html and "retained (0)" in html and "removed (0)" in html
     added = html.split("added (2)")[1].split("</ul>")[0]

@@ -58,6 +58,8 @@ class ViewerData:
     generated_at: str
     summary: str = ""
     summary_injected: str = ""
+    #: the whole memory prompt a run with ``MemoryReadConfig(live_update=True)`` receives
+    memory_prompt: str = ""
     memory_md: str = ""
     summaries: list[Summary] = field(default_factory=list)
     skills: list[tuple[str, str]] = field(default_factory=list)
@@ -269,7 +271,7 @@ async def collect(
     session: SandboxSession, paths: MemoryPaths, *, workspace: str, generated_at: str
 ) -> ViewerData:
     """Read everything the viewer shows for ``paths``; never raises for bad files."""
-    from sandmem.capabilities.memory import SUMMARY_MAX_TOKENS
+    from sandmem.capabilities.memory import SUMMARY_MAX_TOKENS, memory_read_prompt
 
     reader = _Reader(session, Redactor())
     data = ViewerData(workspace, paths.memories_dir, paths.sessions_dir, generated_at)
@@ -279,6 +281,7 @@ async def collect(
         data.summary_injected = truncate_head_tail(
             summary, SUMMARY_MAX_TOKENS, what="memory summary"
         )
+        data.memory_prompt = memory_read_prompt(summary, paths.memories_dir, live_update=True) or ""
     data.memory_md = await reader.text(paths.memory_md) or ""
     data.summaries = await _summaries(reader, paths)
     data.skills = await _skills(reader, paths)

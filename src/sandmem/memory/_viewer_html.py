@@ -63,13 +63,20 @@ def _summary(data: ViewerData) -> str:
         return _section("summary", "Summary as injected", body)
     size = len(data.summary.encode("utf-8"))
     cut = data.summary_injected != data.summary
+    prompt = (
+        '<details id="memory-prompt"><summary>The whole memory prompt a run receives '
+        "(<code>MemoryReadConfig(live_update=True)</code>)</summary>"
+        f"<pre>{_e(data.memory_prompt)}</pre></details>"
+        if data.memory_prompt
+        else ""
+    )
     note = (
         f"{_e(data.memories_dir)}/memory_summary.md, {size} bytes"
         + (", cut to 15,000 tokens (head and tail) as every run receives it" if cut else "")
         + ". It is placed in each run's instructions inside the memory prompt."
     )
     return _section(
-        "summary", "Summary as injected", f"<pre>{_e(data.summary_injected)}</pre>", note
+        "summary", "Summary as injected", f"<pre>{_e(data.summary_injected)}</pre>{prompt}", note
     )
 
 
