@@ -27,7 +27,7 @@ HANG_LIMIT_S = 10.0
 #: a tight loop (its own process, so truly parallel) that keeps replacing the directory
 #: ``d`` with a symlink to ``argv[1]`` and back, for ``argv[2]`` seconds
 SWAPPER = """
-import os, sys, time
+import os, shutil, sys, time
 target, end = sys.argv[1], time.monotonic() + float(sys.argv[2])
 os.makedirs("d", exist_ok=True)
 os.symlink(target, "d.lnk")
@@ -43,12 +43,19 @@ while time.monotonic() < end:
         os.rename("d", "d.lnk"); os.rename("d.real", "d")  # d is the directory again
         hold()
     except OSError:  # a write re-created d meanwhile: start over
-        for name in ("d", "d.lnk"):
-            if os.path.islink(name):
-                os.unlink(name)
-        if not os.path.isdir("d"):
-            os.rename("d.real", "d")
-        os.symlink(target, "d.lnk")
+        try:
+            for name in ("d", "d.lnk"):
+                if os.path.islink(name):
+                    os.unlink(name)
+            if os.path.isdir("d"):
+                shutil.rmtree("d.real", ignore_errors=True)
+            else:
+                os.rename("d.real", "d")
+            os.symlink(target, "d.lnk")
+        except OSError:
+            os.makedirs("d", exist_ok=True)
+            if not os.path.lexists("d.lnk"):
+                os.symlink(target, "d.lnk")
 print("swapped until the end")
 """
 
