@@ -110,6 +110,10 @@ async def test_streamed_run_events_deltas_and_tools(
         14,
     )
     assert [r.stream for r in fake_openai.requests] == [True, True]
+    last = result.raw_responses[-1]
+    assert last.model == "fake-model"
+    if fake_openai.requests[0].api == "chat":
+        assert [r.finish_reasons for r in result.raw_responses] == [["tool_calls"], ["stop"]]
     second = fake_openai.requests[1]
     assert second.tool_outputs() == {"call_oslo": "4C, snow"}
     if second.api == "chat":

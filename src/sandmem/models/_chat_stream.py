@@ -39,11 +39,14 @@ class ChatStreamAccumulator:
         self._usage = Usage(requests=1)
         self._sequence = 0
         self._chunks = 0
+        self._served_by: str | None = None
+        self._finish: list[str] = []
 
     def add(self, chunk: ChatCompletionChunk) -> list[Any]:
         """Take one chunk; return the raw events it gives (text deltas)."""
         self._chunks += 1
         self._id = self._id or chunk.id
+        self._served_by = self._served_by or chunk.model
         if chunk.usage is not None:
             self._usage = Usage(
                 requests=1,
@@ -53,6 +56,8 @@ class ChatStreamAccumulator:
         events: list[Any] = []
         for choice in chunk.choices[:1] if chunk.choices else []:
             delta = choice.delta
+            if choice.finish_reason:
+                self._finish.append(str(choice.finish_reason))
             reasoning = (delta.model_extra or {}).get("reasoning_content")
             if isinstance(reasoning, str):
                 self._reasoning.append(reasoning)
@@ -95,4 +100,10 @@ class ChatStreamAccumulator:
             tool_calls=calls,
             reasoning="".join(self._reasoning) or None,
         )
-        return ModelResponse(output=items, usage=self._usage, response_id=self._id)
+        return ModelResponse(
+            output=items,
+            usage=self._usage,
+            response_id=self._id,
+            model=self._served_by,
+            finish_reasons=self._finish or None,
+        )
