@@ -133,10 +133,10 @@ def test_reasoning_forms() -> None:
     from openai.types.shared import Reasoning as OpenAIReasoning
 
     assert ModelSettings(reasoning={"effort": "high"}).reasoning == Reasoning(effort="high")
-    from_openai = ModelSettings(reasoning=OpenAIReasoning(effort="minimal", summary="auto"))
-    assert from_openai.reasoning == Reasoning(effort="minimal", summary="auto")
+    from_openai = ModelSettings(reasoning=OpenAIReasoning(effort="low", summary="auto"))
+    assert from_openai.reasoning == Reasoning(effort="low", summary="auto")
     assert from_openai.reasoning is not None
-    assert from_openai.reasoning.get("effort") == "minimal"  # dict-style read still works
+    assert from_openai.reasoning.get("effort") == "low"  # dict-style read still works
     with pytest.raises(ValueError):
         ModelSettings(reasoning={"effort": "extreme"})
 
