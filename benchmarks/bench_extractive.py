@@ -99,8 +99,8 @@ async def _flush_once(rollouts: dict[str, str], cap: int) -> dict[str, Any]:
         started = time.perf_counter()
         report = await manager.flush()
         elapsed = time.perf_counter() - started
-        log = (await session.read(PATHS.log_jsonl)).decode().splitlines()
-        memory_md = len(await session.read(PATHS.memory_md))
+        log = (await session.read_bytes(PATHS.log_jsonl)).decode().splitlines()
+        memory_md = len(await session.read_bytes(PATHS.memory_md))
     phase_two = [json.loads(line) for line in log if '"phase": "two"' in line]
     if report.failed or report.phase_two != "done" or not phase_two:
         raise RuntimeError(

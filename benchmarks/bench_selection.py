@@ -70,7 +70,7 @@ async def populate(session: SandboxSession, count: int) -> int:
 async def _one_hop_reads(session: SandboxSession) -> dict[str, str]:
     """Diagnostic: every raw memory read in a single worker thread with the local backend's
     host helper (the floor for ``load_raw_memories``)."""
-    names = await session.ls(PATHS.raw_dir)
+    names = await session.listdir(PATHS.raw_dir)
 
     def read_all() -> dict[str, str]:
         return {

@@ -8,12 +8,26 @@
     ├── SandboxError              a sandbox operation failed (operation, path, cause)
     │   ├── SandboxPathError      a path leaves the workspace (also a UserError)
     │   ├── SandboxStateError     a session state or snapshot cannot be used (also a UserError)
+    │   │   └── WorkspaceRootNotFoundError   the workspace directory is gone
+    │   ├── ExecFailureError      a command could not be run to completion
+    │   │   ├── ExecTimeoutError      it was killed at its timeout (``result`` holds the output)
+    │   │   └── ExecTransportError    it could not be started
+    │   ├── WorkspaceIOError      a file operation of the session API failed
+    │   │   ├── WorkspaceReadNotFoundError   read of a missing file (also FileNotFoundError)
+    │   │   ├── WorkspaceArchiveReadError    any other failed read
+    │   │   ├── WorkspaceArchiveWriteError   a failed write, rm or mkdir
+    │   │   └── WorkspaceWriteTypeError      write got data it cannot write (also UserError)
+    │   ├── ArtifactError         a manifest entry could not be materialised
+    │   │   ├── LocalFileReadError / LocalDirReadError   a LocalFile / LocalDir source
+    │   │   └── GitCloneError     a GitRepo entry could not be cloned
     │   └── MemoryLockedError     another process holds a memory layout's lock
     ├── MemoryNotFoundError       no memory, conversation or file where asked (also a UserError)
     └── MemoryGenerationError     memory generation failed for a rollout or a layout
 
 Backend and client exceptions are translated into this tree at one boundary each: the model
-adapters (``sandmem.models``) and the sandbox backends (``sandmem.sandboxes``).
+adapters (``sandmem.models``) and the sandbox backends (``sandmem.sandboxes``). The sandbox
+classes named like the reference SDK's (``ExecTimeoutError``, ``WorkspaceReadNotFoundError``, ...)
+are raised by the public session API, so code written for the reference catches what it expects.
 """
 
 from __future__ import annotations
@@ -118,3 +132,77 @@ class MemoryNotFoundError(UserError):
         super().__init__(message)
         self.path = path
         self.rollout_id = rollout_id
+
+
+# -- sandbox errors under the reference SDK's names --------------------------------------------
+
+
+class ExecFailureError(SandboxError):
+    """A command run through ``session.exec`` could not be run to completion."""
+
+
+class ExecTimeoutError(ExecFailureError):
+    """The command was killed at its timeout. ``timeout_s`` is the limit and ``result`` the
+    ``ExecResult`` with the output captured before the kill (``timed_out=True``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        command: str | None = None,
+        timeout_s: float | None = None,
+        result: Any = None,
+    ) -> None:
+        super().__init__(message, operation="exec", command=command, exit_code=124)
+        self.timeout_s = timeout_s
+        self.result = result
+
+
+class ExecTransportError(ExecFailureError):
+    """The command could not be started (missing program, bad working directory, ...)."""
+
+
+class WorkspaceIOError(SandboxError):
+    """A file operation of the public session API failed."""
+
+
+class WorkspaceReadNotFoundError(WorkspaceIOError, FileNotFoundError):
+    """``session.read`` of a file that does not exist."""
+
+
+class WorkspaceArchiveReadError(WorkspaceIOError):
+    """``session.read`` failed for another reason than a missing file."""
+
+
+class WorkspaceArchiveWriteError(WorkspaceIOError):
+    """``session.write`` (or ``rm``, ``mkdir``) failed on the host."""
+
+
+class WorkspaceWriteTypeError(WorkspaceIOError, UserError):
+    """``session.write`` was given data that is not bytes, str or a readable file object."""
+
+
+class WorkspaceRootNotFoundError(SandboxStateError):
+    """The session's workspace directory no longer exists."""
+
+
+class ArtifactError(SandboxError):
+    """A manifest entry could not be materialised into the workspace."""
+
+
+class LocalFileReadError(ArtifactError):
+    """The source of a ``LocalFile`` entry cannot be read (missing, not a regular file, ...)."""
+
+
+class LocalDirReadError(ArtifactError):
+    """The source of a ``LocalDir`` entry cannot be read (missing, not a directory, ...)."""
+
+
+class GitCloneError(ArtifactError):
+    """``git`` could not clone a ``GitRepo`` entry (``stderr`` holds git's message)."""
+
+    def __init__(self, message: str, *, url: str, ref: str | None, stderr: str = "") -> None:
+        super().__init__(message, operation="manifest", command="git clone")
+        self.url = url
+        self.ref = ref
+        self.stderr = stderr

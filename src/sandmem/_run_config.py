@@ -9,19 +9,31 @@ from sandmem._settings import ModelSettings
 from sandmem.models._base import Model, ModelProvider
 
 if TYPE_CHECKING:
+    from sandmem.sandboxes._client import SandboxClient
     from sandmem.sandboxes._manifest import Manifest
-    from sandmem.sandboxes._session import SandboxSession
+    from sandmem.sandboxes._session import SandboxSession, SandboxSessionState
+    from sandmem.sandboxes._snapshot import LocalSnapshotSpec
 
 
 @dataclass
 class SandboxRunConfig:
-    """Which sandbox session a run uses: a live ``session``, or a ``client`` (plus an optional
-    ``manifest``, else the agent's ``default_manifest``) to create one for the run and stop it
-    afterwards."""
+    """Which sandbox a run uses (fields as in the reference SDK).
 
+    - ``session``: a live session; the run starts it if it is not running and leaves it
+      running.
+    - ``client`` (a ``SandboxClient``): the run owns a sandbox: it resumes ``session_state``
+      when given, else creates one from ``manifest`` (default: the agent's
+      ``default_manifest``), ``snapshot`` and ``options`` (the backend's per-session options;
+      the local clients take none); at the end of the run it stops it (memory generated,
+      snapshot taken) and deletes its workspace.
+    """
+
+    client: SandboxClient | None = None
+    options: object = None
     session: SandboxSession | None = None
-    client: object | None = None
+    session_state: SandboxSessionState | None = None
     manifest: Manifest | None = None
+    snapshot: LocalSnapshotSpec | None = None
 
 
 @dataclass

@@ -387,7 +387,7 @@ class FlakyFiles:
         self.files = dict(files)
         self.fail_on = fail_on
 
-    async def read(self, path: str) -> bytes:
+    async def read_bytes(self, path: str) -> bytes:
         return self.files[path]
 
     async def write(self, path: str, data: bytes | str) -> None:

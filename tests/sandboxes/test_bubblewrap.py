@@ -156,7 +156,9 @@ async def test_fork_bomb_is_contained() -> None:
     watcher.start()
     try:
         # the bomb keeps forking in the background until the timeout kills the sandbox
-        result = await session.exec(f":(){{ :|:& }};:; sleep 30 # {marker}", timeout=2)
+        result = await session.exec(
+            f":(){{ :|:& }};:; sleep 30 # {marker}", timeout=2, raise_on_timeout=False
+        )
     finally:
         stop.set()
         watcher.join()
@@ -218,6 +220,7 @@ async def test_timeout_kills_the_whole_tree(sandbox: SandboxSession) -> None:
         f"nohup bash -c 'exec -a {marker} sleep 60' >/dev/null 2>&1 & "
         "sleep 60",
         timeout=1,
+        raise_on_timeout=False,
     )
     assert result.timed_out and result.exit_code == TIMEOUT_EXIT_CODE
     for _ in range(60):  # the kernel tears the pid namespace down asynchronously

@@ -61,7 +61,7 @@ async def test_state_round_trip_and_resume_give_a_bubblewrap_session(
     # the resuming client's settings govern (and are recorded)
     assert resumed.state.backend_settings["network"] is True
     assert resumed.state.backend_settings["memory_limit_mb"] is None
-    assert resumed.root != session.root
+    assert resumed.root == session.root  # restored into the state's root, which is free
     async with resumed:
         assert (await resumed.exec("cat b.txt")).output == "two\n"
     with pytest.raises(SandboxStateError, match="bubblewrap"):
@@ -80,16 +80,16 @@ async def test_paths_as_the_sandbox_shows_them() -> None:
     async with await client.create() as session:
         await session.mkdir("/workspace/sub")
         await session.write("/workspace/sub/x.txt", "x")
-        assert await session.read("sub/x.txt") == b"x"
-        assert await session.ls("/workspace") == ["sub"]
+        assert await session.read_bytes("sub/x.txt") == b"x"
+        assert await session.listdir("/workspace") == ["sub"]
         for workdir in ("sub", "/workspace/sub"):
             result = await session.exec("pwd; cat x.txt", workdir=workdir)
             assert result.output == "/workspace/sub\nx"
         assert session.display_root == "/workspace"  # type: ignore[attr-defined]
         with pytest.raises(SandboxPathError):
-            await session.read("/workspace/../etc/passwd")
+            await session.read_bytes("/workspace/../etc/passwd")
         with pytest.raises(SandboxPathError):
-            await session.read("/etc/passwd")
+            await session.read_bytes("/etc/passwd")
 
 
 @needs_bwrap

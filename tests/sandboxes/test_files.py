@@ -27,15 +27,15 @@ async def test_write_read_append_ls_exists(session: SandboxSession) -> None:
     await session.write("notes/a.md", "héllo")  # parents are created
     await session.append("notes/a.md", b" world")
     await session.append("notes/new.log", "line\n")
-    assert await session.read("notes/a.md") == "héllo world".encode()
-    assert await session.ls("notes") == ["a.md", "new.log"]
-    assert await session.ls() == ["notes"]
+    assert await session.read_bytes("notes/a.md") == "héllo world".encode()
+    assert await session.listdir("notes") == ["a.md", "new.log"]
+    assert await session.listdir() == ["notes"]
     assert await session.exists("notes/a.md")
     assert not await session.exists("notes/missing")
     assert await session.is_dir("notes")
     assert not await session.is_dir("notes/a.md")
     assert not await session.is_dir("notes/missing")
-    assert await session.read(str(session.root / "notes/new.log")) == b"line\n"
+    assert await session.read_bytes(str(session.root / "notes/new.log")) == b"line\n"
 
 
 async def test_mkdir_remove_rename(session: SandboxSession) -> None:
@@ -49,25 +49,25 @@ async def test_mkdir_remove_rename(session: SandboxSession) -> None:
     assert info.value.operation == "remove"
     assert info.value.path == "a"
     await session.rename("a/b/c/f.txt", "moved/f.txt")
-    assert await session.read("moved/f.txt") == b"1"
+    assert await session.read_bytes("moved/f.txt") == b"1"
     await session.remove("a", recursive=True)
     await session.remove("moved/f.txt")
     await session.remove("moved")
-    assert await session.ls() == []
+    assert await session.listdir() == []
     with pytest.raises(SandboxError, match="workspace root"):
         await session.remove(".", recursive=True)
 
 
 async def test_errors_name_operation_and_path(session: SandboxSession) -> None:
     with pytest.raises(SandboxError, match="no such file") as info:
-        await session.read("missing.txt")
+        await session.read_bytes("missing.txt")
     assert (info.value.operation, info.value.path) == ("read", "missing.txt")
     assert isinstance(info.value.__cause__, FileNotFoundError)
     await session.mkdir("d")
     with pytest.raises(SandboxError, match="is a directory"):
-        await session.read("d")
+        await session.read_bytes("d")
     with pytest.raises(SandboxError):
-        await session.ls("missing")
+        await session.listdir("missing")
 
 
 async def test_atomic_write_keeps_mode_follows_inner_links_leaves_no_temp(
@@ -79,9 +79,9 @@ async def test_atomic_write_keeps_mode_follows_inner_links_leaves_no_temp(
     for i in range(20):
         await session.write("link", f"v{i}".encode())
     assert (session.root / "link").is_symlink()
-    assert await session.read("run.sh") == b"v19"
+    assert await session.read_bytes("run.sh") == b"v19"
     assert stat.S_IMODE((session.root / "run.sh").stat().st_mode) == 0o751
-    assert await session.ls() == ["link", "run.sh"]
+    assert await session.listdir() == ["link", "run.sh"]
 
 
 async def test_failed_write_keeps_old_content_and_no_temp(
@@ -96,8 +96,8 @@ async def test_failed_write_keeps_old_content_and_no_temp(
     with pytest.raises(SandboxError, match="no space left"):
         await session.write("memory.md", b"new")
     monkeypatch.undo()
-    assert await session.read("memory.md") == b"old"
-    assert await session.ls() == ["memory.md"]
+    assert await session.read_bytes("memory.md") == b"old"
+    assert await session.listdir() == ["memory.md"]
 
 
 HOLDER = textwrap.dedent(

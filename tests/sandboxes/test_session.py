@@ -61,7 +61,7 @@ async def test_resume_without_snapshot_reattaches_to_the_workspace(
     resumed = await client.resume(session.state.model_dump_json())
     assert resumed.root == session.root
     async with resumed:
-        assert await resumed.read("kept.txt") == b"still here"
+        assert await resumed.read_bytes("kept.txt") == b"still here"
     await client.delete(resumed)
     with pytest.raises(SandboxStateError, match="no longer exists") as info:
         await client.resume(session.state)
@@ -115,7 +115,7 @@ async def test_deleted_session_cannot_be_used(
 
 async def _resumed_files(client: UnixLocalSandboxClient, session: SandboxSession) -> list[str]:
     resumed = await client.resume(session.state)
-    names = await resumed.ls()
+    names = await resumed.listdir()
     await client.delete(resumed)
     return names
 

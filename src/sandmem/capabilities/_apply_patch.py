@@ -223,7 +223,7 @@ class PatchFiles(Protocol):
     """The session primitives apply_patch needs (``SandboxSession`` provides them; ``write``
     creates missing parent directories)."""
 
-    async def read(self, path: str) -> bytes: ...
+    async def read_bytes(self, path: str) -> bytes: ...
     async def write(self, path: str, data: bytes | str) -> None: ...
     async def exists(self, path: str) -> bool: ...
     async def mkdir(self, path: str, parents: bool = True) -> None: ...
@@ -279,7 +279,7 @@ async def _read_all(files: PatchFiles, ops: list[PatchOp]) -> dict[str, bytes | 
         if not await files.exists(path):
             found[path] = None
         else:
-            found[path] = await files.read(path) if path in sources else b""
+            found[path] = await files.read_bytes(path) if path in sources else b""
     return found
 
 

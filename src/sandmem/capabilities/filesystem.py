@@ -68,7 +68,7 @@ class Filesystem(Capability):
         ]
 
     async def _view_image(self, path: str) -> list[dict[str, Any]]:
-        data = await self.session.read(path)
+        data = await self.session.read_bytes(path)
         if len(data) > MAX_IMAGE_BYTES:
             raise SandboxError(
                 f"view_image: '{path}' is {len(data)} bytes; images over {MAX_IMAGE_BYTES} "

@@ -94,7 +94,7 @@ class Shell(Capability):
         # sessions run a string under ``bash -c``: merge stderr into stdout so the model sees
         # both in the order they were written
         result = await self.session.exec(
-            f"exec 2>&1; {cmd}", timeout=timeout / 1000, workdir=workdir
+            f"exec 2>&1; {cmd}", timeout=timeout / 1000, workdir=workdir, raise_on_timeout=False
         )
         notes = []
         if timeout_ms is not None and timeout_ms > MAX_TIMEOUT_MS:

@@ -84,7 +84,7 @@ async def tree_lines(session: SandboxSession, path: str) -> list[str]:
     lines = [f"{path}/"]
 
     async def walk(directory: str, prefix: str) -> None:
-        names = [n for n in await session.ls(directory) if not n.startswith(".")]
+        names = [n for n in await session.listdir(directory) if not n.startswith(".")]
         for index, name in enumerate(names):
             last = index == len(names) - 1
             child = f"{directory}/{name}"
@@ -93,7 +93,7 @@ async def tree_lines(session: SandboxSession, path: str) -> list[str]:
                 lines.append(f"{prefix}{branch}{name}/")
                 await walk(child, prefix + ("    " if last else "│   "))
             else:
-                size = len(await session.read(child))
+                size = len(await session.read_bytes(child))
                 lines.append(f"{prefix}{branch}{name}  ({size:,} bytes)")
 
     if await session.exists(path):

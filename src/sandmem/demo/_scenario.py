@@ -188,7 +188,7 @@ async def _generation_log(session: SandboxSession) -> list[dict[str, Any]]:
     path = f"{MEMORIES_DIR}/generation_log.jsonl"
     if not await session.exists(path):
         return []
-    text = (await session.read(path)).decode("utf-8", "replace")
+    text = (await session.read_bytes(path)).decode("utf-8", "replace")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -210,7 +210,7 @@ async def _show_memory(setup: _Setup, session: SandboxSession) -> str:
     summary_path = f"{MEMORIES_DIR}/memory_summary.md"
     summary = ""
     if await session.exists(summary_path):
-        summary = (await session.read(summary_path)).decode("utf-8", "replace")
+        summary = (await session.read_bytes(summary_path)).decode("utf-8", "replace")
     setup.write(f"  {summary_path}:")
     setup.write(indent(summary or "(empty)", "    │ ").rstrip("\n"))
     return summary

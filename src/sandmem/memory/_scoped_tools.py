@@ -54,8 +54,8 @@ class ScopedFiles:
                 )
         return norm
 
-    async def read(self, path: str) -> bytes:
-        return await self._session.read(self.check(path))
+    async def read_bytes(self, path: str) -> bytes:
+        return await self._session.read_bytes(self.check(path))
 
     async def write(self, path: str, data: bytes | str) -> None:
         await self._session.write(self.check(path, write=True), data)
@@ -78,7 +78,7 @@ class ScopedFiles:
         if not await self._session.is_dir(top):
             return [top] if await self._session.exists(top) else []
         found: list[str] = []
-        for name in await self._session.ls(top):
+        for name in await self._session.listdir(top):
             if name.startswith("."):
                 continue
             child = f"{top}/{name}"
@@ -97,7 +97,7 @@ async def _search(scoped: ScopedFiles, pattern: str, path: str | None) -> str:
     hits: list[str] = []
     for name in await scoped.walk(path or scoped.root):
         try:
-            text = (await scoped.read(name)).decode("utf-8", "replace")
+            text = (await scoped.read_bytes(name)).decode("utf-8", "replace")
         except SandboxError:
             continue
         for number, line in enumerate(text.splitlines(), 1):
@@ -127,7 +127,7 @@ def scoped_tools(session: SandboxSession, memories_dir: str) -> list[FunctionToo
     @function_tool
     async def read_file(path: str) -> str:
         """Read a text file under the memory directory (long files are cut head+tail)."""
-        text = (await scoped.read(path)).decode("utf-8", "replace")
+        text = (await scoped.read_bytes(path)).decode("utf-8", "replace")
         return truncate_head_tail(text, _MAX_READ_TOKENS, what=path) or "(empty file)"
 
     @function_tool

@@ -71,7 +71,7 @@ async def layout_files(session: SandboxSession, paths: MemoryPaths) -> list[File
     found: list[FileEntry] = []
     for top in (paths.memories_dir, paths.sessions_dir):
         for path in await _walk(session, top):
-            found.append(FileEntry(path, len(await session.read(path))))
+            found.append(FileEntry(path, len(await session.read_bytes(path))))
     return sorted(found, key=lambda entry: entry.path)
 
 
@@ -79,7 +79,7 @@ async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     """The ids of the recorded conversations (``<sessions_dir>/<id>.jsonl``)."""
     if not await session.exists(paths.sessions_dir):
         return []
-    names = await session.ls(paths.sessions_dir)
+    names = await session.listdir(paths.sessions_dir)
     return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
 
@@ -135,7 +135,7 @@ async def conversations(
     summaries = set(await _walk(session, paths.summaries_dir))
     rows = []
     for rid in await rollout_ids(session, paths):
-        data = await session.read(paths.rollout_file(rid))
+        data = await session.read_bytes(paths.rollout_file(rid))
         fp = fingerprint(data)
         started_at, task = first_segment(data)
         del data
@@ -244,7 +244,7 @@ async def _sizes(
 ) -> tuple[dict[str, FileSize], dict[str, DirSize]]:
     files = {}
     for path in (paths.memory_md, paths.summary_md, paths.raw_memories_md):
-        data = await session.read(path) if await session.exists(path) else None
+        data = await session.read_bytes(path) if await session.exists(path) else None
         files[path.rsplit("/", 1)[1]] = FileSize(
             path=path, bytes=None if data is None else len(data)
         )
@@ -256,7 +256,7 @@ async def _sizes(
         ("sessions", paths.sessions_dir),
     ):
         walked = await _walk(session, top)
-        size = sum([len(await session.read(p)) for p in walked])
+        size = sum([len(await session.read_bytes(p)) for p in walked])
         dirs[name] = DirSize(path=top, files=len(walked), bytes=size)
     return files, dirs
 
@@ -310,7 +310,7 @@ async def rollout_summary_files(
     if name is not None and await session.exists(f"{paths.memories_dir}/{name}"):
         found.append(f"{paths.memories_dir}/{name}")
     if await session.exists(paths.summaries_dir):
-        for entry in await session.ls(paths.summaries_dir):
+        for entry in await session.listdir(paths.summaries_dir):
             path = f"{paths.summaries_dir}/{entry}"
             if path in found or not entry.startswith(f"{rollout_id}_"):
                 continue

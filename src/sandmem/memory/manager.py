@@ -218,7 +218,7 @@ class MemoryGenerationManager:
     async def rollout_ids(self) -> list[str]:
         if not await self.session.exists(self.paths.sessions_dir):
             return []
-        names = await self.session.ls(self.paths.sessions_dir)
+        names = await self.session.listdir(self.paths.sessions_dir)
         return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
     async def _fingerprints(self) -> dict[str, tuple[RolloutFingerprint, str | None]]:
@@ -272,7 +272,7 @@ class MemoryGenerationManager:
             error: str | None = None
             usage = Usage()
             try:
-                data = await self.session.read(self.paths.rollout_file(rid))
+                data = await self.session.read_bytes(self.paths.rollout_file(rid))
                 fp = fingerprint(data)
                 data, omitted = bound_rollout(data)
                 text = data.decode("utf-8", "replace")

@@ -66,7 +66,9 @@ async def load_raw_memories(session: SandboxSession, paths: MemoryPaths) -> dict
     if not await session.exists(paths.raw_dir):
         return {}
     names = [
-        n for n in await session.ls(paths.raw_dir) if n.endswith(".md") and not n.startswith(".")
+        n
+        for n in await session.listdir(paths.raw_dir)
+        if n.endswith(".md") and not n.startswith(".")
     ]
     found: dict[str, str] = {}
     for start in range(0, len(names), _READ_BATCH):
@@ -121,7 +123,7 @@ async def _tracked_files(session: SandboxSession, paths: MemoryPaths) -> list[st
 async def begin(session: SandboxSession, paths: MemoryPaths) -> None:
     """Journal the files phase two may change; the index is written last (the commit mark)."""
     tracked = await _tracked_files(session, paths)
-    index = {p: base64.b64encode(await session.read(p)).decode("ascii") for p in tracked}
+    index = {p: base64.b64encode(await session.read_bytes(p)).decode("ascii") for p in tracked}
     await session.mkdir(paths.backup_dir, parents=True)
     await write_json(session, f"{paths.backup_dir}/{_JOURNAL_INDEX}", {"files": index})
 

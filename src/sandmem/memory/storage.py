@@ -119,7 +119,7 @@ async def sweep_write_temps(session: SandboxSession, paths: MemoryPaths) -> list
     async def sweep(directory: str, depth: int) -> None:
         if not await session.is_dir(directory):
             return
-        for name in await session.ls(directory):
+        for name in await session.listdir(directory):
             path = f"{directory}/{name}"
             if is_stale_write_temp(name):
                 await session.remove(path)
@@ -137,7 +137,7 @@ async def read_text(session: SandboxSession, path: str) -> str | None:
     """The file's text (invalid UTF-8 replaced), or ``None`` when it does not exist."""
     if not await session.exists(path):
         return None
-    return (await session.read(path)).decode("utf-8", "replace")
+    return (await session.read_bytes(path)).decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------- headers

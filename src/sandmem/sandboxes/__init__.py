@@ -3,31 +3,57 @@
     client = UnixLocalSandboxClient()
     session = await client.create(manifest=Manifest(entries={"a.txt": File(content=b"hi")}))
     async with session:
-        result = await session.exec("cat a.txt")
+        result = await session.exec("cat", "a.txt")
 
-Errors: ``SandboxPathError`` (a path leaves the workspace), ``SandboxStateError`` (a state or
-snapshot cannot be resumed), ``SandboxError`` (any other failed operation); all in
-``sandmem._errors``. See ``docs/sandboxes.md``.
+Errors (all in ``sandmem._errors``, all ``SandboxError``): ``SandboxPathError`` (a path leaves
+the workspace), ``SandboxStateError`` (a state or snapshot cannot be resumed), the
+reference-named ``ExecTimeoutError``, ``ExecTransportError``, ``WorkspaceReadNotFoundError``,
+``WorkspaceArchiveReadError``, ``WorkspaceArchiveWriteError``, ``WorkspaceWriteTypeError`` raised
+by the public session API, and ``SandboxError`` for any other failed operation. See
+``docs/sandboxes.md``.
 """
 
 from __future__ import annotations
 
+from sandmem._errors import (
+    ExecTimeoutError,
+    ExecTransportError,
+    SandboxError,
+    WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+    WorkspaceWriteTypeError,
+)
 from sandmem.sandboxes._bubblewrap import BubblewrapSandboxClient
 from sandmem.sandboxes._bwrap_host import DEFAULT_READONLY_BINDS
+from sandmem.sandboxes._client import SandboxClient
 from sandmem.sandboxes._local import UnixLocalSandboxClient
 from sandmem.sandboxes._manifest import Dir, File, Manifest
 from sandmem.sandboxes._session import ExecResult, SandboxSession, SandboxSessionState
 from sandmem.sandboxes._snapshot import LocalSnapshotSpec
+from sandmem.sandboxes._types import EntryKind, FileEntry, FileMode, Permissions
 
 __all__ = [  # noqa: RUF022 - plain sorted() order, checked by a test
     "BubblewrapSandboxClient",
     "DEFAULT_READONLY_BINDS",
     "Dir",
+    "EntryKind",
     "ExecResult",
+    "ExecTimeoutError",
+    "ExecTransportError",
     "File",
+    "FileEntry",
+    "FileMode",
     "LocalSnapshotSpec",
     "Manifest",
+    "Permissions",
+    "SandboxClient",
+    "SandboxError",
     "SandboxSession",
     "SandboxSessionState",
     "UnixLocalSandboxClient",
+    "WorkspaceArchiveReadError",
+    "WorkspaceArchiveWriteError",
+    "WorkspaceReadNotFoundError",
+    "WorkspaceWriteTypeError",
 ]

@@ -21,11 +21,10 @@ host, the read-only binds and the cgroups live in ``_bwrap_host.py``. See ``docs
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import os
 import shutil
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -49,6 +48,7 @@ from sandmem.sandboxes._bwrap_host import (
     seccomp_works,
     within,
 )
+from sandmem.sandboxes._environment import HostEnvironmentPolicy
 from sandmem.sandboxes._local import (
     DEFAULT_EXEC_TIMEOUT,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -151,6 +151,7 @@ class BubblewrapSandboxSession(UnixLocalSandboxSession):
         *,
         policy: SandboxPolicy,
         env: Mapping[str, str] | None = None,
+        host_environment: HostEnvironmentPolicy | None = None,
         exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         pre_stop_hook_timeout: float = DEFAULT_PRE_STOP_HOOK_TIMEOUT,
@@ -158,6 +159,7 @@ class BubblewrapSandboxSession(UnixLocalSandboxSession):
         super().__init__(
             state,
             env=env,
+            host_environment=host_environment or HostEnvironmentPolicy(inherit=False),
             exec_timeout=exec_timeout,
             max_output_bytes=max_output_bytes,
             pre_stop_hook_timeout=pre_stop_hook_timeout,
@@ -169,12 +171,6 @@ class BubblewrapSandboxSession(UnixLocalSandboxSession):
     def display_root(self) -> str:
         """The workspace root as commands (and so the model) see it."""
         return SANDBOX_ROOT
-
-    def _command_env(self) -> dict[str, str]:
-        env = {"PATH": DEFAULT_PATH, "HOME": SANDBOX_ROOT, "LANG": "C.UTF-8"}
-        env.update(self._client_env)
-        env.update(self._state.manifest.env)
-        return env
 
     def _command_argv(self, argv: list[str], workdir: Path) -> list[str]:
         # bwrap inherits the (already minimal) environment: no --setenv, so values such as
@@ -188,34 +184,36 @@ class BubblewrapSandboxSession(UnixLocalSandboxSession):
             full = ["/bin/sh", "-c", _ENTER_CGROUP, str(cgroup / "cgroup.procs"), *full]
         return full
 
-    async def exec(
+    def _local(self, path: str | os.PathLike[str]) -> str:
+        return _workspace_relative(os.fspath(path))
+
+    async def _exec_argv(
         self,
-        cmd: str | Sequence[str],
+        argv: list[str],
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 - the timeout kills the sandbox
-        workdir: str | None = None,
-        env: dict[str, str] | None = None,
+        timeout: float | None,  # noqa: ASYNC109 - the timeout kills the sandbox
+        workdir: str | None,
+        env: dict[str, str] | None,
     ) -> ExecResult:
-        """Run ``cmd`` in the sandbox (see ``UnixLocalSandboxSession.exec``); ``workdir`` may
-        also be given as the sandbox sees it (``/workspace/sub``)."""
-        if workdir is not None:
-            workdir = _workspace_relative(workdir)
+        """Run ``argv`` in the sandbox (see ``UnixLocalSandboxSession._exec_argv``); without
+        the seccomp filter, setuid/setgid bits are stripped from the workspace afterwards."""
         try:
-            return await self._exec_limited(cmd, timeout, workdir, env)
+            return await self._exec_limited(argv, timeout, workdir, env)
         finally:
             if self._policy.seccomp is None:  # the command's processes are all gone now
                 await asyncio.to_thread(_hostfs.strip_setid_bits, self.root)
 
     async def _exec_limited(
         self,
-        cmd: str | Sequence[str],
+        argv: list[str],
         timeout: float | None,  # noqa: ASYNC109 - the timeout kills the sandbox
         workdir: str | None,
         env: dict[str, str] | None,
     ) -> ExecResult:
+        """``argv`` in a pids cgroup of its own when ``max_processes`` is enforced that way."""
         base, limit = self._policy.pids_cgroup, self._policy.max_processes
         if base is None or limit is None:
-            return await super().exec(cmd, timeout=timeout, workdir=workdir, env=env)
+            return await super()._exec_argv(argv, timeout=timeout, workdir=workdir, env=env)
         self._check_not_deleted("exec")
         try:
             cgroup = await asyncio.to_thread(create_cgroup, base, limit + 2)  # + bwrap's two
@@ -227,46 +225,10 @@ class BubblewrapSandboxSession(UnixLocalSandboxSession):
             ) from exc
         token = _EXEC_CGROUP.set(cgroup)
         try:
-            return await super().exec(cmd, timeout=timeout, workdir=workdir, env=env)
+            return await super()._exec_argv(argv, timeout=timeout, workdir=workdir, env=env)
         finally:
             _EXEC_CGROUP.reset(token)
             await asyncio.to_thread(remove_cgroup, cgroup)
-
-    async def read(self, path: str) -> bytes:
-        return await super().read(_workspace_relative(path))
-
-    async def write(self, path: str, data: bytes | str) -> None:
-        await super().write(_workspace_relative(path), data)
-
-    async def append(self, path: str, data: bytes | str) -> None:
-        await super().append(_workspace_relative(path), data)
-
-    async def mkdir(self, path: str, parents: bool = True) -> None:
-        await super().mkdir(_workspace_relative(path), parents)
-
-    async def ls(self, path: str = ".") -> list[str]:
-        return await super().ls(_workspace_relative(path))
-
-    async def exists(self, path: str) -> bool:
-        return await super().exists(_workspace_relative(path))
-
-    async def is_dir(self, path: str) -> bool:
-        return await super().is_dir(_workspace_relative(path))
-
-    async def remove(self, path: str, recursive: bool = False) -> None:
-        await super().remove(_workspace_relative(path), recursive)
-
-    async def rename(self, src: str, dst: str) -> None:
-        await super().rename(_workspace_relative(src), _workspace_relative(dst))
-
-    @contextlib.asynccontextmanager
-    async def lock(
-        self,
-        path: str,
-        timeout: float = 30.0,  # noqa: ASYNC109 - a lock timeout, reported as SandboxError
-    ) -> AsyncIterator[None]:
-        async with super().lock(_workspace_relative(path), timeout):
-            yield
 
 
 def _optional_limit(name: str, value: int | None, minimum: int) -> int | None:
@@ -288,11 +250,18 @@ class BubblewrapSandboxClient(UnixLocalSandboxClient):
     a few ``/etc`` files; extend with ``(*DEFAULT_READONLY_BINDS, "/opt/tool")``). ``env`` and
     the keyword settings are those of ``UnixLocalSandboxClient``; ``HOME`` is ``/workspace``.
 
+    Unlike ``UnixLocalSandboxClient``, commands get a minimal environment by default
+    (``inherit_host_environment=False``: ``PATH`` of the system directories, ``HOME``,
+    ``LANG``, no host variable); ``host_environment_allowlist`` names host variables to pass,
+    and ``inherit_host_environment=True`` passes every host variable except credential-looking
+    ones (host ``PATH`` entries outside the read-only binds do not exist in the sandbox).
+
     Raises ``UserError`` when bwrap is missing or cannot create namespaces here (the message
     says how to install or enable it), or when a limit cannot be enforced.
     """
 
     backend_name: ClassVar[str] = "bubblewrap"
+    _default_host_allowlist: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -302,12 +271,16 @@ class BubblewrapSandboxClient(UnixLocalSandboxClient):
         memory_limit_mb: int | None = None,
         max_processes: int | None = None,
         readonly_binds: Sequence[str] = DEFAULT_READONLY_BINDS,
+        inherit_host_environment: bool = False,
+        host_environment_allowlist: Collection[str] | None = None,
         exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         pre_stop_hook_timeout: float = DEFAULT_PRE_STOP_HOOK_TIMEOUT,
     ) -> None:
         super().__init__(
             env,
+            inherit_host_environment=inherit_host_environment,
+            host_environment_allowlist=host_environment_allowlist,
             exec_timeout=exec_timeout,
             max_output_bytes=max_output_bytes,
             pre_stop_hook_timeout=pre_stop_hook_timeout,
@@ -365,6 +338,7 @@ class BubblewrapSandboxClient(UnixLocalSandboxClient):
             state,
             policy=self._policy,
             env=self.env,
+            host_environment=self.host_environment,
             exec_timeout=self.exec_timeout,
             max_output_bytes=self.max_output_bytes,
             pre_stop_hook_timeout=self.pre_stop_hook_timeout,

@@ -662,3 +662,28 @@ def strip_setid_bits(root: Path) -> list[str]:
             os.fchmod(entry.fd, stat.S_IMODE(entry.st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
             changed.append(entry.rel)
     return changed
+
+
+def scan(root: Path, path: PathArg = ".") -> tuple[str, list[tuple[str, os.stat_result]]]:
+    """The directory's workspace-relative path (inner symlinks expanded) and its entries
+    ``(name, lstat)`` sorted by name; symlinks are reported, not followed (``session.ls``)."""
+    with translate_errors("ls", path), _located(root, path, "ls") as loc:
+        fd = _open_dir(loc)
+        try:
+            found = []
+            for name in os.listdir(fd):
+                with contextlib.suppress(FileNotFoundError):  # removed while listing
+                    found.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
+        finally:
+            os.close(fd)
+        return "/".join(loc.parts) or ".", sorted(found, key=lambda e: e[0])
+
+
+def set_dir_mode(root: Path, path: PathArg, mode: int) -> None:
+    """Set a directory's permission bits, setuid and setgid dropped (manifest ``Dir``)."""
+    with translate_errors("chmod", path), _located(root, path, "chmod") as loc:
+        fd = _open_dir(loc)
+        try:
+            os.fchmod(fd, mode & ~(stat.S_ISUID | stat.S_ISGID))
+        finally:
+            os.close(fd)

@@ -14,16 +14,22 @@ import asyncio
 import contextlib
 import os
 import posixpath
-import shlex
 import tempfile
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from sandmem._errors import SandboxError, SandboxStateError, UserError
+from sandmem._errors import (
+    ExecTransportError,
+    SandboxError,
+    SandboxStateError,
+    UserError,
+    WorkspaceRootNotFoundError,
+)
 from sandmem.sandboxes import _hostfs
+from sandmem.sandboxes._environment import MINIMAL_HOST_VARIABLES, HostEnvironmentPolicy
 from sandmem.sandboxes._manifest import Manifest, validate_env, write_entries
 from sandmem.sandboxes._process import run_command
 from sandmem.sandboxes._session import (
@@ -33,15 +39,18 @@ from sandmem.sandboxes._session import (
     SandboxSession,
     SandboxSessionState,
     parse_state,
+    shown_command,
 )
 from sandmem.sandboxes._snapshot import (
     WORKSPACE_PREFIX,
     LocalSnapshotSpec,
     delete_snapshot,
+    restore_into_root,
     restore_snapshot,
 )
+from sandmem.sandboxes._types import FileEntry, Permissions, entry_kind
 
-#: ``PATH`` given to commands (the host's ``PATH`` is not inherited)
+#: ``PATH`` given to commands when the host's is not inherited
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: default hard timeout of one command, in seconds
 DEFAULT_EXEC_TIMEOUT = 600.0
@@ -74,12 +83,14 @@ class UnixLocalSandboxSession(SandboxSession):
         state: SandboxSessionState,
         *,
         env: Mapping[str, str] | None = None,
+        host_environment: HostEnvironmentPolicy | None = None,
         exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         pre_stop_hook_timeout: float = DEFAULT_PRE_STOP_HOOK_TIMEOUT,
     ) -> None:
         super().__init__(state, pre_stop_hook_timeout=pre_stop_hook_timeout)
         self._client_env = dict(env or {})
+        self._host_environment = host_environment or HostEnvironmentPolicy()
         self._exec_timeout = exec_timeout
         self._max_output_bytes = max_output_bytes
         self._locks: weakref.WeakKeyDictionary[
@@ -89,11 +100,15 @@ class UnixLocalSandboxSession(SandboxSession):
     # -- commands -----------------------------------------------------------------------------
 
     def _command_env(self) -> dict[str, str]:
-        """The base environment of every command: a minimal set, then the client's ``env``,
-        then the manifest's ``env`` (later wins). Host variables are never inherited."""
-        env = {"PATH": DEFAULT_PATH, "HOME": str(self.root), "LANG": "C.UTF-8"}
+        """The base environment of every command (later wins): the host variables the client's
+        policy lets through (read at each call), ``PATH`` and ``LANG`` defaults when missing,
+        ``HOME`` = the workspace, the client's ``env``, the manifest's ``environment``."""
+        env = self._host_environment.select(os.environ)
+        env.setdefault("PATH", DEFAULT_PATH)
+        env.setdefault("LANG", "C.UTF-8")
+        env["HOME"] = self.display_root
         env.update(self._client_env)
-        env.update(self._state.manifest.env)
+        env.update(self._state.manifest.environment)
         return env
 
     def _command_argv(self, argv: list[str], workdir: Path) -> list[str]:
@@ -101,30 +116,19 @@ class UnixLocalSandboxSession(SandboxSession):
         workspace; it is also the process's cwd). Override to wrap commands."""
         return argv
 
-    async def exec(
+    async def _exec_argv(
         self,
-        cmd: str | Sequence[str],
+        argv: list[str],
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 - the timeout kills the process group
-        workdir: str | None = None,
-        env: dict[str, str] | None = None,
+        timeout: float | None,  # noqa: ASYNC109 - the timeout kills the process group
+        workdir: str | None,
+        env: dict[str, str] | None,
     ) -> ExecResult:
-        """Run ``cmd`` and return its exit code and bounded output.
-
-        A string runs under ``bash -c``; a sequence is executed directly. The command runs in
-        its own process group with the workspace (or ``workdir``) as cwd and a minimal
-        environment (``_command_env`` plus ``env``). After ``timeout`` seconds (default: the
-        client's ``exec_timeout``) the whole group is killed and the result has
-        ``timed_out=True`` and exit code 124.
-        """
+        """Run ``argv`` in its own process group with the workspace (or ``workdir``) as cwd and
+        the environment of ``_command_env`` plus ``env``. After ``timeout`` seconds (default:
+        the client's ``exec_timeout``) the whole group is killed and the result has
+        ``timed_out=True`` and exit code 124."""
         self._check_not_deleted("exec")
-        if isinstance(cmd, str):
-            argv, shown = ["bash", "-c", cmd], cmd
-        else:
-            argv = [str(part) for part in cmd]
-            shown = shlex.join(argv)
-            if not argv:
-                raise UserError("exec: the command is empty")
         limit = self._exec_timeout if timeout is None else _positive("exec timeout", timeout)
         full_env = self._command_env()
         full_env.update(_check_env(env, "exec env"))
@@ -138,7 +142,8 @@ class UnixLocalSandboxSession(SandboxSession):
                 max_output_bytes=self._max_output_bytes,
             )
         except OSError as exc:
-            raise SandboxError(
+            shown = shown_command(argv)
+            raise ExecTransportError(
                 f"exec {shown!r} could not start: {exc.strerror or exc}",
                 operation="exec",
                 command=shown,
@@ -146,55 +151,88 @@ class UnixLocalSandboxSession(SandboxSession):
 
     def _workdir(self, workdir: str | None) -> Path:
         if workdir is None:
+            if not self.root.is_dir():
+                raise WorkspaceRootNotFoundError(
+                    f"exec: the workspace {self.root} no longer exists; create a new session",
+                    operation="exec",
+                    path=str(self.root),
+                )
             return self.root
-        return _hostfs.workdir(self.root, workdir)
+        return _hostfs.workdir(self.root, self._local(workdir))
 
     # -- files --------------------------------------------------------------------------------
 
-    async def read(self, path: str) -> bytes:
+    def _local(self, path: str | os.PathLike[str]) -> str:
+        """A caller's path as the host file layer takes it (workspace-relative, or absolute on
+        the host). A backend that shows the workspace elsewhere maps its paths here."""
+        return os.fspath(path)
+
+    async def read_bytes(self, path: str) -> bytes:
         self._check_not_deleted("read")
-        return await asyncio.to_thread(_hostfs.read, self.root, path)
+        return await asyncio.to_thread(_hostfs.read, self.root, self._local(path))
 
     async def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
         self._check_not_deleted("read")
-        return await asyncio.to_thread(_hostfs.read_many, self.root, list(paths))
+        local = [self._local(path) for path in paths]
+        found = await asyncio.to_thread(_hostfs.read_many, self.root, local)
+        return {path: found[rel] for path, rel in zip(paths, local, strict=True)}
 
     async def stat_many(self, paths: Sequence[str]) -> dict[str, FileStat | None]:
         self._check_not_deleted("stat")
-        found = await asyncio.to_thread(_hostfs.stat_many, self.root, list(paths))
-        return {p: None if v is None else FileStat(*v) for p, v in found.items()}
+        local = [self._local(path) for path in paths]
+        found = await asyncio.to_thread(_hostfs.stat_many, self.root, local)
+        return {
+            p: None if (v := found[rel]) is None else FileStat(*v)
+            for p, rel in zip(paths, local, strict=True)
+        }
 
-    async def write(self, path: str, data: bytes | str) -> None:
+    async def write_bytes(self, path: str, data: bytes | str) -> None:
         self._check_not_deleted("write")
-        await asyncio.to_thread(_hostfs.write_atomic, self.root, path, data)
+        await asyncio.to_thread(_hostfs.write_atomic, self.root, self._local(path), data)
 
     async def append(self, path: str, data: bytes | str) -> None:
         self._check_not_deleted("append")
-        await asyncio.to_thread(_hostfs.append, self.root, path, data)
+        await asyncio.to_thread(_hostfs.append, self.root, self._local(path), data)
 
     async def mkdir(self, path: str, parents: bool = True) -> None:
         self._check_not_deleted("mkdir")
-        await asyncio.to_thread(_hostfs.mkdir, self.root, path, parents)
+        await asyncio.to_thread(_hostfs.mkdir, self.root, self._local(path), parents)
 
-    async def ls(self, path: str = ".") -> list[str]:
+    async def ls(self, path: str | os.PathLike[str] = ".") -> list[FileEntry]:
         self._check_not_deleted("ls")
-        return await asyncio.to_thread(_hostfs.ls, self.root, path)
+        rel, found = await asyncio.to_thread(_hostfs.scan, self.root, self._local(path))
+        base = self.display_root if rel == "." else posixpath.join(self.display_root, rel)
+        return [
+            FileEntry(
+                path=posixpath.join(base, name),
+                permissions=Permissions.from_mode(st.st_mode),
+                owner=str(st.st_uid),
+                group=str(st.st_gid),
+                size=st.st_size,
+                kind=entry_kind(st.st_mode),
+            )
+            for name, st in found
+        ]
+
+    async def listdir(self, path: str = ".") -> list[str]:
+        self._check_not_deleted("ls")
+        return await asyncio.to_thread(_hostfs.ls, self.root, self._local(path))
 
     async def exists(self, path: str) -> bool:
         self._check_not_deleted("exists")
-        return await asyncio.to_thread(_hostfs.exists, self.root, path)
+        return await asyncio.to_thread(_hostfs.exists, self.root, self._local(path))
 
     async def is_dir(self, path: str) -> bool:
         self._check_not_deleted("is_dir")
-        return await asyncio.to_thread(_hostfs.is_dir, self.root, path)
+        return await asyncio.to_thread(_hostfs.is_dir, self.root, self._local(path))
 
     async def remove(self, path: str, recursive: bool = False) -> None:
         self._check_not_deleted("remove")
-        await asyncio.to_thread(_hostfs.remove, self.root, path, recursive)
+        await asyncio.to_thread(_hostfs.remove, self.root, self._local(path), recursive)
 
     async def rename(self, src: str, dst: str) -> None:
         self._check_not_deleted("rename")
-        await asyncio.to_thread(_hostfs.rename, self.root, src, dst)
+        await asyncio.to_thread(_hostfs.rename, self.root, self._local(src), self._local(dst))
 
     @contextlib.asynccontextmanager
     async def lock(
@@ -217,7 +255,7 @@ class UnixLocalSandboxSession(SandboxSession):
         except TimeoutError:
             raise _lock_timeout(path, timeout) from None
         try:
-            fd = await asyncio.to_thread(_hostfs.open_lock_file, self.root, path)
+            fd = await asyncio.to_thread(_hostfs.open_lock_file, self.root, self._local(path))
             try:
                 poll = _LOCK_FIRST_POLL_SECONDS
                 while not _hostfs.try_flock(fd):
@@ -271,36 +309,66 @@ def _prepare_workspace(manifest: Manifest) -> tuple[Path, bool]:
     return root, owned
 
 
+def _check_options(options: object) -> None:
+    if options is not None and options != {}:
+        raise UserError(
+            f"the local sandbox clients take no per-session options (got {options!r}); "
+            "configure the client instead (UnixLocalSandboxClient(exec_timeout=...))"
+        )
+
+
 class UnixLocalSandboxClient:
     """Creates, resumes and deletes ``UnixLocalSandboxSession``s.
 
-    ``env`` is added to the environment of every command (after the minimal defaults, before
-    the manifest's ``env``). ``exec_timeout`` is the default per-command timeout,
+    Commands inherit the host environment (``inherit_host_environment=True``, as in the
+    reference SDK) so that ``python``, ``git`` or ``pytest`` on your ``PATH`` work, except
+    variables whose names look like credentials (``*KEY*``, ``*TOKEN*``, ``*SECRET*``,
+    ``*PASSWORD*``, ``*CREDENTIAL*``, ``OPENAI_*``, ``AWS_*``, ...): those are passed only when
+    named in ``host_environment_allowlist``. With ``inherit_host_environment=False`` only the
+    allowlisted variables are passed (default: ``PATH``, locale, ``TERM``, ``TZ``, ``USER``,
+    ``LOGNAME``, ``SHELL``). ``HOME`` is the workspace.
+
+    ``env`` is added to the environment of every command (after the host variables, before
+    the manifest's ``environment``). ``exec_timeout`` is the default per-command timeout,
     ``max_output_bytes`` the capture bound per stream, ``pre_stop_hook_timeout`` the default
     budget of each pre-stop hook. These settings belong to the client: a resumed session uses
-    the settings of the client that resumes it.
+    the settings of the client that resumes it. ``allow_unconfined_linux`` is accepted for
+    the reference's sake and changes nothing (this backend never confines commands: see
+    ``BubblewrapSandboxClient``).
     """
 
     backend_name: ClassVar[str] = "unix_local"
+    #: what ``inherit_host_environment=False`` keeps when no allowlist is given
+    _default_host_allowlist: ClassVar[frozenset[str]] = MINIMAL_HOST_VARIABLES
 
     def __init__(
         self,
         env: Mapping[str, str] | None = None,
         *,
+        inherit_host_environment: bool = True,
+        host_environment_allowlist: Collection[str] | None = None,
         exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         pre_stop_hook_timeout: float = DEFAULT_PRE_STOP_HOOK_TIMEOUT,
+        allow_unconfined_linux: bool = True,
     ) -> None:
-        self.env = _check_env(env, "UnixLocalSandboxClient env")
+        self.env = _check_env(env, f"{type(self).__name__} env")
+        self.host_environment = HostEnvironmentPolicy.of(
+            inherit_host_environment,
+            host_environment_allowlist,
+            default_allowlist=self._default_host_allowlist,
+        )
         self.exec_timeout = _positive("exec_timeout", exec_timeout)
         self.max_output_bytes = int(_positive("max_output_bytes", max_output_bytes))
         self.pre_stop_hook_timeout = _positive("pre_stop_hook_timeout", pre_stop_hook_timeout)
+        del allow_unconfined_linux  # accepted for the reference's examples; see the docstring
 
     def _make_session(self, state: SandboxSessionState) -> UnixLocalSandboxSession:
         """Build the session object for ``state``; override in a backend subclass."""
         return UnixLocalSandboxSession(
             state,
             env=self.env,
+            host_environment=self.host_environment,
             exec_timeout=self.exec_timeout,
             max_output_bytes=self.max_output_bytes,
             pre_stop_hook_timeout=self.pre_stop_hook_timeout,
@@ -311,9 +379,15 @@ class UnixLocalSandboxClient:
         return {}
 
     async def create(
-        self, manifest: Manifest | None = None, snapshot: LocalSnapshotSpec | None = None
+        self,
+        manifest: Manifest | None = None,
+        snapshot: LocalSnapshotSpec | None = None,
+        *,
+        options: object = None,
     ) -> SandboxSession:
-        """A new session (not started) whose workspace holds the manifest's entries."""
+        """A new session (not started) whose workspace holds the manifest's entries.
+        ``options`` (the reference's per-session options) must be ``None``."""
+        _check_options(options)
         manifest = (manifest or Manifest()).model_copy(deep=True)
         root, owned = await asyncio.to_thread(_prepare_workspace, manifest)
         state = SandboxSessionState(
@@ -329,9 +403,11 @@ class UnixLocalSandboxClient:
     async def resume(self, state: SandboxSessionState | str | bytes) -> SandboxSession:
         """A session (not started) restored from ``state`` or its JSON text.
 
-        With a snapshot spec, the snapshot is restored into a fresh workspace; without one,
-        the session re-attaches to the workspace directory, which must still exist. Invalid
-        states and missing or corrupt snapshots raise ``SandboxStateError``.
+        With a snapshot spec, the snapshot is restored into the state's workspace root when no
+        running session holds that root (as the reference does: code that kept the root sees
+        the resumed files), else into a fresh workspace. Without one, the session re-attaches
+        to the workspace directory, which must still exist. Invalid states and missing or
+        corrupt snapshots raise ``SandboxStateError``.
         """
         state = parse_state(state)
         if state.backend != self.backend_name:
@@ -341,13 +417,10 @@ class UnixLocalSandboxClient:
                 operation="resume",
             )
         if state.snapshot is not None:
-            root = await asyncio.to_thread(restore_snapshot, state.snapshot, state.session_id)
-            manifest = state.manifest.model_copy(update={"root": root})
-            state = state.model_copy(update={"manifest": manifest, "workspace_owned": True})
-            return self._make_session(state)
+            return self._make_session(await _restored_state(state, state.snapshot))
         root_path = state.manifest.root
         if root_path is None or not await asyncio.to_thread(root_path.is_dir):
-            raise SandboxStateError(
+            raise WorkspaceRootNotFoundError(
                 f"cannot resume session {state.session_id}: its workspace {root_path} no longer "
                 "exists and the session has no snapshot; create the session with "
                 "snapshot=LocalSnapshotSpec(...) to survive losing the workspace",
@@ -359,12 +432,26 @@ class UnixLocalSandboxClient:
         state = state.model_copy(update={"manifest": manifest})
         return self._make_session(state)
 
-    async def delete(self, session: SandboxSession) -> None:
+    async def delete(self, session: SandboxSession, *, keep_snapshot: bool = False) -> None:
         """Stop ``session`` without hooks or snapshot, remove its workspace (only when sandmem
-        created it) and its snapshot. The session cannot be used afterwards."""
+        created it) and, unless ``keep_snapshot``, its snapshot. The session cannot be used
+        afterwards. (A runner-owned sandbox is deleted with ``keep_snapshot=True``, so its
+        state can be resumed later.)"""
         await session._discard()
         state = session.state
         if state.workspace_owned:
             await asyncio.to_thread(_hostfs.remove_tree, session.root)
-        if state.snapshot is not None:
+        if state.snapshot is not None and not keep_snapshot:
             await asyncio.to_thread(delete_snapshot, state.snapshot, state.session_id)
+
+
+async def _restored_state(
+    state: SandboxSessionState, spec: LocalSnapshotSpec
+) -> SandboxSessionState:
+    root = await asyncio.to_thread(restore_into_root, spec, state.session_id, state.manifest.root)
+    owned = state.workspace_owned
+    if root is None:  # the state's root is in use by a running session: a fresh workspace
+        root = await asyncio.to_thread(restore_snapshot, spec, state.session_id)
+        owned = True
+    manifest = state.manifest.model_copy(update={"root": root})
+    return state.model_copy(update={"manifest": manifest, "workspace_owned": owned})

@@ -1,6 +1,7 @@
 """Manifest: the initial contents of a workspace, as pydantic models that round-trip through JSON.
 
-File contents are raw bytes in Python and base64 strings in JSON.
+File contents are raw bytes in Python and base64 strings in JSON. Entries nest
+(``Dir(children={...})``); ``write_entries`` materialises them through the host file layer.
 """
 
 from __future__ import annotations
@@ -12,27 +13,63 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
     ValidationInfo,
     field_serializer,
     field_validator,
+    model_validator,
 )
 
 from sandmem._errors import SandboxError, SandboxPathError
 from sandmem.sandboxes import _hostfs
+from sandmem.sandboxes._types import Permissions
+
+#: ``Manifest(root=DEFAULT_ROOT)`` is the reference's default root: "a fresh workspace"
+DEFAULT_ROOT = "/workspace"
 
 
-class File(BaseModel):
-    """A file entry. ``content`` is bytes (a ``str`` is encoded as UTF-8); ``mode`` is the
-    permission bits (e.g. ``0o755``), or ``None`` for the default given by the umask."""
+def _permissions_to_mode(data: object) -> object:
+    """``permissions=Permissions(...) | int`` (the reference's field) becomes ``mode``."""
+    if isinstance(data, dict) and "permissions" in data:
+        data = dict(data)
+        value = data.pop("permissions")
+        if value is not None:
+            if isinstance(value, dict):
+                value = Permissions.model_validate(value)
+            if isinstance(value, Permissions):
+                value = value.to_mode() & 0o7777
+            if "mode" in data and data["mode"] is not None and data["mode"] != value:
+                raise ValueError("give permissions or mode, not both")
+            data["mode"] = value
+    return data
 
+
+class _Entry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: permission bits (``0o755``), or ``None`` for the default given by the umask; also
+    #: settable as ``permissions=Permissions(...)`` or an int
+    mode: int | None = Field(default=None, ge=0, le=0o7777)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _permissions(cls, data: object) -> object:
+        return _permissions_to_mode(data)
+
+    @property
+    def permissions(self) -> Permissions | None:
+        return None if self.mode is None else Permissions.from_mode(self.mode)
+
+
+class File(_Entry):
+    """A file entry. ``content`` is bytes (a ``str`` is encoded as UTF-8); ``permissions``
+    (or ``mode``) are its permission bits, default from the umask."""
 
     type: Literal["file"] = "file"
     content: bytes = b""
-    mode: int | None = Field(default=None, ge=0, le=0o7777)
 
     if TYPE_CHECKING:  # the signature type checkers see; at runtime pydantic's own __init__
 
@@ -42,6 +79,7 @@ class File(BaseModel):
             type: Literal["file"] = "file",
             content: bytes | str = b"",
             mode: int | None = None,
+            permissions: Permissions | int | None = None,
         ) -> None: ...
 
     @field_validator("content", mode="before")
@@ -63,15 +101,38 @@ class File(BaseModel):
         return base64.b64encode(value).decode("ascii")
 
 
-class Dir(BaseModel):
-    """A directory entry (created with its parents; useful for empty directories)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Dir(_Entry):
+    """A directory (created with its parents) and, optionally, its ``children``: a mapping of
+    relative paths to entries, nested as deep as you like."""
 
     type: Literal["dir"] = "dir"
+    children: dict[str, Entry] = Field(default_factory=dict)
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            *,
+            type: Literal["dir"] = "dir",
+            children: dict[str, AnyEntry] | None = None,
+            mode: int | None = None,
+            permissions: Permissions | int | None = None,
+        ) -> None: ...
+
+    @field_validator("children", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: object) -> object:
+        return {} if value is None else value
+
+    @field_validator("children")
+    @classmethod
+    def _check_children(cls, children: dict[str, AnyEntry]) -> dict[str, AnyEntry]:
+        return _normalized_entries(children)
 
 
-Entry = Annotated[File | Dir, Field(discriminator="type")]
+AnyEntry = File | Dir
+Entry = Annotated[AnyEntry, Field(discriminator="type")]
+Dir.model_rebuild()
 
 
 def _check_env_name(name: str) -> str:
@@ -108,36 +169,79 @@ def normalize_entry_path(path: str) -> str:
     return normalized
 
 
+def _normalized_entries(entries: dict[str, AnyEntry]) -> dict[str, AnyEntry]:
+    normalized: dict[str, AnyEntry] = {}
+    for path, entry in entries.items():
+        key = normalize_entry_path(str(path))
+        if key in normalized:
+            raise ValueError(f"manifest entry path {path!r} is given twice")
+        normalized[key] = entry
+    return normalized
+
+
+def _environment_mapping(value: object) -> object:
+    """A plain mapping, the reference's ``Environment(value={...})`` or its dict form."""
+    inner = getattr(value, "value", None)
+    if not isinstance(value, dict) and isinstance(inner, dict):
+        return inner
+    if isinstance(value, dict) and set(value) == {"value"} and isinstance(value["value"], dict):
+        return value["value"]
+    return value
+
+
 class Manifest(BaseModel):
     """Initial workspace contents.
 
-    ``entries`` maps workspace-relative paths to ``File`` or ``Dir``. ``root`` is the workspace
-    directory: leave it ``None`` and the client creates a fresh temporary directory; give it
-    and that directory (created if missing) is the workspace: entries are written into it,
-    existing files that are not entries are left alone. ``env`` is added to the environment of
-    every command run in the session (it is stored in the session state JSON: no secrets you
-    would not write to disk).
+    ``entries`` maps workspace-relative paths to entries (``File``, ``Dir`` with nested
+    ``children``). ``root`` is the workspace directory: leave it ``None`` (or the reference's
+    default ``"/workspace"``) and the client creates a fresh temporary directory; give another
+    path and that directory (created if missing) is the workspace: entries are written into
+    it, existing files that are not entries are left alone. ``environment`` (also accepted as
+    ``env``) is added to the environment of every command run in the session (it is stored in
+    the session state JSON: no secrets you would not write to disk).
 
     The client never mutates the manifest you pass; the session's copy, with ``root`` filled
     in, is ``session.state.manifest``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     entries: dict[str, Entry] = Field(default_factory=dict)
     root: Path | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    environment: dict[str, str] = Field(
+        default_factory=dict, validation_alias=AliasChoices("environment", "env")
+    )
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            *,
+            entries: dict[str, AnyEntry] | None = None,
+            root: str | os.PathLike[str] | None = None,
+            environment: object = None,
+            env: dict[str, str] | None = None,
+        ) -> None: ...
+
+    @property
+    def env(self) -> dict[str, str]:
+        """sandmem's earlier name of ``environment``."""
+        return self.environment
+
+    @field_validator("entries", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: object) -> object:
+        return {} if value is None else value
 
     @field_validator("entries")
     @classmethod
-    def _check_entries(cls, entries: dict[str, File | Dir]) -> dict[str, File | Dir]:
-        normalized: dict[str, File | Dir] = {}
-        for path, entry in entries.items():
-            key = normalize_entry_path(path)
-            if key in normalized:
-                raise ValueError(f"manifest entry path {path!r} is given twice")
-            normalized[key] = entry
-        return normalized
+    def _check_entries(cls, entries: dict[str, AnyEntry]) -> dict[str, AnyEntry]:
+        return _normalized_entries(entries)
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _default_root(cls, root: object) -> object:
+        return None if isinstance(root, str | Path) and str(root) == DEFAULT_ROOT else root
 
     @field_validator("root")
     @classmethod
@@ -148,29 +252,43 @@ class Manifest(BaseModel):
             raise ValueError("manifest root contains a NUL byte")
         return root.expanduser().absolute()
 
-    @field_validator("env")
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _unwrap_environment(cls, value: object) -> object:
+        return {} if value is None else _environment_mapping(value)
+
+    @field_validator("environment")
     @classmethod
     def _check_env(cls, env: dict[str, str]) -> dict[str, str]:
         return validate_env(env)
 
 
-def write_entries(root: Path, entries: dict[str, File | Dir]) -> None:
+def write_entries(root: Path, entries: dict[str, AnyEntry]) -> None:
     """Write manifest entries under ``root`` (blocking; parents first, paths checked; through
     the host-filesystem layer, so a symlink never redirects an entry)."""
     for rel in sorted(entries):
-        entry = entries[rel]
-        try:
-            if isinstance(entry, Dir):
-                _hostfs.mkdir(root, rel, parents=True)
-            else:
-                _hostfs.write_atomic(root, rel, entry.content, mode=entry.mode, durable=False)
-        except SandboxPathError:
+        _write_entry(root, rel, entries[rel])
+
+
+def _write_entry(root: Path, rel: str, entry: AnyEntry) -> None:
+    try:
+        if isinstance(entry, Dir):
+            _hostfs.mkdir(root, rel, parents=True)
+            children = {f"{rel}/{name}": child for name, child in entry.children.items()}
+            write_entries(root, children)  # before the mode: it may make the directory read-only
+            if entry.mode is not None:
+                _hostfs.set_dir_mode(root, rel, entry.mode)
+        else:
+            _hostfs.write_atomic(root, rel, entry.content, mode=entry.mode, durable=False)
+    except SandboxPathError:
+        raise
+    except SandboxError as exc:
+        if exc.operation == "manifest":
             raise
-        except SandboxError as exc:
-            cause = exc.__cause__
-            why = cause.strerror if isinstance(cause, OSError) and cause.strerror else exc
-            raise SandboxError(
-                f"cannot write manifest entry {rel!r} into the workspace {root}: {why}",
-                operation="manifest",
-                path=rel,
-            ) from cause
+        cause = exc.__cause__
+        why = cause.strerror if isinstance(cause, OSError) and cause.strerror else exc
+        raise SandboxError(
+            f"cannot write manifest entry {rel!r} into the workspace {root}: {why}",
+            operation="manifest",
+            path=rel,
+        ) from cause

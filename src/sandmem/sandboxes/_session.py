@@ -1,9 +1,14 @@
 """SandboxSession: the narrow backend seam plus what every backend gets for free.
 
-A backend implements the primitives (``exec``, ``read``, ``write``, ``append``, ``mkdir``,
-``ls``, ``exists``, ``is_dir``, ``remove``, ``rename``, ``lock``) and optionally
-``_start_backend`` / ``_stop_backend``. The lifecycle (``start``/``stop``, pre-stop hooks, the
-snapshot taken on stop, ``state``) lives here, so every backend behaves the same.
+A backend implements the primitives (``_exec_argv``, ``read_bytes``, ``write_bytes``,
+``append``, ``mkdir``, ``ls``, ``exists``, ``is_dir``, ``remove``, ``rename``, ``lock``) and
+optionally ``_start_backend`` / ``_stop_backend``. The lifecycle (``start``/``stop``/``aclose``,
+pre-stop hooks, the snapshot taken on stop, ``state``) and the reference-shaped public forms
+(``exec(*command, shell=...)``, file-like ``read``/``write``, ``rm``, ``running()``) live here,
+built on those primitives, so every backend behaves the same.
+
+Internal code uses the bytes-level helpers (``read_bytes``, ``read_many``, ``listdir``,
+``write``/``append`` with bytes or str); the file-like forms are the public edge.
 """
 
 from __future__ import annotations
@@ -11,18 +16,38 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import io
 import logging
+import os
 import re
+import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sandmem._errors import SandboxError, SandboxStateError
+from sandmem._errors import (
+    ExecTimeoutError,
+    SandboxError,
+    SandboxPathError,
+    SandboxStateError,
+    UserError,
+    WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
+    WorkspaceIOError,
+    WorkspaceReadNotFoundError,
+    WorkspaceWriteTypeError,
+)
 from sandmem.sandboxes._manifest import Manifest
-from sandmem.sandboxes._snapshot import LocalSnapshotSpec, take_snapshot
+from sandmem.sandboxes._snapshot import (
+    LocalSnapshotSpec,
+    acquire_live_lock,
+    release_live_lock,
+    take_snapshot,
+)
+from sandmem.sandboxes._types import FileEntry
 
 logger = logging.getLogger("sandmem.sandboxes")
 
@@ -48,6 +73,70 @@ class ExecResult:
     def output(self) -> str:
         """stdout then stderr, decoded with replacement."""
         return (self.stdout + self.stderr).decode("utf-8", "replace")
+
+    def ok(self) -> bool:
+        """True when the command exited with code 0."""
+        return self.exit_code == 0 and not self.timed_out
+
+
+#: what ``exec`` accepts as one part of a command
+CommandPart = str | os.PathLike[str]
+
+
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes | str: ...
+
+
+def build_argv(
+    command: tuple[CommandPart | Sequence[CommandPart], ...], shell: bool | Sequence[str]
+) -> list[str]:
+    """The argv ``exec(*command, shell=shell)`` runs.
+
+    A single list or tuple is an argv run as is (sandmem's earlier form). Otherwise the parts
+    are stringified; with ``shell`` true a single part is the shell script itself and several
+    parts are joined with ``shlex.join`` (so ``exec("echo", "a b")`` prints ``a b``), then run
+    under ``bash -c`` (or under the prefix given as ``shell=[...]``); with ``shell=False`` the
+    parts are the argv.
+    """
+    if len(command) == 1 and isinstance(command[0], list | tuple):
+        parts = [os.fspath(part) for part in command[0]]
+        shell = False
+    else:
+        parts = [os.fspath(part) for part in command]  # type: ignore[arg-type]
+    if not parts or any(not isinstance(part, str) for part in parts):
+        raise UserError("exec: the command is empty or has a part that is not a string or path")
+    if not shell:
+        return parts
+    script = parts[0] if len(parts) == 1 else shlex.join(parts)
+    prefix = ["bash", "-c"] if shell is True else [str(part) for part in shell]
+    return [*prefix, script]
+
+
+def shown_command(argv: Sequence[str]) -> str:
+    """How a command is named in errors: the script of ``bash -c SCRIPT``, else the argv."""
+    if len(argv) == 3 and argv[0] == "bash" and argv[1] == "-c":
+        return argv[2]
+    return shlex.join(argv)
+
+
+async def payload_bytes(data: object) -> bytes:
+    """Bytes for ``write(path, data)``: bytes-like, str (UTF-8) or a readable file object."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    read = getattr(data, "read", None)
+    if callable(read):
+        reader: _Readable = data  # type: ignore[assignment]
+        chunk = reader.read() if isinstance(data, io.BytesIO | io.StringIO) else None
+        if chunk is None:
+            chunk = await asyncio.to_thread(reader.read)
+        return chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+    raise WorkspaceWriteTypeError(
+        f"write: cannot write a {type(data).__name__}; pass bytes, str or a readable file "
+        "object such as io.BytesIO(...)",
+        operation="write",
+    )
 
 
 @dataclass(frozen=True)
@@ -175,6 +264,8 @@ class SandboxSession(abc.ABC):
         self._running = False
         self._deleted = False
         self._lifecycle_lock = asyncio.Lock()
+        #: held while running when the session has a snapshot spec (see ``acquire_live_lock``)
+        self._live_fd: int | None = None
         #: per-layout memory managers, stored here by the memory capability: they live as long
         #: as the session does
         self._memory_managers: dict[Any, Any] = {}
@@ -206,6 +297,10 @@ class SandboxSession(abc.ABC):
         """True between ``start()`` and ``stop()``."""
         return self._running
 
+    async def running(self) -> bool:
+        """The reference's form of ``is_running``: True between ``start()`` and ``stop()``."""
+        return self._running
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -222,6 +317,17 @@ class SandboxSession(abc.ABC):
                 )
             await self._start_backend()
             self._running = True
+            if self._state.snapshot is not None:
+                self._live_fd = await asyncio.to_thread(
+                    acquire_live_lock, self._state.snapshot, self.session_id
+                )
+
+    async def _set_stopped(self) -> None:
+        self._running = False
+        if self._live_fd is not None and self._state.snapshot is not None:
+            release_live_lock(self._state.snapshot, self.session_id, self._live_fd)
+            self._live_fd = None
+        await self._stop_backend()
 
     async def stop(self) -> None:
         """Run the pre-stop hooks, take the snapshot (when the session has a snapshot spec),
@@ -248,8 +354,7 @@ class SandboxSession(abc.ABC):
                     snapshot_cancelled = await self._snapshot_uncancellable(self._state.snapshot)
                     cancelled = cancelled or snapshot_cancelled
             finally:
-                self._running = False
-                await self._stop_backend()
+                await self._set_stopped()
             if cancelled:
                 raise asyncio.CancelledError
 
@@ -262,12 +367,29 @@ class SandboxSession(abc.ABC):
             return True
         return False
 
+    async def shutdown(self) -> None:
+        """Release what the session holds without running hooks or taking a snapshot (the
+        reference's teardown step). After ``stop()`` there is nothing left to release, so this
+        is then a no-op; the workspace stays, and the session can be started again."""
+        async with self._lifecycle_lock:
+            if self._running:
+                await self._set_stopped()
+
+    async def aclose(self) -> None:
+        """``stop()`` (hooks, then the snapshot), then ``shutdown()``: what leaving
+        ``async with session:`` does, for code that manages the session by hand. The workspace
+        stays on disk; ``client.delete(session)`` removes it."""
+        try:
+            await self.stop()
+        finally:
+            await self.shutdown()
+
     async def __aenter__(self) -> SandboxSession:
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        await self.aclose()
 
     def register_pre_stop_hook(self, hook: PreStopHook, *, timeout: float | None = None) -> None:
         """Run ``hook()`` at the start of every ``stop()``, before the snapshot, in order of
@@ -285,8 +407,7 @@ class SandboxSession(abc.ABC):
         """Stop without hooks or snapshot and refuse further use (``client.delete``)."""
         async with self._lifecycle_lock:
             if self._running:
-                self._running = False
-                await self._stop_backend()
+                await self._set_stopped()
             self._deleted = True
 
     def _check_not_deleted(self, operation: str) -> None:
@@ -304,30 +425,82 @@ class SandboxSession(abc.ABC):
     async def _stop_backend(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Backend hook: release it. Called after the hooks and the snapshot."""
 
-    @abc.abstractmethod
     async def exec(
         self,
-        cmd: str | Sequence[str],
-        *,
+        *command: CommandPart | Sequence[CommandPart],
         timeout: float | None = None,  # noqa: ASYNC109 - the timeout kills the process group
+        shell: bool | Sequence[str] = True,
         workdir: str | None = None,
         env: dict[str, str] | None = None,
+        raise_on_timeout: bool = True,
     ) -> ExecResult:
-        """Run ``cmd`` (a string runs under ``bash -c``; a sequence is an argv) in the
-        workspace (or ``workdir`` inside it)."""
+        """Run a command in the workspace (or ``workdir`` inside it) and return its exit code
+        and bounded output.
+
+        ``exec("ls -la | head")`` runs a shell script; ``exec("git", "log", "-1")`` joins the
+        parts with ``shlex.join`` and runs them in the shell; with ``shell=False`` the parts
+        are the argv; ``shell=["sh", "-c"]`` picks another shell prefix. A single list is an
+        argv run without a shell. ``env`` is added to the session's environment.
+
+        At ``timeout`` seconds (default: the client's ``exec_timeout``) the whole process group
+        is killed and ``ExecTimeoutError`` is raised, carrying the partial ``result``; with
+        ``raise_on_timeout=False`` that result (``timed_out=True``, exit code 124) is returned
+        instead. A command that cannot start raises ``ExecTransportError``.
+        """
+        argv = build_argv(command, shell)
+        result = await self._exec_argv(argv, timeout=timeout, workdir=workdir, env=env)
+        if result.timed_out and raise_on_timeout:
+            shown = shown_command(argv)
+            raise ExecTimeoutError(
+                f"exec {shown!r} was killed at its timeout; pass a longer timeout=, or "
+                "raise_on_timeout=False to get the partial output as a result",
+                command=shown,
+                timeout_s=timeout,
+                result=result,
+            )
+        return result
 
     @abc.abstractmethod
-    async def read(self, path: str) -> bytes: ...
+    async def _exec_argv(
+        self,
+        argv: list[str],
+        *,
+        timeout: float | None,  # noqa: ASYNC109 - the timeout kills the process group
+        workdir: str | None,
+        env: dict[str, str] | None,
+    ) -> ExecResult:
+        """Backend primitive: run ``argv`` (never empty) and report a timeout in the result
+        (``timed_out=True``) rather than raising; raise ``ExecTransportError`` when it cannot
+        start."""
+
+    async def read(self, path: str | os.PathLike[str]) -> io.BytesIO:
+        """The file's content as a file object (``(await session.read(p)).read()``).
+
+        A missing file raises ``WorkspaceReadNotFoundError`` (also a ``FileNotFoundError``);
+        other failures ``WorkspaceArchiveReadError``; a path outside the workspace
+        ``SandboxPathError``."""
+        try:
+            return io.BytesIO(await self.read_bytes(os.fspath(path)))
+        except SandboxError as exc:
+            translated = _as_io_error(exc, "read")
+            if translated is None:
+                raise
+            raise translated from exc
+
+    @abc.abstractmethod
+    async def read_bytes(self, path: str) -> bytes:
+        """Backend primitive: the file's bytes (failures raise ``SandboxError`` whose cause
+        is the ``OSError``)."""
 
     async def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
         """Read several files at once; a file that does not exist maps to ``None``.
 
-        Built on ``read`` for every backend; a backend may override it to batch the reads
+        Built on ``read_bytes`` for every backend; a backend may override it to batch the reads
         (the local backends read a batch in one worker thread)."""
 
         async def one(path: str) -> bytes | None:
             try:
-                return await self.read(path)
+                return await self.read_bytes(path)
             except SandboxError as exc:
                 if isinstance(exc.__cause__, FileNotFoundError):
                     return None
@@ -344,20 +517,54 @@ class SandboxSession(abc.ABC):
         found = await self.read_many(paths)
         return {p: None if data is None else FileStat(len(data)) for p, data in found.items()}
 
+    async def write(self, path: str | os.PathLike[str], data: object) -> None:
+        """Replace the file atomically with ``data``: bytes, str (written as UTF-8) or a
+        readable file object (``io.BytesIO(...)``, an open file); creates missing parents.
+
+        Data of another type raises ``WorkspaceWriteTypeError``; a failed write
+        ``WorkspaceArchiveWriteError``; a path outside the workspace ``SandboxPathError``."""
+        payload = await payload_bytes(data)
+        try:
+            await self.write_bytes(os.fspath(path), payload)
+        except SandboxError as exc:
+            translated = _as_io_error(exc, "write")
+            if translated is None:
+                raise
+            raise translated from exc
+
     @abc.abstractmethod
-    async def write(self, path: str, data: bytes | str) -> None:
-        """Replace the file atomically (a reader sees the old or the new bytes, never a mix);
-        creates missing parent directories."""
+    async def write_bytes(self, path: str, data: bytes | str) -> None:
+        """Backend primitive: replace the file atomically (a reader sees the old or the new
+        bytes, never a mix); creates missing parent directories."""
+
+    async def rm(self, path: str | os.PathLike[str], recursive: bool = False) -> None:
+        """Remove a file, a symlink or an empty directory; with ``recursive`` a directory tree,
+        and a missing path is then not an error. Failures raise ``WorkspaceArchiveWriteError``.
+        """
+        try:
+            await self.remove(os.fspath(path), recursive=recursive)
+        except SandboxError as exc:
+            if recursive and isinstance(exc.__cause__, FileNotFoundError):
+                return
+            translated = _as_io_error(exc, "rm")
+            if translated is None:
+                raise
+            raise translated from exc
+
+    @abc.abstractmethod
+    async def ls(self, path: str | os.PathLike[str] = ".") -> list[FileEntry]:
+        """The directory's entries sorted by name, each a ``FileEntry`` (path as commands see
+        it, permissions, owner, group, size, kind)."""
+
+    async def listdir(self, path: str = ".") -> list[str]:
+        """Sorted names in the directory (internal helper; built on ``ls``)."""
+        return [entry.name for entry in await self.ls(path)]
 
     @abc.abstractmethod
     async def append(self, path: str, data: bytes | str) -> None: ...
 
     @abc.abstractmethod
     async def mkdir(self, path: str, parents: bool = True) -> None: ...
-
-    @abc.abstractmethod
-    async def ls(self, path: str = ".") -> list[str]:
-        """Sorted names in the directory."""
 
     @abc.abstractmethod
     async def exists(self, path: str) -> bool: ...
@@ -379,3 +586,17 @@ class SandboxSession(abc.ABC):
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """``async with session.lock(path):`` an exclusive lock shared with other processes;
         raises ``SandboxError`` after ``timeout`` seconds."""
+
+
+def _as_io_error(exc: SandboxError, operation: str) -> SandboxError | None:
+    """The reference-named error for a failed public file operation, or ``None`` to re-raise
+    ``exc`` as it is (path and state errors, and errors already in the family)."""
+    if isinstance(exc, SandboxPathError | SandboxStateError | WorkspaceIOError):
+        return None
+    cls: type[SandboxError]
+    if operation == "read":
+        missing = isinstance(exc.__cause__, FileNotFoundError)
+        cls = WorkspaceReadNotFoundError if missing else WorkspaceArchiveReadError
+    else:
+        cls = WorkspaceArchiveWriteError
+    return cls(str(exc), operation=exc.operation or operation, path=exc.path)

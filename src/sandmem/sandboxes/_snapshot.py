@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from sandmem._errors import SandboxError, SandboxPathError, SandboxStateError
 from sandmem.sandboxes import _hostfs
@@ -50,11 +51,14 @@ STALE_TEMP_S = 600.0
 
 
 class LocalSnapshotSpec(BaseModel):
-    """Snapshot the workspace to ``base_path/<session_id>.tar`` when the session stops."""
+    """Snapshot the workspace to ``base_path/<session_id>.tar`` when the session stops.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Fields as in the reference SDK: ``type`` (always ``"local"``; ``kind`` is read from states
+    written by earlier sandmem versions) and ``base_path``."""
 
-    kind: Literal["local"] = "local"
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    type: Literal["local"] = Field(default="local", validation_alias=AliasChoices("type", "kind"))
     base_path: Path
 
     def __init__(self, base_path: str | os.PathLike[str] | None = None, **data: Any) -> None:
@@ -69,6 +73,10 @@ class LocalSnapshotSpec(BaseModel):
 
     def path_for(self, session_id: str) -> Path:
         return self.base_path / f"{session_id}.tar"
+
+    def live_lock_for(self, session_id: str) -> Path:
+        """Held (``flock``) by a running session of ``session_id``: its root is in use."""
+        return self.base_path / f".{session_id}.live"
 
 
 # -- taking a snapshot --------------------------------------------------------------------------
@@ -283,13 +291,14 @@ def _link_inside(name: str, linkname: str) -> bool:
     return resolved != ".." and not resolved.startswith("../")
 
 
-def restore_snapshot(spec: LocalSnapshotSpec, session_id: str) -> Path:
-    """Restore the snapshot of ``session_id`` into a fresh workspace and return its real path
-    (blocking). Missing, corrupt or tampered snapshots raise ``SandboxStateError``."""
+def restore_snapshot(spec: LocalSnapshotSpec, session_id: str, dest: Path | None = None) -> Path:
+    """Restore the snapshot of ``session_id`` into ``dest`` (an empty directory, removed on
+    failure) or a fresh workspace, and return its real path (blocking). Missing, corrupt or
+    tampered snapshots raise ``SandboxStateError``."""
     path = spec.path_for(session_id)
     if not path.is_file():
         raise _corrupt(path, "it does not exist (was the session stopped after it was created?)")
-    dest = Path(tempfile.mkdtemp(prefix=WORKSPACE_PREFIX)).resolve()
+    dest = Path(tempfile.mkdtemp(prefix=WORKSPACE_PREFIX)).resolve() if dest is None else dest
     try:
         with tarfile.open(path, mode="r:") as tar:
             fmt = tar.pax_headers.get("sandmem.snapshot_format")
@@ -308,3 +317,82 @@ def restore_snapshot(spec: LocalSnapshotSpec, session_id: str) -> Path:
 def delete_snapshot(spec: LocalSnapshotSpec, session_id: str) -> None:
     with contextlib.suppress(OSError):
         spec.path_for(session_id).unlink()
+    with contextlib.suppress(OSError):
+        spec.live_lock_for(session_id).unlink()
+
+
+# -- resuming into the state's root -------------------------------------------------------------
+
+
+def acquire_live_lock(spec: LocalSnapshotSpec, session_id: str) -> int | None:
+    """Mark the session's root as in use until the returned descriptor is closed; ``None``
+    when that is not possible (another live session holds it, or the directory is not
+    writable): the mark only steers where a later resume restores to."""
+    try:
+        spec.base_path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(spec.live_lock_for(session_id), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def release_live_lock(spec: LocalSnapshotSpec, session_id: str, fd: int) -> None:
+    """Undo ``acquire_live_lock`` (the lock file is removed, then released)."""
+    with contextlib.suppress(OSError):
+        spec.live_lock_for(session_id).unlink()
+    os.close(fd)
+
+
+def _root_in_use(spec: LocalSnapshotSpec, session_id: str) -> bool:
+    fd = None
+    try:
+        fd = os.open(spec.live_lock_for(session_id), os.O_RDWR | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the probe's lock
+    return False
+
+
+def restore_into_root(spec: LocalSnapshotSpec, session_id: str, root: Path | None) -> Path | None:
+    """Restore the snapshot into ``root`` (the state's workspace) when it is free and return
+    its real path; ``None`` when it is not free (the caller then restores into a fresh
+    workspace). Blocking.
+
+    "Free" means no running session of this ``session_id`` holds it (see
+    ``acquire_live_lock``). The snapshot is extracted into a sibling directory first and then
+    swapped in, so a failed restore leaves ``root`` as it was.
+    """
+    if root is None or _root_in_use(spec, session_id):
+        return None
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}.resume-"))
+    except OSError as exc:
+        logger.warning("resume: cannot restore into %s (%s); using a fresh workspace", root, exc)
+        return None
+    restore_snapshot(spec, session_id, dest=staging)
+    old = root.with_name(f"{staging.name}.old")
+    try:
+        if root.exists() or root.is_symlink():
+            os.rename(root, old)
+        os.rename(staging, root)
+    except OSError as exc:
+        logger.warning("resume: cannot replace %s (%s); using a fresh workspace", root, exc)
+        if old.exists() and not root.exists():
+            with contextlib.suppress(OSError):
+                os.rename(old, root)
+        remove_tree(staging)
+        return None
+    if old.exists() or old.is_symlink():
+        remove_tree(old)
+    return root.resolve()
