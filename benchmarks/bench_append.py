@@ -107,7 +107,8 @@ async def _burst(count: int, repeat: int) -> dict[str, float]:
                     for seg in segments:
                         await manager.record(seg)
                     sequential.append(time.perf_counter() - started)
-                files = [n for n in await session.ls(PATHS.sessions_dir) if n.endswith(".jsonl")]
+                names = await session.listdir(PATHS.sessions_dir)
+                files = [n for n in names if n.endswith(".jsonl")]
                 if len(files) != count:
                     raise RuntimeError(f"{mode} appends wrote {len(files)} rollouts, not {count}")
     return {"concurrent": median(concurrent), "sequential": median(sequential)}

@@ -78,7 +78,7 @@ async def _measure(size: int, repeat: int) -> dict[str, Any]:
                 await default_provider().aclose()  # so the next run creates a client
                 cold = await _one_run(server, session, agent)
                 warm = [await _one_run(server, session, agent) for _ in range(repeat)]
-                names = await session.ls(PATHS.sessions_dir)
+                names = await session.listdir(PATHS.sessions_dir)
                 recorded = len([n for n in names if n.endswith(".jsonl")])
         finally:
             await default_provider().aclose()

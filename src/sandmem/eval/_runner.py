@@ -232,7 +232,9 @@ class _StepRun:
         self.transcript = result.to_input_list()
 
     async def _check(self, session: Any) -> bool:
-        result = await session.exec(self.step.check, timeout=self.step.check_timeout_s)
+        result = await session.exec(
+            self.step.check, timeout=self.step.check_timeout_s, raise_on_timeout=False
+        )
         return bool(result.exit_code == 0 and not result.timed_out)
 
     async def run(self, session: Any) -> StepMetrics:

@@ -99,7 +99,7 @@ class _Reader:
         async def read() -> str | None:
             if not await self.session.exists(path):
                 return None
-            data = (await self.session.read(path)).decode("utf-8", "replace")
+            data = (await self.session.read_bytes(path)).decode("utf-8", "replace")
             data = truncate_head_tail(data, _SHOW_MAX_TOKENS, what=path)
             return self.redactor.redact(data)
 
@@ -119,7 +119,7 @@ class _Reader:
         async def ls() -> list[str]:
             if not await self.session.is_dir(path):
                 return []
-            return sorted(n for n in await self.session.ls(path) if not n.startswith("."))
+            return sorted(n for n in await self.session.listdir(path) if not n.startswith("."))
 
         return await self.guard(path, ls, [])
 
