@@ -259,7 +259,7 @@ async def test_a_fifo_is_replaced_by_a_write_and_skipped_by_strict_reads(
         found = await asyncio.wait_for(fifo_session.read_many(["pipe"]), HANG_LIMIT_S)
     assert found == {"pipe": None}
     await asyncio.wait_for(fifo_session.write("pipe", b"now a file"), HANG_LIMIT_S)
-    assert await fifo_session.read("pipe") == b"now a file"
+    assert await fifo_session.read_bytes("pipe") == b"now a file"
 
 
 def test_a_unix_socket_is_refused(tmp_path: Path) -> None:

@@ -328,7 +328,7 @@ async def test_restored_links_never_resolve_outside(
     _write_tar(path, members)
     resumed = await client.resume(session.state)
     assert _escapes(resumed.root) == []
-    assert await resumed.read("f.txt") == b"ok"
+    assert await resumed.read_bytes("f.txt") == b"ok"
     await client.delete(resumed)
 
 

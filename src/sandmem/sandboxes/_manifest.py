@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
