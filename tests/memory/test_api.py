@@ -334,8 +334,12 @@ async def test_generate_on_the_live_session_of_the_run(tmp_path: Path) -> None:
         pending = await api.status(session, layout=CUSTOM)
         report = await api.generate(session, layout=CUSTOM, config=EXTRACT)
         done = await api.status(session, layout=CUSTOM)
-        with pytest.raises(UserError, match="different MemoryGenerateConfig"):
+        with pytest.raises(UserError, match=r"different MemoryGenerateConfig.*pass the agents'"):
             await api.generate(session, layout=CUSTOM)  # not the config the run uses
+        with pytest.raises(MemoryNotFoundError):
+            await api.forget(session, "ghost", layout=CUSTOM)  # refused before any manager
+        report_again = await api.generate(session, layout=CUSTOM, config=EXTRACT)
+        assert report_again.complete
     assert [c.status for c in pending.conversations] == ["pending"]
     assert report.processed == ["invoice-fix"]
     assert [c.status for c in done.conversations] == ["done"]

@@ -311,7 +311,15 @@ def _manager(
     """The session's manager for the layout, its stop hook detached when ``detach``: on a
     session opened for this call (the call flushes explicitly, and a second flush at stop
     would retry what just failed), or when the caller asks (``flush_on_stop=False``)."""
-    manager = get_manager(session, paths, config)
+    try:
+        manager = get_manager(session, paths, config)
+    except UserError as exc:
+        if "different MemoryGenerateConfig" not in str(exc):
+            raise
+        raise UserError(
+            f"{exc}; pass the agents' own config (config=MemoryGenerateConfig(...)) to "
+            "generate or forget on this session"
+        ) from None
     if detach:
         manager.detach_stop_hook()
     return manager
@@ -409,7 +417,7 @@ async def forget(
             plan = await maintenance.forget_plan(session, paths, rollout_id)
             flushed = None
         else:
-            maintenance.checked_rollout_id(rollout_id)
+            await maintenance.forget_plan(session, paths, rollout_id)  # refuse unknown ids first
             _manager(session, paths, cfg, detach=owned)
             try:
                 plan, flushed = await maintenance.forget_rollout(session, paths, rollout_id, cfg)
