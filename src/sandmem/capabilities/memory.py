@@ -97,8 +97,19 @@ class Memory(Capability):
                 slot.rollout_id, slot.conversation_key = resolve_rollout_id(ctx)
             except ValueError as exc:
                 raise UserError(str(exc)) from exc
-            slot.manager = get_manager(self.session, self.paths, self.generate)
+            store = self.layout.store
+            if self.generate.schedule != "inline" and (store is None or not store.remote):
+                raise UserError(
+                    "MemoryGenerateConfig(schedule=...) defers generation to workers on other "
+                    "hosts, which cannot see this workspace: give the layout a remote store, "
+                    "MemoryLayoutConfig(store=S3MemoryStore(...))"
+                )
+            slot.manager = get_manager(self.session, self.paths, self.generate, store)
             await slot.manager.prepare()
+        if self.layout.store is not None and self.layout.store.remote:
+            from sandmem.memory._store_sync import pull
+
+            await pull(self.session, self.paths, self.layout.store)
         if self.read is not None:
             summary = await read_text(self.session, self.paths.summary_md) or ""
             slot.prompt = memory_read_prompt(

@@ -5,6 +5,7 @@
     sandmem memory generate|forget            change it without an agent run
     sandmem memory view                       one HTML page of a workspace's memory
     sandmem eval [SUITE]                      the same tasks with and without memory
+    sandmem worker --broker URL --store S3    generate memory for sessions on other hosts
     sandmem demo                              the two-run memory demo (when installed)
     sandmem docs [PAGE]                       the documentation shipped with the package
 
@@ -28,6 +29,7 @@ from sandmem.cli._memory_cmd import memory_group
 from sandmem.cli._output import readable_warnings
 from sandmem.cli._run_cmd import run_command
 from sandmem.cli._view_cmd import view_command
+from sandmem.cli._worker_cmd import worker_command
 
 __all__ = ["cli", "main"]
 
@@ -84,6 +86,7 @@ cli.add_command(run_command)
 cli.add_command(memory_group)
 cli.add_command(eval_command)
 cli.add_command(docs_command)
+cli.add_command(worker_command)
 _register_demo(cli)
 
 

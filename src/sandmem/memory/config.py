@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sandmem._settings import ModelSettings, Reasoning
+from sandmem.memory._store import GenerationScheduler, MemoryStore
 from sandmem.models._base import Model, ModelProvider
 
 #: the model name that selects sandmem's deterministic, model-free engine
@@ -35,15 +36,23 @@ def _nested(a: str, b: str) -> bool:
 
 class MemoryLayoutConfig(BaseModel):
     """Where one memory lives in the workspace. Isolation between agents is by layout.
+<<<<<<< HEAD
 
     Both directories are relative to the workspace, normalised, and checked here, at
     construction: they must differ and neither may lie inside the other (``ValueError``).
     """
+=======
+>>>>>>> bfd7e85 (wip: distributed memory (S3 store, Celery scheduler, Redis lease, worker command))
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    ``store`` keeps the layout's files in a memory store as well (``LocalMemoryStore()``, the
+    same as ``None``, keeps them only in the workspace; ``sandmem.distributed.S3MemoryStore``
+    shares them between hosts)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     memories_dir: str = "memories"
     sessions_dir: str = "sessions"
+    store: MemoryStore | None = Field(default=None, exclude=True)
 
     @field_validator("memories_dir", "sessions_dir")
     @classmethod
@@ -100,6 +109,9 @@ class MemoryGenerateConfig(BaseModel):
     summary_max_bytes: int = Field(default=24_000, gt=0)
     model_provider: ModelProvider | None = None
     redact_patterns: tuple[tuple[str, str], ...] = ()
+    #: when memory is generated: ``"inline"`` (in the session's stop) or a scheduler that
+    #: defers it to workers (``sandmem.distributed.CeleryScheduler``; needs a remote store)
+    schedule: Literal["inline"] | GenerationScheduler = "inline"
 
     @field_validator("phase_one_model_settings", "phase_two_model_settings", mode="before")
     @classmethod

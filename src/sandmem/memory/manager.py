@@ -12,13 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandmem import tracing
 from sandmem._errors import UserError
 from sandmem._usage import Usage
+<<<<<<< HEAD
 from sandmem.memory import _trace, phase_one, phase_two
+=======
+from sandmem.memory import phase_one, phase_two
+from sandmem.memory._store import MemoryStore
+>>>>>>> bfd7e85 (wip: distributed memory (S3 store, Celery scheduler, Redis lease, worker command))
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.rollouts import segment_line, utc_now
 from sandmem.memory.storage import (
@@ -88,7 +94,10 @@ def _check_conflicts(paths: MemoryPaths, others: list[MemoryPaths]) -> None:
 
 
 def get_manager(
-    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig
+    session: SandboxSession,
+    paths: MemoryPaths,
+    config: MemoryGenerateConfig,
+    store: MemoryStore | None = None,
 ) -> MemoryGenerationManager:
     """The session's manager for ``paths``, created (and registered as a pre-stop hook) on
     first use. Raises ``UserError`` for layouts that conflict with one already in use."""
@@ -103,7 +112,7 @@ def get_manager(
             )
         return existing
     _check_conflicts(paths, list(managers))
-    manager = MemoryGenerationManager(session, paths, config)
+    manager = MemoryGenerationManager(session, paths, config, store=store)
     managers[paths] = manager
     return manager
 
@@ -112,11 +121,21 @@ class MemoryGenerationManager:
     """Records rollouts and generates memory for one layout of one sandbox session."""
 
     def __init__(
-        self, session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig
+        self,
+        session: SandboxSession,
+        paths: MemoryPaths,
+        config: MemoryGenerateConfig,
+        *,
+        store: MemoryStore | None = None,
     ) -> None:
         self.session = session
         self.paths = paths
         self.config = config
+        #: a remote store: the stop pushes to it and generates there (or defers to workers)
+        self.store = store if store is not None and store.remote else None
+        #: called after phase one wrote its artifacts, before phase two (the store job
+        #: commits them there, so a job that dies in phase two never extracts them again)
+        self.after_phase_one: Callable[[], Awaitable[None]] | None = None
         self.redactor = Redactor(config.redact_patterns)
         self._flush_lock = asyncio.Lock()
         self._state_lock = asyncio.Lock()
@@ -144,6 +163,14 @@ class MemoryGenerationManager:
         self.session.unregister_pre_stop_hook(self._on_stop)
 
     async def _on_stop(self) -> None:
+        if self.store is not None:
+            from sandmem.memory._store_sync import stop_with_store
+
+            try:
+                await stop_with_store(self, self.store)
+            except Exception:
+                logger.exception("memory push to %s failed", self.store.describe())
+            return
         try:
             report = await self.flush()
         except Exception:
@@ -209,9 +236,15 @@ class MemoryGenerationManager:
             )
             if pending:
                 await self._save_state(state)
+<<<<<<< HEAD
             async with tracing.aspan(_trace.PHASE_TWO) as span:
                 await self._phase_two(state, report, provider)
                 _trace.phase_two_done(span, report)
+=======
+                if self.after_phase_one is not None:
+                    await self.after_phase_one()
+            await self._phase_two(state, report, provider)
+>>>>>>> bfd7e85 (wip: distributed memory (S3 store, Celery scheduler, Redis lease, worker command))
 
     # ------------------------------------------------------------ phase one
 

