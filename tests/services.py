@@ -65,8 +65,19 @@ def start_redis(workdir: Path) -> RedisServer:
         raise ServiceError("redis-server is not installed (apt-get install redis-server)")
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-         "no", "--dir", str(workdir)],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -114,9 +125,19 @@ def start_s3(workdir: Path, bucket: str = "sandmem-test") -> S3Server:
     s3, master, volume, filer = (free_port(plus=(10000,)) for _ in range(4))
     log = (workdir / "weed.log").open("wb")
     proc = subprocess.Popen(
-        [binary, "server", f"-dir={workdir}", "-s3", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-         f"-s3.port={s3}", f"-master.port={master}", f"-volume.port={volume}",
-         f"-filer.port={filer}", "-metricsPort=0"],
+        [
+            binary,
+            "server",
+            f"-dir={workdir}",
+            "-s3",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.port={s3}",
+            f"-master.port={master}",
+            f"-volume.port={volume}",
+            f"-filer.port={filer}",
+            "-metricsPort=0",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=log,
     )

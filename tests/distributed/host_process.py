@@ -48,7 +48,9 @@ def _agent(store: S3MemoryStore, broker: str, rollout: str) -> SandboxAgent:
     )
 
 
-async def main(root: Path, bucket: str, prefix: str, endpoint: str, broker: str, ids: list[str]) -> None:
+async def main(
+    root: Path, bucket: str, prefix: str, endpoint: str, broker: str, ids: list[str]
+) -> None:
     store = S3MemoryStore(bucket, prefix, endpoint_url=endpoint)
     client = UnixLocalSandboxClient()
     for rollout in ids:

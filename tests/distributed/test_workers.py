@@ -83,9 +83,7 @@ def memory_model(fake_openai: FakeOpenAIServer) -> MemoryModel:
 
 
 class Cluster:
-    def __init__(
-        self, redis: RedisServer, s3: S3Server, fake: FakeOpenAIServer, log: Path
-    ) -> None:
+    def __init__(self, redis: RedisServer, s3: S3Server, fake: FakeOpenAIServer, log: Path) -> None:
         self.redis = redis
         self.s3 = s3
         self.fake = fake
@@ -103,8 +101,16 @@ class Cluster:
         env = {**os.environ, "SANDMEM_TEST_QUEUE": self.queue}
         procs = [
             subprocess.Popen(
-                [sys.executable, str(HERE / "host_process.py"), str(root / host), self.s3.bucket,
-                 self.prefix, self.s3.endpoint_url, self.redis.url, *ids],
+                [
+                    sys.executable,
+                    str(HERE / "host_process.py"),
+                    str(root / host),
+                    self.s3.bucket,
+                    self.prefix,
+                    self.s3.endpoint_url,
+                    self.redis.url,
+                    *ids,
+                ],
                 stdout=subprocess.PIPE,
                 env=env,
             )
@@ -126,10 +132,24 @@ class Cluster:
         }
         log = self.log.open("ab")
         proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("sandmem")), "worker", "--broker", self.redis.url,
-             "--store", f"s3://{self.s3.bucket}/{self.prefix}", "--endpoint-url",
-             self.s3.endpoint_url, "--model", "fake-memory", "--lease-ttl", "4",
-             "--visibility-timeout", "4", "--queue", self.queue],
+            [
+                str(Path(sys.executable).with_name("sandmem")),
+                "worker",
+                "--broker",
+                self.redis.url,
+                "--store",
+                f"s3://{self.s3.bucket}/{self.prefix}",
+                "--endpoint-url",
+                self.s3.endpoint_url,
+                "--model",
+                "fake-memory",
+                "--lease-ttl",
+                "4",
+                "--visibility-timeout",
+                "4",
+                "--queue",
+                self.queue,
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -138,9 +158,9 @@ class Cluster:
         self.workers.append(proc)
         return proc
 
-    async def wait_for(self, ids: list[str], timeout: float = 90.0) -> str:
+    async def wait_for(self, ids: list[str], within: float = 90.0) -> str:
         """MEMORY.md in the store once it cites every id."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         memory = ""
         while time.monotonic() < deadline:
             current = await self.store.current("memories")

@@ -23,7 +23,9 @@ from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 @click.option("--phase-two-model", default=None, help="Phase-two model [--model].")
 @click.option("--engine", type=click.Choice([EXTRACTIVE]), default=None, help="Model-free.")
 @click.option("--queue", default="sandmem-memory", show_default=True)
-@click.option("--lease-ttl", default=30.0, show_default=True, help="Seconds; renewed by the holder.")
+@click.option(
+    "--lease-ttl", default=30.0, show_default=True, help="Seconds; renewed by the holder."
+)
 @click.option(
     "--visibility-timeout",
     default=3600.0,
@@ -78,4 +80,16 @@ def worker_command(
         f"{config.phase_two_model}",
         err=True,
     )
-    app.worker_main(["worker", "-P", "solo", "-Q", queue, "-n", node, "--loglevel", os.environ.get("SANDMEM_WORKER_LOGLEVEL", "WARNING")])
+    app.worker_main(
+        [
+            "worker",
+            "-P",
+            "solo",
+            "-Q",
+            queue,
+            "-n",
+            node,
+            "--loglevel",
+            os.environ.get("SANDMEM_WORKER_LOGLEVEL", "WARNING"),
+        ]
+    )

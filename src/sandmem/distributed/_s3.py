@@ -206,7 +206,9 @@ class S3MemoryStore(MemoryStore):
         )
         condition = {"IfMatch": base.etag} if base is not None else {"IfNoneMatch": "*"}
         try:
-            etag = await self._put(self._key(memories_dir, "CURRENT"), version.to_json(), **condition)
+            etag = await self._put(
+                self._key(memories_dir, "CURRENT"), version.to_json(), **condition
+            )
         except MemoryStoreConflict:
             await self._delete(await self._list(self._key(memories_dir, "versions", vid)))
             raise

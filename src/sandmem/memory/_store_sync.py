@@ -117,7 +117,11 @@ def _local_edits(local: dict[str, bytes], base: MemoryVersion | None) -> dict[st
         path: data for path, data in local.items() if base_files.get(path) != sha256(data)
     }
     edits.update({path: None for path in base_files if path not in local})
-    return {p: d for p, d in edits.items() if not (d is not None and not d.strip() and p not in base_files)}
+    return {
+        p: d
+        for p, d in edits.items()
+        if not (d is not None and not d.strip() and p not in base_files)
+    }
 
 
 async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:
@@ -152,7 +156,7 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
     if not await session.exists(paths.sessions_dir):
         return 0
     for entry in await session.ls(paths.sessions_dir):
-        name = (entry if isinstance(entry, str) else str(getattr(entry, "name", entry)))
+        name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
         name = name.rsplit("/", 1)[-1]
         if not name.endswith(".jsonl") or name.startswith("."):
             continue
@@ -204,7 +208,11 @@ async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryS
         return False
     for _ in range(_COMMIT_ATTEMPTS):
         current = await store.current(paths.memories_dir)
-        files = await store.read_files(paths.memories_dir, current, list(current.files)) if current else {}
+        files = (
+            await store.read_files(paths.memories_dir, current, list(current.files))
+            if current
+            else {}
+        )
         for name, data in edits.items():
             base = await _read(session, _state_path(paths, f"base/{name}")) or b""
             if data is None:
@@ -270,8 +278,10 @@ def _collect(root: Path, paths: MemoryPaths) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for path in sorted(memories.rglob("*")):
         rel = path.relative_to(memories).as_posix()
-        if path.is_file() and not path.is_symlink() and not any(
-            part.startswith(".") for part in rel.split("/")
+        if (
+            path.is_file()
+            and not path.is_symlink()
+            and not any(part.startswith(".") for part in rel.split("/"))
         ):
             out[rel] = path.read_bytes()
     return out

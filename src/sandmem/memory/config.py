@@ -36,13 +36,9 @@ def _nested(a: str, b: str) -> bool:
 
 class MemoryLayoutConfig(BaseModel):
     """Where one memory lives in the workspace. Isolation between agents is by layout.
-<<<<<<< HEAD
 
     Both directories are relative to the workspace, normalised, and checked here, at
     construction: they must differ and neither may lie inside the other (``ValueError``).
-    """
-=======
->>>>>>> bfd7e85 (wip: distributed memory (S3 store, Celery scheduler, Redis lease, worker command))
 
     ``store`` keeps the layout's files in a memory store as well (``LocalMemoryStore()``, the
     same as ``None``, keeps them only in the workspace; ``sandmem.distributed.S3MemoryStore``

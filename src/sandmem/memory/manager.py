@@ -19,12 +19,8 @@ from typing import Any
 from sandmem import tracing
 from sandmem._errors import UserError
 from sandmem._usage import Usage
-<<<<<<< HEAD
 from sandmem.memory import _trace, phase_one, phase_two
-=======
-from sandmem.memory import phase_one, phase_two
 from sandmem.memory._store import MemoryStore
->>>>>>> bfd7e85 (wip: distributed memory (S3 store, Celery scheduler, Redis lease, worker command))
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.rollouts import segment_line, utc_now
 from sandmem.memory.storage import (
@@ -236,15 +232,11 @@ class MemoryGenerationManager:
             )
             if pending:
                 await self._save_state(state)
-<<<<<<< HEAD
+                if self.after_phase_one is not None:
+                    await self.after_phase_one()
             async with tracing.aspan(_trace.PHASE_TWO) as span:
                 await self._phase_two(state, report, provider)
                 _trace.phase_two_done(span, report)
-=======
-                if self.after_phase_one is not None:
-                    await self.after_phase_one()
-            await self._phase_two(state, report, provider)
->>>>>>> bfd7e85 (wip: distributed memory (S3 store, Celery scheduler, Redis lease, worker command))
 
     # ------------------------------------------------------------ phase one
 
