@@ -60,7 +60,12 @@ from sandmem._stream_events import (
 from sandmem._tool_use import FunctionToolResult, tools_final_output
 from sandmem._tools import FunctionTool, to_tool_output
 from sandmem._usage import Usage
-from sandmem.capabilities._base import Capability
+from sandmem.capabilities._base import (
+    Capability,
+    bind_for_run,
+    capability_instructions,
+    missing_requirements,
+)
 from sandmem.models._base import Model, ModelRequest, ModelResponse, OutputSchema
 
 logger = logging.getLogger("sandmem.run")
@@ -185,13 +190,9 @@ def _resolve_model(agent: Agent, config: RunConfig) -> Model:
 
 
 def _check_requirements(capabilities: list[Capability]) -> None:
-    missing: set[str] = set()
-    for cap in capabilities:
-        for required in cap.required_capability_types():
-            if not any(isinstance(other, required) for other in capabilities):
-                missing.add(required.__name__)
+    missing = missing_requirements(capabilities)
     if missing:
-        names = ", ".join(f"{name}()" for name in sorted(missing))
+        names = ", ".join(sorted(missing))
         raise UserError(
             f"the agent's capabilities require {names}; add them to SandboxAgent(capabilities=...)"
         )
@@ -221,7 +222,7 @@ async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
     parts: list[str] = []
     if isinstance(agent, SandboxAgent):
         assert ctx.sandbox is not None
-        capabilities = [cap.bind(ctx.sandbox) for cap in agent.capabilities]
+        capabilities = [bind_for_run(cap, ctx.sandbox) for cap in agent.capabilities]
         _check_requirements(capabilities)
         parts.append(
             render_prompt(load_prompt("sandmem", "sandbox"), root=ctx.sandbox.display_root)
@@ -233,7 +234,7 @@ async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
     for cap in capabilities:
         await cap.on_run_start(ctx)
     for cap in capabilities:
-        extra = await cap.instructions(ctx)
+        extra = await capability_instructions(cap, ctx)
         if extra:
             parts.append(extra)
     return _Prepared(model, parts, tools, capabilities, settings, schema)

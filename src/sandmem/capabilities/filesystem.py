@@ -52,6 +52,8 @@ def image_mime_type(data: bytes) -> str | None:
 class Filesystem(Capability):
     """Gives the model ``apply_patch(patch)`` and ``view_image(path)`` on the workspace."""
 
+    type = "filesystem"
+
     def tools(self) -> list[FunctionTool]:
         async def apply_patch_tool(patch: str) -> str:
             result = await apply_patch(self.session, patch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,8 @@ class Memory(Capability):
     distils memory when the sandbox session stops. At least one must be on.
     """
 
+    type = "memory"
+
     def __init__(
         self,
         layout: MemoryLayoutConfig | None = None,
@@ -70,7 +73,7 @@ class Memory(Capability):
     def __repr__(self) -> str:
         return f"Memory(layout={self.layout!r}, read={self.read!r}, generate={self.generate!r})"
 
-    def required_capability_types(self) -> frozenset[type[Capability]]:
+    def required_capability_types(self) -> frozenset[builtins.type[Capability]]:
         from sandmem.capabilities.filesystem import Filesystem
         from sandmem.capabilities.shell import Shell
 

@@ -68,6 +68,8 @@ def format_exec_result(
 class Shell(Capability):
     """Gives the model ``exec_command(cmd, workdir, timeout_ms, max_output_tokens)``."""
 
+    type = "shell"
+
     def tools(self) -> list[FunctionTool]:
         async def exec_command(
             cmd: str,

@@ -28,7 +28,7 @@ from sandmem.sandboxes._bubblewrap import BubblewrapSandboxClient
 from sandmem.sandboxes._bwrap_host import DEFAULT_READONLY_BINDS
 from sandmem.sandboxes._client import SandboxClient
 from sandmem.sandboxes._local import UnixLocalSandboxClient
-from sandmem.sandboxes._manifest import Dir, File, Manifest
+from sandmem.sandboxes._manifest import Dir, File, GitRepo, LocalDir, LocalFile, Manifest
 from sandmem.sandboxes._session import ExecResult, SandboxSession, SandboxSessionState
 from sandmem.sandboxes._snapshot import LocalSnapshotSpec
 from sandmem.sandboxes._types import EntryKind, FileEntry, FileMode, Permissions
@@ -44,6 +44,9 @@ __all__ = [  # noqa: RUF022 - plain sorted() order, checked by a test
     "File",
     "FileEntry",
     "FileMode",
+    "GitRepo",
+    "LocalDir",
+    "LocalFile",
     "LocalSnapshotSpec",
     "Manifest",
     "Permissions",

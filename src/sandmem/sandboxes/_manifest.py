@@ -131,7 +131,123 @@ class Dir(_Entry):
         return _normalized_entries(children)
 
 
-AnyEntry = File | Dir
+def _host_path(value: Path) -> Path:
+    if "\x00" in str(value):
+        raise ValueError("a source path contains a NUL byte")
+    return value.expanduser().absolute()
+
+
+class LocalFile(_Entry):
+    """A copy of the host file ``src`` (made absolute against the current directory), taken
+    when the workspace is created. ``src`` must be a regular file (a symlink given as ``src``
+    is followed: you named it); its permission bits are kept unless ``permissions`` is given.
+    """
+
+    type: Literal["local_file"] = "local_file"
+    src: Path
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            *,
+            src: str | os.PathLike[str],
+            type: Literal["local_file"] = "local_file",
+            mode: int | None = None,
+            permissions: Permissions | int | None = None,
+        ) -> None: ...
+
+    @field_validator("src")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return _host_path(value)
+
+
+class LocalDir(_Entry):
+    """A copy of the host directory ``src`` (an empty directory when ``src`` is ``None``),
+    taken when the workspace is created. Nothing inside ``src`` is followed out of it: a
+    symlink is copied only when it points inside ``src`` (else skipped with a warning);
+    sockets, fifos and devices are skipped; setuid and setgid bits are dropped."""
+
+    type: Literal["local_dir"] = "local_dir"
+    src: Path | None = None
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            *,
+            src: str | os.PathLike[str] | None = None,
+            type: Literal["local_dir"] = "local_dir",
+            mode: int | None = None,
+            permissions: Permissions | int | None = None,
+        ) -> None: ...
+
+    @field_validator("src")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return None if value is None else _host_path(value)
+
+
+class GitRepo(_Entry):
+    """A checkout of a git repository, cloned with the system ``git`` when the workspace is
+    created. ``repo`` is ``owner/name`` on ``host`` (cloned from ``https://<host>/<repo>.git``),
+    or a URL (``file:///...``, ``https://...``, ``git@...``) or a local path, used as is.
+    ``ref`` is a branch, tag or commit (default: the remote's default branch); ``subpath``
+    copies only that directory of the checkout. The copy includes ``.git`` unless ``subpath``
+    is given."""
+
+    type: Literal["git_repo"] = "git_repo"
+    repo: str
+    ref: str | None = None
+    host: str = "github.com"
+    subpath: str | None = None
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            *,
+            repo: str,
+            ref: str | None = None,
+            host: str = "github.com",
+            subpath: str | None = None,
+            type: Literal["git_repo"] = "git_repo",
+            mode: int | None = None,
+            permissions: Permissions | int | None = None,
+        ) -> None: ...
+
+    @field_validator("repo", "host")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip() or "\x00" in value:
+            raise ValueError("repo and host must be non-empty")
+        return value.strip()
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value.startswith("-")):
+            raise ValueError(f"ref {value!r} is not a branch, tag or commit")
+        return value
+
+    @field_validator("subpath")
+    @classmethod
+    def _subpath(cls, value: str | None) -> str | None:
+        if value is None or value.strip() in ("", "."):
+            return None
+        return normalize_entry_path(value.strip())
+
+    @property
+    def url(self) -> str:
+        """What ``git clone`` is given."""
+        looks_local = self.repo.startswith(("/", "./", "../", "~"))
+        if "://" in self.repo or self.repo.startswith("git@") or looks_local:
+            return os.path.expanduser(self.repo) if looks_local else self.repo
+        return f"https://{self.host}/{self.repo.removesuffix('.git')}.git"
+
+
+AnyEntry = File | Dir | LocalFile | LocalDir | GitRepo
 Entry = Annotated[AnyEntry, Field(discriminator="type")]
 Dir.model_rebuild()
 
@@ -272,6 +388,11 @@ def write_entries(root: Path, entries: dict[str, AnyEntry]) -> None:
 
 
 def _write_entry(root: Path, rel: str, entry: AnyEntry) -> None:
+    if isinstance(entry, LocalFile | LocalDir | GitRepo):
+        from sandmem.sandboxes._materialize import materialize
+
+        materialize(root, rel, entry)
+        return
     try:
         if isinstance(entry, Dir):
             _hostfs.mkdir(root, rel, parents=True)

@@ -1,0 +1,234 @@
+"""Manifest entries in the reference's forms: File/Dir with permissions, nested Dir(children),
+LocalFile, LocalDir (no symlink escapes), GitRepo (cloned offline from a repo made here), and the
+manifest environment reaching commands."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from sandmem._errors import GitCloneError, LocalDirReadError, LocalFileReadError, SandboxError
+from sandmem.sandboxes import (
+    Dir,
+    File,
+    FileMode,
+    GitRepo,
+    LocalDir,
+    LocalFile,
+    Manifest,
+    Permissions,
+    UnixLocalSandboxClient,
+)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+async def test_nested_dirs_files_and_permissions(client: UnixLocalSandboxClient) -> None:
+    manifest = Manifest(
+        entries={
+            "data": Dir(
+                children={
+                    "leads.csv": File(content=b"a,b\n"),
+                    "deep/er": Dir(children={"x.sh": File(content=b"echo x\n", permissions=0o755)}),
+                },
+            ),
+            "locked": Dir(
+                children={"inside.txt": File(content=b"ro")},
+                permissions=Permissions(owner=FileMode.READ | FileMode.EXEC, group=5, other=5),
+            ),
+            "secret.txt": File(content=b"s", permissions=Permissions(owner=6)),
+        }
+    )
+    assert manifest.entries["secret.txt"].permissions == Permissions(owner=6)
+    session = await client.create(manifest=manifest)
+    root = session.root
+    assert (root / "data/leads.csv").read_bytes() == b"a,b\n"
+    assert (root / "data/deep/er/x.sh").read_bytes() == b"echo x\n"
+    assert _mode(root / "data/deep/er/x.sh") == 0o755
+    assert _mode(root / "secret.txt") == 0o600
+    assert _mode(root / "locked") == 0o555 and (root / "locked/inside.txt").read_bytes() == b"ro"
+    async with session:
+        assert (await session.exec("./data/deep/er/x.sh")).stdout == b"x\n"
+    await client.delete(session)  # a read-only directory does not stop the cleanup
+    assert not root.exists()
+
+
+def test_nested_entries_round_trip_and_are_checked() -> None:
+    manifest = Manifest(
+        entries={"a": Dir(children={"b": Dir(children={"c.txt": File(content=b"\x00")})})},
+        environment={"K": "v"},
+    )
+    again = Manifest.model_validate_json(manifest.model_dump_json())
+    assert again == manifest and again.environment == {"K": "v"}
+    with pytest.raises(ValidationError):
+        Dir(children={"../escape": File()})
+    with pytest.raises(ValidationError, match="not both"):
+        File(content=b"", mode=0o600, permissions=0o644)
+
+
+def test_reference_manifest_defaults() -> None:
+    assert Manifest(root="/workspace").root is None  # the reference's default: a fresh dir
+    assert Manifest(environment={"value": {"A": "1"}}).environment == {"A": "1"}
+    assert Manifest(env={"A": "1"}).environment == {"A": "1"}  # sandmem's earlier name
+
+
+async def test_manifest_environment_reaches_commands(client: UnixLocalSandboxClient) -> None:
+    session = await client.create(manifest=Manifest(environment={"APP_STAGE": "ci"}))
+    async with session:
+        result = await session.exec("printenv", "APP_STAGE")
+    await client.delete(session)
+    assert result.stdout == b"ci\n"
+
+
+async def test_local_file_is_copied_with_its_mode(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    src = tmp_path / "host" / "tool.sh"
+    src.parent.mkdir()
+    src.write_bytes(b"#!/bin/sh\necho tool\n")
+    src.chmod(0o750)
+    session = await client.create(manifest=Manifest(entries={"bin/tool.sh": LocalFile(src=src)}))
+    src.write_bytes(b"changed later")  # copied at creation, not linked
+    assert (session.root / "bin/tool.sh").read_bytes() == b"#!/bin/sh\necho tool\n"
+    assert _mode(session.root / "bin/tool.sh") == 0o750
+    await client.delete(session)
+
+
+async def test_local_file_source_must_be_a_regular_file(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for bad in (tmp_path / "missing", tmp_path, fifo):  # a fifo must not hang the create
+        with pytest.raises(LocalFileReadError):
+            await client.create(manifest=Manifest(entries={"x": LocalFile(src=bad)}))
+    assert list((tmp_path / "tmp").iterdir()) == []  # no half-made workspace left
+
+
+async def test_local_dir_copies_a_tree_without_leaving_it(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    src = tmp_path / "project"
+    (src / "pkg/sub").mkdir(parents=True)
+    (src / "pkg/sub/mod.py").write_bytes(b"X = 1\n")
+    (src / ".hidden").write_bytes(b"h")
+    (src / "run.sh").write_bytes(b"echo run\n")
+    (src / "run.sh").chmod(0o755)
+    (src / "pkg/link_inside").symlink_to("sub/mod.py")
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"host secret")
+    (src / "escape_abs").symlink_to(secret)
+    (src / "escape_rel").symlink_to("../secret.txt")
+    (src / "dir_out").symlink_to(tmp_path)
+    os.mkfifo(src / "fifo")
+    session = await client.create(manifest=Manifest(entries={"vendor/project": LocalDir(src=src)}))
+    dest = session.root / "vendor/project"
+    assert (dest / "pkg/sub/mod.py").read_bytes() == b"X = 1\n"
+    assert (dest / ".hidden").read_bytes() == b"h"
+    assert _mode(dest / "run.sh") == 0o755
+    assert os.readlink(dest / "pkg/link_inside") == "sub/mod.py"
+    for gone in ("escape_abs", "escape_rel", "dir_out", "fifo"):
+        assert not os.path.lexists(dest / gone)
+    everything = b"".join(p.read_bytes() for p in dest.rglob("*") if p.is_file())
+    assert b"host secret" not in everything
+    await client.delete(session)
+
+
+async def test_local_dir_without_source_and_bad_sources(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    session = await client.create(manifest=Manifest(entries={"empty": LocalDir()}))
+    assert (session.root / "empty").is_dir()
+    await client.delete(session)
+    (tmp_path / "file.txt").write_bytes(b"")
+    for bad in (tmp_path / "missing", tmp_path / "file.txt"):
+        with pytest.raises(LocalDirReadError):
+            await client.create(manifest=Manifest(entries={"d": LocalDir(src=bad)}))
+
+
+def _git(*args: str, cwd: Path) -> str:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> tuple[Path, str]:
+    """A repository with two commits on ``main`` and a branch ``feature``; returns the path and
+    the first commit."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "origin"
+    (repo / "docs").mkdir(parents=True)
+    _git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "README.md").write_text("v1\n")
+    (repo / "docs/guide.md").write_text("guide\n")
+    _git("add", "-A", cwd=repo)
+    _git("commit", "-q", "-m", "one", cwd=repo)
+    first = _git("rev-parse", "HEAD", cwd=repo)
+    (repo / "README.md").write_text("v2\n")
+    _git("commit", "-q", "-am", "two", cwd=repo)
+    _git("branch", "feature", first, cwd=repo)
+    return repo, first
+
+
+async def test_git_repo_from_a_local_path_and_a_file_url(
+    client: UnixLocalSandboxClient, git_repo: tuple[Path, str]
+) -> None:
+    repo, first = git_repo
+    manifest = Manifest(
+        entries={
+            "by_path": GitRepo(repo=str(repo)),
+            "by_url": GitRepo(repo=repo.as_uri(), ref="feature"),
+            "at_commit": GitRepo(repo=str(repo), ref=first[:12]),
+            "docs_only": GitRepo(repo=repo.as_uri(), ref="main", subpath="docs"),
+        }
+    )
+    session = await client.create(manifest=manifest)
+    root = session.root
+    assert (root / "by_path/README.md").read_text() == "v2\n"
+    assert (root / "by_path/.git").is_dir()  # a real checkout: git works in the sandbox
+    assert (root / "by_url/README.md").read_text() == "v1\n"
+    assert (root / "at_commit/README.md").read_text() == "v1\n"
+    assert sorted(p.name for p in (root / "docs_only").iterdir()) == ["guide.md"]
+    async with session:
+        log = await session.exec("git", "-C", "by_path", "log", "--format=%s")
+    assert log.stdout.decode().split() == ["two", "one"]
+    await client.delete(session)
+
+
+async def test_git_repo_failures_are_clear(
+    client: UnixLocalSandboxClient, git_repo: tuple[Path, str], tmp_path: Path
+) -> None:
+    repo, _ = git_repo
+    with pytest.raises(GitCloneError, match="no-such-branch") as info:
+        await client.create(
+            manifest=Manifest(entries={"r": GitRepo(repo=str(repo), ref="no-such-branch")})
+        )
+    assert isinstance(info.value, SandboxError) and info.value.stderr
+    with pytest.raises(GitCloneError):
+        await client.create(manifest=Manifest(entries={"r": GitRepo(repo=str(tmp_path / "none"))}))
+    assert GitRepo(repo="openai/openai-agents-python").url == (
+        "https://github.com/openai/openai-agents-python.git"
+    )
+    with pytest.raises(ValidationError):
+        GitRepo(repo="x/y", ref="--upload-pack=evil")
+    with pytest.raises(ValidationError):
+        GitRepo(repo="x/y", subpath="../up")
