@@ -465,3 +465,60 @@ async def test_streamed_run_records_memory_like_run(tmp_path: Path) -> None:
         "message",
     ]
     assert (sandbox.root / "memories/MEMORY.md").exists()
+
+
+def test_run_config_takes_the_reference_fields() -> None:
+    config = RunConfig(
+        model="m",
+        model_settings={"temperature": 0.3},
+        workflow_name="wf",
+        trace_id="trace_123",
+        group_id="g1",
+        trace_metadata={"k": "v"},
+        tracing_disabled=True,
+        trace_include_sensitive_data=False,
+    )
+    assert config.model_settings is not None and config.model_settings.temperature == 0.3
+    assert (config.workflow_name, config.trace_id, config.group_id) == ("wf", "trace_123", "g1")
+
+
+@pytest.mark.parametrize("mode", ["immediate", "after_turn"])
+async def test_cancelled_streamed_run_is_recorded_as_cancelled(mode: str) -> None:
+    from sandmem import Filesystem, Memory, SandboxAgent, SandboxRunConfig, Shell
+    from sandmem.memory import MemoryGenerateConfig
+    from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+
+    release = asyncio.Event()
+    if mode == "after_turn":
+        release.set()  # the turn in progress finishes; the run stops at its end
+
+    async def model_fn(request: ModelRequest) -> list[dict[str, object]]:
+        if any(i.get("type") == "function_call_output" for i in request.input):
+            await release.wait()  # the second turn never finishes on its own
+        return [tool_call("exec_command", {"cmd": "true"})]
+
+    memory = Memory(
+        generate=MemoryGenerateConfig(phase_one_model="extractive", phase_two_model="extractive")
+    )
+    agent = SandboxAgent(
+        name="dev", model=FunctionModel(model_fn), capabilities=[memory, Filesystem(), Shell()]
+    )
+    sandbox = await UnixLocalSandboxClient().create(manifest=Manifest())
+    async with sandbox:
+        config = RunConfig(sandbox=SandboxRunConfig(session=sandbox))
+        result = Runner.run_streamed(agent, "go", run_config=config, conversation_id="cx")
+
+        async def consume() -> None:
+            async for event in result.stream_events():
+                if event.type == "run_item_stream_event" and event.name == "tool_output":
+                    result.cancel(mode=mode)  # type: ignore[arg-type]
+
+        await asyncio.wait_for(consume(), 10)
+        assert result.is_complete
+        segment = json.loads((sandbox.root / "sessions/cx.jsonl").read_text())
+    assert segment["terminal_metadata"]["terminal_state"] == "cancelled"
+    assert segment["terminal_metadata"]["has_final_output"] is False
+    assert [i["type"] for i in segment["generated_items"]][:2] == [
+        "function_call",
+        "function_call_output",
+    ]
