@@ -3,7 +3,8 @@
 Paths are workspace-relative like every path in sandmem (``memories/MEMORY.md``). Reads and
 searches may reach any file under ``memories_dir``; writes only ``MEMORY.md``,
 ``memory_summary.md`` and ``skills/**`` (``write_files`` writes several in one call, so one
-model turn can write both consolidated files). There is no shell.
+model turn can write both consolidated files), never a hidden path, and skill files within
+their budgets. No symlink under the memory directory is ever followed. There is no shell.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sandmem._errors import SandboxError, UserError
 from sandmem._tools import FunctionTool, function_tool
 from sandmem._truncate import truncate_head_tail
 from sandmem.capabilities._apply_patch import apply_patch as apply_patch_engine
+from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 _MAX_READ_TOKENS = 20_000
@@ -30,12 +32,31 @@ class MemoryFile(BaseModel):
     content: str
 
 
-class ScopedFiles:
-    """Session file primitives restricted to ``memories_dir`` (writes to the writable set)."""
+#: directories below this depth under the memory directory are not listed or searched
+_MAX_WALK_DEPTH = 12
 
-    def __init__(self, session: SandboxSession, memories_dir: str) -> None:
+
+class ScopedFiles:
+    """Session file primitives restricted to ``memories_dir`` (writes to the writable set).
+
+    Every operation runs under ``no_symlinks()``: a symlink under the memory directory is never
+    followed (a symlinked directory on the way is refused, a symlink as the file is treated as
+    absent, listed nowhere, and replaced by a write). Writes refuse hidden paths (a component
+    starting with ``.``) and files under ``skills/`` over the skill budgets.
+    """
+
+    def __init__(
+        self,
+        session: SandboxSession,
+        memories_dir: str,
+        *,
+        skill_file_max_bytes: int | None = None,
+        skills_max_bytes: int | None = None,
+    ) -> None:
         self._session = session
         self.root = memories_dir.rstrip("/")
+        self._skill_file_max = skill_file_max_bytes
+        self._skills_max = skills_max_bytes
 
     def check(self, path: str, *, write: bool = False) -> str:
         raw = (path or "").strip().replace("\\", "/")
@@ -52,40 +73,84 @@ class ScopedFiles:
                     f"{path!r} is read-only here: write only {self.root}/MEMORY.md, "
                     f"{self.root}/memory_summary.md and {self.root}/skills/**"
                 )
+            if any(part.startswith(".") for part in rel.split("/")):
+                raise UserError(
+                    f"{path!r} is a hidden path (a name starting with '.'): memory files may "
+                    "not be hidden; use a plain name"
+                )
         return norm
 
     async def read_bytes(self, path: str) -> bytes:
-        return await self._session.read_bytes(self.check(path))
+        with no_symlinks():
+            return await self._session.read_bytes(self.check(path))
 
     async def write(self, path: str, data: bytes | str) -> None:
-        await self._session.write(self.check(path, write=True), data)
+        target = self.check(path, write=True)
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        await self.check_budget(target, len(payload))
+        with no_symlinks():
+            await self._session.write(target, data)
 
     async def exists(self, path: str) -> bool:
-        return await self._session.exists(self.check(path))
+        with no_symlinks():
+            return await self._session.exists(self.check(path))
 
     async def mkdir(self, path: str, parents: bool = True) -> None:
-        await self._session.mkdir(self.check(path, write=True), parents=parents)
+        with no_symlinks():
+            await self._session.mkdir(self.check(path, write=True), parents=parents)
 
     async def remove(self, path: str, recursive: bool = False) -> None:
-        await self._session.remove(self.check(path, write=True), recursive=recursive)
+        with no_symlinks():
+            await self._session.remove(self.check(path, write=True), recursive=recursive)
 
     async def rename(self, src: str, dst: str) -> None:
-        await self._session.rename(self.check(src, write=True), self.check(dst, write=True))
+        with no_symlinks():
+            await self._session.rename(self.check(src, write=True), self.check(dst, write=True))
+
+    async def check_budget(self, target: str, size: int) -> None:
+        """``UserError`` when writing ``size`` bytes to ``target`` would break a skill
+        budget (per file, or all of ``skills/`` together)."""
+        skills = f"{self.root}/skills/"
+        if not target.startswith(skills):
+            return
+        if self._skill_file_max is not None and size > self._skill_file_max:
+            raise UserError(
+                f"{target} would be {size} bytes, over the budget of {self._skill_file_max} "
+                "bytes per skill file; keep a skill short (the procedure, not the transcript)"
+            )
+        if self._skills_max is None:
+            return
+        others = [p for p in await self.walk(skills.rstrip("/")) if p != target]
+        with no_symlinks():
+            sizes = await self._session.stat_many(others)
+        total = size + sum(st.size for st in sizes.values() if st is not None)
+        if total > self._skills_max:
+            raise UserError(
+                f"writing {target} would make {skills} {total} bytes, over its budget of "
+                f"{self._skills_max}; merge or shorten skills first"
+            )
 
     async def walk(self, path: str) -> list[str]:
-        """Every file below ``path`` (sorted, workspace-relative); hidden entries skipped."""
+        """Every regular file below ``path`` (sorted, workspace-relative). Hidden entries and
+        symlinks are skipped (never followed, so a link loop cannot recurse); directories
+        deeper than ``_MAX_WALK_DEPTH`` are not entered."""
         top = self.check(path)
-        if not await self._session.is_dir(top):
-            return [top] if await self._session.exists(top) else []
-        found: list[str] = []
-        for name in await self._session.listdir(top):
-            if name.startswith("."):
-                continue
-            child = f"{top}/{name}"
-            if await self._session.is_dir(child):
-                found.extend(await self.walk(child))
-            else:
-                found.append(child)
+        with no_symlinks():
+            if not await self._session.is_dir(top):
+                return [top] if await self._session.exists(top) else []
+            found: list[str] = []
+            pending = [(top, 0)]
+            while pending:
+                directory, depth = pending.pop()
+                for name in await self._session.listdir(directory):
+                    if name.startswith("."):
+                        continue
+                    child = f"{directory}/{name}"
+                    if await self._session.is_dir(child):
+                        if depth < _MAX_WALK_DEPTH:
+                            pending.append((child, depth + 1))
+                    elif await self._session.exists(child):
+                        found.append(child)
         return sorted(found)
 
 
@@ -115,14 +180,28 @@ async def _write(session: SandboxSession, scoped: ScopedFiles, items: list[Memor
         raise UserError("give at least one file to write")
     written = []
     for target, content in targets:
-        await session.mkdir(target.rsplit("/", 1)[0], parents=True)  # inside the checked path
+        await scoped.check_budget(target, len(content.encode("utf-8")))
+    for target, content in targets:
+        with no_symlinks():  # the parent is inside the checked path
+            await session.mkdir(target.rsplit("/", 1)[0], parents=True)
         await scoped.write(target, content)
         written.append(f"wrote {target} ({len(content.encode('utf-8'))} bytes)")
     return "\n".join(written)
 
 
-def scoped_tools(session: SandboxSession, memories_dir: str) -> list[FunctionTool]:
-    scoped = ScopedFiles(session, memories_dir)
+def scoped_tools(
+    session: SandboxSession,
+    memories_dir: str,
+    *,
+    skill_file_max_bytes: int | None = None,
+    skills_max_bytes: int | None = None,
+) -> list[FunctionTool]:
+    scoped = ScopedFiles(
+        session,
+        memories_dir,
+        skill_file_max_bytes=skill_file_max_bytes,
+        skills_max_bytes=skills_max_bytes,
+    )
 
     @function_tool
     async def read_file(path: str) -> str:

@@ -103,6 +103,8 @@ class MemoryGenerateConfig(BaseModel):
     phase_two_max_turns: int = Field(default=500, ge=1)
     memory_md_max_bytes: int = Field(default=96_000, gt=0)
     summary_max_bytes: int = Field(default=24_000, gt=0)
+    skill_file_max_bytes: int = Field(default=64_000, gt=0)
+    skills_max_bytes: int = Field(default=1_000_000, gt=0)
     model_provider: ModelProvider | None = None
     redact_patterns: tuple[tuple[str, str], ...] = ()
     #: when memory is generated: ``"inline"`` (in the session's stop) or a scheduler that

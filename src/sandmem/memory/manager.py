@@ -36,6 +36,7 @@ from sandmem.memory.storage import (
 )
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
+from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
@@ -147,11 +148,12 @@ class MemoryGenerationManager:
     async def record(self, segment: dict[str, Any]) -> None:
         """Append one run segment (redacted) to its rollout file: append only, under the
         sessions lock so concurrent writers never interleave."""
-        await self.prepare()
-        line = segment_line(self.redactor.redact_obj(segment))
-        lock = f"{self.paths.sessions_dir}/.lock"
-        async with self.session.lock(lock, timeout=LOCK_TIMEOUT_S):
-            await self.session.append(self.paths.rollout_file(segment["rollout_id"]), line)
+        with no_symlinks():  # never through a symlink planted under sessions/ or memories/
+            await self.prepare()
+            line = segment_line(self.redactor.redact_obj(segment))
+            lock = f"{self.paths.sessions_dir}/.lock"
+            async with self.session.lock(lock, timeout=LOCK_TIMEOUT_S):
+                await self.session.append(self.paths.rollout_file(segment["rollout_id"]), line)
 
     def detach_stop_hook(self) -> None:
         """Do not flush when the session stops (for callers that flush explicitly, such as
@@ -207,7 +209,8 @@ class MemoryGenerationManager:
         return default_provider()
 
     async def _flush(self, report: FlushReport, retry_failed: bool) -> None:
-        await self._flush_locked(report, retry_failed, self._provider())
+        with no_symlinks():  # a symlink under memories/ or sessions/ is never followed
+            await self._flush_locked(report, retry_failed, self._provider())
 
     async def _flush_locked(
         self, report: FlushReport, retry_failed: bool, provider: ModelProvider

@@ -213,7 +213,12 @@ async def _run_agent(
         instructions=consolidation_instructions(inputs),
         model=resolve_model(config.phase_two_model, provider),
         model_settings=config.phase_two_model_settings,
-        tools=scoped_tools(session, inputs.memories_dir),
+        tools=scoped_tools(
+            session,
+            inputs.memories_dir,
+            skill_file_max_bytes=config.skill_file_max_bytes,
+            skills_max_bytes=config.skills_max_bytes,
+        ),
     )
     result = await Runner.run(
         agent,
@@ -256,6 +261,22 @@ async def _check_result(
                 f"consolidation left {path} at {size} bytes, over its budget of {budget}",
                 retryable=True,
             )
+    skills = [p for p in await _tracked_files(session, paths) if p.startswith(paths.skills_dir)]
+    sizes = await session.stat_many(skills)
+    for path, st in sizes.items():
+        if st is not None and st.size > config.skill_file_max_bytes:
+            raise MemoryGenerationError(
+                f"consolidation left {path} at {st.size} bytes, over the budget of "
+                f"{config.skill_file_max_bytes} per skill file",
+                retryable=True,
+            )
+    total = sum(st.size for st in sizes.values() if st is not None)
+    if total > config.skills_max_bytes:
+        raise MemoryGenerationError(
+            f"consolidation left {paths.skills_dir}/ at {total} bytes, over its budget of "
+            f"{config.skills_max_bytes}",
+            retryable=True,
+        )
     for path in await _tracked_files(session, paths):
         text = await read_text(session, path) or ""
         clean = redactor.redact(text)

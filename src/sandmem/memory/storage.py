@@ -4,13 +4,18 @@ sandbox session API (so every backend gets them for free)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from sandmem._errors import SandboxError
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.sandboxes._hostfs import is_stale_write_temp
+from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
 
 STATE_VERSION = 1
 
@@ -134,10 +139,20 @@ async def sweep_write_temps(session: SandboxSession, paths: MemoryPaths) -> list
 
 
 async def read_text(session: SandboxSession, path: str) -> str | None:
-    """The file's text (invalid UTF-8 replaced), or ``None`` when it does not exist."""
-    if not await session.exists(path):
-        return None
-    return (await session.read_bytes(path)).decode("utf-8", "replace")
+    """The file's text (invalid UTF-8 replaced), or ``None`` when it does not exist. A memory
+    file is never read through a symlink, and one that is not a regular file (a FIFO, socket,
+    device, symlink) is skipped with a warning, so nothing planted there can hang a run."""
+    with no_symlinks():
+        try:
+            if not await session.exists(path):
+                return None
+            data = await session.read_bytes(path)
+        except SandboxError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return None
+            logger.warning("skipping %s: %s", path, exc)
+            return None
+    return data.decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------- headers

@@ -337,6 +337,13 @@ def mkdir(root: Path, path: PathArg, parents: bool = True) -> None:
             os.mkdir(loc.name, 0o777, dir_fd=loc.parent_fd)
         except FileExistsError:
             st = _lstat(loc)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise refusal(
+                    "mkdir",
+                    os.fspath(path),
+                    str(root),
+                    "it is a symlink, which is not followed here",
+                ) from None
             if st is None or not stat.S_ISDIR(st.st_mode):
                 raise
 
