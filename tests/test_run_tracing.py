@@ -184,3 +184,44 @@ async def test_openai_model_spans_through_the_real_client(
     assert second.attributes["gen_ai.response.finish_reasons"] == ("stop",)
     assert [c.attributes["gen_ai.usage.input_tokens"] for c in (first, second)] == [70, 90]
     assert result.usage.input_tokens == 160 and result.usage.output_tokens == 16
+
+
+async def test_a_run_inside_a_tool_nests_under_the_tool_span(otel_spans: Any) -> None:
+    inner = Agent(name="inner", model=FunctionModel(lambda r: "inner answer", name="small"))
+
+    @function_tool
+    async def ask_inner(question: str) -> str:
+        """Ask the inner agent."""
+        return str((await Runner.run(inner, question)).final_output)
+
+    def outer_script(request: ModelRequest) -> Any:
+        if any(i.get("type") == "function_call_output" for i in request.input):
+            return "outer answer"
+        return [tool_call("ask_inner", {"question": "?"})]
+
+    outer = Agent(name="outer", model=FunctionModel(outer_script, name="big"), tools=[ask_inner])
+    await Runner.run(outer, "go")
+    spans = by_name(otel_spans.get_finished_spans())
+    [outer_run], [tool], [inner_run] = (
+        spans["invoke_agent outer"],
+        spans["execute_tool ask_inner"],
+        spans["invoke_agent inner"],
+    )
+    assert tool.parent.span_id == outer_run.context.span_id
+    assert inner_run.parent.span_id == tool.context.span_id
+    [small] = spans["chat small"]
+    assert small.parent.span_id == inner_run.context.span_id
+
+
+def test_only_tracing_py_imports_opentelemetry() -> None:
+    import pathlib
+
+    import sandmem
+
+    root = pathlib.Path(sandmem.__file__).parent
+    importing = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "import opentelemetry" in path.read_text() or "from opentelemetry" in path.read_text()
+    )
+    assert importing == ["tracing.py"]
