@@ -4,6 +4,11 @@ to an agent or a config yourself.
 ``FunctionModel(fn)`` turns a callable into a model: ``fn`` receives the ``ModelRequest`` and
 returns the model's output as a ``ModelResponse``, a list of items, or a string (one assistant
 message); it may be async.
+
+``InMemorySandboxClient(exec_handler=None)`` is the sandbox seam's double: sessions whose
+workspace is a dict held by the client (nothing touches the host); ``exec`` calls
+``exec_handler(argv, workdir, env)`` (returning an ``ExecResult`` or a string of stdout) or
+answers exit code 127.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 from sandmem._items import Item, assistant_message
 from sandmem._usage import Usage
 from sandmem.models._base import Model, ModelRequest, ModelResponse
+from sandmem.sandboxes._in_memory import InMemorySandboxClient as InMemorySandboxClient
+from sandmem.sandboxes._in_memory import InMemorySandboxSession as InMemorySandboxSession
 
 ModelFunction = Callable[
     [ModelRequest],

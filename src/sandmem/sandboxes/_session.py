@@ -38,6 +38,7 @@ from sandmem._errors import (
     WorkspaceArchiveWriteError,
     WorkspaceIOError,
     WorkspaceReadNotFoundError,
+    WorkspaceRootNotFoundError,
     WorkspaceWriteTypeError,
 )
 from sandmem.sandboxes._manifest import Manifest
@@ -309,8 +310,8 @@ class SandboxSession(abc.ABC):
             self._check_not_deleted("start")
             if self._running:
                 return
-            if not await asyncio.to_thread(self._root.is_dir):
-                raise SandboxStateError(
+            if not await self._workspace_present():
+                raise WorkspaceRootNotFoundError(
                     f"the workspace {self._root} no longer exists; create a new session",
                     operation="start",
                     path=str(self._root),
@@ -418,6 +419,10 @@ class SandboxSession(abc.ABC):
             )
 
     # -- backend seam -------------------------------------------------------------------------
+
+    async def _workspace_present(self) -> bool:
+        """Backend hook: whether the workspace still exists (default: the host directory)."""
+        return await asyncio.to_thread(self._root.is_dir)
 
     async def _start_backend(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Backend hook: acquire what the session needs to run commands."""
