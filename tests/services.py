@@ -137,6 +137,8 @@ def start_s3(workdir: Path, bucket: str = "sandmem-test") -> S3Server:
             f"-volume.port={volume}",
             f"-filer.port={filer}",
             "-metricsPort=0",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
         ],
         stdout=subprocess.DEVNULL,
         stderr=log,

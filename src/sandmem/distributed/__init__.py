@@ -22,8 +22,16 @@ if TYPE_CHECKING:
     from sandmem.distributed._celery import CeleryScheduler
     from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease
     from sandmem.distributed._s3 import S3MemoryStore
+    from sandmem.distributed._snapshot import S3SnapshotSpec
 
-__all__ = ["CeleryScheduler", "LeaseBusy", "LeaseLost", "RedisLease", "S3MemoryStore"]
+__all__ = [
+    "CeleryScheduler",
+    "LeaseBusy",
+    "LeaseLost",
+    "RedisLease",
+    "S3MemoryStore",
+    "S3SnapshotSpec",
+]
 
 _WHERE = {
     "CeleryScheduler": "sandmem.distributed._celery",
@@ -31,6 +39,7 @@ _WHERE = {
     "LeaseLost": "sandmem.distributed._lease",
     "RedisLease": "sandmem.distributed._lease",
     "S3MemoryStore": "sandmem.distributed._s3",
+    "S3SnapshotSpec": "sandmem.distributed._snapshot",
 }
 
 

@@ -41,6 +41,7 @@ from sandmem._errors import (
     WorkspaceRootNotFoundError,
     WorkspaceWriteTypeError,
 )
+from sandmem.distributed._snapshot import S3SnapshotSpec
 from sandmem.sandboxes._manifest import Manifest
 from sandmem.sandboxes._snapshot import (
     LocalSnapshotSpec,
@@ -164,7 +165,8 @@ class SandboxSessionState(BaseModel):
     session_id: str
     backend: str
     manifest: Manifest
-    snapshot: LocalSnapshotSpec | None = None
+    #: a remote spec is tried first: its ``type`` is ``"s3"``, a local one's ``"local"``
+    snapshot: S3SnapshotSpec | LocalSnapshotSpec | None = None
     backend_settings: dict[str, Any] = Field(default_factory=dict)
     workspace_owned: bool = True
 

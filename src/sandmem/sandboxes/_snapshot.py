@@ -78,6 +78,17 @@ class LocalSnapshotSpec(BaseModel):
         """Held (``flock``) by a running session of ``session_id``: its root is in use."""
         return self.base_path / f".{session_id}.live"
 
+    # Remote specs (``sandmem.distributed.S3SnapshotSpec``) move the archive; a local one has
+    # nothing to move.
+    def upload(self, session_id: str) -> None:
+        """After ``path_for(session_id)`` was written."""
+
+    def download(self, session_id: str) -> None:
+        """Before ``path_for(session_id)`` is restored."""
+
+    def delete_remote(self, session_id: str) -> None:
+        """When the snapshot is deleted."""
+
 
 # -- taking a snapshot --------------------------------------------------------------------------
 
@@ -161,6 +172,7 @@ def write_snapshot(root: Path, session_id: str, spec: LocalSnapshotSpec) -> Path
         os.replace(tmp, final)
         _fsync_dir(spec.base_path)
         _sweep_stale_temps(spec.base_path, session_id)
+        spec.upload(session_id)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -296,6 +308,7 @@ def restore_snapshot(spec: LocalSnapshotSpec, session_id: str, dest: Path | None
     failure) or a fresh workspace, and return its real path (blocking). Missing, corrupt or
     tampered snapshots raise ``SandboxStateError``."""
     path = spec.path_for(session_id)
+    spec.download(session_id)
     if not path.is_file():
         raise _corrupt(path, "it does not exist (was the session stopped after it was created?)")
     dest = Path(tempfile.mkdtemp(prefix=WORKSPACE_PREFIX)).resolve() if dest is None else dest
@@ -315,6 +328,10 @@ def restore_snapshot(spec: LocalSnapshotSpec, session_id: str, dest: Path | None
 
 
 def delete_snapshot(spec: LocalSnapshotSpec, session_id: str) -> None:
+    try:
+        spec.delete_remote(session_id)
+    except Exception:  # the local files go regardless; a remote copy left is only storage
+        logger.warning("could not delete the remote snapshot of %s", session_id, exc_info=True)
     with contextlib.suppress(OSError):
         spec.path_for(session_id).unlink()
     with contextlib.suppress(OSError):

@@ -1,0 +1,325 @@
+"""Figure: scale-out — deferred memory generation on 1, 2 and 4 ``sandmem worker`` processes.
+
+Real services on loopback (``tests/services.py``): a Redis server (broker and leases) and a
+SeaweedFS S3 server (the memory store); the memory model is the fake OpenAI server answering
+every request after ``delay_s`` (``bench_model.MemoryModel``). For each worker count a fresh
+prefix gets ``layouts`` layouts of ``rollouts`` rollouts each (one pushed segment per rollout,
+as a session's stop pushes them); the workers are started and wait idle; then one job per
+layout is enqueued and the clock runs until every layout's current version holds a
+consolidated memory (``phase_two_selection.json`` and every raw memory). Session stop time is
+measured on real sessions that ran an agent: inline generation (the stop runs both phases) vs
+deferred (the stop pushes and enqueues).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench_common import TESTS_DIR, Figure, fake_server, secs, table
+from bench_model import MemoryModel
+
+from sandmem import Filesystem, Memory, RunConfig, Runner, SandboxAgent, SandboxRunConfig, Shell
+from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.models import OpenAIProvider
+from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+from sandmem.testing import FunctionModel, text
+
+MODEL = "bench-memory"
+
+
+def _services() -> Any:
+    if str(TESTS_DIR) not in sys.path:
+        sys.path.insert(0, str(TESTS_DIR))
+    import services
+
+    return services
+
+
+def _segment(rollout_id: str, index: int) -> bytes:
+    line = {
+        "updated_at": f"2026-12-01T00:00:{index % 60:02d}.000Z",
+        "rollout_id": rollout_id,
+        "input": [{"role": "user", "content": f"Run the tests of module {index}."}],
+        "generated_items": [{"role": "assistant", "content": f"The tests of module {index} pass."}],
+        "final_output": f"The tests of module {index} pass.",
+        "terminal_metadata": {
+            "terminal_state": "completed",
+            "exception_type": None,
+            "exception_message": None,
+            "has_final_output": True,
+        },
+    }
+    return (json.dumps(line) + "\n").encode()
+
+
+def _store(s3: Any, prefix: str) -> Any:
+    from sandmem.distributed import S3MemoryStore
+
+    return S3MemoryStore(s3.bucket, prefix, endpoint_url=s3.endpoint_url)
+
+
+async def _seed(s3: Any, prefix: str, layouts: int, rollouts: int) -> None:
+    root = _store(s3, prefix)
+    await asyncio.gather(
+        *(
+            root.child(f"layout-{n:04d}").put_segment("sessions", f"r{r}", _segment(f"r{r}", r))
+            for n in range(layouts)
+            for r in range(rollouts)
+        )
+    )
+
+
+async def _enqueue(s3: Any, prefix: str, layouts: int, broker: str, queue: str) -> None:
+    from sandmem.distributed import CeleryScheduler
+    from sandmem.memory.storage import MemoryPaths
+
+    scheduler = CeleryScheduler(broker, queue=queue)
+    root = _store(s3, prefix)
+    paths = MemoryPaths("memories", "sessions")
+    for n in range(layouts):
+        await scheduler.enqueue(root.child(f"layout-{n:04d}"), paths)
+
+
+async def _done(s3: Any, prefix: str, layouts: int, rollouts: int) -> int:
+    root = _store(s3, prefix)
+    raws = {f"raw_memories/r{r}.md" for r in range(rollouts)}
+
+    async def one(n: int) -> bool:
+        current = await root.child(f"layout-{n:04d}").current("memories")
+        return bool(
+            current and "phase_two_selection.json" in current.files and raws <= set(current.files)
+        )
+
+    return sum(await asyncio.gather(*(one(n) for n in range(layouts))))
+
+
+def _workers(
+    count: int, broker: str, s3: Any, prefix: str, queue: str, base_url: str, log: Path
+) -> list[subprocess.Popen[bytes]]:
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "bench",
+        "SANDMEM_OPENAI_API": "chat_completions",
+        "SANDMEM_WORKER_LOGLEVEL": "INFO",
+    }
+    procs = []
+    for index in range(count):
+        stream = (log.parent / f"{log.name}.{index}").open("wb")
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("sandmem")),
+                    "worker",
+                    "--broker",
+                    broker,
+                    "--store",
+                    f"s3://{s3.bucket}/{prefix}",
+                    "--endpoint-url",
+                    s3.endpoint_url,
+                    "--model",
+                    MODEL,
+                    "--queue",
+                    queue,
+                    "--name",
+                    f"bench{index}@{queue}",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stream,
+            )
+        )
+        stream.close()
+    deadline = time.monotonic() + 120
+    while True:
+        ready = sum(
+            " ready." in (log.parent / f"{log.name}.{i}").read_text(errors="replace")
+            for i in range(count)
+        )
+        if ready == count:
+            return procs
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            for proc in procs:
+                proc.kill()
+            raise RuntimeError(f"workers did not start; see {log}.*")
+        time.sleep(0.1)
+
+
+def _throughput(
+    count: int, layouts: int, rollouts: int, redis: Any, s3: Any, base_url: str, tmp: Path
+) -> tuple[float, int]:
+    prefix = f"scale-{count}-{uuid.uuid4().hex[:6]}"
+    queue = f"bench-{uuid.uuid4().hex[:6]}"
+    asyncio.run(_seed(s3, prefix, layouts, rollouts))
+    procs = _workers(count, redis.url, s3, prefix, queue, base_url, tmp / f"w{count}.log")
+    try:
+        started = time.perf_counter()
+        asyncio.run(_enqueue(s3, prefix, layouts, redis.url, queue))
+        done = 0
+        while done < layouts:
+            time.sleep(0.5)
+            done = asyncio.run(_done(s3, prefix, layouts, rollouts))
+            if time.perf_counter() - started > 3600:
+                break
+        return time.perf_counter() - started, done
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+async def _stop_times(
+    s3: Any, broker: str, base_url: str, samples: int, tmp: Path
+) -> dict[str, float]:
+    from sandmem.distributed import CeleryScheduler
+
+    provider = OpenAIProvider(api_key="bench", base_url=base_url, api="chat_completions")
+    out: dict[str, float] = {}
+    try:
+        for mode in ("inline", "deferred"):
+            durations = []
+            for index in range(samples):
+                schedule: Any = (
+                    "inline"
+                    if mode == "inline"
+                    else CeleryScheduler(broker, queue=f"unconsumed-{uuid.uuid4().hex[:6]}")
+                )
+                generate = MemoryGenerateConfig(
+                    phase_one_model=MODEL,
+                    phase_one_model_settings=None,
+                    phase_two_model=MODEL,
+                    phase_two_model_settings=None,
+                    model_provider=provider,
+                    schedule=schedule,
+                )
+                store = _store(s3, f"stops-{mode}-{uuid.uuid4().hex[:6]}")
+                agent = SandboxAgent(
+                    name="bench",
+                    model=FunctionModel(lambda _request: [text("done")]),
+                    capabilities=[
+                        Memory(layout=MemoryLayoutConfig(store=store), generate=generate),
+                        Filesystem(),
+                        Shell(),
+                    ],
+                )
+                client = UnixLocalSandboxClient()
+                session = await client.create(manifest=Manifest(root=tmp / f"{mode}-{index}"))
+                await session.start()
+                await Runner.run(
+                    agent,
+                    "Run the tests.",
+                    run_config=RunConfig(sandbox=SandboxRunConfig(session=session)),
+                    conversation_id=f"stop-{index}",
+                )
+                started = time.perf_counter()
+                await session.stop()
+                durations.append(time.perf_counter() - started)
+                await client.delete(session)
+            out[mode] = statistics.median(durations)
+    finally:
+        await provider.aclose()
+    return out
+
+
+def run(
+    layouts: int = 200,
+    rollouts: int = 4,
+    workers: tuple[int, ...] = (1, 2, 4),
+    delay_s: float = 0.3,
+    stop_samples: int = 5,
+) -> Figure:
+    services = _services()
+    with tempfile.TemporaryDirectory(prefix="sandmem-scale-") as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "redis").mkdir()
+        (tmp / "weed").mkdir()
+        redis = services.start_redis(tmp / "redis")
+        s3 = services.start_s3(tmp / "weed")
+        server = fake_server(MemoryModel(delay_s=delay_s)).start()
+        saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+        os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
+        os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        try:
+            stops = asyncio.run(_stop_times(s3, redis.url, server.base_url, stop_samples, tmp))
+            results = {
+                count: _throughput(count, layouts, rollouts, redis, s3, server.base_url, tmp)
+                for count in workers
+            }
+        finally:
+            server.stop()
+            s3.stop()
+            redis.stop()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return _figure(layouts, rollouts, delay_s, stop_samples, stops, results)
+
+
+def _figure(
+    layouts: int,
+    rollouts: int,
+    delay_s: float,
+    stop_samples: int,
+    stops: dict[str, float],
+    results: dict[int, tuple[float, int]],
+) -> Figure:
+    per_minute = {k: done / elapsed * 60 for k, (elapsed, done) in results.items()}
+    base = min(results)
+    rows = [
+        [
+            f"{count} worker{'s' if count > 1 else ''}",
+            secs(elapsed),
+            f"{done}/{layouts}",
+            round(per_minute[count], 1),
+            f"{per_minute[count] / per_minute[base]:.2f}x",
+        ]
+        for count, (elapsed, done) in results.items()
+    ]
+    body = (
+        f"{layouts} layouts x {rollouts} rollouts, the fake model server at "
+        f"{delay_s * 1000:.0f} ms per request, Redis and SeaweedFS on loopback, one job per "
+        "layout enqueued after the workers were ready.\n\n"
+        + table(["workers", "all jobs done in", "layouts done", "jobs per minute", "vs 1"], rows)
+        + "\n\n"
+        + table(
+            ["session stop (median of " + str(stop_samples) + ")", "time"],
+            [
+                ["inline: the stop pushes, then runs both phases", secs(stops["inline"])],
+                ["deferred: the stop pushes and enqueues", secs(stops["deferred"])],
+            ],
+        )
+    )
+    top = max(results)
+    ratio = per_minute[top] / per_minute[base]
+    meaning = (
+        f"{top} worker processes ran {per_minute[top]:.1f} jobs per minute against "
+        f"{per_minute[base]:.1f} for {base} ({ratio:.2f}x). A deferred stop took "
+        f"{secs(stops['deferred'])} against {secs(stops['inline'])} for an inline one "
+        f"({stops['inline'] / stops['deferred']:.1f}x shorter): it pushes the segments and "
+        "enqueues a job, and waits for no model."
+    )
+    status = None
+    if base == 1 and top == 4 and layouts >= 200:
+        verdict = "met" if ratio >= 3 else "**MISSED**"
+        status = f"throughput with 4 workers = {ratio:.2f}x one worker (target >= 3x): {verdict}."
+    return Figure(
+        key="scale-out",
+        number=9,
+        title="scale-out: deferred generation on a worker pool",
+        body=body,
+        meaning=meaning,
+        status=status,
+        data={"stops": stops, "results": results, "ratio": ratio},
+    )
