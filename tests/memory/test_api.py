@@ -485,3 +485,33 @@ def test_results_document_every_field() -> None:
     for model in models:
         for field, info in model.model_fields.items():
             assert info.description, f"{model.__name__}.{field} has no docstring"
+
+
+@layouts
+async def test_every_function_on_another_backend(name: str) -> None:
+    """The API goes through the session's primitives only: an in-memory sandbox works too."""
+    from sandmem.testing import InMemorySandboxClient
+
+    layout = LAYOUTS[name]
+    client = InMemorySandboxClient(exec_handler=lambda argv, workdir, env: "")
+    session = await client.create()
+    async with session:
+        for rid in ("invoice-fix", "deploy-notes"):
+            await record(session, layout, EXTRACT, rid)
+        assert (await api.status(session, layout=layout)).counts.pending == 2
+        report = await api.generate(session, layout=layout, config=EXTRACT)
+        assert report.processed == ["deploy-notes", "invoice-fix"] and report.complete
+        rows = await api.list_conversations(session, layout=layout)
+        assert {r.status for r in rows} == {"done"}
+        assert any(
+            f.path.endswith("/MEMORY.md") for f in await api.list_files(session, layout=layout)
+        )
+        shown = await api.show(session, rollout_id="invoice-fix", layout=layout)
+        assert shown.exists and shown.text.startswith("session_id: invoice-fix\n")
+        hits = await api.search(session, "staging deployment", layout=layout)
+        assert hits.hits and "deploy" in hits.hits[0].path
+        plan = await api.forget(session, "deploy-notes", dry_run=True, layout=layout)
+        done = await api.forget(session, "deploy-notes", layout=layout, config=EXTRACT)
+        assert done.removed == plan.removed and done.report is not None and done.report.complete
+        memory_md = await api.show(session, "memory", layout=layout)
+        assert "deploy-notes" not in memory_md.text and "invoice-fix" in memory_md.text
