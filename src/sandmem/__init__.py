@@ -70,6 +70,7 @@ from sandmem.sandboxes import (
     SandboxSessionState,
     UnixLocalSandboxClient,
 )
+from sandmem.sandboxes._types import FileMode, Permissions
 
 if TYPE_CHECKING:
     from sandmem.models import OpenAIChatCompletionsModel, OpenAIProvider, OpenAIResponsesModel
@@ -85,6 +86,7 @@ __all__ = [
     "ExecTimeoutError",
     "ExecTransportError",
     "File",
+    "FileMode",
     "Filesystem",
     "FunctionTool",
     "GitRepo",
@@ -108,6 +110,7 @@ __all__ = [
     "OpenAIChatCompletionsModel",
     "OpenAIProvider",
     "OpenAIResponsesModel",
+    "Permissions",
     "RawResponsesStreamEvent",
     "Reasoning",
     "RunConfig",
