@@ -522,3 +522,12 @@ async def test_cancelled_streamed_run_is_recorded_as_cancelled(mode: str) -> Non
         "function_call",
         "function_call_output",
     ]
+
+
+async def test_max_turns_none_means_no_limit() -> None:
+    model = _script(*[[tool_call("add", {"a": 1, "b": 1})]] * 12, "done")
+    result = await Runner.run(_calc(model), "x", max_turns=None)
+    assert result.final_output == "done"
+    assert len(model.requests) == 13
+    with pytest.raises(UserError, match="max_turns"):
+        await Runner.run(_calc(_script("x")), "x", max_turns=0)

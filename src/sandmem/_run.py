@@ -169,7 +169,7 @@ def _spec(
     agent: Agent | None,
     input: str | list[Item] | None,
     run_config: RunConfig | dict[str, Any] | None,
-    max_turns: int,
+    max_turns: int | None,
     **rest: Any,
 ) -> RunSpec:
     """Check the arguments of every ``Runner`` view, before anything runs."""
@@ -180,8 +180,8 @@ def _spec(
         raise UserError(f"Runner needs an Agent as its first argument, got {chosen!r}")
     if input is None:
         raise UserError("Runner needs an input: a string or a list of items")
-    if max_turns < 1:
-        raise UserError("max_turns must be at least 1")
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise UserError("max_turns must be at least 1 (or None for no limit)")
     if isinstance(run_config, dict):
         run_config = RunConfig(**run_config)
     return RunSpec(
@@ -206,7 +206,7 @@ class Runner:
         input: str | list[Item] | None = None,
         *,
         context: Any = None,
-        max_turns: int = 10,
+        max_turns: int | None = 10,
         hooks: RunHooks[Any] | None = None,
         run_config: RunConfig | dict[str, Any] | None = None,
         previous_response_id: str | None = None,
@@ -253,7 +253,7 @@ class Runner:
         input: str | list[Item] | None = None,
         *,
         context: Any = None,
-        max_turns: int = 10,
+        max_turns: int | None = 10,
         hooks: RunHooks[Any] | None = None,
         run_config: RunConfig | dict[str, Any] | None = None,
         previous_response_id: str | None = None,
@@ -290,7 +290,7 @@ class Runner:
         starting_agent: Agent | None = None,
         input: str | list[Item] | None = None,
         context: Any = None,
-        max_turns: int = 10,
+        max_turns: int | None = 10,
         hooks: RunHooks[Any] | None = None,
         run_config: RunConfig | dict[str, Any] | None = None,
         previous_response_id: str | None = None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -85,7 +86,8 @@ class RunSpec:
     agent: Agent
     input: str | list[Item]
     context: Any = None
-    max_turns: int = 10
+    #: ``None``: no limit
+    max_turns: int | None = 10
     hooks: RunHooks[Any] | None = None
     run_config: RunConfig = field(default_factory=RunConfig)
     previous_response_id: str | None = None
@@ -283,7 +285,9 @@ class _Turns:
         await self.emit(AgentUpdatedStreamEvent(self.agent))
         await self.emit(AgentStartEvent(self.ctx, self.agent))
         generated = self.progress.new_items
-        for turn in range(1, self.spec.max_turns + 1):
+        limit = self.spec.max_turns
+        turns = itertools.count(1) if limit is None else range(1, limit + 1)
+        for turn in turns:
             self.progress.current_turn = turn
             model_input = list(unsent) if server_state else [*transcript, *generated]
             response = await self._model_turn(turn, model_input)
