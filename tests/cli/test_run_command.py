@@ -168,7 +168,7 @@ def test_run_rejects_bad_input(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 def test_every_command_has_help() -> None:
-    commands = [["run"], ["demo"], ["docs"], ["memory"]] + [
+    commands = [["run"], ["chat"], ["demo"], ["docs"], ["memory"]] + [
         ["memory", name] for name in ("tree", "show", "search", "status", "generate", "forget")
     ]
     for command in [[], *commands]:

@@ -1,6 +1,7 @@
 """The ``sandmem`` command line: a thin layer over the public API.
 
     sandmem run --workspace DIR PROMPT        an agent run with memory on DIR
+    sandmem chat --workspace DIR              an interactive conversation, memory at the end
     sandmem memory tree|show|search|status    look at a workspace's memory
     sandmem memory generate|forget            change it without an agent run
     sandmem memory view                       one HTML page of a workspace's memory
@@ -22,6 +23,7 @@ import click
 
 from sandmem._errors import SandmemError
 from sandmem._version import __version__
+from sandmem.cli._chat_cmd import chat_command
 from sandmem.cli._docs_cmd import docs_command
 from sandmem.cli._eval_cmd import eval_command
 from sandmem.cli._generate_cmd import forget_command, generate_command
@@ -83,6 +85,7 @@ memory_group.add_command(generate_command)
 memory_group.add_command(forget_command)
 memory_group.add_command(view_command)
 cli.add_command(run_command)
+cli.add_command(chat_command)
 cli.add_command(memory_group)
 cli.add_command(eval_command)
 cli.add_command(docs_command)

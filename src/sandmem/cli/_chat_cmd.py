@@ -1,0 +1,322 @@
+"""``sandmem chat``: an interactive multi-turn conversation with a memory-enabled agent.
+
+Each line you type is one turn (a streamed run, shown like ``sandmem run``). The history is
+a ``SQLiteSession`` kept in the workspace (``.sandmem/chat.db``), so ``--resume`` continues
+the last chat; every turn is recorded as a segment of the chat's rollout, and memory is
+generated once, when the chat ends (``/exit`` or Ctrl-D). Ctrl-C cancels the current turn
+(recorded as cancelled), not the chat; at the prompt it clears the line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from sandmem._errors import SandmemError, UserError
+from sandmem._run_config import RunConfig, SandboxRunConfig
+from sandmem._session import SQLiteSession
+from sandmem._usage import Usage
+from sandmem.capabilities.memory import Memory
+from sandmem.cli._common import (
+    ConfigError,
+    command_manager,
+    git_tip,
+    layout_options,
+    layout_paths,
+    workspace_option,
+)
+from sandmem.cli._live import stream_run
+from sandmem.cli._models import check_server, choose_models
+from sandmem.cli._output import Out, flush_with_progress, incomplete_text
+from sandmem.cli._run_cmd import DEFAULT_MAX_TURNS, EXIT_INTERRUPTED, RunOptions, build_agent
+from sandmem.memory import MemoryLayoutConfig, show, status
+from sandmem.memory.rollouts import validate_rollout_id
+from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
+
+#: where chats keep their history, relative to the workspace
+CHAT_DIR = ".sandmem"
+PROMPT = "you> "
+HELP = (
+    "/memory shows memory_summary.md · /status shows this chat and the memory · /exit (or "
+    "Ctrl-D) ends the chat and generates memory · Ctrl-C cancels the current turn"
+)
+
+
+@dataclass
+class Chat:
+    opts: RunOptions
+    out: Out
+    sandbox: SandboxSession
+    history: SQLiteSession
+    turns: int = 0
+    cancelled: int = 0
+    usage: Usage = field(default_factory=Usage)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def layout(self) -> MemoryLayoutConfig:
+        paths = self.opts.paths
+        return MemoryLayoutConfig(memories_dir=paths.memories_dir, sessions_dir=paths.sessions_dir)
+
+
+def _new_chat_id() -> str:
+    return f"chat-{uuid.uuid4().hex[:16]}"
+
+
+def _chat_id(workspace: Path, session_id: str | None, resume: bool) -> tuple[str, bool]:
+    """(the chat's id, whether it continues an earlier chat)."""
+    last = workspace / CHAT_DIR / "last_chat"
+    if session_id is not None:
+        try:
+            return validate_rollout_id(session_id), True
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--session") from None
+    if resume:
+        if not last.is_file() or not last.read_text().strip():
+            raise click.UsageError(f"no earlier chat in {workspace} to resume; drop --resume")
+        return last.read_text().strip(), True
+    return _new_chat_id(), False
+
+
+async def _turn(chat: Chat, text: str) -> None:
+    agent = build_agent(chat.opts)
+    view = chat.out.live_view()
+    try:
+        result = await stream_run(
+            view,
+            agent,
+            text,
+            session=chat.history,
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=chat.sandbox)),
+            max_turns=chat.opts.max_turns,
+            conversation_id=chat.opts.rollout_id,
+        )
+    except UserError:
+        raise
+    except SandmemError as exc:
+        click.echo(f"Error: this turn failed: {exc}", err=True)
+        return
+    finally:
+        chat.turns += 1
+    chat.usage.add(result.usage)
+    if not view.answer_shown(result.final_output):
+        click.echo(str(result.final_output))
+
+
+async def _show_memory(chat: Chat) -> None:
+    try:
+        found = await show(chat.sandbox, "summary", layout=chat.layout)
+    except UserError:
+        click.echo("no memory in this workspace yet", err=True)
+        return
+    if not found.exists or found.empty:
+        click.echo(f"{found.path}: no memory generated yet", err=True)
+        return
+    click.echo(found.text.rstrip("\n"))
+
+
+async def _show_status(chat: Chat) -> None:
+    opts = chat.opts
+    click.echo(
+        f"chat {opts.rollout_id}: {chat.turns} turn(s) this session ({chat.cancelled} "
+        f"cancelled), {chat.usage.input_tokens:,} tokens in / {chat.usage.output_tokens:,} out, "
+        f"workspace {opts.workspace}"
+    )
+    click.echo(f"models: {opts.models.describe(memory=opts.generate)}")
+    try:
+        info = await status(chat.sandbox, layout=chat.layout)
+    except UserError:
+        click.echo("memory: none yet (generated when the chat ends)")
+        return
+    counts = info.counts
+    click.echo(
+        f"memory: {counts.total} conversation(s), {counts.done} done, {counts.pending} "
+        f"pending, {counts.failed} failed (pending ones are generated when the chat ends)"
+    )
+
+
+async def _command(chat: Chat, line: str) -> bool:
+    """Run a ``/command``; ``False`` ends the chat."""
+    name = line.split()[0].lower()
+    if name in ("/exit", "/quit"):
+        return False
+    if name == "/memory":
+        await _show_memory(chat)
+    elif name == "/status":
+        await _show_status(chat)
+    else:
+        click.echo(HELP, err=True)
+    return True
+
+
+def _converse(runner: asyncio.Runner, chat: Chat) -> None:
+    """Read lines until /exit or end of input; Ctrl-C cancels a turn or clears the prompt."""
+    while True:
+        try:
+            line = input(PROMPT).strip()
+        except EOFError:
+            click.echo("")
+            return
+        except KeyboardInterrupt:
+            click.echo("\n(Ctrl-C: type /exit or press Ctrl-D to end the chat)", err=True)
+            continue
+        if not line:
+            continue
+        if line.startswith("/"):
+            if not runner.run(_command(chat, line)):
+                return
+            continue
+        try:
+            runner.run(_turn(chat, line))
+        except KeyboardInterrupt:
+            chat.cancelled += 1
+            click.echo(
+                "\n(turn cancelled; it is recorded as cancelled. Ask again, or /exit)", err=True
+            )
+
+
+async def _open(opts: RunOptions, out: Out) -> Chat:
+    client = UnixLocalSandboxClient()
+    sandbox = await client.create(manifest=Manifest(root=opts.workspace))
+    await sandbox.start()
+    chat_dir = opts.workspace / CHAT_DIR
+    chat_dir.mkdir(exist_ok=True)
+    (chat_dir / "last_chat").write_text(opts.rollout_id + "\n")
+    history = SQLiteSession(opts.rollout_id, db_path=chat_dir / "chat.db")
+    return Chat(opts, out, sandbox, history)
+
+
+async def _generate(chat: Chat) -> None:
+    opts = chat.opts
+    agent = build_agent(opts)
+    memory = next((c for c in agent.capabilities if isinstance(c, Memory)), None)
+    if memory is None or memory.generate is None:
+        return
+    manager = command_manager(chat.sandbox, opts.paths, memory.generate)
+    click.echo("chat ended; generating memory", err=True)
+    report = await flush_with_progress(manager, chat.out.progress_console())
+    chat.out.memory_report(report, opts.paths.memories_dir)
+    text = incomplete_text(report)
+    if text:
+        chat.problems.append(
+            f"memory generation did not complete: {text}; the chat is recorded and its memory "
+            f"stays pending: retry with `sandmem memory generate -w {opts.workspace}`"
+        )
+
+
+def _saved_text(chat: Chat) -> str:
+    opts = chat.opts
+    return (
+        f"interrupted during memory generation: the chat is recorded in "
+        f"{opts.workspace}/{opts.paths.rollout_file(opts.rollout_id)}; conversations not yet "
+        "extracted stay pending and the previous memory is kept; finish with "
+        f"`sandmem memory generate -w {opts.workspace}`; continue the chat with --resume"
+    )
+
+
+def _run_chat(opts: RunOptions, out: Out) -> int:
+    fresh = not (opts.workspace / opts.paths.memories_dir).exists()
+    with asyncio.Runner() as runner:
+        chat = runner.run(_open(opts, out))
+        try:
+            _converse(runner, chat)
+            if chat.turns and opts.generate:
+                try:
+                    runner.run(_generate(chat))
+                except KeyboardInterrupt:
+                    click.echo(_saved_text(chat), err=True)
+                    return EXIT_INTERRUPTED
+        finally:
+            chat.history.close()
+            with contextlib.suppress(Exception):
+                runner.run(chat.sandbox.stop())
+    if chat.turns and opts.generate and fresh:
+        tip = git_tip(opts.workspace, opts.paths)
+        if tip:
+            out.note(tip + f"; ignore `{CHAT_DIR}/` too (chat history)")
+    out.note(f"chat: {opts.rollout_id} (continue it with --resume or --session {opts.rollout_id})")
+    for problem in chat.problems:
+        click.echo(f"Error: {problem}", err=True)
+    return 1 if chat.problems else 0
+
+
+@click.command("chat")
+@workspace_option(required=True)
+@click.option("--model", "-m", metavar="MODEL", help="The agent's model (as for `sandmem run`).")
+@click.option(
+    "--memory-model", metavar="MODEL", help="Model for both memory phases (as for `sandmem run`)."
+)
+@click.option("--resume", is_flag=True, help="Continue the last chat in this workspace.")
+@click.option("--session", "session_id", metavar="ID", help="Start or continue the chat ID.")
+@layout_options
+@click.option("--no-memory-read", is_flag=True, help="Do not show the agent existing memory.")
+@click.option(
+    "--no-memory-generate", is_flag=True, help="Do not record the chat or generate memory."
+)
+@click.option(
+    "--engine",
+    type=click.Choice(("model", "extractive")),
+    default="model",
+    show_default=True,
+    help="Memory generation engine; 'extractive' needs no model.",
+)
+@click.option(
+    "--max-turns",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_TURNS,
+    show_default=True,
+    help="Turn limit of each agent run (one per message).",
+)
+@click.pass_context
+def chat_command(
+    ctx: click.Context,
+    workspace: Path,
+    model: str | None,
+    memory_model: str | None,
+    resume: bool,
+    session_id: str | None,
+    memories_dir: str,
+    sessions_dir: str,
+    no_memory_read: bool,
+    no_memory_generate: bool,
+    engine: str,
+    max_turns: int,
+) -> None:
+    """Chat with a memory-enabled agent in a workspace, turn by turn.
+
+    Each message is one agent run, streamed like `sandmem run`. The history is kept in
+    DIR/.sandmem/chat.db, so --resume continues the last chat. Commands: /memory, /status,
+    /exit. Memory is generated when the chat ends (/exit or Ctrl-D); Ctrl-C cancels the
+    current turn, not the chat. Exit status: 0, 1 memory generation did not complete, 2
+    usage error, 130 interrupted during memory generation. Reference: `sandmem docs cli`.
+    """
+    if resume and session_id:
+        raise click.UsageError("use either --resume or --session, not both")
+    rollout_id, continued = _chat_id(workspace, session_id, resume)
+    opts = RunOptions(
+        workspace=workspace,
+        prompt="",
+        models=choose_models(model, memory_model, engine),
+        rollout_id=rollout_id,
+        resume=continued,
+        paths=layout_paths(memories_dir, sessions_dir),
+        read=not no_memory_read,
+        generate=not no_memory_generate,
+        max_turns=max_turns,
+    )
+    try:
+        check_server()
+    except UserError as exc:
+        raise ConfigError(str(exc)) from None
+    out = Out()
+    out.note(f"sandmem: {opts.models.describe(memory=opts.generate)}")
+    state = "continues" if continued else "new"
+    out.note(f"chat {rollout_id} ({state}) in {workspace}. {HELP}")
+    code = _run_chat(opts, out)
+    if code:
+        ctx.exit(code)
