@@ -167,7 +167,8 @@ def test_forget_asks_for_confirmation_and_keeps_everything_on_no(workspace: Path
     assert "Forget this conversation? [y/N]" in answer.stderr
     assert "  would remove sessions/deploy-notes.jsonl" in answer.stderr
     assert "Error: not forgotten: deploy-notes is unchanged" in answer.stderr
-    assert "pass --yes" in answer.stderr and answer.stdout == ""
+    # nothing on stdout but, with click < 8.3's test runner, the echo of the typed answer
+    assert "pass --yes" in answer.stderr and answer.stdout.strip() in ("", "n")
     after = sorted(p.relative_to(workspace) for p in workspace.rglob("*") if p.is_file())
     assert after == before
     # no terminal and no --yes: nothing to answer with, so nothing is removed

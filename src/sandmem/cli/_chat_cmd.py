@@ -28,14 +28,14 @@ from sandmem.cli._common import (
     git_tip,
     layout_options,
     layout_paths,
+    sigint_to_main_thread,
     workspace_option,
 )
 from sandmem.cli._live import stream_run
 from sandmem.cli._models import check_server, choose_models
 from sandmem.cli._output import Out, flush_with_progress, incomplete_text
 from sandmem.cli._run_cmd import DEFAULT_MAX_TURNS, EXIT_INTERRUPTED, RunOptions, build_agent
-from sandmem.memory import MemoryLayoutConfig, show, status
-from sandmem.memory.rollouts import validate_rollout_id
+from sandmem.memory import MemoryLayoutConfig, show, status, validate_rollout_id
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
 #: where chats keep their history, relative to the workspace
@@ -181,6 +181,7 @@ def _converse(runner: asyncio.Runner, chat: Chat) -> None:
 
 
 async def _open(opts: RunOptions, out: Out) -> Chat:
+    sigint_to_main_thread()
     client = UnixLocalSandboxClient()
     sandbox = await client.create(manifest=Manifest(root=opts.workspace))
     await sandbox.start()

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +34,17 @@ class ConfigError(click.ClickException):
     wrong. Printed as one line (``Error: ...``), exit status 2 like a usage error."""
 
     exit_code = 2
+
+
+def _block_sigint() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def sigint_to_main_thread() -> None:
+    """Give the running loop a default executor whose threads block SIGINT, so Ctrl-C always
+    reaches the main thread: otherwise the kernel may hand it to a worker thread, and a main
+    thread blocked reading the terminal (``input()``) or waiting in the loop never sees it."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(initializer=_block_sigint))
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -34,6 +34,7 @@ from sandmem.cli._common import (
     layout_paths,
     open_workspace,
     run_async,
+    sigint_to_main_thread,
     workspace_option,
 )
 from sandmem.cli._live import stream_run
@@ -153,6 +154,7 @@ async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
     """Run the agent, print its answer, then generate memory (also after a failed run:
     failures are worth remembering). A run refused before its first model call
     (``UserError``) is re-raised at once."""
+    sigint_to_main_thread()
     agent = build_agent(opts)
     async with open_workspace(opts.workspace) as sandbox:
         manager = None

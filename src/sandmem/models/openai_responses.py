@@ -37,7 +37,7 @@ class OpenAIResponsesModel(OpenAIModelBase):
         kwargs = build_request(self.model, request)
         with translated_errors(self.model, "Responses API"):
             client = await resolve_client(self._client)
-            response = await client.responses.create(**raw_body_call(kwargs))
+            response = await client.responses.create(**raw_body_call(kwargs, required=("input",)))
         if not isinstance(response, Response):
             raise ModelBehaviorError(
                 f"Responses API returned {type(response).__name__}, expected a Response"
@@ -52,7 +52,9 @@ class OpenAIResponsesModel(OpenAIModelBase):
         final: Response | None = None
         with translated_errors(self.model, "Responses API"):
             client = await resolve_client(self._client)
-            stream = await client.responses.create(**raw_body_call(kwargs), stream=True)
+            stream = await client.responses.create(
+                **raw_body_call(kwargs, required=("input",)), stream=True
+            )
             async with stream:
                 async for event in stream:
                     if event.type in ("response.completed", "response.failed"):
