@@ -259,3 +259,28 @@ async def test_a_long_history_reaches_the_server_whole(
     assert req.instructions == "be brief"
     assert len(req.tool_outputs()) == 200
     assert [name for name, _, _ in req.tool_calls()] == ["ls"] * 200
+
+
+async def test_get_model_starts_creating_the_client_in_the_background(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    provider = OpenAIProvider(base_url=fake_openai.base_url)
+    model = provider.get_model("m")  # a run asks for its model before preparing the rest
+    slot = provider._loops[asyncio.get_running_loop()]
+    [creating] = slot.creating.values()
+    client = await creating
+    await model.get_response(HELLO)
+    assert await provider.client() is client, "the first request used the early client"
+    await provider.aclose()
+
+
+def test_get_model_outside_a_loop_or_unconfigured_creates_nothing() -> None:
+    provider = OpenAIProvider()
+    provider.get_model("m")  # no loop: nothing to start
+    assert not provider._loops
+
+    async def unconfigured() -> None:
+        provider.get_model("m")  # no key and no base URL: the first request says so
+        assert not any(slot.creating for slot in provider._loops.values())
+
+    asyncio.run(unconfigured())

@@ -113,6 +113,7 @@ class OpenAIProvider(ModelProvider):
         from sandmem.models.openai_responses import OpenAIResponsesModel
 
         model = name or os.environ.get("SANDMEM_MODEL", "").strip() or DEFAULT_MODEL
+        self._start_client()
         if self.api == "chat_completions":
             return OpenAIChatCompletionsModel(model, self.client)
         return OpenAIResponsesModel(model, self.client)
@@ -127,14 +128,33 @@ class OpenAIProvider(ModelProvider):
         client = slot.clients.get(key)
         if client is not None:
             return client
+        client = await asyncio.shield(self._creation(slot, key))
+        slot.clients.setdefault(key, client)
+        return slot.clients[key]
+
+    def _creation(self, slot: _LoopClients, key: _ClientKey) -> asyncio.Future[AsyncOpenAI]:
         creating = slot.creating.get(key)
         if creating is None:
             creating = asyncio.ensure_future(asyncio.to_thread(self._new_client, key))
             slot.creating[key] = creating
-            creating.add_done_callback(lambda _: slot.creating.pop(key, None))
-        client = await asyncio.shield(creating)
-        slot.clients.setdefault(key, client)
-        return slot.clients[key]
+            creating.add_done_callback(lambda done: _settle(slot, key, done))
+        return creating
+
+    def _start_client(self) -> None:
+        """Begin creating the running loop's client in the background (when there is a loop,
+        a configuration and no client yet), so it is ready, or nearly, by the first request:
+        a run asks for its model before its capabilities prepare."""
+        if self._fixed_client is not None:
+            return
+        try:
+            asyncio.get_running_loop()
+            key = self._client_key()
+        except (RuntimeError, UserError):
+            return  # no loop, or not configured: the first request creates it (or says why)
+        slot = self._slot()
+        if key not in slot.clients:
+            future = self._creation(slot, key)
+            future.add_done_callback(_consume_error)
 
     def _client(self) -> AsyncOpenAI:
         """The client for the running event loop, created here (blocking) when missing."""
@@ -189,6 +209,20 @@ async def _close_at_loop_shutdown(slot: _LoopClients) -> AsyncGenerator[None, No
         yield
     finally:
         await slot.close()
+
+
+def _settle(slot: _LoopClients, key: _ClientKey, done: asyncio.Future[AsyncOpenAI]) -> None:
+    """A finished creation: its client becomes the loop's (unless one is there already)."""
+    slot.creating.pop(key, None)
+    if not done.cancelled() and done.exception() is None:
+        slot.clients.setdefault(key, done.result())
+
+
+def _consume_error(future: asyncio.Future[AsyncOpenAI]) -> None:
+    """A background creation's error is raised again by the request that awaits it; mark it
+    retrieved here so an unawaited one is not logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _closer(slot: _LoopClients) -> AsyncGenerator[None, None]:
