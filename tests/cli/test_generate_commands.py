@@ -203,3 +203,30 @@ def test_forget_dry_run_changes_nothing(workspace: Path) -> None:
     assert {p: p.read_bytes() for p in workspace.rglob("*") if p.is_file()} == before
     unknown = invoke("memory", "forget", "nobody", "-w", workspace, "--dry-run")
     assert unknown.exit_code == 1 and "no conversation 'nobody'" in unknown.stderr
+
+
+def test_generate_after_an_outage_needs_no_retry_failed(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    """Issue 14 (3): three generations while the server is down use no attempt; the first one
+    after it is back processes every conversation."""
+    root = build_workspace(tmp_path / "ws", [INVOICE, DEPLOY], failing_config(max_attempts=3))
+    fake_openai.handler = memory_server_handler()
+    env = {"OPENAI_BASE_URL": fake_openai.base_url}
+    fake_openai.inject(status=503, times=10_000)
+    for _ in range(3):
+        result = invoke("memory", "generate", "-w", root, "-m", "fake-model", env=env)
+        assert result.exit_code == 1
+        assert "(server problem: no attempt used, retried later)" in result.stdout
+    status = invoke_json("memory", "status", "-w", root, "--json")
+    assert status["counts"]["failed"] == 0 and status["counts"]["pending"] == 2
+    rows = status["conversations"]
+    assert {r["attempts"] for r in rows} == {1}  # only the recorded run's own failure
+    assert {r["failure_kind"] for r in rows} == {"environment"}
+    assert all(r["next_retry_at"] for r in rows)
+    text = invoke("memory", "status", "-w", root).stdout
+    assert "(environment)" in text and "next retry " in text
+    fake_openai.reset()
+    data = invoke_json("memory", "generate", "-w", root, "-m", "fake-model", "--json", env=env)
+    assert data["processed"] == ["deploy-notes", "invoice-fix"] and data["failed"] == {}
+    assert invoke_json("memory", "status", "-w", root, "--json")["counts"]["failed"] == 0

@@ -116,7 +116,7 @@ async def test_status_after_a_failed_consolidation(tmp_path: Path) -> None:
     assert data["tokens"]["phase_two"] == {
         "runs": 1,
         "failed_runs": 1,
-        "requests": 0,
+        "requests": 1,
         "input_tokens": 0,
         "output_tokens": 0,
     }

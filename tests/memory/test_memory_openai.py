@@ -42,13 +42,16 @@ def phase_one_turn(req: FakeRequest) -> FakeReply:
     )
 
 
+MEMORY_MD = "## Invoice\nSources: rollout_summaries/notes-1_read-invoice-notes.md\n"
+
+
 def phase_two_turn(req: FakeRequest) -> FakeReply:
     assert "exec_command" not in req.tool_names(), "consolidation has no shell"
     if not req.tool_outputs():
         return FakeReply(
             tool_calls=[
                 ("read_file", {"path": "memories/raw_memories.md"}, "c1"),
-                ("write_file", {"path": "memories/MEMORY.md", "content": "## Invoice\n"}, "c2"),
+                ("write_file", {"path": "memories/MEMORY.md", "content": MEMORY_MD}, "c2"),
                 ("write_file", {"path": "memories/memory_summary.md", "content": SUMMARY}, "c3"),
             ]
         )
@@ -116,7 +119,7 @@ async def test_memory_end_to_end_through_openai_client(
         "terminal_state",
     ]
     assert "notes.txt describes" in (root / "memories/raw_memories.md").read_text()
-    assert (root / "memories/MEMORY.md").read_text() == "## Invoice\n"
+    assert (root / "memories/MEMORY.md").read_text() == MEMORY_MD
     assert (root / "memories/memory_summary.md").read_text() == SUMMARY
     selection = json.loads((root / "memories/phase_two_selection.json").read_text())
     assert selection["selected"][0]["rollout_id"] == "notes-1"

@@ -258,27 +258,32 @@ async def test_temp_files_left_by_a_killed_write_are_swept_under_the_lock(
     assert state_of(workspace)["after-crash"]["status"] == "done"
 
 
-async def test_sigkill_mid_consolidation_restores_then_consolidates(tmp_path: Path) -> None:
+async def test_sigkill_mid_consolidation_leaves_the_live_pair_intact(tmp_path: Path) -> None:
+    """Issue 14 (6): the consolidation writes only its stage; killed mid-way, the live
+    MEMORY.md and memory_summary.md are still the previous pair until the next flush, which
+    discards the stage and consolidates again."""
     workspace = tmp_path / "ws"
     proc = _start_worker(workspace, "first", 1, "normal")
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    before = (workspace / "memories/MEMORY.md").read_bytes()
+    memories = workspace / "memories"
+    before = (memories / "MEMORY.md").read_bytes()
+    summary_before = (memories / "memory_summary.md").read_bytes()
     proc = _start_worker(workspace, "second", 1, "slow-two")
     try:
-        assert proc.stdout is not None
-        _wait_for(lambda: (workspace / "memories/.phase_two_backup").exists())
-        _wait_for(lambda: (workspace / "memories/MEMORY.md").read_bytes() == b"half")
+        _wait_for(lambda: (memories / ".phase_two_stage/MEMORY.md").exists())
+        _wait_for(lambda: (memories / ".phase_two_stage/MEMORY.md").read_bytes() == b"half")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=10)
-    assert (workspace / "memories/MEMORY.md").read_bytes() == b"half"
+    assert (memories / "MEMORY.md").read_bytes() == before
+    assert (memories / "memory_summary.md").read_bytes() == summary_before
     await _complete_on(workspace)
-    memory = (workspace / "memories/MEMORY.md").read_text()
+    memory = (memories / "MEMORY.md").read_text()
     assert memory != "half" and memory != before.decode()
     assert "second task 0" in memory and "first task 0" in memory
-    assert not (workspace / "memories/.phase_two_backup").exists()
-    _assert_memory_files_parse(workspace / "memories")
+    assert not (memories / ".phase_two_stage").exists()
+    _assert_memory_files_parse(memories)
 
 
 async def test_two_processes_append_and_flush_on_one_workspace(tmp_path: Path) -> None:

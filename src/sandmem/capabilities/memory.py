@@ -114,6 +114,10 @@ class Memory(Capability):
 
             await pull(self.session, self.paths, self.layout.store)
         if self.read is not None:
+            from sandmem.memory.journal import try_recover
+
+            # a commit a killed process left half-applied is finished before the summary is read
+            await try_recover(self.session, self.paths)
             summary = await read_text(self.session, self.paths.summary_md) or ""
             slot.prompt = memory_read_prompt(
                 summary, self.paths.memories_dir, live_update=self.read.live_update

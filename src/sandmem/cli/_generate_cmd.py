@@ -41,6 +41,7 @@ _PHASE_TWO_TEXT = {
     "done": "consolidated",
     "skipped": "nothing new to consolidate",
     "failed": "consolidation failed (previous memory kept)",
+    "incomplete": "consolidation incomplete (what was written is kept)",
     "not_run": "consolidation not run",
 }
 
@@ -50,18 +51,26 @@ def generation_lines(report: GenerationReport) -> list[str]:
     and the tokens."""
     lines = [f"  ✓ {rid}: extracted" for rid in report.processed]
     lines += [f"  - {rid}: skipped (nothing worth remembering)" for rid in report.skipped]
-    lines += [f"  ✗ {rid}: {error}" for rid, error in report.failed.items()]
+    lines += [
+        f"  ✗ {rid}: {error}" + _kind_note(report.failure_kinds.get(rid))
+        for rid, error in report.failed.items()
+    ]
     lines += [f"  … {rid}: not reached, still pending" for rid in report.not_reached]
+    lines += [f"  … {rid}: waiting to retry after a server problem" for rid in report.deferred]
+    lines += [f"  ! {path}: left out: {reason}" for path, reason in report.problems.items()]
     if not lines:
         lines.append("  no pending conversations")
     phase_two = _PHASE_TWO_TEXT.get(report.phase_two, report.phase_two)
     if report.phase_two_error:
         phase_two += f": {report.phase_two_error}"
     lines.append(f"  {phase_two}")
+    if report.phase_two_missing:
+        missing = ", ".join(report.phase_two_missing)
+        lines.append(f"  pending for the next consolidation: {missing}")
     if report.timed_out:
         lines.append("  generation timed out; unfinished conversations stay pending")
     one, two = report.usage.phase_one, report.usage.phase_two
-    if one.input_tokens or one.output_tokens or two.input_tokens or two.output_tokens:
+    if one.requests or two.requests or one.input_tokens or two.input_tokens:
         lines.append(
             f"  tokens: phase one {one.input_tokens:,} in / {one.output_tokens:,} out, "
             f"phase two {two.input_tokens:,} in / {two.output_tokens:,} out"
@@ -69,10 +78,18 @@ def generation_lines(report: GenerationReport) -> list[str]:
     return lines
 
 
+def _kind_note(kind: str | None) -> str:
+    if kind == "environment":
+        return " (server problem: no attempt used, retried later)"
+    return ""
+
+
 def _incomplete_error(report: GenerationReport) -> MemoryGenerationError:
     problems = [f"{len(report.failed)} conversation(s) failed"] if report.failed else []
     if report.phase_two not in ("done", "skipped", "not_run"):
         problems.append(f"consolidation {report.phase_two}")
+    if report.phase_two_missing:
+        problems.append(f"pending: {', '.join(report.phase_two_missing)}")
     if report.timed_out:
         problems.append("generation timed out")
     return MemoryGenerationError(

@@ -275,7 +275,10 @@ def status_lines(data: MemoryStatus) -> list[str]:
             f"({_count(last.rollouts, 'conversation')})"
         )
         if last.error:
-            lines.append(f"  error: {last.error}")
+            kind = f"  ({last.failure_kind} failure)" if last.failure_kind else ""
+            lines.append(f"  error: {last.error}{kind}")
+        if last.missing:
+            lines.append(f"  pending for the next consolidation: {', '.join(last.missing)}")
         if last.last_success_at and last.status != "done":
             lines.append(f"  last success: {last.last_success_at}")
     lines.append("files:")
@@ -288,7 +291,8 @@ def status_lines(data: MemoryStatus) -> list[str]:
     lines.append("tokens spent:")
     for phase, total in (("one", data.tokens.phase_one), ("two", data.tokens.phase_two)):
         lines.append(
-            f"  phase {phase}: {total.input_tokens:,} in / {total.output_tokens:,} out "
+            f"  phase {phase}: {total.input_tokens:,} in / {total.output_tokens:,} out, "
+            f"{_count(total.requests, 'request')} "
             f"({_count(total.runs, 'run')}, {total.failed_runs} failed)"
         )
     return lines

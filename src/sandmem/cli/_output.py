@@ -106,9 +106,14 @@ def report_dict(report: FlushReport) -> dict[str, Any]:
         "processed": sorted(report.processed),
         "skipped": sorted(report.skipped),
         "failed": dict(sorted(report.failed.items())),
+        "failure_kinds": dict(sorted(report.failure_kinds.items())),
         "not_reached": [rid for rid in report.pending if rid not in finished],
+        "deferred": sorted(report.deferred),
         "phase_two": report.phase_two,
         "phase_two_error": report.phase_two_error,
+        "phase_two_failure_kind": report.phase_two_failure_kind,
+        "phase_two_missing": list(report.phase_two_missing),
+        "problems": dict(sorted(report.problems.items())),
         "timed_out": report.timed_out,
         "usage": {
             "phase_one": usage_dict(report.phase_one_usage),
@@ -130,7 +135,10 @@ def incomplete_text(report: FlushReport) -> str:
     problems = []
     if report.failed:
         problems.append(f"{len(report.failed)} conversation(s) failed: {', '.join(report.failed)}")
-    if report.phase_two not in _PHASE_TWO_FINE:
+    if report.phase_two == "incomplete":
+        missing = ", ".join(report.phase_two_missing)
+        problems.append(f"consolidation incomplete (what was written is kept; pending: {missing})")
+    elif report.phase_two not in _PHASE_TWO_FINE:
         problems.append(f"consolidation {report.phase_two} (previous memory kept)")
     if report.timed_out:
         problems.append("generation timed out")
@@ -141,6 +149,7 @@ _PHASE_TWO_TEXT = {
     "done": "consolidated",
     "skipped": "nothing new to consolidate",
     "failed": "consolidation failed (previous memory kept)",
+    "incomplete": "consolidation incomplete (what was written is kept)",
     "not_run": "consolidation not run",
 }
 
@@ -150,23 +159,36 @@ def report_lines(report: FlushReport) -> list[str]:
     data = report_dict(report)
     lines = [f"  ✓ {rid}: extracted" for rid in data["processed"]]
     lines += [f"  - {rid}: skipped (nothing worth remembering)" for rid in data["skipped"]]
-    lines += [f"  ✗ {rid}: {error}" for rid, error in data["failed"].items()]
+    lines += [
+        f"  ✗ {rid}: {error}" + _kind_note(data["failure_kinds"].get(rid))
+        for rid, error in data["failed"].items()
+    ]
     lines += [f"  … {rid}: not reached, still pending" for rid in data["not_reached"]]
+    lines += [f"  … {rid}: waiting to retry after a server problem" for rid in data["deferred"]]
+    lines += [f"  ! {path}: left out: {reason}" for path, reason in data["problems"].items()]
     if not lines:
         lines.append("  no pending conversations")
     phase_two = _PHASE_TWO_TEXT.get(report.phase_two, report.phase_two)
     if report.phase_two_error:
         phase_two += f": {report.phase_two_error}"
     lines.append(f"  {phase_two}")
+    if report.phase_two_missing:
+        lines.append("  pending for the next consolidation: " + ", ".join(report.phase_two_missing))
     if report.timed_out:
         lines.append("  generation timed out; unfinished conversations stay pending")
     one, two = report.phase_one_usage, report.phase_two_usage
-    if one.total_tokens or two.total_tokens:
+    if one.requests or two.requests or one.total_tokens or two.total_tokens:
         lines.append(
             f"  tokens: phase one {one.input_tokens:,} in / {one.output_tokens:,} out, "
             f"phase two {two.input_tokens:,} in / {two.output_tokens:,} out"
         )
     return lines
+
+
+def _kind_note(kind: str | None) -> str:
+    if kind == "environment":
+        return " (server problem: no attempt used, retried later)"
+    return ""
 
 
 async def _phase_one_done(manager: MemoryGenerationManager, since: int) -> int:
@@ -175,13 +197,17 @@ async def _phase_one_done(manager: MemoryGenerationManager, since: int) -> int:
 
 
 async def flush_with_progress(
-    manager: MemoryGenerationManager, console: Console, *, retry_failed: bool = False
+    manager: MemoryGenerationManager,
+    console: Console,
+    *,
+    retry_failed: bool = False,
+    wait_backoff: bool = True,
 ) -> FlushReport:
     """``manager.flush()`` with a progress bar on ``console`` (only when it is a terminal):
     one step per pending conversation (counted from ``generation_log.jsonl`` as phase one
     writes it), then a spinner while phase two consolidates."""
     if not console.is_terminal:
-        return await manager.flush(retry_failed=retry_failed)
+        return await manager.flush(retry_failed=retry_failed, wait_backoff=wait_backoff)
     session, paths = manager.session, manager.paths
     wanted = {"pending", "failed"} if retry_failed else {"pending"}
     todo = sum(row["status"] in wanted for row in await rollout_statuses(session, paths))
@@ -195,7 +221,9 @@ async def flush_with_progress(
     )
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("memory: extracting conversations", total=todo)
-        flushing = asyncio.ensure_future(manager.flush(retry_failed=retry_failed))
+        flushing = asyncio.ensure_future(
+            manager.flush(retry_failed=retry_failed, wait_backoff=wait_backoff)
+        )
         try:
             while not flushing.done():
                 await asyncio.wait({flushing}, timeout=PROGRESS_POLL_S)

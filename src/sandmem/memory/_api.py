@@ -291,9 +291,14 @@ def _report(report: FlushReport) -> GenerationReport:
         processed=sorted(report.processed),
         skipped=sorted(report.skipped),
         failed=dict(sorted(report.failed.items())),
+        failure_kinds=dict(sorted(report.failure_kinds.items())),
         not_reached=[rid for rid in report.pending if rid not in finished],
+        deferred=sorted(report.deferred),
         phase_two=report.phase_two,
         phase_two_error=report.phase_two_error,
+        phase_two_failure_kind=report.phase_two_failure_kind,
+        phase_two_missing=list(report.phase_two_missing),
+        problems=dict(sorted(report.problems.items())),
         timed_out=report.timed_out,
         usage=GenerationUsage(
             phase_one=TokenUsage.of(report.phase_one_usage),
@@ -334,7 +339,7 @@ async def _flush_with_progress(
     wanted = {"pending", "failed"} if retry_failed else {"pending"}
     total = sum(c.status in wanted for c in await maintenance.conversations(session, paths))
     since = len(await maintenance.read_log(session, paths))
-    flushing = asyncio.ensure_future(manager.flush(retry_failed=retry_failed))
+    flushing = asyncio.ensure_future(manager.flush(retry_failed=retry_failed, wait_backoff=False))
     try:
         while True:
             done = {flushing}
@@ -373,6 +378,8 @@ async def generate(
     ``flush_on_stop=False`` turns that off, for a caller that generates explicitly after its
     last run (as ``sandmem run`` does), so a conversation that just failed is not retried
     again at the stop.
+    An explicit generation retries conversations waiting after an environment failure at
+    once.
 
     A failed conversation or consolidation does not raise: it is in the report (``complete``
     is ``False``) and retried next time. Raises ``MemoryLockedError`` when another process
@@ -383,7 +390,7 @@ async def generate(
         manager = _manager(session, paths, cfg, owned or not flush_on_stop)
         try:
             if progress is None:
-                flushed = await manager.flush(retry_failed=retry_failed)
+                flushed = await manager.flush(retry_failed=retry_failed, wait_backoff=False)
             else:
                 flushed = await _flush_with_progress(manager, retry_failed, progress)
         except SandboxError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 
 from sandmem._items import Item, item_kind, message_text
 from sandmem._truncate import BYTES_PER_TOKEN, truncate_head_tail
+from sandmem.memory._json import loads_bounded
 from sandmem.memory._render_text import (
     binary_share,
     bound_text,
@@ -145,8 +146,8 @@ def render_rollout(
 
 def _parse_segment(line: str, number: int) -> RolloutSegment | None:
     try:
-        data = json.loads(line)
-    except (ValueError, RecursionError):
+        data = loads_bounded(line)
+    except ValueError:
         return None
     if not isinstance(data, dict) or not any(key in data for key in _SEGMENT_KEYS):
         return None
@@ -406,7 +407,7 @@ def _compact(value: Any) -> str:
 def _parse_json(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except (ValueError, RecursionError):
+            return loads_bounded(value)
+        except ValueError:
             return value
     return value

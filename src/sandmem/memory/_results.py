@@ -86,9 +86,15 @@ class ConsolidationInfo(_Result):
     time: str | None
     """When it ran (ISO-8601 UTC)."""
     status: str | None
-    """``done`` or ``failed`` (or another outcome the generation log records)."""
+    """``done``, ``incomplete`` (committed, but some conversations were left out: see
+    ``missing``) or ``failed`` (or another outcome the generation log records)."""
     error: str | None
     """Its error when it failed (redacted)."""
+    failure_kind: str | None = None
+    """``environment`` or ``rollout`` when it failed (see ``memory.state.classify``)."""
+    missing: list[str] = []
+    """For ``incomplete``: the conversations it did not fold in (or still cites although
+    removed); the next generation consolidates them again."""
     rollouts: int
     """How many conversations it was given."""
     duration_s: float | None
@@ -266,13 +272,27 @@ class GenerationReport(_Result):
     """Conversations with nothing worth remembering."""
     failed: dict[str, str]
     """Conversations whose extraction failed, with the error; they stay pending."""
+    failure_kinds: dict[str, str] = {}
+    """For each failed conversation: ``environment`` (server down or slow: no attempt used,
+    retried later) or ``rollout`` (counts toward ``max_attempts``)."""
     not_reached: list[str]
     """Pending conversations it did not get to (it timed out)."""
+    deferred: list[str] = []
+    """Pending conversations left for later: their retry time after an environment failure
+    has not come and the server did not answer this generation."""
     phase_two: str
-    """The consolidation: ``done``, ``skipped`` (nothing new), ``failed`` (the previous
-    memory is kept), or ``not_run``."""
+    """The consolidation: ``done``, ``incomplete`` (what was written is kept; see
+    ``phase_two_missing``), ``skipped`` (nothing new), ``failed`` (the previous memory is
+    kept), or ``not_run``."""
     phase_two_error: str | None
-    """The consolidation's error when it failed."""
+    """The consolidation's error when it failed, or what an incomplete one left out."""
+    phase_two_failure_kind: str | None = None
+    """``environment`` or ``rollout`` when the consolidation failed."""
+    phase_two_missing: list[str] = []
+    """The conversations an incomplete consolidation left out (pending for the next one)."""
+    problems: dict[str, str] = {}
+    """Bad input left out (an unreadable rollout or raw memory, a corrupt state or selection
+    file): path → reason. Everything else was processed."""
     timed_out: bool
     """Whether it stopped at ``flush_timeout_s``."""
     usage: GenerationUsage

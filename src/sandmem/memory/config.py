@@ -99,6 +99,8 @@ class MemoryGenerateConfig(BaseModel):
     extra_prompt: str | None = None
     phase_one_concurrency: int = Field(default=4, ge=1)
     max_attempts: int = Field(default=3, ge=1)
+    retry_backoff_s: float = Field(default=30.0, ge=0)
+    retry_backoff_max_s: float = Field(default=3600.0, ge=0)
     flush_timeout_s: float = Field(default=600.0, gt=0)
     phase_two_max_turns: int = Field(default=500, ge=1)
     memory_md_max_bytes: int = Field(default=96_000, gt=0)

@@ -19,11 +19,12 @@ from typing import Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
 from sandmem.memory import phase_one
+from sandmem.memory import state as gen_state
+from sandmem.memory._json import loads_bounded
 from sandmem.memory._results import (
     ConsolidationInfo,
     ConversationCounts,
     ConversationInfo,
-    ConversationState,
     DirSize,
     FileSize,
     MemoryStatus,
@@ -33,7 +34,7 @@ from sandmem.memory._results import (
 from sandmem.memory._scoped_tools import ScopedFiles
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.manager import LOCK_TIMEOUT_S, FlushReport, get_manager
-from sandmem.memory.phase_two import load_raw_memories
+from sandmem.memory.phase_two import load_raw_memories, read_isolated
 from sandmem.memory.rollouts import utc_now, validate_rollout_id
 from sandmem.memory.selection import selection_document
 from sandmem.memory.storage import (
@@ -97,7 +98,7 @@ def first_segment(data: bytes) -> tuple[str | None, str | None]:
     line, cut to ``TASK_CHARS``); ``None`` for what cannot be read."""
     line = data.split(b"\n", 1)[0]
     try:
-        segment = json.loads(line)
+        segment = loads_bounded(line)
     except ValueError:
         return None, None
     if not isinstance(segment, dict):
@@ -115,50 +116,41 @@ def first_segment(data: bytes) -> tuple[str | None, str | None]:
     return (str(started) if started else None), task
 
 
-def _status_of(entry: dict[str, Any], same_version: bool, up_to_date: bool) -> ConversationState:
-    if up_to_date:
-        return "done"
-    if same_version and entry.get("status") == "failed":
-        return "failed"
-    if same_version and entry.get("status") == "skipped":
-        return "skipped"
-    return "pending"
-
-
 async def conversations(
     session: SandboxSession, paths: MemoryPaths, state: dict[str, Any] | None = None
 ) -> list[ConversationInfo]:
     """Each recorded conversation and the state of its memory (see ``ConversationInfo``),
     most recently updated first."""
     if state is None:
-        state = await load_state(session, paths)
+        model = (await gen_state.load(session, paths))[0]
+    else:
+        model = gen_state.parse_state(json.dumps(state), paths.state_json)[0]
     summaries = set(await _walk(session, paths.summaries_dir))
     rows = []
     for rid in await rollout_ids(session, paths):
-        data = await session.read_bytes(paths.rollout_file(rid))
+        found, _bad = await read_isolated(session, [paths.rollout_file(rid)])
+        data = found.get(paths.rollout_file(rid))
+        if data is None:  # unreadable (a directory, a symlink leaving the workspace)
+            continue
         fp = fingerprint(data)
         started_at, task = first_segment(data)
         del data
-        entry = state["rollouts"].get(rid)
-        entry = entry if isinstance(entry, dict) else {}
-        same_version = entry.get("segments") == fp.segments and (
-            entry.get("updated_at") == fp.updated_at
-        )
-        raw = await read_text(session, paths.raw_memory_file(rid))
-        status = _status_of(entry, same_version, phase_one.is_up_to_date(raw, fp))
-        if not same_version:  # a new segment since the last attempt: a fresh start
-            entry = {}
+        raws, _bad = await read_isolated(session, [paths.raw_memory_file(rid)])
+        raw_data = raws.get(paths.raw_memory_file(rid))
+        raw = raw_data.decode("utf-8", "replace") if raw_data is not None else None
+        up = phase_one.is_up_to_date(raw, fp)
+        entry = gen_state.reconcile(model.rollouts.get(rid), fp.segments, fp.updated_at, up)
         name = _summary_name(raw)
         summary = f"{paths.memories_dir}/{name}" if name is not None else None
         rows.append(
             ConversationInfo(
                 rollout_id=rid,
-                status=status,
-                attempts=int(entry.get("attempts") or 0),
-                failure_kind=None,
-                next_retry_at=None,
-                last_error=entry.get("last_error"),
-                last_attempt_at=entry.get("last_attempt_at"),
+                status=entry.status,
+                attempts=entry.attempts,
+                failure_kind=entry.failure_kind if entry.status != "done" else None,
+                next_retry_at=entry.next_retry_at if entry.status == "pending" else None,
+                last_error=entry.last_error,
+                last_attempt_at=entry.last_attempt_at,
                 segments=fp.segments,
                 started_at=started_at,
                 updated_at=fp.updated_at,
@@ -187,7 +179,7 @@ async def read_log(session: SandboxSession, paths: MemoryPaths) -> list[dict[str
     records = []
     for line in text.splitlines():
         try:
-            record = json.loads(line)
+            record = loads_bounded(line)
         except ValueError:
             continue
         if isinstance(record, dict):
@@ -220,7 +212,7 @@ def _last_consolidation(
 ) -> ConsolidationInfo | None:
     runs = [r for r in records if r.get("phase") == "two"]
     raw = state.get("phase_two")
-    phase_two: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    phase_two: dict[str, Any] = raw if isinstance(raw, dict) and raw.get("status") else {}
     selection = selection if isinstance(selection, dict) else {}
     selected = selection.get("selected")
     last_success = phase_two.get("last_success_at") or selection.get("updated_at")
@@ -232,6 +224,8 @@ def _last_consolidation(
         time=last.get("time") or phase_two.get("last_attempt_at") or last_success,
         status=last.get("status") or phase_two.get("status"),
         error=last.get("error") if runs else phase_two.get("last_error"),
+        failure_kind=last.get("failure_kind") if runs else phase_two.get("failure_kind"),
+        missing=[str(m) for m in last.get("missing") or []] if runs else [],
         rollouts=len(last.get("rollouts") or []),
         duration_s=float(duration) if isinstance(duration, int | float) else None,
         last_success_at=last_success,

@@ -1,28 +1,36 @@
 """The generation manager: one per (sandbox session, layout), owned by the session.
 
 It appends run segments to rollout files, and when the session stops (a pre-stop hook) it
-flushes: phase one for every pending rollout with bounded concurrency, then phase two once.
-A rollout is pending until its raw memory records its last ``updated_at`` and segment count,
-so a failed extraction is retried at the next flush (up to ``max_attempts`` for one version
-of the rollout). Everything runs under the layout's cross-process lock.
+flushes: it finishes or discards an interrupted commit (``memory.journal``), reconciles
+``generation_state.json`` with the files (``memory.state``), runs phase one for every due
+rollout with bounded concurrency, then phase two once. A rollout is pending until its raw
+memory records its last ``updated_at`` and segment count. A failure the environment caused
+(the model server down or slow) only postpones a rollout; a failure the rollout caused counts
+toward ``max_attempts`` for one version of the rollout. One bad file (an unreadable rollout or
+raw memory, a corrupt state or selection file) is reported and left out; the rest proceeds.
+Everything runs under the layout's cross-process lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sandmem import tracing
-from sandmem._errors import UserError
+from sandmem._errors import SandboxError, UserError
 from sandmem._usage import Usage
-from sandmem.memory import _trace, phase_one, phase_two
+from sandmem.memory import _trace, journal, phase_one, phase_two
+from sandmem.memory import state as gen_state
 from sandmem.memory._store import MemoryStore
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.rollouts import segment_line, utc_now
+from sandmem.memory.state import FailureKind, GenerationState, PhaseTwoStatus
 from sandmem.memory.storage import (
     MemoryPaths,
     RolloutFingerprint,
@@ -30,9 +38,7 @@ from sandmem.memory.storage import (
     bound_rollout,
     ensure_layout,
     fingerprint,
-    load_state,
     sweep_write_temps,
-    write_json,
 )
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
@@ -50,15 +56,24 @@ STATE_WRITE_INTERVAL_S = 1.0
 
 @dataclass
 class FlushReport:
-    """What one flush did. ``failed`` maps rollout ids to their error; ``pending`` lists the
-    rollouts still waiting (failed, not reached before the timeout, or locked out)."""
+    """What one flush did. ``failed`` maps rollout ids to their error (``failure_kinds`` to
+    ``environment`` or ``rollout``); ``pending`` lists the rollouts this flush set out to
+    extract; ``deferred`` the pending ones it left for later (their retry time after an
+    environment failure has not come). ``phase_two`` is ``incomplete`` when the consolidation
+    was committed but left out ``phase_two_missing``. ``problems`` maps each file left out
+    (bad input) to the reason."""
 
     processed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    failure_kinds: dict[str, FailureKind] = field(default_factory=dict)
     pending: list[str] = field(default_factory=list)
-    phase_two: str = "not_run"  # done | skipped | failed | not_run
+    deferred: list[str] = field(default_factory=list)
+    phase_two: PhaseTwoStatus = "not_run"
     phase_two_error: str | None = None
+    phase_two_failure_kind: FailureKind | None = None
+    phase_two_missing: list[str] = field(default_factory=list)
+    problems: dict[str, str] = field(default_factory=dict)
     phase_one_usage: Usage = field(default_factory=Usage)
     phase_two_usage: Usage = field(default_factory=Usage)
     timed_out: bool = False
@@ -137,6 +152,8 @@ class MemoryGenerationManager:
         self._flush_lock = asyncio.Lock()
         self._state_lock = asyncio.Lock()
         self._state_written_at = 0.0
+        #: requests of extractions cancelled by the flush timeout (logged by _record_timeout)
+        self._unlogged = Usage()
         self._layout_ready = False
         session.register_pre_stop_hook(self._on_stop)
 
@@ -174,28 +191,36 @@ class MemoryGenerationManager:
         except Exception:
             logger.exception("memory generation for %s failed", self.paths.memories_dir)
             return
-        if report.failed or report.phase_two == "failed" or report.timed_out:
+        if report.failed or report.phase_two in ("failed", "incomplete") or report.timed_out:
             logger.warning(
-                "memory generation for %s incomplete: failed=%s phase_two=%s timed_out=%s",
+                "memory generation for %s incomplete: failed=%s phase_two=%s missing=%s "
+                "timed_out=%s",
                 self.paths.memories_dir,
                 report.failed,
                 report.phase_two,
+                report.phase_two_missing,
                 report.timed_out,
             )
 
-    async def flush(self, *, retry_failed: bool = False) -> FlushReport:
+    async def flush(self, *, retry_failed: bool = False, wait_backoff: bool = True) -> FlushReport:
         """Generate memory now. Never raises for a failed rollout or consolidation (they are
         recorded in the report, ``generation_state.json`` and ``generation_log.jsonl``); stops
-        after ``flush_timeout_s`` leaving unfinished rollouts pending."""
+        after ``flush_timeout_s`` leaving unfinished rollouts pending (an environment failure:
+        no attempt is used). ``retry_failed`` also retries rollouts that used up
+        ``max_attempts``; ``wait_backoff=False`` retries environment failures before their
+        retry time (an explicit ``sandmem memory generate`` does)."""
         report = FlushReport()
         async with self._flush_lock, tracing.aspan(_trace.FLUSH, _trace.layout(self.paths)) as span:
+            self._unlogged = Usage()
             try:
                 await asyncio.wait_for(
-                    self._flush(report, retry_failed), timeout=self.config.flush_timeout_s
+                    self._flush(report, retry_failed, wait_backoff),
+                    timeout=self.config.flush_timeout_s,
                 )
             except TimeoutError:
                 report.timed_out = True
                 logger.warning("memory flush timed out after %ss", self.config.flush_timeout_s)
+                await self._record_timeout(report)
             _trace.flush_done(span, report)
         return report
 
@@ -208,35 +233,45 @@ class MemoryGenerationManager:
 
         return default_provider()
 
-    async def _flush(self, report: FlushReport, retry_failed: bool) -> None:
+    async def _flush(self, report: FlushReport, retry_failed: bool, wait_backoff: bool) -> None:
         with no_symlinks():  # a symlink under memories/ or sessions/ is never followed
-            await self._flush_locked(report, retry_failed, self._provider())
+            await self._flush_locked(report, retry_failed, wait_backoff, self._provider())
+
+    def _problem(self, report: FlushReport, path: str, reason: str) -> None:
+        if path not in report.problems:
+            logger.warning("memory: %s left out: %s", path, reason)
+        report.problems[path] = reason
 
     async def _flush_locked(
-        self, report: FlushReport, retry_failed: bool, provider: ModelProvider
+        self,
+        report: FlushReport,
+        retry_failed: bool,
+        wait_backoff: bool,
+        provider: ModelProvider,
     ) -> None:
         async with self.session.lock(self.paths.lock, timeout=LOCK_TIMEOUT_S):
             await self.prepare()
             removed = await sweep_write_temps(self.session, self.paths)
             if removed:
                 logger.warning("removed %d temp file(s) left by a killed write", len(removed))
-            if await self.session.exists(self.paths.backup_dir):
-                logger.warning("restoring memory files after an interrupted consolidation")
-                await phase_two.rollback(self.session, self.paths)
-            state = await load_state(self.session, self.paths)
-            pending = await self._pending(state, retry_failed)
-            report.pending = sorted(pending)
-            semaphore = asyncio.Semaphore(self.config.phase_one_concurrency)
-            await asyncio.gather(
-                *(
-                    self._extract_one(rid, state, report, semaphore, provider)
-                    for rid in sorted(pending)
+            for note in await journal.recover(self.session, self.paths):
+                path, _, reason = note.partition(": ")
+                report.problems.setdefault(path, reason)
+            state, problems = await gen_state.load(self.session, self.paths)
+            for problem in problems:
+                path, _, reason = problem.partition(": ")
+                self._problem(report, path, reason)
+            due = await self._reconcile(state, report, retry_failed, wait_backoff)
+            await self._phase_one(sorted(due), state, report, provider)
+            await self._save_state(state)
+            if report.problems:
+                await append_log(
+                    self.session,
+                    self.paths,
+                    {"time": utc_now(), "phase": "check", "problems": report.problems},
                 )
-            )
-            if pending:
-                await self._save_state(state)
-                if self.after_phase_one is not None:
-                    await self.after_phase_one()
+            if report.pending and self.after_phase_one is not None:
+                await self.after_phase_one()
             async with tracing.aspan(_trace.PHASE_TWO) as span:
                 await self._phase_two(state, report, provider)
                 _trace.phase_two_done(span, report)
@@ -249,55 +284,95 @@ class MemoryGenerationManager:
         names = await self.session.listdir(self.paths.sessions_dir)
         return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
-    async def _fingerprints(self) -> dict[str, tuple[RolloutFingerprint, str | None]]:
-        """Each rollout's fingerprint and its raw memory's text, read in bounded batches
-        (rollout files can be large: at most ``_PENDING_BATCH`` are held at once)."""
+    async def _fingerprints(
+        self, report: FlushReport
+    ) -> dict[str, tuple[RolloutFingerprint, str | None]]:
+        """Each readable rollout's fingerprint and its raw memory's text, read in bounded
+        batches (rollout files can be large: at most ``_PENDING_BATCH`` are held at once).
+        An unreadable rollout file is reported and left out; an unreadable raw memory counts
+        as missing."""
         found: dict[str, tuple[RolloutFingerprint, str | None]] = {}
         ids = await self.rollout_ids()
         for start in range(0, len(ids), _PENDING_BATCH):
             batch = ids[start : start + _PENDING_BATCH]
-            rollouts = await self.session.read_many([self.paths.rollout_file(r) for r in batch])
-            raws = await self.session.read_many([self.paths.raw_memory_file(r) for r in batch])
-            for rid, data, raw in zip(batch, rollouts.values(), raws.values(), strict=True):
-                if data is not None:
-                    text = raw.decode("utf-8", "replace") if raw is not None else None
-                    found[rid] = (fingerprint(data), text)
+            files = [self.paths.rollout_file(r) for r in batch]
+            rollouts, bad = await phase_two.read_isolated(self.session, files)
+            for path, reason in bad.items():
+                self._problem(report, path, reason)
+            raw_files = [self.paths.raw_memory_file(r) for r in batch]
+            raws, _bad_raw = await phase_two.read_isolated(self.session, raw_files)
+            for rid, path, raw_path in zip(batch, files, raw_files, strict=True):
+                data = rollouts.get(path)
+                if data is None:
+                    continue
+                raw = raws.get(raw_path)
+                text = raw.decode("utf-8", "replace") if raw is not None else None
+                found[rid] = (fingerprint(data), text)
         return found
 
-    async def _pending(self, state: dict[str, Any], retry_failed: bool) -> set[str]:
-        pending: set[str] = set()
-        for rid, (fp, raw) in (await self._fingerprints()).items():
-            if phase_one.is_up_to_date(raw, fp):
-                continue
-            entry = state["rollouts"].get(rid) or {}
-            same_version = entry.get("segments") == fp.segments and (
-                entry.get("updated_at") == fp.updated_at
+    async def _reconcile(
+        self, state: GenerationState, report: FlushReport, retry_failed: bool, wait_backoff: bool
+    ) -> set[str]:
+        """Bring every rollout's state in line with its files; return the due ones."""
+        now = datetime.now(UTC)
+        due: set[str] = set()
+        fingerprints = await self._fingerprints(report)
+        for rid in [r for r in state.rollouts if r not in fingerprints]:
+            if self.paths.rollout_file(rid) not in report.problems:
+                del state.rollouts[rid]  # its rollout file is gone
+        for rid, (fp, raw) in fingerprints.items():
+            up = phase_one.is_up_to_date(raw, fp)
+            entry = gen_state.reconcile(state.rollouts.get(rid), fp.segments, fp.updated_at, up)
+            if retry_failed and entry.status == "failed":
+                entry = entry.model_copy(update={"status": "pending", "attempts": 0})
+            state.rollouts[rid] = entry
+            if gen_state.is_due(entry, now, retry_failed=retry_failed, wait_backoff=wait_backoff):
+                due.add(rid)
+            elif entry.status == "pending":
+                report.deferred.append(rid)
+        return due
+
+    async def _phase_one(
+        self,
+        due: list[str],
+        state: GenerationState,
+        report: FlushReport,
+        provider: ModelProvider,
+    ) -> None:
+        """Extract the due rollouts. Rollouts waiting for their retry time after an
+        environment failure are tried too once this flush shows the server answers (one of
+        them is sent first as a probe when nothing else is due); while it does not, they wait,
+        so an outage costs one request per flush rather than one per rollout."""
+        semaphore = asyncio.Semaphore(self.config.phase_one_concurrency)
+        waiting = sorted(report.deferred, key=lambda r: (state.rollouts[r].next_retry_at or "", r))
+        first = due or waiting[:1]
+        rest = [r for r in waiting if r not in first]
+        report.pending = list(first)
+        await asyncio.gather(
+            *(self._extract_one(r, state, report, semaphore, provider) for r in first)
+        )
+        answered = bool(report.processed or report.skipped) or any(
+            kind == "rollout" for kind in report.failure_kinds.values()
+        )
+        if rest and answered:
+            report.pending += rest
+            await asyncio.gather(
+                *(self._extract_one(r, state, report, semaphore, provider) for r in rest)
             )
-            if not same_version:
-                entry = {"attempts": 0, "segments": fp.segments, "updated_at": fp.updated_at}
-                entry["status"] = "pending"
-                state["rollouts"][rid] = entry
-            elif entry.get("status") == "skipped":
-                continue
-            elif entry.get("status") == "failed" and not retry_failed:
-                continue
-            elif retry_failed:
-                entry["attempts"] = 0
-            pending.add(rid)
-        return pending
+        report.deferred = [r for r in report.deferred if r not in report.pending]
 
     async def _extract_one(
         self,
         rid: str,
-        state: dict[str, Any],
+        state: GenerationState,
         report: FlushReport,
         semaphore: asyncio.Semaphore,
         provider: ModelProvider,
     ) -> None:
         async with semaphore, tracing.aspan(_trace.PHASE_ONE, {_trace.ROLLOUT: rid}) as span:
             started = time.monotonic()
-            entry = state["rollouts"].setdefault(rid, {"attempts": 0})
             error: str | None = None
+            kind: FailureKind | None = None
             usage = Usage()
             try:
                 data = await self.session.read_bytes(self.paths.rollout_file(rid))
@@ -305,12 +380,12 @@ class MemoryGenerationManager:
                 data, omitted = bound_rollout(data)
                 text = data.decode("utf-8", "replace")
                 del data
-                artifacts, usage = await phase_one.extract(
-                    rid, text, self.config, provider, omitted
+                artifacts = await phase_one.extract(
+                    rid, text, self.config, provider, omitted, usage
                 )
                 del text
                 if artifacts is None:
-                    status = "skipped"
+                    status: gen_state.RolloutStatus = "skipped"
                     report.skipped.append(rid)
                 else:
                     await phase_one.write_artifacts(
@@ -318,15 +393,22 @@ class MemoryGenerationManager:
                     )
                     status = "done"
                     report.processed.append(rid)
-                entry.update(segments=fp.segments, updated_at=fp.updated_at)
+                state.rollouts[rid] = gen_state.record_success(
+                    state.rollouts[rid], status, fp.segments, fp.updated_at, datetime.now(UTC)
+                )
+            except asyncio.CancelledError:
+                report.phase_one_usage.add(usage)
+                self._unlogged.add(usage)
+                raise
             except Exception as exc:
                 # a model server may echo request content in its error messages
                 error = self.redactor.redact(f"{type(exc).__name__}: {exc}")
-                entry["attempts"] = int(entry.get("attempts", 0)) + 1
-                exhausted = entry["attempts"] >= self.config.max_attempts
-                status = "failed" if exhausted else "pending"
+                kind = gen_state.classify(exc)
+                entry = self._failed(state.rollouts[rid], kind, error)
+                state.rollouts[rid] = entry
+                status = entry.status
                 report.failed[rid] = error
-            entry.update(status=status, last_error=error, last_attempt_at=utc_now())
+                report.failure_kinds[rid] = kind
             _trace.phase_one_done(span, status, usage, error)
             report.phase_one_usage.add(usage)
             await self._save(
@@ -336,57 +418,139 @@ class MemoryGenerationManager:
                     "rollouts": [rid],
                     "status": status,
                     "error": error,
+                    "failure_kind": kind,
                     "duration_s": round(time.monotonic() - started, 3),
+                    "requests": usage.requests,
                     "input_tokens": usage.input_tokens,
                     "output_tokens": usage.output_tokens,
                 },
                 force=False,
             )
 
-    async def _save_state(self, state: dict[str, Any]) -> None:
+    def _failed(
+        self, entry: gen_state.RolloutState, kind: FailureKind, error: str
+    ) -> gen_state.RolloutState:
+        return gen_state.record_failure(
+            entry,
+            kind,
+            error,
+            datetime.now(UTC),
+            max_attempts=self.config.max_attempts,
+            backoff_s=self.config.retry_backoff_s,
+            backoff_max_s=self.config.retry_backoff_max_s,
+            rng=random.Random(),
+        )
+
+    async def _record_timeout(self, report: FlushReport) -> None:
+        """After ``flush_timeout_s``: the rollouts the flush did not finish are environment
+        failures (pending, a retry time, no attempt used), and so is a consolidation it cut
+        short; the requests they made are logged. Best effort: skipped when another process
+        holds the lock."""
+        finished = {*report.processed, *report.skipped, *report.failed}
+        unfinished = [rid for rid in report.pending if rid not in finished]
+        error = f"memory flush timed out after {self.config.flush_timeout_s}s"
+        for rid in unfinished:
+            report.failed[rid] = error
+            report.failure_kinds[rid] = "environment"
+        cut_short = report.phase_two == "not_run" and report.phase_two_usage.requests > 0
+        if cut_short:
+            report.phase_two, report.phase_two_error = "failed", error
+            report.phase_two_failure_kind = "environment"
+        base = {"time": utc_now(), "status": "pending", "error": error}
+        records = []
+        if unfinished:
+            records.append(
+                {**base, "phase": "one", "rollouts": unfinished, **_usage_fields(self._unlogged)}
+            )
+        if cut_short:
+            records.append(
+                {
+                    **base,
+                    "phase": "two",
+                    "status": "failed",
+                    **_usage_fields(report.phase_two_usage),
+                }
+            )
+        try:
+            async with self.session.lock(self.paths.lock, timeout=1.0):
+                state, _ = await gen_state.load(self.session, self.paths)
+                for rid in unfinished:
+                    if rid in state.rollouts:
+                        state.rollouts[rid] = self._failed(
+                            state.rollouts[rid], "environment", error
+                        )
+                if cut_short:
+                    state.phase_two = state.phase_two.model_copy(
+                        update={
+                            "status": "failed",
+                            "last_error": error,
+                            "failure_kind": "environment",
+                            "last_attempt_at": base["time"],
+                        }
+                    )
+                await gen_state.save(self.session, self.paths, state)
+                for record in records:
+                    await append_log(
+                        self.session, self.paths, {**record, "failure_kind": "environment"}
+                    )
+        except (SandboxError, OSError) as exc:
+            logger.warning("could not record the flush timeout: %s", exc)
+
+    async def _save_state(self, state: GenerationState) -> None:
         async with self._state_lock:
-            await write_json(self.session, self.paths.state_json, state)
+            await gen_state.save(self.session, self.paths, state)
             self._state_written_at = time.monotonic()
 
-    async def _save(self, state: dict[str, Any], log: dict[str, Any], *, force: bool) -> None:
+    async def _save(self, state: GenerationState, log: dict[str, Any], *, force: bool) -> None:
         """Append a log record, and write the state file when ``force`` or when the last write
         is older than ``STATE_WRITE_INTERVAL_S`` (a flush over many rollouts would otherwise
         rewrite a growing file after each one). The log and the raw memory headers are the
-        record of what was done; the state file adds attempts and errors."""
+        record of what was done; the state file adds attempts, errors and retry times."""
         async with self._state_lock:
             await append_log(self.session, self.paths, {"time": utc_now(), **log})
             now = time.monotonic()
             if force or now - self._state_written_at >= STATE_WRITE_INTERVAL_S:
-                await write_json(self.session, self.paths.state_json, state)
+                await gen_state.save(self.session, self.paths, state)
                 self._state_written_at = now
 
     # ------------------------------------------------------------ phase two
 
     async def _phase_two(
-        self, state: dict[str, Any], report: FlushReport, provider: ModelProvider
+        self, state: GenerationState, report: FlushReport, provider: ModelProvider
     ) -> None:
         started = time.monotonic()
         plan = await phase_two.plan(
             self.session, self.paths, self.config.max_raw_memories_for_consolidation
         )
         _trace.phase_two_plan(plan)
+        for path, reason in plan.problems.items():
+            self._problem(report, path, reason)
         if not plan.diff.changed:
             report.phase_two = "skipped"
             return
         ids = [r.rollout_id for r in plan.selected]
         now = utc_now()
+        usage = report.phase_two_usage
+        previous = state.phase_two
         try:
-            usage = await phase_two.consolidate(
-                self.session, self.paths, self.config, self.redactor, plan, now, provider
+            result = await phase_two.consolidate(
+                self.session, self.paths, self.config, self.redactor, plan, now, provider, usage
             )
-        except Exception as exc:  # rolled back already; recorded, never raised
+        except Exception as exc:  # the stage is discarded already; recorded, never raised
             error = self.redactor.redact(str(exc))
+            kind = gen_state.classify(exc)
+            failures = previous.environment_failures + 1 if kind == "environment" else 0
             report.phase_two, report.phase_two_error = "failed", error
-            state["phase_two"] = {
-                "status": "failed",
-                "last_error": error,
-                "last_attempt_at": now,
-            }
+            report.phase_two_failure_kind = kind
+            state.phase_two = previous.model_copy(
+                update={
+                    "status": "failed",
+                    "last_error": error,
+                    "last_attempt_at": now,
+                    "failure_kind": kind,
+                    "environment_failures": failures,
+                }
+            )
             await self._save(
                 state,
                 {
@@ -394,31 +558,47 @@ class MemoryGenerationManager:
                     "rollouts": ids,
                     "status": "failed",
                     "error": error,
+                    "failure_kind": kind,
                     "duration_s": round(time.monotonic() - started, 3),
-                    "input_tokens": 0,
-                    "output_tokens": 0,
+                    **_usage_fields(usage),
                 },
                 force=True,
             )
             return
-        report.phase_two = "done"
-        report.phase_two_usage = usage
-        state["phase_two"] = {
-            "status": "done",
-            "last_error": None,
-            "last_success_at": now,
-            "selection": phase_two.selection_summary(plan),
-        }
+        checked = result.verification
+        missing = [r.rollout_id for r in checked.missing]
+        still = [r.rollout_id for r in checked.still_cited]
+        report.phase_two = result.outcome
+        report.phase_two_missing = missing + still
+        outcome_error = None if checked.ok else f"consolidation incomplete: {checked.describe()}"
+        report.phase_two_error = outcome_error
+        state.phase_two = gen_state.PhaseTwoState(
+            status=result.outcome,
+            last_error=outcome_error,
+            last_attempt_at=now,
+            last_success_at=now,
+            selection=phase_two.selection_summary(plan),
+            missing_added=missing,
+            still_cited=still,
+        )
         await self._save(
             state,
             {
                 "phase": "two",
                 "rollouts": ids,
-                "status": "done",
-                "error": None,
+                "status": result.outcome,
+                "error": outcome_error,
+                "missing": report.phase_two_missing,
                 "duration_s": round(time.monotonic() - started, 3),
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
+                **_usage_fields(usage),
             },
             force=True,
         )
+
+
+def _usage_fields(usage: Usage) -> dict[str, int]:
+    return {
+        "requests": usage.requests,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+    }

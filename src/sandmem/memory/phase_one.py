@@ -19,7 +19,9 @@ from sandmem._items import user_message
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._settings import ModelSettings
 from sandmem._usage import Usage
+from sandmem.memory._metering import MeteredModel
 from sandmem.memory._render import parse_rollout, render_rollout, rollout_terminal_summary
+from sandmem.memory._text import safe_text
 from sandmem.memory._types import PhaseOneArtifacts
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
 from sandmem.memory.storage import (
@@ -114,11 +116,15 @@ async def call_model(
     config: MemoryGenerateConfig,
     provider: ModelProvider,
     omitted_bytes: int = 0,
-) -> tuple[PhaseOneArtifacts, Usage]:
-    """One structured-output model call, no tools."""
+    usage: Usage | None = None,
+) -> PhaseOneArtifacts:
+    """One structured-output model call, no tools. The request is added to ``usage`` even
+    when it fails or its answer is unusable."""
     from sandmem._schema import output_schema_for, parse_structured_output
 
-    model = tracing.instrument_model(resolve_model(config.phase_one_model, provider))
+    model = MeteredModel(
+        tracing.instrument_model(resolve_model(config.phase_one_model, provider)), usage or Usage()
+    )
     # rendering a long rollout is CPU work (tens of ms): keep it off the event loop so the
     # flush's other requests keep moving meanwhile
     rendered = await asyncio.to_thread(render_input, rollout_id, rollout_text, omitted_bytes)
@@ -139,14 +145,12 @@ async def call_model(
         ) from exc
     text = _output_text(response.output)
     try:
-        artifacts = parse_structured_output(PhaseOneArtifacts, text)
+        artifacts: PhaseOneArtifacts = parse_structured_output(PhaseOneArtifacts, text)
     except ModelBehaviorError as exc:
         raise MemoryGenerationError(
             f"phase one output for rollout {rollout_id} is not valid: {exc}", rollout_id=rollout_id
         ) from exc
-    usage = response.usage
-    usage.requests = max(usage.requests, 1)
-    return artifacts, usage
+    return artifacts
 
 
 def _output_text(output: list[dict[str, Any]]) -> str:
@@ -162,20 +166,22 @@ async def extract(
     config: MemoryGenerateConfig,
     provider: ModelProvider,
     omitted_bytes: int = 0,
-) -> tuple[PhaseOneArtifacts | None, Usage]:
-    """Run phase one for one rollout with the configured engine."""
+    usage: Usage | None = None,
+) -> PhaseOneArtifacts | None:
+    """Run phase one for one rollout with the configured engine; model requests are added
+    to ``usage`` as they are made."""
+    artifacts: PhaseOneArtifacts | None
     if config.phase_one_model == EXTRACTIVE:
         from sandmem.memory.extractive import extract as extractive_extract
 
         artifacts = await asyncio.to_thread(extractive_extract, rollout_id, rollout_text)
-        usage = Usage()
     else:
-        artifacts, usage = await call_model(
-            rollout_id, rollout_text, config, provider, omitted_bytes
+        artifacts = await call_model(
+            rollout_id, rollout_text, config, provider, omitted_bytes, usage
         )
     if artifacts is None:
-        return None, usage
-    return validate_artifacts(artifacts, rollout_id), usage
+        return None
+    return validate_artifacts(artifacts, rollout_id)
 
 
 @dataclass(frozen=True)
@@ -206,7 +212,7 @@ async def write_artifacts(
             "rollout_path": rollout_path,
             "terminal_state": fp.terminal_state,
         },
-        redactor.redact(artifacts.rollout_summary),
+        safe_text(redactor.redact(artifacts.rollout_summary)),
     )
     raw_text = render_with_header(
         {
@@ -217,7 +223,7 @@ async def write_artifacts(
             "terminal_state": fp.terminal_state,
             "segments": str(fp.segments),
         },
-        redactor.redact(artifacts.raw_memory),
+        safe_text(redactor.redact(artifacts.raw_memory)),
     )
     await session.write(summary_path, summary_text)
     await session.write(raw_path, raw_text)

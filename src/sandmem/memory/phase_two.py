@@ -1,29 +1,38 @@
 """Phase two: consolidate the selected raw memories into MEMORY.md, memory_summary.md, skills.
 
-Consolidation is a transaction. Before it starts, the files it may change are copied into a
-journal (``.phase_two_backup/``); on any failure — an error, the turn limit, an empty or
-over-budget result, a cancellation — they are restored byte for byte and
-``phase_two_selection.json`` is left unchanged. A journal found at the start of a later flush
-means a process died mid-consolidation: it is restored first.
+Consolidation is a transaction (``memory.journal``): the engine works on a stage copy of the
+live files; the result is checked (not empty, within budget, redacted) and verified
+(``memory.verify``: every added conversation cited, no removed one). A result that misses
+conversations gets one follow-up turn naming them; if some are still missing, the outcome is
+``incomplete``: what was written is kept, and the missing conversations stay pending in
+``phase_two_selection.json`` for the next flush. On any failure the stage is discarded and the
+live files and ``phase_two_selection.json`` are unchanged.
+
+Every model request is counted in the caller's ``Usage``, whatever the outcome.
 """
 
 from __future__ import annotations
 
-import base64
 import difflib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal, cast
 
 from sandmem._agent import Agent
 from sandmem._errors import (
     MaxTurnsExceeded,
     MemoryGenerationError,
+    SandboxError,
     SandmemError,
 )
+from sandmem._items import user_message
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._usage import Usage
+from sandmem.memory import journal
+from sandmem.memory._metering import MeteredModel
 from sandmem.memory._scoped_tools import ScopedFiles, scoped_tools
+from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
 from sandmem.memory.phase_one import extra_guidance_block, resolve_model
@@ -31,24 +40,18 @@ from sandmem.memory.selection import (
     RawMemoryRef,
     SelectionDiff,
     diff_selection,
-    previous_refs,
+    parse_selection,
     select,
     selection_document,
 )
-from sandmem.memory.storage import (
-    MemoryPaths,
-    load_json,
-    parse_header,
-    read_text,
-    write_json,
-)
+from sandmem.memory.storage import MemoryPaths, parse_header, read_text
+from sandmem.memory.verify import Verification, follow_up_message, verify
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
 
-_JOURNAL_INDEX = "index.json"
 #: how many raw memory files ``load_raw_memories`` reads at once
 _READ_BATCH = 512
 
@@ -56,28 +59,75 @@ _READ_BATCH = 512
 # ---------------------------------------------------------------- selection
 
 
-async def load_raw_memories(session: SandboxSession, paths: MemoryPaths) -> dict[str, str]:
-    """Every raw memory file's text by rollout id (in file-name order).
+async def read_isolated(
+    session: SandboxSession, paths: list[str]
+) -> tuple[dict[str, bytes | None], dict[str, str]]:
+    """``read_many`` where one unreadable file (a directory, a symlink leaving the
+    workspace, a permission error) fails alone: it is left out and reported by path."""
+    try:
+        return await session.read_many(paths), {}
+    except SandboxError:
+        pass
+    found: dict[str, bytes | None] = {}
+    problems: dict[str, str] = {}
+    for path in paths:
+        try:
+            found[path] = (await session.read_many([path]))[path]
+        except SandboxError as exc:
+            problems[path] = f"unreadable: {exc}"
+    return found, problems
 
-    A workspace may hold thousands: files are read with ``read_many`` in bounded batches (one
-    worker-thread hop per batch on the local backends); a file removed between the listing
-    and its read is skipped.
+
+def raw_memory_problem(rollout_id: str, data: bytes) -> tuple[str | None, str]:
+    """``(reason, text)``: why a raw memory file cannot be used (``None`` when it can)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text", ""
+    if "\x00" in text:
+        return "binary data", ""
+    fields = parse_header(text)[0]
+    if fields.get("rollout_id") != rollout_id or not fields.get("updated_at"):
+        return "no raw-memory header naming this rollout", ""
+    return None, text
+
+
+async def scan_raw_memories(
+    session: SandboxSession, paths: MemoryPaths
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Every usable raw memory's text by rollout id, and the files left out (path → reason).
+
+    A workspace may hold thousands: files are read with ``read_many`` in bounded batches; a
+    file removed between the listing and its read is skipped.
     """
-    if not await session.exists(paths.raw_dir):
-        return {}
+    if not await session.is_dir(paths.raw_dir):
+        return {}, {}
     names = [
         n
         for n in await session.listdir(paths.raw_dir)
         if n.endswith(".md") and not n.startswith(".")
     ]
     found: dict[str, str] = {}
+    problems: dict[str, str] = {}
     for start in range(0, len(names), _READ_BATCH):
-        batch = names[start : start + _READ_BATCH]
-        texts = await session.read_many([f"{paths.raw_dir}/{n}" for n in batch])
-        for name, data in zip(batch, texts.values(), strict=True):
-            if data is not None:
-                found[name[:-3]] = data.decode("utf-8", "replace")
-    return found
+        batch = [f"{paths.raw_dir}/{n}" for n in names[start : start + _READ_BATCH]]
+        texts, bad = await read_isolated(session, batch)
+        problems.update(bad)
+        for path, data in texts.items():
+            if data is None:
+                continue
+            rid = path.rsplit("/", 1)[1][:-3]
+            reason, text = raw_memory_problem(rid, data)
+            if reason is None:
+                found[rid] = text
+            else:
+                problems[path] = reason
+    return found, problems
+
+
+async def load_raw_memories(session: SandboxSession, paths: MemoryPaths) -> dict[str, str]:
+    """Every usable raw memory's text by rollout id (see ``scan_raw_memories``)."""
+    return (await scan_raw_memories(session, paths))[0]
 
 
 @dataclass(frozen=True)
@@ -85,16 +135,25 @@ class Plan:
     selected: list[RawMemoryRef]
     diff: SelectionDiff
     bodies: dict[str, str]
+    #: files left out of the plan: path → reason
+    problems: dict[str, str] = field(default_factory=dict)
+    #: the previous selection's refs (to carry still-cited removed ones forward)
+    previous: list[RawMemoryRef] = field(default_factory=list)
 
 
 async def plan(session: SandboxSession, paths: MemoryPaths, cap: int) -> Plan:
-    raw = await load_raw_memories(session, paths)
+    raw, problems = await scan_raw_memories(session, paths)
     parsed = {rid: parse_header(text) for rid, text in raw.items()}
     refs = [RawMemoryRef.from_fields(fields, rid) for rid, (fields, _) in parsed.items()]
     selected = select(refs, cap) if refs else []
-    previous = previous_refs(await load_json(session, paths.selection_json))
+    data, bad = await read_isolated(session, [paths.selection_json])
+    problems.update(bad)
+    previous, selection_problems = parse_selection(
+        data.get(paths.selection_json), paths.selection_json
+    )
+    problems.update(selection_problems)
     bodies = {rid: body.strip() for rid, (_, body) in parsed.items()}
-    return Plan(selected, diff_selection(selected, previous), bodies)
+    return Plan(selected, diff_selection(selected, previous), bodies, problems, previous)
 
 
 def raw_memories_document(selected: list[RawMemoryRef], bodies: dict[str, str]) -> str:
@@ -106,50 +165,6 @@ def raw_memories_document(selected: list[RawMemoryRef], bodies: dict[str, str]) 
         for r in selected
     ]
     return "# Raw memories (newest first)\n\n" + "\n".join(blocks)
-
-
-# ---------------------------------------------------------------- journal
-
-
-async def _tracked_files(session: SandboxSession, paths: MemoryPaths) -> list[str]:
-    files = ScopedFiles(session, paths.memories_dir)
-    candidates = (paths.memory_md, paths.summary_md, paths.consolidated_memory_md)
-    tracked = [p for p in candidates if await session.exists(p)]
-    if await session.exists(paths.skills_dir):
-        tracked.extend(await files.walk(paths.skills_dir))
-    return tracked
-
-
-async def begin(session: SandboxSession, paths: MemoryPaths) -> None:
-    """Journal the files phase two may change; the index is written last (the commit mark)."""
-    tracked = await _tracked_files(session, paths)
-    index = {p: base64.b64encode(await session.read_bytes(p)).decode("ascii") for p in tracked}
-    await session.mkdir(paths.backup_dir, parents=True)
-    await write_json(session, f"{paths.backup_dir}/{_JOURNAL_INDEX}", {"files": index})
-
-
-async def rollback(session: SandboxSession, paths: MemoryPaths) -> bool:
-    """Restore the journaled files exactly (and delete files created since); ``False`` when
-    there is no complete journal."""
-    journal = await load_json(session, f"{paths.backup_dir}/{_JOURNAL_INDEX}")
-    if not isinstance(journal, dict) or not isinstance(journal.get("files"), dict):
-        if await session.exists(paths.backup_dir):
-            await session.remove(paths.backup_dir, recursive=True)
-        return False
-    saved: dict[str, str] = journal["files"]
-    for path in await _tracked_files(session, paths):
-        if path not in saved:
-            await session.remove(path)
-    for path, data in saved.items():
-        parent = path.rsplit("/", 1)[0]
-        await session.mkdir(parent, parents=True)
-        await session.write(path, base64.b64decode(data))
-    await session.remove(paths.backup_dir, recursive=True)
-    return True
-
-
-async def commit(session: SandboxSession, paths: MemoryPaths) -> None:
-    await session.remove(paths.backup_dir, recursive=True)
 
 
 # ---------------------------------------------------------------- engines
@@ -200,37 +215,76 @@ def consolidation_instructions(inputs: ConsolidationInputs) -> str:
     )
 
 
-async def _run_agent(
+Outcome = Literal["done", "incomplete"]
+
+
+@dataclass(frozen=True)
+class ConsolidationResult:
+    """A committed consolidation: ``done``, or ``incomplete`` with what it left out."""
+
+    outcome: Outcome
+    verification: Verification
+
+
+def _agent(
     session: SandboxSession,
+    paths: MemoryPaths,
     inputs: ConsolidationInputs,
     config: MemoryGenerateConfig,
     provider: ModelProvider,
-) -> Usage:
-    from sandmem._run import Runner
-
-    agent = Agent(
+    usage: Usage,
+) -> Agent:
+    # the tools see the live names; journal.StagedFiles maps the live set onto the stage
+    files = cast(SandboxSession, journal.StagedFiles(session, paths))
+    return Agent(
         name="memory-consolidation",
         instructions=consolidation_instructions(inputs),
-        model=resolve_model(config.phase_two_model, provider),
+        model=MeteredModel(resolve_model(config.phase_two_model, provider), usage),
         model_settings=config.phase_two_model_settings,
         tools=scoped_tools(
-            session,
+            files,
             inputs.memories_dir,
             skill_file_max_bytes=config.skill_file_max_bytes,
             skills_max_bytes=config.skills_max_bytes,
         ),
     )
+
+
+async def _staged_memory(session: SandboxSession, paths: MemoryPaths) -> str:
+    return await read_text(session, journal.staged(paths, paths.memory_md)) or ""
+
+
+async def _run_agent(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    inputs: ConsolidationInputs,
+    config: MemoryGenerateConfig,
+    provider: ModelProvider,
+    usage: Usage,
+) -> Verification:
+    """The consolidation run, then at most one follow-up turn naming what is missing."""
+    from sandmem._run import Runner
+
+    agent = _agent(session, paths, inputs, config, provider, usage)
     result = await Runner.run(
         agent,
         f"Consolidate the memory in {inputs.memories_dir}/ now.",
         max_turns=config.phase_two_max_turns,
     )
-    return result.usage
+    checked = verify(await _staged_memory(session, paths), inputs.added, inputs.removed)
+    if checked.ok:
+        return checked
+    logger.info("consolidation incomplete (%s); one follow-up turn", checked.describe())
+    follow_up = user_message(follow_up_message(checked, inputs.memories_dir))
+    await Runner.run(
+        agent, [*result.to_input_list(), follow_up], max_turns=config.phase_two_max_turns
+    )
+    return verify(await _staged_memory(session, paths), inputs.added, inputs.removed)
 
 
 async def _run_extractive(
     session: SandboxSession, paths: MemoryPaths, inputs: ConsolidationInputs
-) -> None:
+) -> Verification:
     from sandmem.memory.extractive import consolidate
 
     output = consolidate(inputs)
@@ -238,30 +292,33 @@ async def _run_extractive(
         target = ScopedFiles(session, paths.memories_dir).check(
             f"{paths.skills_dir}/{rel}", write=True
         )
-        await session.mkdir(target.rsplit("/", 1)[0], parents=True)
-        await session.write(target, text)
-    await session.write(paths.summary_md, output.memory_summary_md)
-    await session.write(paths.memory_md, output.memory_md)
+        await session.write(journal.staged(paths, target), safe_text(text))
+    await session.write(
+        journal.staged(paths, paths.summary_md), safe_text(output.memory_summary_md)
+    )
+    await session.write(journal.staged(paths, paths.memory_md), safe_text(output.memory_md))
+    return verify(output.memory_md, inputs.added, inputs.removed)
 
 
 async def _check_result(
     session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig, redactor: Redactor
 ) -> None:
-    """Refuse an empty or over-budget result; redact what the engine wrote."""
+    """Refuse an empty or over-budget result; redact what the engine wrote (on the stage)."""
     for path, budget in (
         (paths.memory_md, config.memory_md_max_bytes),
         (paths.summary_md, config.summary_max_bytes),
     ):
-        text = await read_text(session, path) or ""
+        text = await read_text(session, journal.staged(paths, path)) or ""
         if not text.strip():
             raise MemoryGenerationError(f"consolidation left {path} empty", retryable=True)
-        size = len(text.encode("utf-8"))
+        size = len(text.encode("utf-8", "surrogatepass"))
         if size > budget:
             raise MemoryGenerationError(
                 f"consolidation left {path} at {size} bytes, over its budget of {budget}",
                 retryable=True,
             )
-    skills = [p for p in await _tracked_files(session, paths) if p.startswith(paths.skills_dir)]
+    staged = await journal.staged_files(session, paths)
+    skills = [journal.staged(paths, p) for p in staged if p.startswith(paths.skills_dir + "/")]
     sizes = await session.stat_many(skills)
     for path, st in sizes.items():
         if st is not None and st.size > config.skill_file_max_bytes:
@@ -277,11 +334,12 @@ async def _check_result(
             f"{config.skills_max_bytes}",
             retryable=True,
         )
-    for path in await _tracked_files(session, paths):
-        text = await read_text(session, path) or ""
-        clean = redactor.redact(text)
+    for path in await journal.staged_files(session, paths):
+        target = journal.staged(paths, path)
+        text = await read_text(session, target) or ""
+        clean = safe_text(redactor.redact(text))
         if clean != text:
-            await session.write(path, clean)
+            await session.write(target, clean)
 
 
 async def gather_inputs(
@@ -292,7 +350,9 @@ async def gather_inputs(
         summary = None
         name = ref.rollout_summary_file
         if name.startswith("rollout_summaries/") and ".." not in name:
-            summary = await read_text(session, f"{paths.memories_dir}/{name}")
+            found, _bad = await read_isolated(session, [f"{paths.memories_dir}/{name}"])
+            data = next(iter(found.values()), None)
+            summary = data.decode("utf-8", "replace") if data is not None else None
         body = parse_header(summary)[1].strip() if summary else ""
         selected.append(SelectedMemory(ref, p.bodies.get(ref.rollout_id, ""), body))
     return ConsolidationInputs(
@@ -309,6 +369,15 @@ async def gather_inputs(
     )
 
 
+def recorded_selection(p: Plan, checked: Verification) -> list[RawMemoryRef]:
+    """The selection to record: what was folded in. Added conversations left out are not
+    recorded (the next flush sees them as added again); removed ones still cited stay
+    recorded (the next flush is told to drop them again)."""
+    missing = {r.rollout_id for r in checked.missing}
+    kept = [r for r in p.selected if r.rollout_id not in missing]
+    return kept + list(checked.still_cited)
+
+
 async def consolidate(
     session: SandboxSession,
     paths: MemoryPaths,
@@ -317,20 +386,23 @@ async def consolidate(
     p: Plan,
     now: str,
     provider: ModelProvider,
-) -> Usage:
-    """Run phase two as a transaction; raises ``MemoryGenerationError`` after rolling back."""
-    await session.write(paths.raw_memories_md, raw_memories_document(p.selected, p.bodies))
+    usage: Usage,
+) -> ConsolidationResult:
+    """Run phase two as a transaction; requests are added to ``usage`` as they are made.
+    Raises ``MemoryGenerationError`` after discarding the stage."""
+    await session.write(
+        paths.raw_memories_md, safe_text(raw_memories_document(p.selected, p.bodies))
+    )
     inputs = await gather_inputs(session, paths, config, p)
-    await begin(session, paths)
-    usage = Usage()
+    base = await journal.begin(session, paths)
     try:
         if config.phase_two_model == EXTRACTIVE:
-            await _run_extractive(session, paths, inputs)
+            checked = await _run_extractive(session, paths, inputs)
         else:
-            usage = await _run_agent(session, inputs, config, provider)
+            checked = await _run_agent(session, paths, inputs, config, provider, usage)
         await _check_result(session, paths, config, redactor)
     except BaseException as exc:
-        await rollback(session, paths)
+        await journal.discard(session, paths)
         if isinstance(exc, MaxTurnsExceeded):
             raise MemoryGenerationError(
                 f"consolidation hit its turn limit ({config.phase_two_max_turns}); previous "
@@ -339,15 +411,13 @@ async def consolidate(
         if isinstance(exc, SandmemError) and not isinstance(exc, MemoryGenerationError):
             raise MemoryGenerationError(f"consolidation failed: {exc}") from exc
         raise
-    # Order matters for crash safety: the journal covers the consolidated copy; once the
-    # journal is gone the new files stand, and a crash before the selection is written only
-    # means the next flush consolidates again.
-    memory_md = await read_text(session, paths.memory_md) or ""
-    await session.write(paths.consolidated_memory_md, memory_md)
-    await commit(session, paths)
-    await write_json(session, paths.selection_json, selection_document(p.selected, now))
-    logger.info("consolidated %d raw memories in %s", len(p.selected), paths.memories_dir)
-    return usage
+    document = selection_document(recorded_selection(p, checked), now)
+    await journal.commit(session, paths, base, document)
+    outcome: Outcome = "done" if checked.ok else "incomplete"
+    logger.info(
+        "consolidated %d raw memories in %s (%s)", len(p.selected), paths.memories_dir, outcome
+    )
+    return ConsolidationResult(outcome, checked)
 
 
 def selection_summary(p: Plan) -> str:

@@ -75,14 +75,41 @@ class SelectionDiff:
 
 def previous_refs(selection_file: Any) -> list[RawMemoryRef]:
     """The ``selected`` list of a parsed ``phase_two_selection.json`` (tolerant of junk)."""
-    if not isinstance(selection_file, dict):
-        return []
-    refs = []
-    for entry in selection_file.get("selected") or []:
+    return _refs(selection_file)[0]
+
+
+def _refs(selection_file: Any) -> tuple[list[RawMemoryRef], list[str]]:
+    if not isinstance(selection_file, dict) or not isinstance(
+        selection_file.get("selected", []), list
+    ):
+        return [], ["not a selection object"]
+    refs, problems = [], []
+    for index, entry in enumerate(selection_file.get("selected") or []):
         if isinstance(entry, dict) and isinstance(entry.get("rollout_id"), str):
-            fields = {k: str(v) for k, v in entry.items() if v is not None}
+            fields = {k: str(v) for k, v in entry.items() if isinstance(v, str | int | float)}
             refs.append(RawMemoryRef.from_fields(fields, entry["rollout_id"]))
-    return refs
+        else:
+            problems.append(f"entry {index} is not a selected rollout")
+    return refs, problems
+
+
+def parse_selection(data: bytes | None, path: str) -> tuple[list[RawMemoryRef], dict[str, str]]:
+    """The previous selection from the bytes of ``phase_two_selection.json`` and what was
+    wrong with it (``path`` → reason). The file is derived data: when it is unreadable or of
+    the wrong shape, the previous selection counts as empty, so every selected conversation
+    is consolidated again and the file is rewritten."""
+    if data is None or not data.strip():
+        return [], {}
+    from sandmem.memory._json import loads_bounded
+
+    try:
+        parsed = loads_bounded(data)
+    except ValueError as exc:
+        return [], {path: f"unreadable ({exc}); rebuilt at the next consolidation"}
+    refs, problems = _refs(parsed)
+    if problems:
+        return refs, {path: "; ".join(problems) + "; rebuilt at the next consolidation"}
+    return refs, {}
 
 
 def diff_selection(selected: list[RawMemoryRef], previous: list[RawMemoryRef]) -> SelectionDiff:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandmem._errors import SandboxError
+from sandmem.memory._json import loads_bounded
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.sandboxes._hostfs import is_stale_write_temp
 from sandmem.sandboxes._paths import no_symlinks
@@ -210,7 +211,7 @@ def fingerprint(data: bytes) -> RolloutFingerprint:
         if not line:
             continue
         try:
-            segment = json.loads(line)
+            segment = loads_bounded(line)
         except ValueError:
             continue
         if isinstance(segment, dict):
@@ -250,7 +251,7 @@ async def load_json(session: SandboxSession, path: str) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
+        return loads_bounded(text)
     except ValueError:
         return None
 
@@ -260,13 +261,12 @@ async def write_json(session: SandboxSession, path: str, value: Any) -> None:
 
 
 async def load_state(session: SandboxSession, paths: MemoryPaths) -> dict[str, Any]:
-    """``generation_state.json``: ``{"version", "rollouts": {id: {...}}, "phase_two": {...}}``.
-    A missing or corrupt file gives an empty state (every rollout is then re-checked)."""
-    state = await load_json(session, paths.state_json)
-    if not isinstance(state, dict) or not isinstance(state.get("rollouts"), dict):
-        return {"version": STATE_VERSION, "rollouts": {}, "phase_two": {}}
-    state.setdefault("phase_two", {})
-    return state
+    """``generation_state.json`` as plain data (``memory.state`` has the model and the rules):
+    ``{"version", "rollouts": {id: {...}}, "phase_two": {...}}``. A missing, corrupt or
+    wrong-shaped file or entry is rebuilt (every rollout is then re-checked)."""
+    from sandmem.memory import state
+
+    return (await state.load(session, paths))[0].to_json()
 
 
 async def append_log(session: SandboxSession, paths: MemoryPaths, record: dict[str, Any]) -> None:

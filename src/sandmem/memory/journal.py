@@ -1,0 +1,296 @@
+"""Memory commits: the one place where consolidated memory files change.
+
+A consolidation never edits the live files. It works on a *stage*
+(``<memories_dir>/.phase_two_stage/``): ``begin`` copies ``MEMORY.md``, ``memory_summary.md``
+and the visible files of ``skills/`` there, and ``StagedFiles`` makes the consolidation agent's
+tools read and write those copies under their usual names. While it runs, and after a crash
+in it, the live files are exactly what they were.
+
+``commit`` switches the set in one step that a crash cannot split:
+
+1. it checks that no live file changed since ``begin`` (an edit made meanwhile is kept: the
+   commit is refused, and the next consolidation sees the edit);
+2. it writes the commit record ``.phase_two_commit.json`` (atomically): for every file, the
+   hash it had before and the hash it gets, and the new ``phase_two_selection.json``;
+3. it applies the record, file by file, then removes the stage and the record.
+
+``recover`` runs at the start of every flush (and before a run reads the summary): a record
+means a commit was interrupted, so it is rolled *forward*; a file is replaced only while it
+still holds its *before* bytes, so an edit made after the crash (bytes that are neither before
+nor after) is never overwritten. A stage without a record is an interrupted consolidation: it
+is discarded, and the live files were never touched. Hidden files are never copied, changed or
+removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from sandmem._errors import MemoryGenerationError, SandboxError
+from sandmem.memory._json import loads_bounded
+from sandmem.memory.storage import MemoryPaths, write_json
+from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
+
+RECORD_VERSION = 1
+
+
+def stage_dir(paths: MemoryPaths) -> str:
+    return f"{paths.memories_dir}/.phase_two_stage"
+
+
+def record_path(paths: MemoryPaths) -> str:
+    return f"{paths.memories_dir}/.phase_two_commit.json"
+
+
+def _legacy_backup(paths: MemoryPaths) -> str:
+    return f"{paths.memories_dir}/.phase_two_backup"
+
+
+def digest(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def is_staged_path(paths: MemoryPaths, path: str) -> bool:
+    """The live paths a consolidation may change: ``MEMORY.md``, ``memory_summary.md``,
+    ``skills/**``."""
+    root = paths.memories_dir
+    return path in (paths.memory_md, paths.summary_md, paths.skills_dir) or path.startswith(
+        f"{root}/skills/"
+    )
+
+
+def staged(paths: MemoryPaths, path: str) -> str:
+    """The stage copy of a live path (``path`` itself when it is not staged)."""
+    if not is_staged_path(paths, path):
+        return path
+    return f"{stage_dir(paths)}/{path[len(paths.memories_dir) + 1 :]}"
+
+
+async def _read(session: SandboxSession, path: str) -> bytes | None:
+    return (await session.read_many([path]))[path]
+
+
+async def _visible_files(session: SandboxSession, top: str) -> list[str]:
+    """Every non-hidden file below ``top`` (symlinks and unreadable entries left alone)."""
+    if not await session.is_dir(top):
+        return []
+    found: list[str] = []
+    for name in await session.listdir(top):
+        if name.startswith("."):
+            continue
+        child = f"{top}/{name}"
+        if await session.is_dir(child):
+            found.extend(await _visible_files(session, child))
+        else:
+            found.append(child)
+    return sorted(found)
+
+
+async def live_files(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    files = [p for p in (paths.memory_md, paths.summary_md) if await session.exists(p)]
+    return files + await _visible_files(session, paths.skills_dir)
+
+
+async def begin(session: SandboxSession, paths: MemoryPaths) -> dict[str, str | None]:
+    """Copy the live set into a fresh stage; returns each copied file's hash (the base)."""
+    stage = stage_dir(paths)
+    if await session.exists(stage):
+        await session.remove(stage, recursive=True)
+    await session.mkdir(f"{stage}/skills", parents=True)
+    base: dict[str, str | None] = {}
+    for path in await live_files(session, paths):
+        data = await _read(session, path)
+        if data is None:
+            continue
+        await session.write(staged(paths, path), data)
+        base[path] = digest(data)
+    return base
+
+
+async def discard(session: SandboxSession, paths: MemoryPaths) -> None:
+    if await session.exists(stage_dir(paths)):
+        await session.remove(stage_dir(paths), recursive=True)
+
+
+async def staged_files(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    """The live paths the stage now holds."""
+    stage = stage_dir(paths)
+    found = [
+        p for p in (paths.memory_md, paths.summary_md) if await session.exists(staged(paths, p))
+    ]
+    for path in await _visible_files(session, f"{stage}/skills"):
+        found.append(f"{paths.memories_dir}/{path[len(stage) + 1 :]}")
+    return found
+
+
+async def commit(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    base: dict[str, str | None],
+    selection: dict[str, Any],
+) -> None:
+    """Switch the live set to the stage (see the module docstring). Raises
+    ``MemoryGenerationError`` (and discards the stage) when a live file was edited since
+    ``begin``."""
+    changed = []
+    for path in sorted(set(base) | set(await live_files(session, paths))):
+        if digest(await _read(session, path)) != base.get(path):
+            changed.append(path)
+    if changed:
+        await discard(session, paths)
+        raise MemoryGenerationError(
+            f"{', '.join(changed)} changed while consolidating; the edit is kept and the next "
+            "consolidation folds it in"
+        )
+    entries: list[dict[str, Any]] = []
+    for path in sorted(set(base) | set(await staged_files(session, paths))):
+        new = await _read(session, staged(paths, path))
+        after = digest(new)
+        if after != base.get(path):
+            entries.append({"path": path, "before": base.get(path), "after": after})
+    memory = await _read(session, staged(paths, paths.memory_md)) or b""
+    record = {
+        "version": RECORD_VERSION,
+        "files": entries,
+        "consolidated": digest(memory),
+        "selection": selection,
+    }
+    await write_json(session, record_path(paths), record)
+    await _apply(session, paths, record)
+
+
+async def _apply(session: SandboxSession, paths: MemoryPaths, record: dict[str, Any]) -> list[str]:
+    """Apply a commit record; returns the live files kept because they were edited after the
+    interrupted commit."""
+    kept: list[str] = []
+    for entry in record["files"]:
+        path, before, after = entry["path"], entry["before"], entry["after"]
+        current = digest(await _read(session, path))
+        if current == after:
+            continue
+        if current != before:
+            kept.append(path)
+            continue
+        if after is None:
+            await session.remove(path)
+            continue
+        data = await _read(session, staged(paths, path))
+        if digest(data) != after:  # the stage is gone or damaged: nothing safe to apply
+            kept.append(path)
+            continue
+        assert data is not None
+        await session.write(path, data)
+    memory = await _read(session, staged(paths, paths.memory_md))
+    if memory is not None and digest(memory) == record.get("consolidated"):
+        await session.write(paths.consolidated_memory_md, memory)
+    if isinstance(record.get("selection"), dict):
+        await write_json(session, paths.selection_json, record["selection"])
+    await discard(session, paths)
+    await session.remove(record_path(paths))
+    return kept
+
+
+def _valid_record(value: Any) -> bool:
+    if not isinstance(value, dict) or not isinstance(value.get("files"), list):
+        return False
+    return all(
+        isinstance(e, dict)
+        and isinstance(e.get("path"), str)
+        and all(isinstance(e.get(k), str | None) for k in ("before", "after"))
+        for e in value["files"]
+    )
+
+
+async def recover(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    """Finish or discard an interrupted consolidation (call under the layout lock). Returns
+    messages for the report: what was rolled forward or discarded, and edits kept."""
+    notes: list[str] = []
+    record_file = record_path(paths)
+    data = await _read(session, record_file)
+    if data is not None:
+        try:
+            record = loads_bounded(data)
+        except ValueError:
+            record = None
+        if _valid_record(record):
+            kept = await _apply(session, paths, record)
+            notes.append(f"{record_file}: finished an interrupted memory commit")
+            notes += [f"{p}: edited after an interrupted commit; the edit is kept" for p in kept]
+        else:
+            await session.remove(record_file)
+            notes.append(f"{record_file}: unreadable commit record removed")
+    if await session.exists(stage_dir(paths)):
+        await discard(session, paths)
+        notes.append(f"{stage_dir(paths)}: interrupted consolidation discarded")
+    if await session.exists(_legacy_backup(paths)):
+        await session.remove(_legacy_backup(paths), recursive=True)
+    for note in notes:
+        logger.warning("%s", note)
+    return notes
+
+
+async def try_recover(session: SandboxSession, paths: MemoryPaths) -> None:
+    """``recover`` when a commit record is left and the layout lock is free at once (a
+    reader must not wait for a running consolidation)."""
+    if not await session.exists(record_path(paths)):
+        return
+    try:
+        async with session.lock(paths.lock, timeout=0.05):
+            await recover(session, paths)
+    except SandboxError:
+        logger.debug("memory commit recovery deferred: %s is held", paths.lock)
+
+
+class StagedFiles:
+    """The session primitives the consolidation's tools use, with the live set mapped onto
+    the stage: ``memories/MEMORY.md`` reads and writes the stage's copy."""
+
+    def __init__(self, session: SandboxSession, paths: MemoryPaths) -> None:
+        self._session = session
+        self._paths = paths
+
+    def _map(self, path: str) -> str:
+        return staged(self._paths, path.rstrip("/"))
+
+    async def read_bytes(self, path: str) -> bytes:
+        return await self._session.read_bytes(self._map(path))
+
+    async def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
+        found = await self._session.read_many([self._map(p) for p in paths])
+        return dict(zip(paths, found.values(), strict=True))
+
+    async def stat_many(self, paths: Sequence[str]) -> dict[str, Any]:
+        found = await self._session.stat_many([self._map(p) for p in paths])
+        return dict(zip(paths, found.values(), strict=True))
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        await self._session.write(self._map(path), data)
+
+    async def exists(self, path: str) -> bool:
+        return await self._session.exists(self._map(path))
+
+    async def is_dir(self, path: str) -> bool:
+        return await self._session.is_dir(self._map(path))
+
+    async def listdir(self, path: str = ".") -> list[str]:
+        names = await self._session.listdir(self._map(path))
+        if path.rstrip("/") == self._paths.memories_dir:
+            names = [n for n in names if n != ".phase_two_stage"]
+        return names
+
+    async def mkdir(self, path: str, parents: bool = True) -> None:
+        await self._session.mkdir(self._map(path), parents=parents)
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        await self._session.remove(self._map(path), recursive=recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await self._session.rename(self._map(src), self._map(dst))
+
+    def lock(self, path: str, timeout: float = 30.0) -> Any:
+        return self._session.lock(path, timeout=timeout)

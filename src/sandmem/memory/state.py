@@ -1,0 +1,277 @@
+"""Generation state: per-rollout retry state and the last consolidation, as pydantic models.
+
+``generation_state.json`` is derived data. The raw memory headers say which rollouts are up to
+date; the state adds what files cannot say: attempts, the last error and its class, when to
+retry. This module owns the rules both the manager and ``maintenance`` apply:
+
+- ``reconcile`` — a rollout's state from its file fingerprint and whether its raw memory is
+  up to date (a raw memory that records the rollout's current content wins over the file);
+- ``is_due`` — whether a flush should extract a rollout now;
+- ``record_failure`` — what a failure does to a rollout: an ``environment`` failure (the
+  model server unreachable, timing out, rate limiting or failing with 5xx, or the flush
+  timeout) never consumes an attempt; it sets an exponential, capped, jittered
+  ``next_retry_at``. A ``rollout`` failure (bad output after retries, context too long, a
+  refusal) counts toward ``max_attempts``.
+
+``parse_state`` never raises: a file of the wrong shape is rebuilt (an empty state that
+``reconcile`` fills from the files), and a bad entry is dropped alone; each problem is
+returned as a message with the path so the caller can report it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sandmem._errors import (
+    MaxTurnsExceeded,
+    MemoryGenerationError,
+    ModelRequestError,
+    SandboxError,
+)
+from sandmem.memory._json import loads_bounded
+from sandmem.memory.storage import MemoryPaths, write_json
+from sandmem.sandboxes._session import SandboxSession
+
+STATE_VERSION = 1
+
+FailureKind = Literal["environment", "rollout"]
+RolloutStatus = Literal["pending", "done", "failed", "skipped"]
+PhaseTwoStatus = Literal["done", "incomplete", "failed", "skipped", "not_run"]
+
+
+class RolloutState(BaseModel):
+    """One rollout's entry in ``generation_state.json``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: RolloutStatus = "pending"
+    attempts: int = Field(default=0, ge=0)
+    segments: int | None = None
+    updated_at: str | None = None
+    last_error: str | None = None
+    last_attempt_at: str | None = None
+    failure_kind: FailureKind | None = None
+    #: environment failures in a row (the backoff exponent); reset by any success
+    environment_failures: int = Field(default=0, ge=0)
+    next_retry_at: str | None = None
+
+    def same_version(self, segments: int, updated_at: str) -> bool:
+        return self.segments == segments and self.updated_at == updated_at
+
+
+class PhaseTwoState(BaseModel):
+    """The last consolidation of the layout."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: PhaseTwoStatus | None = None
+    last_error: str | None = None
+    last_attempt_at: str | None = None
+    last_success_at: str | None = None
+    #: JSON text of the added/retained/removed ids of the last consolidation
+    selection: str | None = None
+    failure_kind: FailureKind | None = None
+    environment_failures: int = Field(default=0, ge=0)
+    #: conversations an ``incomplete`` consolidation did not fold in (added) or drop (removed)
+    missing_added: list[str] = Field(default_factory=list)
+    still_cited: list[str] = Field(default_factory=list)
+
+
+class GenerationState(BaseModel):
+    """The whole ``generation_state.json``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: int = STATE_VERSION
+    rollouts: dict[str, RolloutState] = Field(default_factory=dict)
+    phase_two: PhaseTwoState = Field(default_factory=PhaseTwoState)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def parse_state(text: str | None, path: str) -> tuple[GenerationState, list[str]]:
+    """The state in ``text`` and the problems met (``path: reason``). Never raises."""
+    if text is None or not text.strip():
+        return GenerationState(), []
+    try:
+        data = loads_bounded(text)
+    except ValueError as exc:
+        return GenerationState(), [f"{path}: unreadable ({exc}); rebuilt from the files"]
+    if not isinstance(data, dict) or not isinstance(data.get("rollouts", {}), dict):
+        return GenerationState(), [f"{path}: not a state object; rebuilt from the files"]
+    problems: list[str] = []
+    rollouts: dict[str, RolloutState] = {}
+    for rid, entry in data.get("rollouts", {}).items():
+        try:
+            rollouts[str(rid)] = RolloutState.model_validate(entry)
+        except ValidationError as exc:
+            reason = exc.errors()[0].get("msg", "invalid")
+            problems.append(f"{path}: entry {rid!r} dropped ({reason}); rebuilt from the files")
+    try:
+        phase_two = PhaseTwoState.model_validate(data.get("phase_two") or {})
+    except ValidationError:
+        problems.append(f"{path}: phase_two entry dropped (wrong shape)")
+        phase_two = PhaseTwoState()
+    return GenerationState(rollouts=rollouts, phase_two=phase_two), problems
+
+
+async def load(session: SandboxSession, paths: MemoryPaths) -> tuple[GenerationState, list[str]]:
+    """``generation_state.json`` parsed with ``parse_state`` (an unreadable file — a
+    directory, a symlink leaving the workspace — is rebuilt too)."""
+    try:
+        data = (await session.read_many([paths.state_json]))[paths.state_json]
+    except SandboxError as exc:
+        return GenerationState(), [f"{paths.state_json}: unreadable ({exc}); rebuilt"]
+    text = None if data is None else data.decode("utf-8", "replace")
+    return parse_state(text, paths.state_json)
+
+
+async def save(session: SandboxSession, paths: MemoryPaths, state: GenerationState) -> None:
+    await write_json(session, paths.state_json, state.to_json())
+
+
+# ---------------------------------------------------------------- rules
+
+
+def reconcile(
+    entry: RolloutState | None, segments: int, updated_at: str, up_to_date: bool
+) -> RolloutState:
+    """A rollout's state given its file: ``done`` when its raw memory is up to date; a fresh
+    ``pending`` entry when the content changed since the entry was written (a new segment is
+    a new chance: attempts restart); otherwise the entry as it is."""
+    if up_to_date:
+        if (
+            entry is not None
+            and entry.status == "done"
+            and entry.same_version(segments, updated_at)
+        ):
+            return entry
+        return RolloutState(
+            status="done",
+            segments=segments,
+            updated_at=updated_at,
+            last_attempt_at=entry.last_attempt_at if entry else None,
+        )
+    if entry is None or not entry.same_version(segments, updated_at):
+        return RolloutState(segments=segments, updated_at=updated_at)
+    if entry.status == "done":  # the raw memory is gone or stale: extract again
+        return entry.model_copy(update={"status": "pending"})
+    return entry
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def is_due(
+    entry: RolloutState, now: datetime, *, retry_failed: bool = False, wait_backoff: bool = True
+) -> bool:
+    """Whether a flush at ``now`` extracts the rollout: ``pending`` ones whose backoff has
+    passed (or every pending one when ``wait_backoff`` is off), and ``failed`` ones only with
+    ``retry_failed``."""
+    if entry.status in ("done", "skipped"):
+        return False
+    if entry.status == "failed":
+        return retry_failed
+    if not wait_backoff:
+        return True
+    retry_at = _parse_time(entry.next_retry_at)
+    return retry_at is None or retry_at <= now
+
+
+def backoff_delay(
+    failures: int, base_s: float, max_s: float, rng: random.Random | None = None
+) -> float:
+    """Seconds to wait after ``failures`` environment failures in a row: ``base * 2**(n-1)``,
+    capped at ``max_s``, with full jitter in its upper half (so processes sharing a server
+    do not retry in step)."""
+    ceiling = min(max_s, base_s * 2.0 ** max(0, failures - 1))
+    jitter: float = (rng or random.Random()).random()
+    return ceiling * (0.5 + 0.5 * jitter)
+
+
+def record_failure(
+    entry: RolloutState,
+    kind: FailureKind,
+    error: str,
+    now: datetime,
+    *,
+    max_attempts: int,
+    backoff_s: float,
+    backoff_max_s: float,
+    rng: random.Random | None = None,
+) -> RolloutState:
+    """The entry after a failed extraction (see the module docstring)."""
+    update: dict[str, Any] = {
+        "last_error": error,
+        "last_attempt_at": format_time(now),
+        "failure_kind": kind,
+    }
+    if kind == "environment":
+        failures = entry.environment_failures + 1
+        delay = backoff_delay(failures, backoff_s, backoff_max_s, rng)
+        update.update(
+            status="pending",
+            environment_failures=failures,
+            next_retry_at=format_time(now + timedelta(seconds=delay)),
+        )
+    else:
+        attempts = entry.attempts + 1
+        update.update(
+            attempts=attempts,
+            status="failed" if attempts >= max_attempts else "pending",
+            environment_failures=0,
+            next_retry_at=None,
+        )
+    return entry.model_copy(update=update)
+
+
+def record_success(
+    entry: RolloutState, status: RolloutStatus, segments: int, updated_at: str, now: datetime
+) -> RolloutState:
+    return RolloutState(
+        status=status,
+        attempts=0,
+        segments=segments,
+        updated_at=updated_at,
+        last_attempt_at=format_time(now),
+    )
+
+
+def classify(exc: BaseException) -> FailureKind:
+    """``environment`` for failures the rollout did not cause (connection refused, DNS,
+    timeouts, HTTP 408/409/429/5xx, an unreadable reply, the flush timeout), ``rollout``
+    for the rest (invalid output after retries, context too long, a refusal, HTTP 4xx)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModelRequestError):
+            return "environment" if current.retryable else "rollout"
+        if isinstance(current, SandboxError | MaxTurnsExceeded):
+            return "rollout"  # the rollout's own files or the consolidation's own turns
+        if isinstance(current, OSError | asyncio.TimeoutError | asyncio.CancelledError):
+            return "environment"
+        if isinstance(current, MemoryGenerationError) and current.__cause__ is None:
+            return "rollout"
+        current = current.__cause__ or current.__context__
+    return "rollout"
