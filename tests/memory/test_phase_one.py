@@ -127,6 +127,6 @@ async def test_the_rollout_is_rendered_off_the_event_loop(monkeypatch: pytest.Mo
     reply = json.dumps({"rollout_slug": "s", "rollout_summary": "sum", "raw_memory": "raw"})
     model = FunctionModel(lambda request: [{"role": "assistant", "content": reply}])
     config = MemoryGenerateConfig(phase_one_model=model)
-    artifacts, _ = await phase_one.call_model("r", _segment("hello"), config, OpenAIProvider())
+    artifacts = await phase_one.call_model("r", _segment("hello"), config, OpenAIProvider())
     assert artifacts.raw_memory == "raw"
     assert threads and threads[0] is not threading.current_thread()
