@@ -71,12 +71,16 @@ def phase_one_model(started: list[str], everyone: asyncio.Event, count: int) -> 
     return FunctionModel(fn, name="extractor")
 
 
+#: cites every conversation, so the consolidation verifies as done
+MEMORY_MD = "## All\n- x (conversations r-alpha, r-beta, r-gamma)\n"
+
+
 def consolidation_model() -> FunctionModel:
     def fn(request: ModelRequest) -> Any:
         if any(i.get("type") == "function_call_output" for i in request.input):
             return ModelResponse([text("Consolidated.")], Usage(1, 50, 5))
         calls = [
-            tool_call("write_file", {"path": "memories/MEMORY.md", "content": "## All\n- x\n"}),
+            tool_call("write_file", {"path": "memories/MEMORY.md", "content": MEMORY_MD}),
             tool_call("write_file", {"path": "memories/memory_summary.md", "content": "x\n"}),
         ]
         return ModelResponse(calls, Usage(1, 40, 4))

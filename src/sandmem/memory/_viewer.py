@@ -211,7 +211,7 @@ async def _conversations(
                 **row,
                 "task": redact(str(row["task"])) if row.get("task") else None,
                 "last_error": redact(str(error)) if error else None,
-                "error_class": row.get("failure_kind") or error_class(error),
+                "error_class": row.get("failure_class") or error_class(error),
                 "input_tokens": tokens.get(rid, (0, 0))[0],
                 "output_tokens": tokens.get(rid, (0, 0))[1],
             }
