@@ -15,7 +15,7 @@
     │   ├── WorkspaceIOError      a file operation of the session API failed
     │   │   ├── WorkspaceReadNotFoundError   read of a missing file (also FileNotFoundError)
     │   │   ├── WorkspaceArchiveReadError    any other failed read
-    │   │   ├── WorkspaceArchiveWriteError   a failed write, rm or mkdir
+    │   │   ├── WorkspaceArchiveWriteError   a failed write or rm
     │   │   └── WorkspaceWriteTypeError      write got data it cannot write (also UserError)
     │   ├── ArtifactError         a manifest entry could not be materialised
     │   │   ├── LocalFileReadError / LocalDirReadError   a LocalFile / LocalDir source
@@ -175,7 +175,7 @@ class WorkspaceArchiveReadError(WorkspaceIOError):
 
 
 class WorkspaceArchiveWriteError(WorkspaceIOError):
-    """``session.write`` (or ``rm``, ``mkdir``) failed on the host."""
+    """``session.write`` (or ``rm``) failed on the host."""
 
 
 class WorkspaceWriteTypeError(WorkspaceIOError, UserError):

@@ -128,6 +128,8 @@ async def test_local_dir_copies_a_tree_without_leaving_it(
     (src / "escape_abs").symlink_to(secret)
     (src / "escape_rel").symlink_to("../secret.txt")
     (src / "dir_out").symlink_to(tmp_path)
+    (src / "pkg/up").symlink_to("..")  # inner: pkg/up is the copied tree itself
+    (src / "chain").symlink_to("pkg/up/pkg/up/../../../..")  # inner by text, out via links
     os.mkfifo(src / "fifo")
     session = await client.create(manifest=Manifest(entries={"vendor/project": LocalDir(src=src)}))
     dest = session.root / "vendor/project"
@@ -135,9 +137,12 @@ async def test_local_dir_copies_a_tree_without_leaving_it(
     assert (dest / ".hidden").read_bytes() == b"h"
     assert _mode(dest / "run.sh") == 0o755
     assert os.readlink(dest / "pkg/link_inside") == "sub/mod.py"
-    for gone in ("escape_abs", "escape_rel", "dir_out", "fifo"):
+    assert os.readlink(dest / "pkg/up") == ".."
+    for gone in ("escape_abs", "escape_rel", "dir_out", "fifo", "chain"):
         assert not (dest / gone).is_symlink() and not (dest / gone).exists()
-    everything = b"".join(p.read_bytes() for p in dest.rglob("*") if p.is_file())
+    everything = b"".join(
+        p.read_bytes() for p in dest.rglob("*") if p.is_file() and not p.is_symlink()
+    )
     assert b"host secret" not in everything
     await client.delete(session)
 

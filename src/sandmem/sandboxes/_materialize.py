@@ -104,6 +104,7 @@ def _copy_tree(
     if not stat.S_ISDIR(st.st_mode):
         raise error(f"source {src} is not a directory; use LocalFile for a file", str(src))
     dirs: list[tuple[str, int]] = []
+    links: list[str] = []
     try:
         for item in _hostfs.walk_tree(src):
             if skip_git and (item.rel == ".git" or item.rel.startswith(".git/")):
@@ -113,6 +114,7 @@ def _copy_tree(
             if item.link is not None:
                 if _inner_link(item.rel, item.link):
                     _hostfs.symlink(root, target, item.link)
+                    links.append(target)
                 else:
                     logger.warning("manifest: skipping %s in %s: it points outside", item.rel, src)
             elif stat.S_ISDIR(item.st.st_mode):
@@ -128,6 +130,12 @@ def _copy_tree(
     except OSError as exc:
         why = exc.strerror or exc
         raise error(f"copying {src} into the workspace failed: {why}", str(src)) from exc
+    # a link that looked inner by its text may still lead out through other links (``d/up -> ..``
+    # then ``x -> d/up/d/up/../../..``): resolve each as the kernel would, drop those that do
+    for target in links:
+        if not _hostfs.stays_inside(root, target):
+            logger.warning("manifest: removing %s: through other links it leads outside", target)
+            _hostfs.remove(root, target)
     for target, mode in reversed(dirs):  # deepest first, so a read-only one is filled already
         _hostfs.set_dir_mode(root, target, mode)
 
