@@ -15,6 +15,7 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandmem._errors import GitCloneError, LocalDirReadError, LocalFileReadError, SandboxError
@@ -87,6 +88,48 @@ def _inner_link(rel: str, target: str) -> bool:
     return resolved != ".." and not resolved.startswith("../")
 
 
+@dataclass
+class _Copy:
+    """One tree copy in progress: what must be fixed up once every entry is placed."""
+
+    src: Path
+    root: Path
+    dest: str
+    dirs: list[tuple[str, int]] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+
+    def place(self, item: _hostfs.TreeEntry) -> None:
+        target = f"{self.dest}/{item.rel}"
+        mode = stat.S_IMODE(item.st.st_mode) & ~_SETID
+        if item.link is not None:
+            if _inner_link(item.rel, item.link):
+                _hostfs.symlink(self.root, target, item.link)
+                self.links.append(target)
+            else:
+                logger.warning("manifest: skipping %s in %s: it points outside", item.rel, self.src)
+        elif stat.S_ISDIR(item.st.st_mode):
+            _hostfs.mkdir(self.root, target, parents=True)
+            self.dirs.append((target, mode))
+        elif stat.S_ISREG(item.st.st_mode) and item.fd is not None:
+            data = _read_all(item.fd)
+            _hostfs.write_atomic(self.root, target, data, mode=mode, durable=False)
+        else:
+            logger.warning(
+                "manifest: skipping %s in %s: not a file or directory", item.rel, self.src
+            )
+
+    def finish(self) -> None:
+        # a link that looked inner by its text may still lead out through other links
+        # (``d/up -> ..`` then ``x -> d/up/d/up/../../../..``): resolve each as the kernel
+        # would and drop those that leave the workspace
+        for target in self.links:
+            if not _hostfs.stays_inside(self.root, target):
+                logger.warning("manifest: removing %s: through other links it leads out", target)
+                _hostfs.remove(self.root, target)
+        for target, mode in reversed(self.dirs):  # deepest first: a read-only one is filled
+            _hostfs.set_dir_mode(self.root, target, mode)
+
+
 def _copy_tree(
     src: Path,
     root: Path,
@@ -103,41 +146,15 @@ def _copy_tree(
         raise error(f"source directory {src} cannot be read: {exc.strerror}", str(src)) from exc
     if not stat.S_ISDIR(st.st_mode):
         raise error(f"source {src} is not a directory; use LocalFile for a file", str(src))
-    dirs: list[tuple[str, int]] = []
-    links: list[str] = []
+    copy = _Copy(src, root, dest)
     try:
         for item in _hostfs.walk_tree(src):
-            if skip_git and (item.rel == ".git" or item.rel.startswith(".git/")):
-                continue
-            target = f"{dest}/{item.rel}"
-            mode = stat.S_IMODE(item.st.st_mode) & ~_SETID
-            if item.link is not None:
-                if _inner_link(item.rel, item.link):
-                    _hostfs.symlink(root, target, item.link)
-                    links.append(target)
-                else:
-                    logger.warning("manifest: skipping %s in %s: it points outside", item.rel, src)
-            elif stat.S_ISDIR(item.st.st_mode):
-                _hostfs.mkdir(root, target, parents=True)
-                dirs.append((target, mode))
-            elif stat.S_ISREG(item.st.st_mode) and item.fd is not None:
-                data = _read_all(item.fd)
-                _hostfs.write_atomic(root, target, data, mode=mode, durable=False)
-            else:
-                logger.warning(
-                    "manifest: skipping %s in %s: not a file or directory", item.rel, src
-                )
+            if not (skip_git and (item.rel == ".git" or item.rel.startswith(".git/"))):
+                copy.place(item)
     except OSError as exc:
         why = exc.strerror or exc
         raise error(f"copying {src} into the workspace failed: {why}", str(src)) from exc
-    # a link that looked inner by its text may still lead out through other links (``d/up -> ..``
-    # then ``x -> d/up/d/up/../../..``): resolve each as the kernel would, drop those that do
-    for target in links:
-        if not _hostfs.stays_inside(root, target):
-            logger.warning("manifest: removing %s: through other links it leads outside", target)
-            _hostfs.remove(root, target)
-    for target, mode in reversed(dirs):  # deepest first, so a read-only one is filled already
-        _hostfs.set_dir_mode(root, target, mode)
+    copy.finish()
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
