@@ -189,3 +189,30 @@ async def test_streamed_sandbox_run_records_memory(
     assert segment["final_output"] == "The notes say: ship on Friday."
     assert "ship on Friday" in json.dumps(segment["generated_items"])
     assert "ship on Friday" in (sandbox.root / "memories/MEMORY.md").read_text()
+
+
+async def test_server_side_state_on_the_responses_api(fake_openai: FakeOpenAIServer) -> None:
+    fake_openai.handler = _weather_handler
+    provider = OpenAIProvider(base_url=fake_openai.base_url, api="responses", max_retries=0)
+    agent = Agent("weather", model="m", tools=[get_weather])
+    config = RunConfig(model_provider=provider)
+    try:
+        await Runner.run(agent, "Oslo?", run_config=config, previous_response_id="resp_prev")
+        chained = list(fake_openai.requests)
+        fake_openai.reset()
+        await Runner.run(agent, "Oslo?", run_config=config, conversation_id="conv_abc")
+        in_conversation = list(fake_openai.requests)
+        fake_openai.reset()
+        await Runner.run(agent, "Oslo?", run_config=config, conversation_id="ticket-42")
+        plain = list(fake_openai.requests)
+    finally:
+        await provider.aclose()
+    first, second = (r.body for r in chained)
+    assert first["previous_response_id"] == "resp_prev"
+    assert "store" not in first  # continuing server-side state needs stored responses
+    assert [i["type"] for i in second["input"]] == ["function_call_output"]
+    assert second["previous_response_id"].startswith("resp_")
+    assert all(r.body["conversation"] == "conv_abc" for r in in_conversation)
+    assert [i["type"] for i in in_conversation[1].body["input"]] == ["function_call_output"]
+    assert all("conversation" not in r.body for r in plain)  # only a memory conversation id
+    assert plain[0].body["store"] is False
