@@ -4,6 +4,7 @@ deadline, and returns a handle whose ``stop()`` ends exactly the process it star
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -142,6 +143,8 @@ def start_s3(workdir: Path, bucket: str = "sandmem-test") -> S3Server:
         ],
         stdout=subprocess.DEVNULL,
         stderr=log,
+        # SeaweedFS turns AWS_* variables into its only identity; keep it open to any key
+        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
     )
     log.close()  # the server has its own descriptor
     endpoint = f"http://127.0.0.1:{s3}"

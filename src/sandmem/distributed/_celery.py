@@ -132,11 +132,14 @@ def worker_app(
 ) -> Any:
     """The Celery app of a ``sandmem worker`` process."""
     app = _app(broker_url, queue, visibility_timeout_s)
+    # one event loop for every job of this process (the solo pool runs them one at a time):
+    # the model client, its connections and the S3 client are made once, not per job
+    loop = asyncio.Runner()
 
     @app.task(name=TASK_NAME, bind=True, max_retries=None)  # type: ignore[untyped-decorator]
     def generate_memory(task: Any, job: dict[str, Any]) -> dict[str, Any]:
         try:
-            return asyncio.run(
+            return loop.run(
                 run_one(root, job, config, redis_url=broker_url, lease_ttl_s=lease_ttl_s)
             )
         except LeaseBusy as exc:
