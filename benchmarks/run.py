@@ -27,6 +27,7 @@ import bench_first_request
 import bench_flush
 import bench_input_size
 import bench_noop
+import bench_scale_out
 import bench_selection
 from bench_common import Figure, load_line, machine_line
 
@@ -39,6 +40,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "input-size": bench_input_size.run,
     "exec": bench_exec.run,
     "extractive": bench_extractive.run,
+    "scale-out": bench_scale_out.run,
 }
 
 
