@@ -39,12 +39,12 @@ def free_port(low: int = 20000, high: int = 30000, plus: tuple[int, ...] = ()) -
     raise ServiceError("no free port found")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
     if proc.poll() is not None:
         return
     proc.terminate()
     try:
-        proc.wait(timeout=15)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=15)
@@ -104,7 +104,8 @@ class S3Server:
     proc: subprocess.Popen[bytes]
 
     def stop(self) -> None:
-        _stop(self.proc)
+        # its data is throw-away: SeaweedFS's graceful stop takes many seconds, so it gets two
+        _stop(self.proc, grace_s=2.0)
 
 
 def s3_client(endpoint_url: str) -> Any:

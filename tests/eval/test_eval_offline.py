@@ -65,7 +65,9 @@ def test_a_policy_that_uses_memory_takes_fewer_turns_with_memory(
 
 
 async def test_a_policy_that_ignores_memory_shows_no_difference(tmp_path: Path) -> None:
-    report = await run_eval("builtin", EvalOptions(out=tmp_path, scripted_uses_memory=False))
+    tasks = ("invoice-followup", "naming-correction", "stated-preference", "dead-end")
+    options = EvalOptions(out=tmp_path, scripted_uses_memory=False, tasks=tasks)
+    report = await run_eval("builtin", options)
     for task in {s.task for s in report.summaries}:
         assert _turns(report, task, "memory") == _turns(report, task, "no-memory"), task
     assert report.totals["memory"]["turns"] == report.totals["no-memory"]["turns"]
