@@ -196,6 +196,20 @@ _PEM_LABEL = r"-----{0}[A-Z0-9 ]{{0,30}}PRIVATE KEY(?: BLOCK)?-----"
 _PEM_SPACE = r"(?:\s|\\[nrt])"  # real or JSON-escaped line breaks
 _PEM_BODY = _PEM_SPACE + "*+" + r"[\w+/=:,.-]+(?:" + _PEM_SPACE + r"+[\w+/=:,.-]+)*+"
 
+
+def _inline_password(command: str) -> str:
+    """``sshpass ... -p PASSWORD`` or ``docker login ... -p PASSWORD`` (quoted or not; a
+    ``$VAR`` or another placeholder is kept)."""
+    lead = _lead(command) + (r"[ \t]+login" if command == "docker" else "")
+    return (
+        lead
+        + r"\b(?:[ \t]+(?!-p)\S+)*?[ \t]+-p[ \t]*"
+        + r"""(?P<q>["'])?(?!"""
+        + _placeholder(r"""(?(q)(?P=q)|(?=[\s'"]|\Z))""", in_code=False)
+        + r""")(?P<secret>(?(q)[^\n"']+|[^\s'"]+))"""
+    )
+
+
 # (kind, regex source); order matters: earlier rules win, so formats precede context rules.
 _RULES: Final[tuple[tuple[str, str], ...]] = (
     # -- formats -----------------------------------------------------------------------------
@@ -208,6 +222,17 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         + "|"
         + _PEM_BODY
         + ")",  # no END line (truncated output): up to the last base64 character
+    ),
+    (
+        # a key body whose BEGIN line was cut off (head+tail truncation dropped it): whole lines
+        # of base64 ending with the END line. The first line must start a block (after a blank
+        # line or a line not ending in base64), so each block is scanned once.
+        "private-key",
+        "[A-Za-z0-9+/=]"
+        + r"(?:(?<=\A.)|(?<=\n\n.)|(?<=[^\w+/=\n]\n.)|(?<=\\n\\n.)|(?<=[^\w+/=\\]\\n.))"
+        + r"[A-Za-z0-9+/=]*+(?:\r?\n|(?:\\r)?\\n)"
+        + r"(?:[A-Za-z0-9+/=]++(?:\r?\n|(?:\\r)?\\n))*+"
+        + _PEM_LABEL.format("END"),
     ),
     ("jwt", _lead("eyJ") + r"[\w-]{7,}\.eyJ[\w-]{7,}\.[\w-]*"),
     ("anthropic-key", _lead("sk-ant-") + _NOT_FILLER + r"[\w-]{20,}"),
@@ -236,6 +261,23 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         _ANCHORS[0][1] + r"""(?:\\?["'])?\]?[ \t]*(?::=|[:= \t])[ \t]*(?:\\?["'])?"""
         r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
     ),
+    (
+        "azure-storage-key",  # AccountKey=... in a connection string
+        _lead("AccountKey") + r"[ \t]*=[ \t]*(?P<secret>[A-Za-z0-9+/]{40,}={0,2})",
+    ),
+    (
+        "azure-sas",  # the signature of a shared access signature: ...&sig=<base64, url-encoded>
+        r"sig=(?<=[?&;\s\"']sig=)(?P<secret>(?=[A-Za-z0-9%+/=]*[%+/0-9])[A-Za-z0-9%+/=]{30,})",
+    ),
+    ("sendgrid-key", _lead("SG") + r"\.[\w-]{22}\.[\w-]{43}(?![\w-])"),
+    (
+        "discord-token",  # base64 of the bot's numeric id, a timestamp, an HMAC
+        r"[MNO](?<![\w.-][MNO])[A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}(?![\w.-])",
+    ),
+    (
+        "telegram-token",  # <bot id>:<35 characters>, also inside api.telegram.org/bot<token>/
+        r"[0-9](?:(?<=bot[0-9])|(?<![\w:][0-9]))[0-9]{7,9}:(?P<secret>AA[\w-]{33})(?![\w-])",
+    ),
     ("huggingface-token", _lead("hf_") + _NOT_FILLER + r"[A-Za-z0-9]{30,}(?!\w)"),
     ("npm-token", _lead("npm_") + _NOT_FILLER + r"[A-Za-z0-9]{36,}(?!\w)"),
     ("pypi-token", _lead("pypi-AgE") + r"[\w-]{60,}"),
@@ -261,6 +303,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         r"(?!" + _placeholder(r"""(?=[\s'"]|\Z)""") + r"""|[0-9]+(?=[\s'"]|\Z))"""
         r"""(?P<secret>[^\s'"]+)""",
     ),
+    *(("password", _inline_password(command)) for command in ("sshpass", "docker")),
     *((kind, _assignment(anchor)) for kind, anchor in _ANCHORS[1:]),
     *((kind, _flag(anchor)) for kind, anchor in _ANCHORS[1:]),
 )
@@ -269,6 +312,21 @@ DEFAULT_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
     (kind, re.compile(source, re.ASCII)) for kind, source in _RULES
 )
 """The default rules as ``(kind, compiled pattern)``, in the order they are applied."""
+
+#: literals some default rules cannot match without, by regex source: the rule is skipped for
+#: a text that lacks it (so scanning megabytes of base64 for a key's END line costs nothing)
+_NEEDLES: Final[dict[str, str]] = {
+    source: needle
+    for kind, source in _RULES
+    for rule_kind, needle in (
+        ("private-key", "PRIVATE KEY"),
+        ("telegram-token", ":AA"),
+        ("sendgrid-key", "SG."),
+        ("azure-sas", "sig="),
+        ("azure-storage-key", "AccountKey"),
+    )
+    if kind == rule_kind
+} | {_inline_password(command): command for command in ("sshpass", "docker")}
 
 # For redact_obj: a dict key that names a secret, and a whole value that is only a placeholder.
 _SECRET_KEYS: Final = tuple(
@@ -321,7 +379,11 @@ class Redactor:
         )
         self._use_key_rules = defaults
         self._replacers = tuple(
-            (pattern, functools.partial(_replace, f"{_MARKER}{kind}]"))
+            (
+                pattern,
+                functools.partial(_replace, f"{_MARKER}{kind}]"),
+                _NEEDLES.get(pattern.pattern),
+            )
             for kind, pattern in self._rules
         )
 
@@ -332,8 +394,9 @@ class Redactor:
 
     def redact(self, text: str) -> str:
         """Return ``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
-        for pattern, replace in self._replacers:
-            text = pattern.sub(replace, text)
+        for pattern, replace, needle in self._replacers:
+            if needle is None or needle in text:
+                text = pattern.sub(replace, text)
         return text
 
     def redact_obj(self, obj: _T) -> _T:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import posixpath
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import SandboxError
@@ -12,6 +13,8 @@ from sandmem.capabilities._base import Capability
 
 if TYPE_CHECKING:
     from sandmem._run_context import SandboxRunContext
+    from sandmem.redaction import Redactor
+    from sandmem.sandboxes._session import SandboxSession
 
 #: images larger than this are refused by ``view_image``
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
@@ -36,6 +39,57 @@ _VIEW_IMAGE_DESCRIPTION = (
 )
 
 
+#: key in the run's extras: ``[(memories_dir, Redactor)]``; ``apply_patch`` redacts what it
+#: writes under those directories before writing (set by the Memory capability)
+MEMORY_WRITE_GUARDS = "sandmem.memory_write_guards"
+
+
+class _RedactingFiles:
+    """The session, with writes under a guarded memory directory redacted first."""
+
+    def __init__(self, session: SandboxSession, guards: list[tuple[str, Redactor]]) -> None:
+        self._session = session
+        self._guards = guards
+
+    def _redactor(self, path: str) -> Redactor | None:
+        raw = path.strip()
+        for prefix in (self._session.display_root, str(self._session.root)):
+            if raw == prefix or raw.startswith(prefix.rstrip("/") + "/"):
+                raw = raw[len(prefix) :]
+                break
+        rel = posixpath.normpath("/" + raw).lstrip("/")
+        for directory, redactor in self._guards:
+            if rel == directory or rel.startswith(directory + "/"):
+                return redactor
+        return None
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        redactor = self._redactor(path)
+        if redactor is not None:
+            try:
+                text = data.decode("utf-8") if isinstance(data, bytes) else data
+            except UnicodeDecodeError:
+                pass
+            else:
+                data = redactor.redact(text)
+        await self._session.write(path, data)
+
+    async def read_bytes(self, path: str) -> bytes:
+        return await self._session.read_bytes(path)
+
+    async def exists(self, path: str) -> bool:
+        return await self._session.exists(path)
+
+    async def mkdir(self, path: str, parents: bool = True) -> None:
+        await self._session.mkdir(path, parents=parents)
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        await self._session.remove(path, recursive=recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await self._session.rename(src, dst)
+
+
 def image_mime_type(data: bytes) -> str | None:
     """The MIME type of a PNG, JPEG, GIF or WEBP image from its magic bytes, else ``None``."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -54,9 +108,16 @@ class Filesystem(Capability):
 
     type = "filesystem"
 
+    async def on_run_start(self, ctx: SandboxRunContext) -> None:
+        # the Memory capability of the same run puts its redactors here (see MEMORY_WRITE_GUARDS)
+        self._run_extras = ctx.extras
+
     def tools(self) -> list[FunctionTool]:
         async def apply_patch_tool(patch: str) -> str:
-            result = await apply_patch(self.session, patch)
+            extras: dict[Any, Any] = getattr(self, "_run_extras", {})
+            guards: list[tuple[str, Redactor]] = extras.get(MEMORY_WRITE_GUARDS, [])
+            files = _RedactingFiles(self.session, guards) if guards else self.session
+            result = await apply_patch(files, patch)
             return result.render()
 
         async def view_image(path: str) -> list[dict[str, Any]]:

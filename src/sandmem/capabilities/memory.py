@@ -95,6 +95,7 @@ class Memory(Capability):
         from sandmem.memory.rollouts import resolve_rollout_id
 
         slot = self._slot(ctx)
+        self._guard_memory_writes(ctx)
         if self.generate is not None:
             try:
                 slot.rollout_id, slot.conversation_key = resolve_rollout_id(ctx)
@@ -122,6 +123,21 @@ class Memory(Capability):
             slot.prompt = memory_read_prompt(
                 summary, self.paths.memories_dir, live_update=self.read.live_update
             )
+
+    def _guard_memory_writes(self, ctx: SandboxRunContext) -> None:
+        """No secret stays in this layout's memory files: ``apply_patch`` redacts what it
+        writes there, and every stop redacts what changed (for a read-only layout through its
+        own pre-stop hook; a generating layout's manager does it after its flush)."""
+        from sandmem.capabilities.filesystem import MEMORY_WRITE_GUARDS
+        from sandmem.memory._redact_pass import stop_redaction
+        from sandmem.redaction import Redactor
+
+        patterns = self.generate.redact_patterns if self.generate is not None else ()
+        redactor = Redactor(patterns)
+        guards = ctx.extras.setdefault(MEMORY_WRITE_GUARDS, [])
+        guards.append((self.paths.memories_dir, redactor))
+        if self.generate is None:
+            stop_redaction(self.session, self.paths.memories_dir, redactor)
 
     async def instructions(self, ctx: SandboxRunContext) -> str | None:
         return self._slot(ctx).prompt

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sandmem._tools import FunctionTool, function_tool
-from sandmem._truncate import truncate_head_tail
+from sandmem._truncate import estimate_tokens, truncate_head_tail
 from sandmem.capabilities._base import Capability
+from sandmem.redaction import redact
 
 if TYPE_CHECKING:
     from sandmem._run_context import SandboxRunContext
@@ -61,6 +62,10 @@ def format_exec_result(
     lines.append("Output:" if output else "Output: (none)")
     text = "\n".join(lines)
     if output:
+        if estimate_tokens(output) > max_output_tokens:
+            # redact before cutting: a cut could separate a secret from what identifies it
+            # (a key's BEGIN line, a token's prefix), and the kept half would reach the rollout
+            output = redact(output)
         text += "\n" + truncate_head_tail(output, max_output_tokens, what="output")
     return text
 

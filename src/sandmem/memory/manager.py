@@ -27,6 +27,7 @@ from sandmem._errors import SandboxError, UserError
 from sandmem._usage import Usage
 from sandmem.memory import _trace, journal, phase_one, phase_two
 from sandmem.memory import state as gen_state
+from sandmem.memory._redact_pass import MemoryRedactionPass
 from sandmem.memory._store import MemoryStore
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.rollouts import segment_line, utc_now
@@ -149,6 +150,7 @@ class MemoryGenerationManager:
         #: commits them there, so a job that dies in phase two never extracts them again)
         self.after_phase_one: Callable[[], Awaitable[None]] | None = None
         self.redactor = Redactor(config.redact_patterns)
+        self._redaction = MemoryRedactionPass(session, paths.memories_dir, self.redactor)
         self._flush_lock = asyncio.Lock()
         self._state_lock = asyncio.Lock()
         self._state_written_at = 0.0
@@ -178,6 +180,15 @@ class MemoryGenerationManager:
         self.session.unregister_pre_stop_hook(self._on_stop)
 
     async def _on_stop(self) -> None:
+        try:
+            await self._generate_on_stop()
+        finally:  # whatever generation did: no secret stays in a memory file
+            try:
+                await self._redaction.run()
+            except Exception:
+                logger.exception("redacting %s at stop failed", self.paths.memories_dir)
+
+    async def _generate_on_stop(self) -> None:
         if self.store is not None:
             from sandmem.memory._store_sync import stop_with_store
 

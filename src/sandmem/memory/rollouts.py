@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import BaseModel
 
 from sandmem._items import Item, item_kind
 from sandmem._run_context import RunOutcome, SandboxRunContext
@@ -103,7 +106,7 @@ def build_segment(
     segment["input"] = filter_items(ctx.input)
     segment["generated_items"] = filter_items(outcome.new_items)
     if outcome.has_final_output:
-        segment["final_output"] = outcome.final_output
+        segment["final_output"] = jsonable(outcome.final_output)
     segment["terminal_metadata"] = {
         "terminal_state": outcome.terminal_state,
         "exception_type": type(exc).__name__ if exc is not None else None,
@@ -111,6 +114,39 @@ def build_segment(
         "has_final_output": outcome.has_final_output,
     }
     return segment
+
+
+_MAX_DEPTH = 64
+
+
+def jsonable(value: Any, _depth: int = 0) -> Any:
+    """``value`` as plain JSON data (dicts, lists, strings, numbers, booleans, None), so that
+    redaction sees every string in it before it is written: pydantic models, dataclasses,
+    attrs classes and plain objects (their public attributes) are converted; anything else
+    becomes its ``str``. Cycles and very deep values end in ``str`` too."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if _depth >= _MAX_DEPTH:
+        return str(value)
+    deeper = _depth + 1
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, deeper) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v, deeper) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, BaseModel):
+        return jsonable(value.model_dump(mode="json"), deeper)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return jsonable(fields, deeper)
+    attrs_fields = getattr(type(value), "__attrs_attrs__", None)
+    if attrs_fields is not None:
+        return jsonable({a.name: getattr(value, a.name) for a in attrs_fields}, deeper)
+    public = getattr(value, "__dict__", None)
+    if isinstance(public, dict) and not isinstance(value, type):
+        return jsonable({k: v for k, v in public.items() if not k.startswith("_")}, deeper)
+    return str(value)
 
 
 def segment_line(segment: dict[str, Any]) -> bytes:

@@ -272,6 +272,8 @@ class SandboxSession(abc.ABC):
         #: per-layout memory managers, stored here by the memory capability: they live as long
         #: as the session does
         self._memory_managers: dict[Any, Any] = {}
+        #: per-directory stop-time redaction of memory files (layouts without a manager)
+        self._memory_redactions: dict[str, Any] = {}
 
     # -- identity and state -------------------------------------------------------------------
 

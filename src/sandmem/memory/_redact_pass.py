@@ -1,0 +1,122 @@
+"""The stop-time redaction pass: every file under a layout's ``memories_dir`` that changed since
+the pass last saw it (an agent's live update, ``exec_command`` output redirected there, a
+person's edit, a rollback) is redacted in place, whatever happened to memory generation.
+
+It runs at every stop of the session: after the flush for a layout that generates memory
+(also when the flush failed or was skipped), and from its own pre-stop hook for a read-only
+layout. No symlink is followed; hidden files are included (only the lock file and in-flight
+write temps are left alone); a file that is not UTF-8 text is left as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sandmem._errors import SandboxError
+from sandmem.redaction import Redactor
+from sandmem.sandboxes._paths import no_symlinks
+from sandmem.sandboxes._session import FileStat, SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
+
+#: larger files are not redacted (memory files are far smaller; this bounds a stop's work)
+MAX_REDACT_BYTES = 16 * 1024 * 1024
+_MAX_DEPTH = 16
+_BATCH = 256
+_LOCK_TIMEOUT_S = 60.0
+
+
+class MemoryRedactionPass:
+    """Redacts the changed files of one ``memories_dir``; remembers what it saw (size and
+    mtime) so that an unchanged file is not read again at the next stop."""
+
+    def __init__(self, session: SandboxSession, memories_dir: str, redactor: Redactor) -> None:
+        self.session = session
+        self.memories_dir = memories_dir.rstrip("/")
+        self.redactor = redactor
+        self._seen: dict[str, FileStat] = {}
+
+    async def run(self) -> list[str]:
+        """Redact now; returns the files rewritten. Never raises for a file it cannot read."""
+        with no_symlinks():
+            if not await self.session.is_dir(self.memories_dir):
+                return []
+            async with self.session.lock(f"{self.memories_dir}/.lock", timeout=_LOCK_TIMEOUT_S):
+                return await self._run_locked()
+
+    async def _run_locked(self) -> list[str]:
+        files = await self._files()
+        stats = await self.session.stat_many(files)
+        changed = [p for p, st in stats.items() if st is not None and self._seen.get(p) != st]
+        rewritten: list[str] = []
+        for start in range(0, len(changed), _BATCH):
+            batch = changed[start : start + _BATCH]
+            for path, data in (await self.session.read_many(batch)).items():
+                if data is not None and await self._redact_one(path, data):
+                    rewritten.append(path)
+        self._seen = {p: st for p, st in (await self.session.stat_many(files)).items() if st}
+        if rewritten:
+            logger.warning("redacted secrets in %d memory file(s): %s", len(rewritten), rewritten)
+        return rewritten
+
+    async def _redact_one(self, path: str, data: bytes) -> bool:
+        if len(data) > MAX_REDACT_BYTES:
+            return False
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        clean = self.redactor.redact(text)
+        if clean == text:
+            return False
+        try:
+            await self.session.write(path, clean)
+        except SandboxError as exc:
+            logger.warning("could not redact %s: %s", path, exc)
+            return False
+        return True
+
+    async def _files(self) -> list[str]:
+        from sandmem.sandboxes._hostfs import is_stale_write_temp
+
+        found: list[str] = []
+        pending = [(self.memories_dir, 0)]
+        while pending:
+            directory, depth = pending.pop()
+            try:
+                names = await self.session.listdir(directory)
+            except SandboxError:
+                continue
+            for name in names:
+                child = f"{directory}/{name}"
+                if name == ".lock" or is_stale_write_temp(name) or _is_write_temp(name):
+                    continue
+                if await self.session.is_dir(child):
+                    if depth < _MAX_DEPTH:
+                        pending.append((child, depth + 1))
+                else:
+                    found.append(child)
+        return sorted(found)
+
+
+def _is_write_temp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def stop_redaction(session: SandboxSession, memories_dir: str, redactor: Redactor) -> None:
+    """Make sure a pre-stop hook redacts ``memories_dir`` at every stop of ``session`` (once
+    per directory; for layouts without a generation manager, whose stop does the same)."""
+    registry: dict[str, Any] = session._memory_redactions
+    if memories_dir in registry:
+        return
+    redaction = MemoryRedactionPass(session, memories_dir, redactor)
+    registry[memories_dir] = redaction
+
+    async def redact_on_stop() -> None:
+        try:
+            await redaction.run()
+        except Exception:
+            logger.exception("redacting %s at stop failed", memories_dir)
+
+    session.register_pre_stop_hook(redact_on_stop)
