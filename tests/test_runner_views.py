@@ -531,3 +531,15 @@ async def test_max_turns_none_means_no_limit() -> None:
     assert len(model.requests) == 13
     with pytest.raises(UserError, match="max_turns"):
         await Runner.run(_calc(_script("x")), "x", max_turns=0)
+
+
+async def test_agent_clone_and_instructions_helpers() -> None:
+    base = Agent(name="a", instructions="Be brief.", model=_script("ok"))
+    other = base.clone(name="b", instructions=lambda ctx, agent: f"I am {agent.name}.")
+    assert (other.name, base.name) == ("b", "a")
+    assert other.model is base.model
+    ctx = RunContextWrapper(None)
+    assert await other.get_instructions(ctx) == "I am b."
+    assert await base.get_system_prompt(ctx) == "Be brief."
+    with pytest.raises(TypeError, match="instructions"):
+        Agent(name="x", instructions=3)  # type: ignore[arg-type]
