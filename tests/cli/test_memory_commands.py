@@ -264,3 +264,20 @@ def test_json_output_is_the_api_models(workspace: Path) -> None:
     assert hits == memory.search_sync(workspace, "invoice").model_dump(mode="json")
     shown = invoke_json("memory", "show", "memory", "-w", workspace, "--json")
     assert shown == memory.show_sync(workspace, "memory").model_dump(mode="json")
+
+
+def test_status_text_names_the_failure_class_and_next_retry(tmp_path: Path) -> None:
+    from sandmem.models._base import ModelRequest
+    from sandmem.testing import FunctionModel
+
+    def refuse(request: ModelRequest) -> str:
+        raise ConnectionRefusedError("model server down")
+
+    config = MemoryGenerateConfig(phase_one_model=FunctionModel(refuse), phase_two_model=EXTRACTIVE)
+    root = build_workspace(tmp_path / "ws", [INVOICE], config)
+    text = invoke("memory", "status", "-w", root)
+    assert text.exit_code == 0, text.output
+    [line] = [ln for ln in text.stdout.splitlines() if ln.startswith("  invoice-fix  ")]
+    assert "attempts 0  (environment)" in line and "  next retry 20" in line
+    listed = invoke_json("memory", "list", "-w", root, "--json")
+    assert listed[0]["failure_kind"] == "environment" and listed[0]["next_retry_at"]

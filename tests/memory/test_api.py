@@ -515,3 +515,23 @@ async def test_every_function_on_another_backend(name: str) -> None:
         assert done.removed == plan.removed and done.report is not None and done.report.complete
         memory_md = await api.show(session, "memory", layout=layout)
         assert "deploy-notes" not in memory_md.text and "invoice-fix" in memory_md.text
+
+
+def refusing() -> FunctionModel:
+    def fn(request: ModelRequest) -> str:
+        raise ConnectionRefusedError("model server down")
+
+    return FunctionModel(fn)
+
+
+@both
+async def test_status_exposes_the_failure_class_and_next_retry(tmp_path: Path, kind: str) -> None:
+    config = MemoryGenerateConfig(phase_one_model=refusing(), phase_two_model=EXTRACTIVE)
+    root = await build(tmp_path, CUSTOM, ["invoice-fix"], config)
+    async with target(kind, root) as where:
+        data = await api.status(where, layout=CUSTOM)
+    [row] = data.conversations
+    assert row.status == "pending" and row.failure_kind == "environment"
+    assert row.attempts == 0  # the server's fault uses no attempt
+    assert row.next_retry_at is not None and row.next_retry_at > row.last_attempt_at
+    assert "model server down" in (row.last_error or "")
