@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from viewer_workspace import SECRET, build_viewer_workspace
+from viewer_workspace import HOSTILE, SECRET, build_viewer_workspace
 
 from sandmem.memory._viewer_html import anchor, generation_runs
 from sandmem.memory._viewer_md import markdown, task_groups
@@ -121,7 +121,8 @@ def test_summary_selection_runs_and_sizes(page: tuple[Path, str]) -> None:
     assert runs_table.count("<tr>") == 1 + len(generation_runs(records)) == 3  # head + 2 runs
     assert "1 failed" in runs_table and "2 done" in runs_table
     chart = html.split('id="size-chart"')[1].split("</svg>")[0]
-    assert chart.count("<circle") == 2  # one point per raw memory
+    assert chart.count('<circle class="s1"') == 2  # one point per raw memory
+    assert chart.count('<circle class="s2"') == 1  # one per consolidation
 
 
 def test_page_is_self_contained_escaped_and_redacted(page: tuple[Path, str]) -> None:
@@ -277,3 +278,18 @@ def test_timeline_bars_show_tokens_per_phase() -> None:
     assert "run 2, phase one: 22 tokens" in chart
     sizes = html.split('id="size-chart"')[1].split("</svg>")[0]
     assert "consolidated: 900 bytes" in sizes
+
+
+def test_consolidations_log_memory_size_for_the_chart(page: tuple[Path, str]) -> None:
+    root, html = page
+    records = [
+        json.loads(line)
+        for line in (root / "memories/generation_log.jsonl").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    [two] = [r for r in records if r["phase"] == "two"]
+    sizes = [(root / f"memories/{n}").stat().st_size for n in ("MEMORY.md", "memory_summary.md")]
+    hostile = len(HOSTILE.encode())  # appended to MEMORY.md by hand after the consolidation
+    assert two["memory_bytes"] == sum(sizes) - hostile
+    chart = html.split('id="size-chart"')[1].split("</svg>")[0]
+    assert f"consolidated: {two['memory_bytes']} bytes" in chart

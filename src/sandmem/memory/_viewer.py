@@ -253,7 +253,9 @@ def _size_points(
     points = [
         SizePoint(str(r.get("time")), "consolidated", _int(r.get("memory_bytes")))
         for r in log
-        if r.get("phase") == "two" and r.get("status") == "done" and "memory_bytes" in r
+        if r.get("phase") == "two"
+        and r.get("status") in ("done", "incomplete")
+        and "memory_bytes" in r
     ]
     dated = [
         (when, size)

@@ -602,9 +602,15 @@ class MemoryGenerationManager:
                 "missing": report.phase_two_missing,
                 "duration_s": round(time.monotonic() - started, 3),
                 **_usage_fields(usage),
+                "memory_bytes": await self._memory_bytes(),
             },
             force=True,
         )
+
+    async def _memory_bytes(self) -> int:
+        """``MEMORY.md`` + ``memory_summary.md`` as consolidated (the viewer's size chart)."""
+        found = await self.session.stat_many([self.paths.memory_md, self.paths.summary_md])
+        return sum(stat.size for stat in found.values() if stat is not None)
 
 
 def _usage_fields(usage: Usage) -> dict[str, int]:
