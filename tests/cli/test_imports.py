@@ -17,12 +17,7 @@ CLI_DIR = Path(sandmem.cli.__file__).parent
 PENDING: dict[str, set[str]] = {
     "_common.py": {"sandmem.memory.manager", "sandmem.memory.storage"},
     "_output.py": {"sandmem.memory.maintenance", "sandmem.memory.manager"},
-    "_run_cmd.py": {
-        "sandmem.memory.config",
-        "sandmem.memory.manager",
-        "sandmem.memory.rollouts",
-        "sandmem.memory.storage",
-    },
+    "_run_cmd.py": {"sandmem.memory.manager", "sandmem.memory.storage"},
     "_view_cmd.py": {"sandmem.memory._viewer_html", "sandmem.memory.storage"},
 }
 

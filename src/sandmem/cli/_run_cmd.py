@@ -45,9 +45,13 @@ from sandmem.cli._output import (
     incomplete_text,
     usage_dict,
 )
-from sandmem.memory.config import MemoryLayoutConfig, MemoryReadConfig
+from sandmem.memory import (
+    MemoryLayoutConfig,
+    MemoryReadConfig,
+    new_rollout_id,
+    validate_rollout_id,
+)
 from sandmem.memory.manager import FlushReport
-from sandmem.memory.rollouts import new_rollout_id, validate_rollout_id
 from sandmem.memory.storage import MemoryPaths, read_text
 from sandmem.sandboxes import SandboxSession
 
