@@ -38,7 +38,7 @@ def test_file_safe_mapping_is_deterministic_and_valid() -> None:
     mapped = file_safe_rollout_id(key)
     assert mapped == file_safe_rollout_id(key)
     assert validate_rollout_id(mapped) == mapped
-    assert re.fullmatch(r"alice-example\.com-thread-7-[0-9a-f]{8}", mapped)
+    assert re.fullmatch(r"alice-example\.com-thread-7--[0-9a-f]{16}", mapped)
     assert file_safe_rollout_id("a/b") != file_safe_rollout_id("a:b")
     assert validate_rollout_id(file_safe_rollout_id("../../x" * 40))
 

@@ -31,6 +31,7 @@ from sandmem.memory._render_text import (
     nbytes,
     scrub_payloads,
 )
+from sandmem.memory.rollouts import keep_item, strip_encrypted
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -221,8 +222,9 @@ class _Renderer:
         kept in full."""
         kind = item_kind(item)
         role = str(item.get("role") or "unknown")
-        if kind == "reasoning" or (kind == "message" and role in ("system", "developer")):
+        if not keep_item(item):  # also for rollouts recorded before the filter
             return None
+        item = strip_encrypted(item)
         self.step += 1
         self.items.setdefault(_compact(item), self.step)
         if kind == "message":

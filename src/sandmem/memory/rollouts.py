@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from sandmem._items import Item, item_kind
 from sandmem._run_context import RunOutcome, SandboxRunContext
+from sandmem.memory._text import safe_text
 
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SLUG_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -33,12 +34,30 @@ def validate_rollout_id(rollout_id: str) -> str:
     return value
 
 
+#: the shape of a mapped id: ``<slug>--<16 hex>``. A valid id of this shape is mapped too, so
+#: no valid id used as it is can equal another key's mapped form
+MAPPED_ID_PATTERN = re.compile(r"^.+--[0-9a-f]{16}$")
+
+
 def file_safe_rollout_id(key: str) -> str:
-    """Map any conversation key to a file-safe rollout id: a slug of it plus 8 hex of its
-    SHA-256, so different keys never collide and the same key always maps the same way."""
-    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
-    slug = _SLUG_CHARS.sub("-", key.strip()).strip("-._")[:110] or "conversation"
-    return f"{slug}-{digest}"
+    """Map a conversation key to a file-safe rollout id: a slug of it, ``--``, then 16 hex of
+    its SHA-256, so the same key always maps the same way and different keys get different
+    files (ids used as they are never have this shape: see ``MAPPED_ID_PATTERN``)."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    slug = _SLUG_CHARS.sub("-", key.strip()).strip("-._")[:100].rstrip("-._") or "conversation"
+    return f"{slug}--{digest}"
+
+
+def conversation_rollout_id(key: str) -> tuple[str, str | None]:
+    """The rollout id of a conversation key and, when it had to be mapped, the key: a valid
+    id is used as it is unless it has the mapped shape; anything else is mapped."""
+    try:
+        value = validate_rollout_id(key)
+    except ValueError:
+        return file_safe_rollout_id(key), key
+    if MAPPED_ID_PATTERN.fullmatch(value):
+        return file_safe_rollout_id(key), key
+    return value, None
 
 
 def new_rollout_id() -> str:
@@ -57,10 +76,7 @@ def resolve_rollout_id(ctx: SandboxRunContext) -> tuple[str, str | None]:
             continue
         if not isinstance(candidate, str) or not candidate.strip():
             raise ValueError(f"a conversation id must be a non-empty string, got {candidate!r}")
-        try:
-            return validate_rollout_id(candidate), None
-        except ValueError:
-            return file_safe_rollout_id(candidate), candidate
+        return conversation_rollout_id(candidate)
     return new_rollout_id(), None
 
 
@@ -71,16 +87,55 @@ def _session_id(ctx: SandboxRunContext) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _keep(item: Item) -> bool:
-    kind = item_kind(item)
-    if kind == "reasoning":
-        return False
-    return not (kind == "message" and item.get("role") in ("system", "developer"))
+#: item types that carry the task's facts: tool calls and their outputs (as the reference
+#: keeps them). Everything else — reasoning, compaction, image generation, hosted-tool items
+#: such as ``file_search_call`` or ``code_interpreter_call``, unknown types — is dropped.
+KEPT_ITEM_TYPES = frozenset(
+    {
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "apply_patch_call",
+        "apply_patch_call_output",
+        "shell_call",
+        "shell_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "computer_call",
+        "computer_call_output",
+        "mcp_call",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "tool_search_call",
+        "tool_search_output",
+        "web_search_call",
+    }
+)
+_KEPT_ROLES = frozenset({"user", "assistant", "tool"})
+
+
+def keep_item(item: Item) -> bool:
+    """Whether a transcript item goes into a rollout: user, assistant and tool messages and
+    tool calls with their outputs; not system/developer messages, reasoning, compaction or
+    hosted-tool items."""
+    if item_kind(item) == "message":
+        return item.get("role") in _KEPT_ROLES
+    return item.get("type") in KEPT_ITEM_TYPES
+
+
+def strip_encrypted(value: Any) -> Any:
+    """``value`` without any ``encrypted_content`` key, at any depth."""
+    if isinstance(value, dict):
+        return {k: strip_encrypted(v) for k, v in value.items() if k != "encrypted_content"}
+    if isinstance(value, list):
+        return [strip_encrypted(v) for v in value]
+    return value
 
 
 def filter_items(items: list[Item]) -> list[Item]:
-    """Drop system/developer messages and reasoning items; keep the rest."""
-    return [item for item in items if _keep(item)]
+    """The items a rollout keeps (``keep_item``), never with ``encrypted_content``."""
+    return [strip_encrypted(item) for item in items if isinstance(item, dict) and keep_item(item)]
 
 
 def utc_now() -> str:
@@ -151,4 +206,5 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
 
 def segment_line(segment: dict[str, Any]) -> bytes:
     """The JSONL line of a segment (non-JSON values are stringified, never dropped)."""
-    return (json.dumps(segment, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+    text = json.dumps(segment, ensure_ascii=False, default=str)
+    return (safe_text(text) + "\n").encode("utf-8")
