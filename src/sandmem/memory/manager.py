@@ -315,6 +315,8 @@ class MemoryGenerationManager:
             for rid, path, raw_path in zip(batch, files, raw_files, strict=True):
                 data = rollouts.get(path)
                 if data is None:
+                    if path not in bad:
+                        self._problem(report, path, phase_two.NOT_REGULAR)
                     continue
                 raw = raws.get(raw_path)
                 text = raw.decode("utf-8", "replace") if raw is not None else None

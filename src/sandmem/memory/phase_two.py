@@ -78,6 +78,10 @@ async def read_isolated(
     return found, problems
 
 
+#: why a listed file was not read (``read_many`` under ``no_symlinks`` skips these)
+NOT_REGULAR = "not a regular file (a symlink or a special file); skipped"
+
+
 def raw_memory_problem(rollout_id: str, data: bytes) -> tuple[str | None, str]:
     """``(reason, text)``: why a raw memory file cannot be used (``None`` when it can)."""
     try:
@@ -114,7 +118,9 @@ async def scan_raw_memories(
         texts, bad = await read_isolated(session, batch)
         problems.update(bad)
         for path, data in texts.items():
-            if data is None:
+            if data is None:  # listed but not read: a symlink or a special file
+                if path not in problems:
+                    problems[path] = NOT_REGULAR
                 continue
             rid = path.rsplit("/", 1)[1][:-3]
             reason, text = raw_memory_problem(rid, data)
