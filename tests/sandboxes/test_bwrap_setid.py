@@ -53,6 +53,8 @@ async def test_no_setuid_or_setgid_file_remains(seccomp: bool) -> None:
         ordinary = await session.exec("chmod 750 t && mkdir -p x/y && echo ok > x/y/f", timeout=30)
         assert ordinary.exit_code == 0
         assert stat.S_IMODE(os.stat(session.root / "t").st_mode) == 0o750
+        mounts = await session.exec("grep ' /workspace ' /proc/self/mountinfo", timeout=30)
+        assert "nosuid" in mounts.output.split(" /workspace ")[1].split()[0]
     await client.delete(session)
 
 
