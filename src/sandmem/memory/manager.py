@@ -44,15 +44,67 @@ from sandmem.memory.storage import (
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._paths import no_symlinks
-from sandmem.sandboxes._session import SandboxSession
+from sandmem.sandboxes._session import FileStat, SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
 
 LOCK_TIMEOUT_S = 60.0
 #: rollout files read at once when looking for pending rollouts
 _PENDING_BATCH = 32
+#: files stat-ed at once when looking for pending rollouts
+_STAT_BATCH = 1024
 #: during phase one the state file is rewritten at most this often (and once at the end)
 STATE_WRITE_INTERVAL_S = 1.0
+
+
+#: rollout bytes the pending scan keeps for phase one (beyond that, phase one reads again)
+_PREFETCH_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class _Scan:
+    """What the pending scan found: the listed rollout ids, their (file, raw memory) stats,
+    those unchanged since the state was written, and for the others their fingerprint and
+    raw memory text (and, within budget, their bytes)."""
+
+    ids: list[str]
+    stats: dict[str, tuple[tuple[int, int] | None, tuple[int, int] | None]] = field(
+        default_factory=dict
+    )
+    unchanged: set[str] = field(default_factory=set)
+    missing: set[str] = field(default_factory=set)
+    fingerprints: dict[str, tuple[RolloutFingerprint, str | None]] = field(default_factory=dict)
+    data: dict[str, bytes] = field(default_factory=dict)
+
+
+class _Slots:
+    """Phase one's two limits: ``request`` bounds the model requests in flight
+    (``phase_one_concurrency``); ``prepare`` bounds the rollouts read and rendered at once
+    (twice that), so rendering overlaps the requests without holding every rollout."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.request = asyncio.Semaphore(concurrency)
+        self.prepare = asyncio.Semaphore(2 * concurrency)
+
+
+def _stat_pair(found: FileStat | None) -> tuple[int, int] | None:
+    """A stat worth trusting as ``(size, mtime_ns)``; ``None`` when missing or without mtime."""
+    if found is None or found.mtime_ns is None:
+        return None
+    return found.size, found.mtime_ns
+
+
+async def _stat_isolated(session: SandboxSession, paths: list[str]) -> dict[str, FileStat | None]:
+    """``stat_many`` in batches; a batch that fails (one bad path) counts as unknown, so its
+    files are read and checked the slow way."""
+    found: dict[str, FileStat | None] = {}
+    for start in range(0, len(paths), _STAT_BATCH):
+        batch = paths[start : start + _STAT_BATCH]
+        try:
+            found.update(await session.stat_many(batch))
+        except SandboxError:
+            found.update(dict.fromkeys(batch))
+    return found
 
 
 @dataclass
@@ -157,6 +209,8 @@ class MemoryGenerationManager:
         #: requests of extractions cancelled by the flush timeout (logged by _record_timeout)
         self._unlogged = Usage()
         self._layout_ready = False
+        #: the current flush's pending scan (rollout bytes kept for phase one)
+        self._prefetched: _Scan | None = None
         session.register_pre_stop_hook(self._on_stop)
 
     async def prepare(self) -> None:
@@ -269,12 +323,14 @@ class MemoryGenerationManager:
                 path, _, reason = note.partition(": ")
                 report.problems.setdefault(path, reason)
             state, problems = await gen_state.load(self.session, self.paths)
+            loaded = None if problems else state.to_json()
             for problem in problems:
                 path, _, reason = problem.partition(": ")
                 self._problem(report, path, reason)
             due = await self._reconcile(state, report, retry_failed, wait_backoff)
             await self._phase_one(sorted(due), state, report, provider)
-            await self._save_state(state)
+            if state.to_json() != loaded:  # a flush with nothing to do writes nothing
+                await self._save_state(state)
             if report.problems:
                 await append_log(
                     self.session,
@@ -295,33 +351,58 @@ class MemoryGenerationManager:
         names = await self.session.listdir(self.paths.sessions_dir)
         return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
-    async def _fingerprints(
-        self, report: FlushReport
-    ) -> dict[str, tuple[RolloutFingerprint, str | None]]:
-        """Each readable rollout's fingerprint and its raw memory's text, read in bounded
-        batches (rollout files can be large: at most ``_PENDING_BATCH`` are held at once).
-        An unreadable rollout file is reported and left out; an unreadable raw memory counts
-        as missing."""
-        found: dict[str, tuple[RolloutFingerprint, str | None]] = {}
-        ids = await self.rollout_ids()
-        for start in range(0, len(ids), _PENDING_BATCH):
-            batch = ids[start : start + _PENDING_BATCH]
+    async def _scan(self, state: GenerationState, report: FlushReport) -> _Scan:
+        """Find what changed since the state was written, reading as little as possible.
+
+        Every rollout file and raw memory is ``stat``-ed (no reading). A rollout whose file and
+        raw memory both have the size and mtime its state entry recorded is trusted as it is.
+        The others are read (in bounded batches) to get their fingerprint and raw memory; the
+        rollout bytes are kept, up to ``_PREFETCH_BYTES`` in all, so phase one reads each
+        pending rollout once. An unreadable rollout file is reported and left out; an
+        unreadable raw memory counts as missing."""
+        scan = _Scan(await self.rollout_ids())
+        rollout_files = [self.paths.rollout_file(r) for r in scan.ids]
+        raw_files = [self.paths.raw_memory_file(r) for r in scan.ids]
+        stats = await _stat_isolated(self.session, [*rollout_files, *raw_files])
+        changed: list[str] = []
+        for rid, path, raw_path in zip(scan.ids, rollout_files, raw_files, strict=True):
+            scan.stats[rid] = (_stat_pair(stats.get(path)), _stat_pair(stats.get(raw_path)))
+            entry = state.rollouts.get(rid)
+            file_stat, raw_stat = scan.stats[rid]
+            if (
+                entry is not None
+                and file_stat is not None
+                and entry.segments is not None
+                and entry.updated_at is not None
+                and entry.file_stat == file_stat
+                and entry.raw_stat == raw_stat
+            ):
+                scan.unchanged.add(rid)
+            else:
+                changed.append(rid)
+        held = 0
+        for start in range(0, len(changed), _PENDING_BATCH):
+            batch = changed[start : start + _PENDING_BATCH]
             files = [self.paths.rollout_file(r) for r in batch]
             rollouts, bad = await phase_two.read_isolated(self.session, files)
             for path, reason in bad.items():
                 self._problem(report, path, reason)
-            raw_files = [self.paths.raw_memory_file(r) for r in batch]
-            raws, _bad_raw = await phase_two.read_isolated(self.session, raw_files)
-            for rid, path, raw_path in zip(batch, files, raw_files, strict=True):
+            batch_raw = [self.paths.raw_memory_file(r) for r in batch]
+            raws, _bad_raw = await phase_two.read_isolated(self.session, batch_raw)
+            for rid, path, raw_path in zip(batch, files, batch_raw, strict=True):
                 data = rollouts.get(path)
                 if data is None:
                     if path not in bad:
                         self._problem(report, path, phase_two.NOT_REGULAR)
+                    scan.missing.add(rid)
                     continue
                 raw = raws.get(raw_path)
                 text = raw.decode("utf-8", "replace") if raw is not None else None
-                found[rid] = (fingerprint(data), text)
-        return found
+                scan.fingerprints[rid] = (fingerprint(data), text)
+                if held + len(data) <= _PREFETCH_BYTES:
+                    scan.data[rid] = data
+                    held += len(data)
+        return scan
 
     async def _reconcile(
         self, state: GenerationState, report: FlushReport, retry_failed: bool, wait_backoff: bool
@@ -329,13 +410,21 @@ class MemoryGenerationManager:
         """Bring every rollout's state in line with its files; return the due ones."""
         now = datetime.now(UTC)
         due: set[str] = set()
-        fingerprints = await self._fingerprints(report)
-        for rid in [r for r in state.rollouts if r not in fingerprints]:
+        scan = await self._scan(state, report)
+        self._prefetched = scan
+        present = set(scan.fingerprints) | scan.unchanged
+        for rid in [r for r in state.rollouts if r not in present]:
             if self.paths.rollout_file(rid) not in report.problems:
                 del state.rollouts[rid]  # its rollout file is gone
-        for rid, (fp, raw) in fingerprints.items():
-            up = phase_one.is_up_to_date(raw, fp)
-            entry = gen_state.reconcile(state.rollouts.get(rid), fp.segments, fp.updated_at, up)
+        for rid in sorted(present):
+            if rid in scan.unchanged:
+                entry = state.rollouts[rid]
+            else:
+                fp, raw = scan.fingerprints[rid]
+                up = phase_one.is_up_to_date(raw, fp)
+                entry = gen_state.reconcile(state.rollouts.get(rid), fp.segments, fp.updated_at, up)
+                file_stat, raw_stat = scan.stats[rid]
+                entry = entry.model_copy(update={"file_stat": file_stat, "raw_stat": raw_stat})
             if retry_failed and entry.status == "failed":
                 entry = entry.model_copy(update={"status": "pending", "attempts": 0})
             state.rollouts[rid] = entry
@@ -344,6 +433,16 @@ class MemoryGenerationManager:
             elif entry.status == "pending":
                 report.deferred.append(rid)
         return due
+
+    async def _read_rollout(self, rid: str) -> tuple[bytes, tuple[int, int] | None]:
+        """The rollout's bytes (from the scan when it kept them) and the file's stat taken
+        before they were read (so a later append shows as a change)."""
+        scan = self._prefetched
+        if scan is not None and rid in scan.data:
+            return scan.data.pop(rid), scan.stats[rid][0]
+        path = self.paths.rollout_file(rid)
+        before = _stat_pair((await self.session.stat_many([path]))[path])
+        return await self.session.read_bytes(path), before
 
     async def _phase_one(
         self,
@@ -356,7 +455,7 @@ class MemoryGenerationManager:
         environment failure are tried too once this flush shows the server answers (one of
         them is sent first as a probe when nothing else is due); while it does not, they wait,
         so an outage costs one request per flush rather than one per rollout."""
-        semaphore = asyncio.Semaphore(self.config.phase_one_concurrency)
+        semaphore = _Slots(self.config.phase_one_concurrency)
         waiting = sorted(report.deferred, key=lambda r: (state.rollouts[r].next_retry_at or "", r))
         first = due or waiting[:1]
         rest = [r for r in waiting if r not in first]
@@ -373,28 +472,32 @@ class MemoryGenerationManager:
                 *(self._extract_one(r, state, report, semaphore, provider) for r in rest)
             )
         report.deferred = [r for r in report.deferred if r not in report.pending]
+        self._prefetched = None
 
     async def _extract_one(
         self,
         rid: str,
         state: GenerationState,
         report: FlushReport,
-        semaphore: asyncio.Semaphore,
+        slots: _Slots,
         provider: ModelProvider,
     ) -> None:
-        async with semaphore, tracing.aspan(_trace.PHASE_ONE, {_trace.ROLLOUT: rid}) as span:
+        # reading and rendering (``slots.prepare``) run ahead of the model requests
+        # (``slots.request``, phase_one_concurrency at once), so the next rollouts are ready
+        # to send when a request slot frees up
+        async with slots.prepare, tracing.aspan(_trace.PHASE_ONE, {_trace.ROLLOUT: rid}) as span:
             started = time.monotonic()
             error: str | None = None
             kind: FailureKind | None = None
             usage = Usage()
             try:
-                data = await self.session.read_bytes(self.paths.rollout_file(rid))
+                data, file_stat = await self._read_rollout(rid)
                 fp = fingerprint(data)
                 data, omitted = bound_rollout(data)
                 text = data.decode("utf-8", "replace")
                 del data
                 artifacts = await phase_one.extract(
-                    rid, text, self.config, provider, omitted, usage
+                    rid, text, self.config, provider, omitted, usage, slots.request
                 )
                 del text
                 if artifacts is None:
@@ -406,9 +509,11 @@ class MemoryGenerationManager:
                     )
                     status = "done"
                     report.processed.append(rid)
+                raw_path = self.paths.raw_memory_file(rid)
+                raw_stat = _stat_pair((await self.session.stat_many([raw_path]))[raw_path])
                 state.rollouts[rid] = gen_state.record_success(
                     state.rollouts[rid], status, fp.segments, fp.updated_at, datetime.now(UTC)
-                )
+                ).model_copy(update={"file_stat": file_stat, "raw_stat": raw_stat})
             except asyncio.CancelledError:
                 report.phase_one_usage.add(usage)
                 self._unlogged.add(usage)
@@ -532,14 +637,20 @@ class MemoryGenerationManager:
         self, state: GenerationState, report: FlushReport, provider: ModelProvider
     ) -> None:
         started = time.monotonic()
-        plan = await phase_two.plan(
-            self.session, self.paths, self.config.max_raw_memories_for_consolidation
-        )
+        cap = self.config.max_raw_memories_for_consolidation
+        digest = await phase_two.inputs_digest(self.session, self.paths, cap)
+        if digest is not None and digest == state.phase_two.inputs_digest:
+            report.phase_two = "skipped"  # nothing plan reads changed since it found nothing
+            return
+        plan = await phase_two.plan(self.session, self.paths, cap)
         _trace.phase_two_plan(plan)
         for path, reason in plan.problems.items():
             self._problem(report, path, reason)
         if not plan.diff.changed:
             report.phase_two = "skipped"
+            if not plan.problems and digest != state.phase_two.inputs_digest:
+                state.phase_two = state.phase_two.model_copy(update={"inputs_digest": digest})
+                await self._save_state(state)
             return
         ids = [r.rollout_id for r in plan.selected]
         now = utc_now()
@@ -585,7 +696,11 @@ class MemoryGenerationManager:
         report.phase_two_missing = missing + still
         outcome_error = None if checked.ok else f"consolidation incomplete: {checked.describe()}"
         report.phase_two_error = outcome_error
+        complete = result.outcome == "done" and not plan.problems
         state.phase_two = gen_state.PhaseTwoState(
+            inputs_digest=await phase_two.inputs_digest(self.session, self.paths, cap)
+            if complete
+            else None,
             status=result.outcome,
             last_error=outcome_error,
             last_attempt_at=now,

@@ -8,6 +8,7 @@ an untrusted transcript and must not be able to act on the workspace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -117,9 +118,11 @@ async def call_model(
     provider: ModelProvider,
     omitted_bytes: int = 0,
     usage: Usage | None = None,
+    request_slot: contextlib.AbstractAsyncContextManager[Any] | None = None,
 ) -> PhaseOneArtifacts:
     """One structured-output model call, no tools. The request is added to ``usage`` even
-    when it fails or its answer is unusable."""
+    when it fails or its answer is unusable. ``request_slot`` is held around the request
+    only (rendering happens before it is taken)."""
     from sandmem._schema import output_schema_for, parse_structured_output
 
     model = MeteredModel(
@@ -136,7 +139,8 @@ async def call_model(
         settings=config.phase_one_model_settings or ModelSettings(),
     )
     try:
-        response = await model.get_response(request)
+        async with request_slot or contextlib.nullcontext():
+            response = await model.get_response(request)
     except ModelRequestError as exc:
         raise MemoryGenerationError(
             f"phase one request failed for rollout {rollout_id}: {exc}",
@@ -167,9 +171,10 @@ async def extract(
     provider: ModelProvider,
     omitted_bytes: int = 0,
     usage: Usage | None = None,
+    request_slot: contextlib.AbstractAsyncContextManager[Any] | None = None,
 ) -> PhaseOneArtifacts | None:
     """Run phase one for one rollout with the configured engine; model requests are added
-    to ``usage`` as they are made."""
+    to ``usage`` as they are made (each inside ``request_slot`` when given)."""
     artifacts: PhaseOneArtifacts | None
     if config.phase_one_model == EXTRACTIVE:
         from sandmem.memory.extractive import extract as extractive_extract
@@ -177,7 +182,7 @@ async def extract(
         artifacts = await asyncio.to_thread(extractive_extract, rollout_id, rollout_text)
     else:
         artifacts = await call_model(
-            rollout_id, rollout_text, config, provider, omitted_bytes, usage
+            rollout_id, rollout_text, config, provider, omitted_bytes, usage, request_slot
         )
     if artifacts is None:
         return None

@@ -14,6 +14,7 @@ Every model request is counted in the caller's ``Usage``, whatever the outcome.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from sandmem.memory.storage import MemoryPaths, parse_header, read_text
 from sandmem.memory.verify import Verification, follow_up_message, verify
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
-from sandmem.sandboxes._session import SandboxSession
+from sandmem.sandboxes._session import FileStat, SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -160,6 +161,32 @@ async def plan(session: SandboxSession, paths: MemoryPaths, cap: int) -> Plan:
     problems.update(selection_problems)
     bodies = {rid: body.strip() for rid, (_, body) in parsed.items()}
     return Plan(selected, diff_selection(selected, previous), bodies, problems, previous)
+
+
+async def inputs_digest(session: SandboxSession, paths: MemoryPaths, cap: int) -> str | None:
+    """A digest of everything ``plan`` reads — every raw memory file's name, size and mtime,
+    the selection file's, and ``cap`` — from ``stat`` alone (nothing is read). ``None`` when
+    some file's stat cannot be trusted (no mtime, not a regular file): then ``plan`` runs."""
+    names = await session.listdir(paths.raw_dir) if await session.is_dir(paths.raw_dir) else []
+    files = [f"{paths.raw_dir}/{n}" for n in names if n.endswith(".md") and not n.startswith(".")]
+    found: dict[str, FileStat | None] = {}
+    for start in range(0, len(files), _READ_BATCH * 2):
+        try:
+            found.update(await session.stat_many(files[start : start + _READ_BATCH * 2]))
+        except SandboxError:
+            return None
+    try:
+        found.update(await session.stat_many([paths.selection_json]))
+    except SandboxError:
+        return None
+    parts = [f"cap={cap}"]
+    for path, st in found.items():
+        if st is None and path != paths.selection_json:
+            return None
+        if st is not None and st.mtime_ns is None:
+            return None
+        parts.append(f"{path}:{st.size}:{st.mtime_ns}" if st is not None else f"{path}:-")
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def raw_memories_document(selected: list[RawMemoryRef], bodies: dict[str, str]) -> str:

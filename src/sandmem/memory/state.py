@@ -59,6 +59,11 @@ class RolloutState(BaseModel):
     #: environment failures in a row (the backoff exponent); reset by any success
     environment_failures: int = Field(default=0, ge=0)
     next_retry_at: str | None = None
+    #: (size, mtime in ns) of the rollout file and of its raw memory when this entry was last
+    #: checked against them: a flush that finds both unchanged trusts the entry without
+    #: reading either file (``None``: not known, the files are read)
+    file_stat: tuple[int, int] | None = None
+    raw_stat: tuple[int, int] | None = None
 
     def same_version(self, segments: int, updated_at: str) -> bool:
         return self.segments == segments and self.updated_at == updated_at
@@ -80,6 +85,10 @@ class PhaseTwoState(BaseModel):
     #: conversations an ``incomplete`` consolidation did not fold in (added) or drop (removed)
     missing_added: list[str] = Field(default_factory=list)
     still_cited: list[str] = Field(default_factory=list)
+    #: a digest of what phase two's plan read (the raw memories' names, sizes and mtimes, the
+    #: selection file's, the cap) when it last found nothing to do or committed a complete
+    #: consolidation: a flush with the same digest skips phase two without reading them
+    inputs_digest: str | None = None
 
 
 class GenerationState(BaseModel):
