@@ -100,7 +100,8 @@ async def test_memory_end_to_end_through_openai_client(
     root = sandbox.root
     models = [r.model for r in fake_openai.requests]
     assert models.count("extract-model") == 1
-    assert models.count("consolidate-model") == 2
+    # one turn: the writes are verified and the run ends without a final-answer turn
+    assert models.count("consolidate-model") == 1
     rollout = [json.loads(x) for x in (root / "sessions/notes-1.jsonl").read_text().splitlines()]
     assert len(rollout) == 1
     raw_fields, _ = parse_header((root / "memories/raw_memories/notes-1.md").read_text())

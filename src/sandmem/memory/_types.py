@@ -43,6 +43,9 @@ class ConsolidationInputs:
     memory_md_max_bytes: int
     summary_max_bytes: int
     extra_prompt: str | None = None
+    #: the current memory_summary.md, and raw_memories.md as this consolidation wrote it
+    current_summary_md: str = ""
+    raw_memories_md: str = ""
 
 
 @dataclass(frozen=True)

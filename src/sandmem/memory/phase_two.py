@@ -17,8 +17,9 @@ import difflib
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from sandmem._agent import Agent
 from sandmem._errors import (
@@ -29,6 +30,7 @@ from sandmem._errors import (
 )
 from sandmem._items import user_message
 from sandmem._prompts import load_prompt, render_prompt
+from sandmem._tool_use import FunctionToolResult, ToolsToFinalOutputResult
 from sandmem._usage import Usage
 from sandmem.memory import journal
 from sandmem.memory._metering import MeteredModel
@@ -233,10 +235,63 @@ def edits_block(inputs: ConsolidationInputs) -> str:
     )
 
 
+#: the brief carries raw_memories.md, MEMORY.md and memory_summary.md themselves when together
+#: they fit this many bytes (~50,000 tokens), so the agent needs no read turn; above it, the
+#: brief lists them and the agent reads them with its tools
+BRIEF_FILES_MAX_BYTES = 200_000
+
+
+def _fence(text: str) -> str:
+    fence = "````" if "```" in text else "```"
+    return f"{fence}markdown\n{text.rstrip()}\n{fence}"
+
+
+def inputs_block(inputs: ConsolidationInputs) -> str:
+    """The brief's inputs: the files' text when they fit ``BRIEF_FILES_MAX_BYTES``, else
+    where to read them."""
+    root = inputs.memories_dir
+    files = (
+        (
+            f"{root}/raw_memories.md",
+            "the selected raw memories, newest first",
+            inputs.raw_memories_md,
+        ),
+        (f"{root}/MEMORY.md", "the current registry, which you update", inputs.current_memory_md),
+        (
+            f"{root}/memory_summary.md",
+            "the current summary, which you update",
+            inputs.current_summary_md,
+        ),
+    )
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for _, _, text in files)
+    evidence = (
+        f"`{root}/rollout_summaries/` holds one recap per conversation, for more evidence when "
+        "a raw memory is unclear (read one only if you need it)."
+    )
+    if size > BRIEF_FILES_MAX_BYTES:
+        return (
+            "Inputs (read them with your tools):\n"
+            f"- `{root}/raw_memories.md`: the selected raw memories, newest first (notes from "
+            "individual conversations). Read it first.\n"
+            f"- The current `{root}/MEMORY.md` and `{root}/memory_summary.md`, which you "
+            f"update.\n- {evidence}"
+        )
+    blocks = [
+        f"`{path}` ({what}):\n{_fence(text) if text.strip() else '(empty)'}"
+        for path, what, text in files
+    ]
+    return (
+        "Inputs (their full text is below: you need not read them):\n\n"
+        + "\n\n".join(blocks)
+        + f"\n\n{evidence}"
+    )
+
+
 def consolidation_instructions(inputs: ConsolidationInputs) -> str:
     template = load_prompt("sandmem.memory", "phase_two")
     return render_prompt(
         template,
+        inputs=inputs_block(inputs),
         memories_dir=inputs.memories_dir,
         added=_ref_lines(inputs.added, inputs.memories_dir),
         retained=_ref_lines(inputs.retained, inputs.memories_dir),
@@ -257,6 +312,32 @@ class ConsolidationResult:
 
     outcome: Outcome
     verification: Verification
+
+
+def _finished_when_written(
+    session: SandboxSession, paths: MemoryPaths, inputs: ConsolidationInputs
+) -> Callable[[Any, list[FunctionToolResult]], Awaitable[ToolsToFinalOutputResult]]:
+    """The consolidation's ``tool_use_behavior``: after a turn of tool calls the run ends (no
+    final-answer turn) once both files were rewritten on the stage, are not empty, fit their
+    budgets and pass ``verify``; otherwise the agent gets its next turn."""
+    start = (inputs.current_memory_md, inputs.current_summary_md)
+
+    async def decide(ctx: Any, results: list[FunctionToolResult]) -> ToolsToFinalOutputResult:
+        staged = [journal.staged(paths, p) for p in (paths.memory_md, paths.summary_md)]
+        found = await session.read_many(staged)
+        texts = [(found[p] or b"").decode("utf-8", "replace") for p in staged]
+        budgets = (inputs.memory_md_max_bytes, inputs.summary_max_bytes)
+        done = (
+            all(text.strip() and text != old for text, old in zip(texts, start, strict=True))
+            and all(
+                len(t.encode("utf-8", "surrogatepass")) <= b
+                for t, b in zip(texts, budgets, strict=True)
+            )
+            and verify(texts[0], inputs.added, inputs.removed).ok
+        )
+        return ToolsToFinalOutputResult(bool(done), "consolidated" if done else None)
+
+    return decide
 
 
 def _agent(
@@ -280,6 +361,7 @@ def _agent(
             skill_file_max_bytes=config.skill_file_max_bytes,
             skills_max_bytes=config.skills_max_bytes,
         ),
+        tool_use_behavior=_finished_when_written(session, paths, inputs),
     )
 
 
@@ -376,29 +458,42 @@ async def _check_result(
 
 
 async def gather_inputs(
-    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig, p: Plan
+    session: SandboxSession,
+    paths: MemoryPaths,
+    config: MemoryGenerateConfig,
+    p: Plan,
+    raw_memories_md: str = "",
 ) -> ConsolidationInputs:
+    """What the engine works from. The rollout summaries are read only for the extractive
+    engine (the consolidation agent opens one with its tools when it needs it)."""
     selected = []
     for ref in p.selected:
         summary = None
         name = ref.rollout_summary_file
-        if name.startswith("rollout_summaries/") and ".." not in name:
+        wanted = config.phase_two_model == EXTRACTIVE
+        if wanted and name.startswith("rollout_summaries/") and ".." not in name:
             found, _bad = await read_isolated(session, [f"{paths.memories_dir}/{name}"])
             data = next(iter(found.values()), None)
             summary = data.decode("utf-8", "replace") if data is not None else None
         body = parse_header(summary)[1].strip() if summary else ""
         selected.append(SelectedMemory(ref, p.bodies.get(ref.rollout_id, ""), body))
+    current = await read_isolated(
+        session, [paths.memory_md, paths.summary_md, paths.consolidated_memory_md]
+    )
+    texts = {k: (v or b"").decode("utf-8", "replace") for k, v in current[0].items()}
     return ConsolidationInputs(
         memories_dir=paths.memories_dir,
         selected=selected,
         added=p.diff.added,
         retained=p.diff.retained,
         removed=p.diff.removed,
-        current_memory_md=await read_text(session, paths.memory_md) or "",
-        consolidated_memory_md=await read_text(session, paths.consolidated_memory_md) or "",
+        current_memory_md=texts.get(paths.memory_md, ""),
+        consolidated_memory_md=texts.get(paths.consolidated_memory_md, ""),
         memory_md_max_bytes=config.memory_md_max_bytes,
         summary_max_bytes=config.summary_max_bytes,
         extra_prompt=config.extra_prompt,
+        current_summary_md=texts.get(paths.summary_md, ""),
+        raw_memories_md=raw_memories_md,
     )
 
 
@@ -423,10 +518,9 @@ async def consolidate(
 ) -> ConsolidationResult:
     """Run phase two as a transaction; requests are added to ``usage`` as they are made.
     Raises ``MemoryGenerationError`` after discarding the stage."""
-    await session.write(
-        paths.raw_memories_md, safe_text(raw_memories_document(p.selected, p.bodies))
-    )
-    inputs = await gather_inputs(session, paths, config, p)
+    raw_document = safe_text(raw_memories_document(p.selected, p.bodies))
+    await session.write(paths.raw_memories_md, raw_document)
+    inputs = await gather_inputs(session, paths, config, p, raw_document)
     base = await journal.begin(session, paths)
     try:
         if config.phase_two_model == EXTRACTIVE:
