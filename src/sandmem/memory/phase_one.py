@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from sandmem.memory.storage import (
     read_text,
     render_with_header,
 )
-from sandmem.models._base import Model, ModelProvider, ModelRequest
+from sandmem.models._base import Model, ModelProvider, ModelRequest, OutputSchema
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
@@ -123,7 +124,7 @@ async def call_model(
     """One structured-output model call, no tools. The request is added to ``usage`` even
     when it fails or its answer is unusable. ``request_slot`` is held around the request
     only (rendering happens before it is taken)."""
-    from sandmem._schema import output_schema_for, parse_structured_output
+    from sandmem._schema import parse_structured_output
 
     model = MeteredModel(
         tracing.instrument_model(resolve_model(config.phase_one_model, provider)), usage or Usage()
@@ -135,7 +136,7 @@ async def call_model(
         instructions=instructions(rollout_id, config.extra_prompt),
         input=[user_message(rendered)],
         tools=[],
-        output_schema=output_schema_for(PhaseOneArtifacts),
+        output_schema=_artifacts_schema(),
         settings=config.phase_one_model_settings or ModelSettings(),
     )
     try:
@@ -155,6 +156,15 @@ async def call_model(
             f"phase one output for rollout {rollout_id} is not valid: {exc}", rollout_id=rollout_id
         ) from exc
     return artifacts
+
+
+@functools.cache
+def _artifacts_schema() -> OutputSchema:
+    """The phase-one output schema, built once (pydantic's schema generation costs about a
+    millisecond of event-loop time per call)."""
+    from sandmem._schema import output_schema_for
+
+    return output_schema_for(PhaseOneArtifacts)
 
 
 def _output_text(output: list[dict[str, Any]]) -> str:
