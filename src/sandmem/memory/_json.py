@@ -9,18 +9,22 @@ from typing import Any
 MAX_JSON_DEPTH = 200
 
 
-def json_depth(value: Any) -> int:
-    """The nesting depth of a parsed JSON value, without recursion."""
+def json_depth(value: Any, stop_above: int | None = None) -> int:
+    """The nesting depth of a parsed JSON value, without recursion (only containers are
+    visited; the walk stops once the depth exceeds ``stop_above``)."""
+    if not isinstance(value, dict | list):
+        return 0
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in node.values())
-        elif isinstance(node, list):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in node)
+        if depth > deepest:
+            deepest = depth
+            if stop_above is not None and deepest > stop_above:
+                break
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
     return deepest
 
 
@@ -33,6 +37,6 @@ def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     except RecursionError:
         raise ValueError(f"JSON nested deeper than {max_depth} levels") from None
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    if raw.count(b"[") + raw.count(b"{") > max_depth and json_depth(value) > max_depth:
+    if raw.count(b"[") + raw.count(b"{") > max_depth and json_depth(value, max_depth) > max_depth:
         raise ValueError(f"JSON nested deeper than {max_depth} levels")
     return value
