@@ -1,6 +1,6 @@
-"""Path safety: the one function that turns a caller's or a model's path into a host path.
+"""Path policy: the rules for a caller's or a model's path, and the ``no_symlinks()`` mode.
 
-Every sandbox primitive that takes a path goes through ``resolve_path``. The rules:
+The rules (enforced race-free by ``_hostfs``/``_fdwalk``; ``resolve_path`` states them by name):
 
 - relative paths are relative to the workspace root; a ``..`` that climbs above the root is
   refused (``a/../b`` is fine);
