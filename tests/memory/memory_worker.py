@@ -3,7 +3,9 @@
 Used by the crash and concurrency tests: ``python memory_worker.py WORKSPACE NAME RUNS MODE``.
 MODE ``normal`` generates memory at stop; ``slow-one`` makes each phase-one call sleep (so the
 process can be killed during phase one); ``slow-two`` makes phase two write MEMORY.md and then
-hang (so it can be killed mid-consolidation). The worker prints ``recorded`` after its runs.
+hang (so it can be killed mid-consolidation); ``slow-commit`` hangs in the middle of the
+memory commit, after MEMORY.md was switched and before memory_summary.md. The worker prints
+``recorded`` after its runs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from sandmem.testing import FunctionModel, tool_call, tool_outputs
 
 def _models(mode: str) -> tuple[FunctionModel, FunctionModel]:
     one, two = phase_one_model(), phase_two_model()
+    if mode == "slow-commit":
+        two = phase_two_model(summary="Summary after the second conversation.")
     if mode == "slow-one":
 
         async def slow(request: ModelRequest) -> object:
@@ -47,6 +51,20 @@ def _models(mode: str) -> tuple[FunctionModel, FunctionModel]:
     return one, two
 
 
+def _pause_in_the_commit_switch(cls: type, workspace: Path) -> None:
+    """Hang right after a memory commit switched MEMORY.md, before memory_summary.md."""
+    original = cls.write_bytes
+
+    async def write_bytes(self: object, path: str, data: bytes | str) -> None:
+        await original(self, path, data)
+        record = workspace / "memories/.phase_two_commit.json"
+        if path == "memories/MEMORY.md" and record.exists():
+            print("switching", flush=True)
+            await asyncio.sleep(60)
+
+    cls.write_bytes = write_bytes  # type: ignore[attr-defined]
+
+
 async def main(workspace: str, name: str, runs: int, mode: str) -> None:
     one, two = _models(mode)
     config = MemoryGenerateConfig(phase_one_model=one, phase_two_model=two, phase_one_concurrency=1)
@@ -57,6 +75,8 @@ async def main(workspace: str, name: str, runs: int, mode: str) -> None:
     )
     client = UnixLocalSandboxClient()
     sandbox = await client.create(manifest=Manifest(root=Path(workspace)))
+    if mode == "slow-commit":
+        _pause_in_the_commit_switch(type(sandbox), Path(workspace))
     async with sandbox:
         run = RunConfig(sandbox=SandboxRunConfig(session=sandbox))
         for index in range(runs):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import posixpath
 from typing import TYPE_CHECKING, Any
 
@@ -52,15 +53,20 @@ class _RedactingFiles:
         self._guards = guards
 
     def _redactor(self, path: str) -> Redactor | None:
+        directory = self.directory(path)
+        return None if directory is None else dict(self._guards)[directory]
+
+    def directory(self, path: str) -> str | None:
+        """The guarded memory directory ``path`` lies in, if any."""
         raw = path.strip()
         for prefix in (self._session.display_root, str(self._session.root)):
             if raw == prefix or raw.startswith(prefix.rstrip("/") + "/"):
                 raw = raw[len(prefix) :]
                 break
         rel = posixpath.normpath("/" + raw).lstrip("/")
-        for directory, redactor in self._guards:
+        for directory, _redactor in self._guards:
             if rel == directory or rel.startswith(directory + "/"):
-                return redactor
+                return directory
         return None
 
     async def write(self, path: str, data: bytes | str) -> None:
@@ -90,6 +96,25 @@ class _RedactingFiles:
         await self._session.rename(src, dst)
 
 
+def _memory_locks(
+    session: SandboxSession, patch: str, guards: list[tuple[str, Redactor]]
+) -> list[str]:
+    """The layout locks (``<memories_dir>/.lock``) of the memory directories a patch touches,
+    sorted; none for a patch that does not parse (``apply_patch`` reports it)."""
+    from sandmem.capabilities._patch_format import PatchError, parse_patch
+
+    if not guards:
+        return []
+    try:
+        ops = parse_patch(patch)
+    except PatchError:
+        return []
+    targets = [p for op in ops for p in (op.path, getattr(op, "move_to", None)) if p]
+    files = _RedactingFiles(session, guards)
+    found = {files.directory(target) for target in targets}
+    return sorted(f"{directory}/.lock" for directory in found if directory is not None)
+
+
 def image_mime_type(data: bytes) -> str | None:
     """The MIME type of a PNG, JPEG, GIF or WEBP image from its magic bytes, else ``None``."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -117,7 +142,11 @@ class Filesystem(Capability):
             extras: dict[Any, Any] = getattr(self, "_run_extras", {})
             guards: list[tuple[str, Redactor]] = extras.get(MEMORY_WRITE_GUARDS, [])
             files = _RedactingFiles(self.session, guards) if guards else self.session
-            result = await apply_patch(files, patch)
+            async with contextlib.AsyncExitStack() as stack:
+                # an edit to memory files waits for a running consolidation of that layout
+                for lock in _memory_locks(self.session, patch, guards):
+                    await stack.enter_async_context(self.session.lock(lock, timeout=60.0))
+                result = await apply_patch(files, patch)
             return result.render()
 
         async def view_image(path: str) -> list[dict[str, Any]]:

@@ -31,7 +31,8 @@ from typing import Any
 
 from sandmem._errors import MemoryGenerationError, SandboxError
 from sandmem.memory._json import loads_bounded
-from sandmem.memory.storage import MemoryPaths, write_json
+from sandmem.memory.rollouts import utc_now
+from sandmem.memory.storage import MemoryPaths, append_log, write_json
 from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
@@ -241,7 +242,11 @@ async def try_recover(session: SandboxSession, paths: MemoryPaths) -> None:
         return
     try:
         async with session.lock(paths.lock, timeout=0.05):
-            await recover(session, paths)
+            notes = await recover(session, paths)
+            if notes:
+                problems = dict(note.split(": ", 1) for note in notes)
+                record = {"time": utc_now(), "phase": "check", "problems": problems}
+                await append_log(session, paths, record)
     except SandboxError:
         logger.debug("memory commit recovery deferred: %s is held", paths.lock)
 
