@@ -127,8 +127,13 @@ def test_groups_share_files_and_have_keywords_learnings_and_sources(
 ) -> None:
     found = groups(everything.memory_md)
     assert len(found) == 6  # the regression test joins the invoice fix
-    invoice = found[
-        "Inspect the workspace and fix the invoice total bug in src/acme_metrics/report.py"
+    # the group's heading names each of its tasks
+    [invoice] = [
+        text
+        for heading, text in found.items()
+        if heading.startswith(
+            "Inspect the workspace and fix the invoice total bug in src/acme_metrics/report.py / "
+        )
     ]
     assert "(rollout regression_test)" in invoice and "(rollout bugfix_invoice)" in invoice
     assert (
@@ -250,16 +255,22 @@ def test_budgets_are_respected_without_cutting_lines(memory_max: int, summary_ma
     assert len(out.memory_md.encode()) <= memory_max
     assert len(out.memory_summary_md.encode()) <= summary_max
     full_lines = set(full.memory_md.splitlines()) | set(full.memory_summary_md.splitlines())
-    for line in out.memory_md.splitlines() + out.memory_summary_md.splitlines():
+    others = out.memory_md.split("## Other conversations", 1)
+    # dropped groups' conversations stay cited: their source lines close the file
+    cited = set(others[1].splitlines()) if len(others) == 2 else set()
+    for line in others[0].splitlines() + out.memory_summary_md.splitlines():
         assert line in full_lines or "more omitted" in line
+    assert all(line in full_lines or line in ("", "Sources:") for line in cited)
 
 
 def test_over_budget_drops_oldest_groups_and_details_first() -> None:
     full = consolidate(inputs(ALL))
     out = consolidate(inputs(ALL, memory_max=6000))
-    kept = list(groups(out.memory_md))
+    kept = [g for g in groups(out.memory_md) if g != "Other conversations"]
     assert kept == list(groups(full.memory_md))[: len(kept)]  # a prefix: newest groups stay
     assert "Create a script scripts/backup.sh" not in out.memory_md  # the oldest group went
+    # ... but its conversation is still cited (every selected conversation is, by construction)
+    assert "rollout_summaries/multi_segment_" in out.memory_md.split("## Other conversations")[1]
     newest = groups(out.memory_md)[kept[0]]
     assert "- Task:" in newest and "- Works:" in newest
 

@@ -224,10 +224,18 @@ def _postings(sets: list[set[str]], cap: int) -> dict[str, list[int]]:
 
 
 def _name(groups: list[Group]) -> None:
-    """Heading = the oldest member's title (stable while newer rollouts join); unique."""
+    """Heading = the distinct task titles of the group, oldest first (so every task in it is
+    named in its heading; at most three, then ``+N more``); unique."""
     used: set[str] = set()
     for group in groups:
-        heading = group.oldest.title.replace("\n", " ").strip("# ").rstrip(".:;,")
+        titles: list[str] = []
+        for m in reversed(group.members):
+            title = m.title.replace("\n", " ").strip("# ").rstrip(".:;,")
+            if title and title.lower() not in {t.lower() for t in titles}:
+                titles.append(title)
+        heading = " / ".join(titles[:3]) or group.oldest.rollout_id
+        if len(titles) > 3:
+            heading += f" (+{len(titles) - 3} more)"
         if heading.lower() in used or heading.lower().startswith("notes kept from manual edits"):
             heading = f"{heading} ({group.oldest.rollout_id})"
         used.add(heading.lower())

@@ -28,6 +28,7 @@ from sandmem.memory.extractive._groups import KINDS, Group, group_members, membe
 from sandmem.memory.extractive._summary import render_summary
 from sandmem.memory.extractive._text import cut_lines, nbytes
 from sandmem.memory.selection import RawMemoryRef
+from sandmem.memory.verify import cites
 from sandmem.redaction import redact
 
 _DETAIL_KINDS = frozenset({"file", "note", "result", "directory", "outcome"})
@@ -92,6 +93,7 @@ def consolidate(inputs: ConsolidationInputs) -> ConsolidationOutput:
     groups = group_members(members_of(selected))
     notes = manual_notes(redact(inputs.current_memory_md), redact(inputs.consolidated_memory_md))
     blocks = [b for b in (_block(g, notes.deleted) for g in groups) if b.learnings]
+    _dedupe(blocks)
     generated = {normalize(ln.line) for b in blocks for ln in b.learnings}
     notes.drop_generated(generated)
     notes.place({b.heading for b in blocks})
@@ -100,11 +102,38 @@ def consolidate(inputs: ConsolidationInputs) -> ConsolidationOutput:
     keys = {deletion_key(ln.text) for g in groups for ln in _learnings(g, set())}
     deleted = {entry for entry in notes.deleted if entry in keys}
     memory_md = _fit_memory(blocks, notes, deleted, len(selected), inputs.memory_md_max_bytes)
+    memory_md = _cite_the_rest(memory_md, [m.ref for m in inputs.selected])
     summary = render_summary(blocks, len(selected), inputs.summary_max_bytes)
     return ConsolidationOutput(
         memory_md=cut_lines(redact(memory_md), inputs.memory_md_max_bytes),
         memory_summary_md=cut_lines(redact(summary), inputs.summary_max_bytes),
     )
+
+
+def _dedupe(blocks: list[Block]) -> None:
+    """A learning appears once in the file: in the newest group that has it, citing every
+    rollout that supports it."""
+    seen: dict[str, Learning] = {}
+    for block in blocks:
+        kept = []
+        for learning in block.learnings:
+            first = seen.get(normalize(learning.text))
+            if first is None:
+                seen[normalize(learning.text)] = learning
+                kept.append(learning)
+            else:
+                first.rollouts += [r for r in learning.rollouts if r not in first.rollouts]
+        block.learnings = kept
+
+
+def _cite_the_rest(memory_md: str, refs: list[RawMemoryRef]) -> str:
+    """Every selected conversation is cited (the verification rule): those whose group was
+    dropped for having no learnings or for the budget are listed as sources at the end."""
+    missing = [r for r in refs if not cites(memory_md, r)]
+    if not missing:
+        return memory_md
+    lines = ["## Other conversations", "Sources:", *(_source(r) for r in missing)]
+    return memory_md.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
 
 
 def _redacted(memory: SelectedMemory) -> SelectedMemory:
