@@ -169,10 +169,11 @@ async def test_the_state_is_reconciled_with_the_files_at_every_flush(tmp_path: P
     async with sandbox:
         await record(sandbox, config, ["a", "b"])
     root = sandbox.root
-    # what a kill between the raw memory write and the state write leaves
+    # what a kill between the raw memory write and the state write leaves: the state as it
+    # was before the extraction (pending, no raw memory seen yet)
     state = json.loads((root / "memories/generation_state.json").read_text())
     for entry in state["rollouts"].values():
-        entry.update(status="pending", attempts=1, last_error="killed")
+        entry.update(status="pending", attempts=1, last_error="killed", raw_stat=None)
     (root / "memories/generation_state.json").write_text(json.dumps(state))
     calls = []
 
