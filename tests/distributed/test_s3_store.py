@@ -57,3 +57,16 @@ async def test_old_versions_are_pruned_but_the_replaced_one_is_kept(s3_server: S
     keys = await store._list(store._key("memories", "versions"))
     kept = {key.split("/versions/", 1)[1].split("/", 1)[0] for key in keys}
     assert kept == {versions[-1].version, versions[-2].version}
+
+
+async def test_a_reader_on_a_pruned_version_reads_the_newer_one(s3_server: S3Server) -> None:
+    from sandmem.memory._store_sync import read_current
+
+    store = _store(s3_server)
+    first = await store.commit("memories", None, {"MEMORY.md": b"1"})
+    second = await store.commit("memories", first, {"MEMORY.md": b"2"})
+    await store.commit("memories", second, {"MEMORY.md": b"3"})  # prunes the first
+    with pytest.raises(FileNotFoundError):
+        await store.read_files("memories", first, ["MEMORY.md"])
+    current, files = await read_current(store, "memories")
+    assert current is not None and files == {"MEMORY.md": b"3"}

@@ -22,6 +22,7 @@ from conftest import RedisServer, S3Server
 from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 
 from sandmem.distributed import S3MemoryStore
+from sandmem.memory._store_sync import read_current
 
 _ID = re.compile(r"\bh\d+-r\d+\b")
 HERE = Path(__file__).parent
@@ -163,9 +164,8 @@ class Cluster:
         deadline = time.monotonic() + within
         memory = ""
         while time.monotonic() < deadline:
-            current = await self.store.current("memories")
-            if current is not None and "MEMORY.md" in current.files:
-                files = await self.store.read_files("memories", current, ["MEMORY.md"])
+            _, files = await read_current(self.store, "memories", lambda p: p == "MEMORY.md")
+            if "MEMORY.md" in files:
                 memory = files["MEMORY.md"].decode()
                 if all(i in memory for i in ids):
                     return memory

@@ -21,12 +21,14 @@ import logging
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from sandmem.memory._store import (
     MemoryStore,
     MemoryStoreConflict,
+    MemoryStoreError,
     MemoryVersion,
     is_read_file,
     sha256,
@@ -124,6 +126,23 @@ def _local_edits(local: dict[str, bytes], base: MemoryVersion | None) -> dict[st
     }
 
 
+async def read_current(
+    store: MemoryStore, memories_dir: str, select: Callable[[str], bool] = lambda _: True
+) -> tuple[MemoryVersion | None, dict[str, bytes]]:
+    """The current version and its selected files. A version can be pruned while it is read
+    (two newer commits replaced it): then the newer current version is read instead."""
+    for _ in range(_COMMIT_ATTEMPTS):
+        current = await store.current(memories_dir)
+        if current is None:
+            return None, {}
+        try:
+            names = [name for name in current.files if select(name)]
+            return current, await store.read_files(memories_dir, current, names)
+        except FileNotFoundError:
+            continue
+    raise MemoryStoreError(f"memory of {store.describe()} kept changing while it was read")
+
+
 async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:
     """Bring the current version's read files into the workspace; False when there was
     nothing new or the workspace has unpushed live edits (kept; merged at stop)."""
@@ -135,8 +154,9 @@ async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) 
     if _local_edits(local, pulled):
         logger.info("memory in the workspace has live edits; pulling at the next stop")
         return False
-    names = [p for p in current.files if is_read_file(p)]
-    files = await store.read_files(paths.memories_dir, current, names)
+    current, files = await read_current(store, paths.memories_dir, is_read_file)
+    if current is None:
+        return False
     for name, data in files.items():
         await session.write(f"{paths.memories_dir}/{name}", data)
         await session.write(_state_path(paths, f"base/{name}"), data)
@@ -207,12 +227,7 @@ async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryS
     if not edits:
         return False
     for _ in range(_COMMIT_ATTEMPTS):
-        current = await store.current(paths.memories_dir)
-        files = (
-            await store.read_files(paths.memories_dir, current, list(current.files))
-            if current
-            else {}
-        )
+        current, files = await read_current(store, paths.memories_dir)
         for name, data in edits.items():
             base = await _read(session, _state_path(paths, f"base/{name}")) or b""
             if data is None:
@@ -255,12 +270,11 @@ async def stop_with_store(manager: MemoryGenerationManager, store: MemoryStore) 
 
 
 async def _stage(
-    root: Path, store: MemoryStore, paths: MemoryPaths, current: MemoryVersion | None
-) -> dict[str, bytes]:
-    """Write the layout's rollouts and ``current``'s files under ``root``; return the files."""
-    files = (
-        await store.read_files(paths.memories_dir, current, list(current.files)) if current else {}
-    )
+    root: Path, store: MemoryStore, paths: MemoryPaths
+) -> tuple[MemoryVersion | None, dict[str, bytes]]:
+    """Write the layout's rollouts and the current version's files under ``root``; return
+    that version and its files."""
+    current, files = await read_current(store, paths.memories_dir)
     memories = root / paths.memories_dir
     for name, data in files.items():
         target = memories / name
@@ -270,7 +284,7 @@ async def _stage(
     sessions.mkdir(parents=True, exist_ok=True)
     for rollout_id, segments in (await store.segments(paths.sessions_dir)).items():
         (sessions / f"{rollout_id}.jsonl").write_bytes(b"".join(segments))
-    return files
+    return current, files
 
 
 def _collect(root: Path, paths: MemoryPaths) -> dict[str, bytes]:
@@ -302,11 +316,10 @@ async def run_job(
     inline = config.model_copy(update={"schedule": "inline"})
     carry: dict[str, bytes] = {}
     for _ in range(_COMMIT_ATTEMPTS):
-        current = await store.current(paths.memories_dir)
         with tempfile.TemporaryDirectory(prefix="sandmem-job-") as tmp:
             job = _Job(Path(tmp) / "workspace", store, paths, lease)
             try:
-                return await job.run(current, inline, carry, retry_failed)
+                return await job.run(inline, carry, retry_failed)
             except MemoryStoreConflict:
                 carry.update(job.phase_one_files())
                 logger.info("memory of %s moved during the job; running again", store.describe())
@@ -347,7 +360,6 @@ class _Job:
 
     async def run(
         self,
-        current: MemoryVersion | None,
         config: MemoryGenerateConfig,
         carry: dict[str, bytes],
         retry_failed: bool,
@@ -356,8 +368,7 @@ class _Job:
         from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 
         self.root.mkdir(parents=True)
-        self.base = current
-        self.committed = await _stage(self.root, self.store, self.paths, current)
+        self.base, self.committed = await _stage(self.root, self.store, self.paths)
         for name, data in carry.items():
             target = self.root / self.paths.memories_dir / name
             target.parent.mkdir(parents=True, exist_ok=True)
