@@ -260,7 +260,26 @@ def test_budgets_are_respected_without_cutting_lines(memory_max: int, summary_ma
     cited = set(others[1].splitlines()) if len(others) == 2 else set()
     for line in others[0].splitlines() + out.memory_summary_md.splitlines():
         assert line in full_lines or "more omitted" in line
-    assert all(line in full_lines or line in ("", "Sources:") for line in cited)
+    assert all(
+        line in full_lines or line in ("", "Sources:") or line.startswith("Sources (rollout ids):")
+        for line in cited
+    )
+
+
+def test_every_conversation_stays_cited_when_the_budget_is_tight() -> None:
+    """Far more conversations than the budget has room for in full: each is still cited, by
+    its id in the closing block, and the file stays within its budget."""
+    from sandmem.memory.verify import cites
+
+    base = selected("bugfix_invoice")
+    many = [
+        replace(base, ref=replace(base.ref, rollout_id=f"conv-{n:04d}", rollout_summary_file=""))
+        for n in range(1000)
+    ]
+    data = inputs([])
+    out = consolidate(replace(data, selected=many, added=[m.ref for m in many]))
+    assert len(out.memory_md.encode()) <= data.memory_md_max_bytes
+    assert all(cites(out.memory_md, m.ref) for m in many)
 
 
 def test_over_budget_drops_oldest_groups_and_details_first() -> None:

@@ -101,8 +101,14 @@ def consolidate(inputs: ConsolidationInputs) -> ConsolidationOutput:
         block.notes = notes.grouped.get(block.heading, [])
     keys = {deletion_key(ln.text) for g in groups for ln in _learnings(g, set())}
     deleted = {entry for entry in notes.deleted if entry in keys}
-    memory_md = _fit_memory(blocks, notes, deleted, len(selected), inputs.memory_md_max_bytes)
-    memory_md = _cite_the_rest(memory_md, [m.ref for m in inputs.selected])
+    refs = [m.ref for m in inputs.selected]
+    limit = inputs.memory_md_max_bytes
+    memory_md = _cite_the_rest(_fit_memory(blocks, notes, deleted, len(selected), limit), refs)
+    if nbytes(memory_md) > limit:
+        # the closing citations must survive the budget: keep room for them in compact form
+        room = limit - nbytes(_compact_citations(refs))
+        fitted = _fit_memory(blocks, notes, deleted, len(selected), max(room, 0))
+        memory_md = _cite_the_rest(fitted, refs, compact=True)
     summary = render_summary(blocks, len(selected), inputs.summary_max_bytes)
     return ConsolidationOutput(
         memory_md=cut_lines(redact(memory_md), inputs.memory_md_max_bytes),
@@ -126,12 +132,20 @@ def _dedupe(blocks: list[Block]) -> None:
         block.learnings = kept
 
 
-def _cite_the_rest(memory_md: str, refs: list[RawMemoryRef]) -> str:
+def _compact_citations(refs: list[RawMemoryRef]) -> str:
+    ids = ", ".join(r.rollout_id for r in refs)
+    return f"\n\n## Other conversations\nSources (rollout ids): {ids}\n"
+
+
+def _cite_the_rest(memory_md: str, refs: list[RawMemoryRef], *, compact: bool = False) -> str:
     """Every selected conversation is cited (the verification rule): those whose group was
-    dropped for having no learnings or for the budget are listed as sources at the end."""
+    dropped for having no learnings or for the budget are listed as sources at the end (by
+    rollout id only when the full source lines would not fit the budget)."""
     missing = [r for r in refs if not cites(memory_md, r)]
     if not missing:
         return memory_md
+    if compact:
+        return memory_md.rstrip("\n") + _compact_citations(missing)
     lines = ["## Other conversations", "Sources:", *(_source(r) for r in missing)]
     return memory_md.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
 
