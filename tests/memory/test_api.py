@@ -1,12 +1,14 @@
 """The public memory API (``sandmem.memory.status``, ``list_conversations``, ``list_files``,
-``show``, ``search``, ``generate``, ``forget`` and their ``*_sync`` twins), on a live sandbox
-session and on a workspace path, for the default and a custom layout, errors included."""
+``show``, ``search``, ``view_html``, ``generate``, ``forget`` and their ``*_sync`` twins), on a
+live sandbox session and on a workspace path, for the default and a custom layout, errors
+included."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -265,6 +267,30 @@ async def test_search(tmp_path: Path, kind: str, name: str) -> None:
     assert none.hits == []
 
 
+def files_of(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@both
+@layouts
+async def test_view_html(tmp_path: Path, kind: str, name: str) -> None:
+    layout = LAYOUTS[name]
+    config = MemoryGenerateConfig(phase_one_model=failing(), phase_two_model=EXTRACTIVE)
+    root = await build(tmp_path, layout, ["invoice-fix"])
+    await build(tmp_path, layout, ["deploy-notes"], config)  # its extraction fails
+    before = files_of(root)
+    async with target(kind, root) as where:
+        page = await api.view_html(where, layout=layout)
+        titled = await api.view_html(where, layout=layout, title="acme <prod>")
+    assert files_of(root) == before  # looking changes nothing
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert str(root) in page and layout.memories_dir in page
+    assert "invoice-fix" in page and "deploy-notes" in page
+    assert "phase one is down" in page  # the failed conversation's last error is shown
+    assert "acme &lt;prod&gt;" in titled and "acme <prod>" not in titled
+    assert re.search(r'(?:src|href)="(?:https?:)?//', page) is None  # nothing from the network
+
+
 @both
 @layouts
 async def test_generate(tmp_path: Path, kind: str, name: str) -> None:
@@ -383,6 +409,7 @@ async def test_no_memory_in_the_workspace(tmp_path: Path, kind: str, name: str) 
         lambda w: api.list_files(w, layout=layout),
         lambda w: api.show(w, layout=layout),
         lambda w: api.search(w, "x", layout=layout),
+        lambda w: api.view_html(w, layout=layout),
         lambda w: api.generate(w, layout=layout, engine="extractive"),
         lambda w: api.forget(w, "x", layout=layout, engine="extractive"),
     ]
@@ -455,6 +482,7 @@ def test_sync_twins(tmp_path: Path) -> None:
     assert report.processed == ["invoice-fix"]
     assert api.show_sync(tmp_path, rollout_id="invoice-fix", layout=CUSTOM).exists
     assert api.search_sync(tmp_path, "invoice", layout=CUSTOM).hits
+    assert "invoice-fix" in api.view_html_sync(tmp_path, layout=CUSTOM, title="t")
     assert api.forget_sync(tmp_path, "invoice-fix", dry_run=True, layout=CUSTOM).dry_run
     result = api.forget_sync(tmp_path, "invoice-fix", layout=CUSTOM, engine="extractive")
     assert result.clears_memory
@@ -515,6 +543,8 @@ async def test_every_function_on_another_backend(name: str) -> None:
         assert done.removed == plan.removed and done.report is not None and done.report.complete
         memory_md = await api.show(session, "memory", layout=layout)
         assert "deploy-notes" not in memory_md.text and "invoice-fix" in memory_md.text
+        page = await api.view_html(session, layout=layout)
+        assert "invoice-fix" in page and str(session.root) in page
 
 
 def refusing() -> FunctionModel:

@@ -102,7 +102,14 @@ class Memory(Capability):
             except ValueError as exc:
                 raise UserError(str(exc)) from exc
             store = self.layout.store
-            if self.generate.schedule != "inline" and (store is None or not store.remote):
+            remote = store is not None and store.remote
+            if self.generate.schedule == "explicit" and remote:
+                raise UserError(
+                    'MemoryGenerateConfig(schedule="explicit") generates in this workspace, '
+                    'but the layout\'s memory lives in a remote store: use "inline" (the '
+                    "stop generates in the store) or a scheduler (workers do)"
+                )
+            if self.generate.schedule not in ("inline", "explicit") and not remote:
                 raise UserError(
                     "MemoryGenerateConfig(schedule=...) defers generation to workers on other "
                     "hosts, which cannot see this workspace: give the layout a remote store, "

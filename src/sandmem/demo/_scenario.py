@@ -261,15 +261,9 @@ async def _keep(setup: _Setup, session: SandboxSession) -> Path:
 
 async def _write_viewer(workspace: Path, out: Path) -> Path:
     """The ``sandmem memory view`` page of ``workspace``, written to ``out``."""
-    from sandmem.memory._viewer_html import build_page
-    from sandmem.memory.storage import MemoryPaths
-    from sandmem.sandboxes import Manifest
+    from sandmem.memory import view_html
 
-    viewer = await UnixLocalSandboxClient().create(manifest=Manifest(root=workspace))
-    async with viewer:
-        page = await build_page(
-            viewer, MemoryPaths("memories", "sessions"), workspace=str(workspace)
-        )
+    page = await view_html(workspace, title=str(workspace))
     await asyncio.to_thread(out.write_text, page, encoding="utf-8")
     return out
 

@@ -9,8 +9,8 @@
 - ``extractive``: the deterministic, model-free engine (``"extractive"``)
 
 The memory API (``status``, ``list_conversations``, ``list_files``, ``show``, ``search``,
-``generate``, ``forget``, each with a ``*_sync`` twin) works on a live sandbox session or a
-workspace directory; see ``docs/memory-api.md``.
+``view_html``, ``generate``, ``forget``, each with a ``*_sync`` twin) works on a live sandbox
+session or a workspace directory; see ``docs/memory-api.md``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from sandmem.memory._api import (
     show_sync,
     status,
     status_sync,
+    view_html,
+    view_html_sync,
 )
 from sandmem.memory._results import (
     ConsolidationInfo,
@@ -100,4 +102,6 @@ __all__ = [
     "status",
     "status_sync",
     "validate_rollout_id",
+    "view_html",
+    "view_html_sync",
 ]

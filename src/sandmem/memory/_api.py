@@ -254,6 +254,25 @@ async def search(
     )
 
 
+async def view_html(
+    target: MemoryTarget,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    title: str | None = None,
+) -> str:
+    """One self-contained HTML page of the layout's memory (the page ``sandmem memory view``
+    writes): the summary, ``MEMORY.md`` linked to the rollout summaries it cites, every
+    conversation, the last consolidation's selection, the generation runs and the memory's
+    size over time. It loads nothing from the network and escapes all text; a file that
+    cannot be read is left out and named on the page. ``title`` labels the page (default:
+    the workspace's path). Reads only; changes nothing."""
+    from sandmem.memory._viewer_html import build_page
+
+    async with _opened(target, layout) as (session, paths, _):
+        label = title if title is not None else str(session.root)
+        return await build_page(session, paths, workspace=label)
+
+
 # ---------------------------------------------------------------- changing
 
 
@@ -333,13 +352,16 @@ def _manager(
 async def _flush_with_progress(
     manager: MemoryGenerationManager,
     retry_failed: bool,
+    wait_backoff: bool,
     progress: Callable[[GenerationProgress], None],
 ) -> FlushReport:
     session, paths = manager.session, manager.paths
     wanted = {"pending", "failed"} if retry_failed else {"pending"}
     total = sum(c.status in wanted for c in await maintenance.conversations(session, paths))
     since = len(await maintenance.read_log(session, paths))
-    flushing = asyncio.ensure_future(manager.flush(retry_failed=retry_failed, wait_backoff=False))
+    flushing = asyncio.ensure_future(
+        manager.flush(retry_failed=retry_failed, wait_backoff=wait_backoff)
+    )
     try:
         while True:
             done = {flushing}
@@ -365,6 +387,7 @@ async def generate(
     engine: Engine | None = None,
     model: str | Model | None = None,
     retry_failed: bool = False,
+    wait_backoff: bool = False,
     progress: Callable[[GenerationProgress], None] | None = None,
     flush_on_stop: bool = True,
 ) -> GenerationReport:
@@ -376,10 +399,13 @@ async def generate(
     ``progress`` is called about five times a second while it runs. On a live session the
     layout's manager still flushes when the session stops (for runs after this call);
     ``flush_on_stop=False`` turns that off, for a caller that generates explicitly after its
-    last run (as ``sandmem run`` does), so a conversation that just failed is not retried
-    again at the stop.
-    An explicit generation retries conversations waiting after an environment failure at
-    once.
+    last run, so a conversation that just failed is not retried again at the stop (agents
+    configured with ``MemoryGenerateConfig(schedule="explicit")`` never generate at the
+    stop, as ``sandmem run`` does).
+    Conversations waiting to retry after an environment failure (a server problem) are
+    retried at once; ``wait_backoff=True`` leaves them until their retry time, as a stop
+    does (``sandmem run`` and ``chat`` generate that way, so a server that is down is not
+    asked again after every run).
 
     A failed conversation or consolidation does not raise: it is in the report (``complete``
     is ``False``) and retried next time. Raises ``MemoryLockedError`` when another process
@@ -390,9 +416,9 @@ async def generate(
         manager = _manager(session, paths, cfg, owned or not flush_on_stop)
         try:
             if progress is None:
-                flushed = await manager.flush(retry_failed=retry_failed, wait_backoff=False)
+                flushed = await manager.flush(retry_failed=retry_failed, wait_backoff=wait_backoff)
             else:
-                flushed = await _flush_with_progress(manager, retry_failed, progress)
+                flushed = await _flush_with_progress(manager, retry_failed, wait_backoff, progress)
         except SandboxError as exc:
             raise _locked(exc) from exc
     return _report(flushed)
@@ -484,6 +510,16 @@ def search_sync(
     return _run_sync(search(target, query, limit, layout=layout))
 
 
+def view_html_sync(
+    target: MemoryTarget,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    title: str | None = None,
+) -> str:
+    """``view_html``, blocking."""
+    return _run_sync(view_html(target, layout=layout, title=title))
+
+
 def generate_sync(
     target: MemoryTarget,
     *,
@@ -492,6 +528,7 @@ def generate_sync(
     engine: Engine | None = None,
     model: str | Model | None = None,
     retry_failed: bool = False,
+    wait_backoff: bool = False,
     progress: Callable[[GenerationProgress], None] | None = None,
     flush_on_stop: bool = True,
 ) -> GenerationReport:
@@ -504,6 +541,7 @@ def generate_sync(
             engine=engine,
             model=model,
             retry_failed=retry_failed,
+            wait_backoff=wait_backoff,
             progress=progress,
             flush_on_stop=flush_on_stop,
         )

@@ -263,6 +263,8 @@ async def stop_with_store(manager: MemoryGenerationManager, store: MemoryStore) 
         logger.info("memory generated in the store: %s", report)
         await pull(session, paths, store)
         return
+    if schedule == "explicit":  # refused by Memory(); a hand-made manager only pushes
+        return
     await schedule.enqueue(store, paths)
 
 

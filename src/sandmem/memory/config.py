@@ -109,9 +109,11 @@ class MemoryGenerateConfig(BaseModel):
     skills_max_bytes: int = Field(default=1_000_000, gt=0)
     model_provider: ModelProvider | None = None
     redact_patterns: tuple[tuple[str, str], ...] = ()
-    #: when memory is generated: ``"inline"`` (in the session's stop) or a scheduler that
-    #: defers it to workers (``sandmem.distributed.CeleryScheduler``; needs a remote store)
-    schedule: Literal["inline"] | GenerationScheduler = "inline"
+    #: when memory is generated: ``"inline"`` (in the session's stop); ``"explicit"`` (only
+    #: when the application calls ``sandmem.memory.generate``: the stop records and redacts,
+    #: and generates nothing); or a scheduler that defers it to workers
+    #: (``sandmem.distributed.CeleryScheduler``; needs a remote store)
+    schedule: Literal["inline", "explicit"] | GenerationScheduler = "inline"
 
     @field_validator("phase_one_model_settings", "phase_two_model_settings", mode="before")
     @classmethod

@@ -251,6 +251,8 @@ class MemoryGenerationManager:
             except Exception:
                 logger.exception("memory push to %s failed", self.store.describe())
             return
+        if self.config.schedule == "explicit":
+            return  # the application generates, with sandmem.memory.generate
         try:
             report = await self.flush()
         except Exception:
