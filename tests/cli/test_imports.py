@@ -12,15 +12,6 @@ from sandmem import memory
 
 CLI_DIR = Path(sandmem.cli.__file__).parent
 
-#: imports still waiting to move to the public API, by module (each entry is a defect to fix,
-#: not a licence: the test fails when a module gains one that is not listed here)
-PENDING: dict[str, set[str]] = {
-    "_common.py": {"sandmem.memory.manager", "sandmem.memory.storage"},
-    "_output.py": {"sandmem.memory.maintenance", "sandmem.memory.manager"},
-    "_run_cmd.py": {"sandmem.memory.manager", "sandmem.memory.storage"},
-    "_view_cmd.py": {"sandmem.memory._viewer_html", "sandmem.memory.storage"},
-}
-
 
 def memory_imports(path: Path) -> list[tuple[str, str]]:
     """``(module, name)`` for every import of ``sandmem.memory`` or a submodule in ``path``
@@ -50,14 +41,12 @@ def test_cli_imports_only_the_public_memory_api() -> None:
     modules = sorted(CLI_DIR.glob("*.py"))
     assert {p.name for p in modules} >= {"_memory_cmd.py", "_generate_cmd.py"}
     for path in modules:
-        allowed = PENDING.get(path.name, set())
-        unexpected = {(m, n) for m, n in violations(path) if m not in allowed}
-        assert not unexpected, f"{path.name} imports private memory code: {sorted(unexpected)}"
+        bad = violations(path)
+        assert not bad, f"{path.name} imports private memory code: {sorted(bad)}"
 
 
 def test_the_memory_commands_use_nothing_but_the_api() -> None:
-    for name in ("_memory_cmd.py", "_generate_cmd.py"):
-        assert name not in PENDING
+    for name in ("_memory_cmd.py", "_generate_cmd.py", "_view_cmd.py", "_run_cmd.py"):
         imports = memory_imports(CLI_DIR / name)
         assert imports and all(m == "sandmem.memory" for m, _ in imports), name
 
@@ -76,14 +65,3 @@ def test_the_check_sees_private_imports(tmp_path: Path) -> None:
         ("sandmem.memory.storage", "*"),
         ("sandmem.memory.maintenance", "read_log"),
     }
-
-
-def test_the_pending_list_only_shrinks() -> None:
-    """An entry of ``PENDING`` that a module no longer needs must go, so the list shows
-    exactly what is left to move to the public API."""
-    for name, allowed in PENDING.items():
-        path = CLI_DIR / name
-        if not path.exists():
-            continue
-        used = {module for module, _ in violations(path)}
-        assert allowed <= used, f"{name} no longer imports {sorted(allowed - used)}: drop it"

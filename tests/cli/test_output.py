@@ -9,19 +9,42 @@ from pathlib import Path
 from cli_workspaces import DEPLOY, INVOICE, build_workspace, failing_phase_one
 from rich.console import Console
 
-from sandmem.cli._common import command_manager, open_workspace
 from sandmem.cli._output import (
-    flush_with_progress,
+    incomplete_error,
+    incomplete_text,
+    progress_display,
     render_tree,
-    report_dict,
-    report_incomplete,
     report_lines,
 )
-from sandmem.memory import EXTRACTIVE, FileSize, MemoryGenerateConfig
-from sandmem.memory.manager import FlushReport
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory import (
+    EXTRACTIVE,
+    FileSize,
+    GenerationReport,
+    GenerationUsage,
+    MemoryGenerateConfig,
+    TokenUsage,
+    generate,
+)
 
-PATHS = MemoryPaths("memories", "sessions")
+NO_USAGE = GenerationUsage(
+    phase_one=TokenUsage(requests=0, input_tokens=0, output_tokens=0),
+    phase_two=TokenUsage(requests=0, input_tokens=0, output_tokens=0),
+)
+
+
+def report(**fields: object) -> GenerationReport:
+    base: dict[str, object] = {
+        "processed": [],
+        "skipped": [],
+        "failed": {},
+        "not_reached": [],
+        "phase_two": "skipped",
+        "phase_two_error": None,
+        "timed_out": False,
+        "usage": NO_USAGE,
+        "complete": True,
+    }
+    return GenerationReport.model_validate(base | fields)
 
 
 def test_render_tree() -> None:
@@ -43,18 +66,17 @@ def test_render_tree() -> None:
 
 
 def test_report_rendering() -> None:
-    report = FlushReport(
+    failed = report(
         processed=["b"],
         skipped=["c"],
         failed={"a": "RuntimeError: boom"},
-        pending=["a", "b", "c", "d"],
+        failure_kinds={"a": "rollout"},
+        not_reached=["d"],
         phase_two="failed",
         phase_two_error="consolidation left memories/MEMORY.md empty",
+        complete=False,
     )
-    data = report_dict(report)
-    assert data["not_reached"] == ["d"]
-    assert report_incomplete(report)
-    assert report_lines(report) == [
+    assert report_lines(failed) == [
         "  ✓ b: extracted",
         "  - c: skipped (nothing worth remembering)",
         "  ✗ a: RuntimeError: boom",
@@ -62,26 +84,62 @@ def test_report_rendering() -> None:
         "  consolidation failed (previous memory kept): consolidation left memories/MEMORY.md "
         "empty",
     ]
-    assert not report_incomplete(FlushReport(phase_two="skipped"))
-    assert report_lines(FlushReport(phase_two="skipped")) == [
-        "  no pending conversations",
-        "  nothing new to consolidate",
+    assert incomplete_text(failed) == (
+        "1 conversation(s) failed: a, consolidation failed (previous memory kept)"
+    )
+    assert "run `sandmem memory generate` again" in str(incomplete_error(failed))
+    fine = report()
+    assert incomplete_text(fine) == ""
+    assert report_lines(fine) == ["  no pending conversations", "  nothing new to consolidate"]
+
+
+def test_report_rendering_of_waiting_and_incomplete_runs() -> None:
+    waiting = report(
+        failed={"a": "APIConnectionError: refused"},
+        failure_kinds={"a": "environment"},
+        deferred=["b"],
+        phase_two="incomplete",
+        phase_two_missing=["c"],
+        problems={"sessions/x.jsonl": "not UTF-8"},
+        timed_out=True,
+        usage=NO_USAGE.model_copy(
+            update={"phase_one": TokenUsage(requests=2, input_tokens=1200, output_tokens=80)}
+        ),
+        complete=False,
+    )
+    assert report_lines(waiting) == [
+        "  ✗ a: APIConnectionError: refused (server problem: no attempt used, retried later)",
+        "  … b: waiting to retry after a server problem",
+        "  ! sessions/x.jsonl: left out: not UTF-8",
+        "  consolidation incomplete (what was written is kept)",
+        "  pending for the next consolidation: c",
+        "  generation timed out; unfinished conversations stay pending",
+        "  tokens: phase one 1,200 in / 80 out, phase two 0 in / 0 out",
     ]
+    assert incomplete_text(waiting) == (
+        "1 conversation(s) failed: a, consolidation incomplete (what was written is kept; "
+        "pending: c), generation timed out"
+    )
 
 
-async def _flush_on_terminal(root: Path, out: io.StringIO) -> FlushReport:
+async def _generate_on_terminal(root: Path, out: io.StringIO) -> GenerationReport:
     config = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
     console = Console(file=out, force_terminal=True, width=100)
-    async with open_workspace(root) as session:
-        manager = command_manager(session, PATHS, config)
-        return await flush_with_progress(manager, console)
+    with progress_display(console) as progress:
+        assert progress is not None
+        return await generate(root, config=config, progress=progress)
 
 
 def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     failing = MemoryGenerateConfig(phase_one_model=failing_phase_one(), phase_two_model=EXTRACTIVE)
     root = build_workspace(tmp_path / "ws", [INVOICE, DEPLOY], failing)
     out = io.StringIO()
-    report = asyncio.run(_flush_on_terminal(root, out))
-    assert sorted(report.processed) == ["deploy-notes", "invoice-fix"]
-    assert report.phase_two == "done"
+    result = asyncio.run(_generate_on_terminal(root, out))
+    assert result.processed == ["deploy-notes", "invoice-fix"]
+    assert result.phase_two == "done"
     assert "memory: " in out.getvalue()  # the live display was drawn (then cleared)
+
+
+def test_no_progress_display_off_a_terminal() -> None:
+    with progress_display(Console(file=io.StringIO())) as progress:
+        assert progress is None

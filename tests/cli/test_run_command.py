@@ -17,6 +17,7 @@ from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 import sandmem
 from sandmem.cli import cli
 from sandmem.cli._run_cmd import paired_calls
+from sandmem.memory import GenerationReport
 
 ANSWER = "The invoice total now multiplies the tax rate."
 
@@ -100,6 +101,11 @@ def test_run_with_a_model_for_memory_too(
     rid = events["result"]["rollout_id"]
     assert rid.startswith("run-") and events["start"]["rollout_id"] == rid
     assert events["memory"]["processed"] == [rid] and events["memory"]["phase_two"] == "done"
+    # the memory event is the API's GenerationReport, as `sandmem memory generate --json` prints
+    report = GenerationReport.model_validate(
+        {k: v for k, v in events["memory"].items() if k != "type"}
+    )
+    assert report.complete and set(events["memory"]) == {"type", *GenerationReport.model_fields}
     assert events["end"] == {"type": "end", "exit_code": 0, "problems": []}
     assert {r.model for r in server.requests} == {"fake-model"}
     assert any(r.wants_json() for r in server.requests)  # phase one went to the server
@@ -262,3 +268,24 @@ def test_version_is_the_package_version() -> None:
     from importlib.metadata import version
 
     assert sandmem.__version__ == version("sandmem")
+
+
+def test_a_failed_extraction_is_tried_once_per_run(
+    tmp_path: Path, server: FakeOpenAIServer, env: dict[str, str]
+) -> None:
+    """`sandmem run` generates after the run, with a report; the session's stop then
+    generates nothing more, so a conversation whose extraction just failed is not tried a
+    second time within the same command."""
+    memory = memory_server_handler(ANSWER)
+
+    def handler(req: FakeRequest) -> FakeReply:
+        if req.wants_json():
+            return FakeReply(text="not json")  # the conversation's fault: uses an attempt
+        return memory(req)
+
+    server.handler = handler
+    result = invoke("run", "-w", tmp_path, "-m", "m", "--session", "s1", "hi", env=env)
+    assert result.exit_code == 1 and "1 conversation(s) failed: s1" in result.stderr
+    assert sum(r.wants_json() for r in server.requests) == 1
+    [row] = json.loads(invoke("memory", "status", "-w", tmp_path, "--json").stdout)["conversations"]
+    assert row["rollout_id"] == "s1" and row["status"] == "pending" and row["attempts"] == 1

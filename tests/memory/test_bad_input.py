@@ -10,7 +10,7 @@ from typing import Any
 
 from memory_doubles import phase_one_model, phase_two_model
 
-from sandmem.cli._generate_cmd import generation_lines
+from sandmem.cli._output import report_lines
 from sandmem.memory import MemoryGenerateConfig
 from sandmem.memory._api import _report as api_report
 from sandmem.memory.maintenance import memory_status
@@ -102,5 +102,5 @@ async def test_each_bad_file_is_reported_and_the_rest_is_processed(tmp_path: Pat
     # the next flush still works and has nothing left to do for the good ones
     assert again.processed == [] and again.phase_two == "skipped"
     assert status.counts.done >= 2
-    lines = "\n".join(generation_lines(api_report(report)))
+    lines = "\n".join(report_lines(api_report(report)))
     assert "! sessions/a-directory.jsonl: left out:" in lines

@@ -14,9 +14,8 @@ from memory_doubles import phase_one_model, phase_two_model
 
 from sandmem import SandboxSession
 from sandmem._errors import ModelRequestError
-from sandmem.cli._generate_cmd import generation_lines
 from sandmem.cli._memory_cmd import status_lines
-from sandmem.cli._output import report_dict, report_lines
+from sandmem.cli._output import report_lines
 from sandmem.memory import MemoryGenerateConfig
 from sandmem.memory._api import _report as api_report
 from sandmem.memory.maintenance import memory_status, read_log
@@ -101,11 +100,10 @@ async def test_a_consolidation_that_leaves_a_conversation_out_is_incomplete(
     assert status.last_consolidation.status == "incomplete"
     assert status.last_consolidation.missing == ["second"]
     assert "  pending for the next consolidation: second" in status_lines(status)
-    assert "  pending for the next consolidation: second" in report_lines(report)
-    assert report_dict(report)["phase_two_missing"] == ["second"]
     generated = api_report(report)
     assert generated.phase_two == "incomplete" and not generated.complete
-    assert "  pending for the next consolidation: second" in generation_lines(generated)
+    assert generated.phase_two_missing == ["second"]
+    assert "  pending for the next consolidation: second" in report_lines(generated)
 
     # the next flush sees it as added again and a working consolidator folds it in
     sandbox._memory_managers.clear()
@@ -163,7 +161,7 @@ async def test_tokens_are_counted_when_consolidation_fails(sandbox: SandboxSessi
     report = await flush(sandbox, config)
     assert report.phase_two == "failed" and "turn limit" in (report.phase_two_error or "")
     assert report.phase_two_usage.requests == 3 and report.phase_two_usage.input_tokens > 0
-    data = report_dict(report)["usage"]["phase_two"]
+    data = api_report(report).model_dump(mode="json")["usage"]["phase_two"]
     assert data == {
         "requests": 3,
         "input_tokens": report.phase_two_usage.input_tokens,

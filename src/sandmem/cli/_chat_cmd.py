@@ -21,20 +21,25 @@ from sandmem._errors import SandmemError, UserError
 from sandmem._run_config import RunConfig, SandboxRunConfig
 from sandmem._session import SQLiteSession
 from sandmem._usage import Usage
-from sandmem.capabilities.memory import Memory
 from sandmem.cli._common import (
     ConfigError,
-    command_manager,
     git_tip,
+    layout_config,
     layout_options,
-    layout_paths,
+    rollout_file,
     sigint_to_main_thread,
     workspace_option,
 )
 from sandmem.cli._live import stream_run
 from sandmem.cli._models import check_server, choose_models
-from sandmem.cli._output import Out, flush_with_progress, incomplete_text
-from sandmem.cli._run_cmd import DEFAULT_MAX_TURNS, EXIT_INTERRUPTED, RunOptions, build_agent
+from sandmem.cli._output import Out, incomplete_text
+from sandmem.cli._run_cmd import (
+    DEFAULT_MAX_TURNS,
+    EXIT_INTERRUPTED,
+    RunOptions,
+    build_agent,
+    generate_memory,
+)
 from sandmem.memory import MemoryLayoutConfig, show, status, validate_rollout_id
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
@@ -60,8 +65,7 @@ class Chat:
 
     @property
     def layout(self) -> MemoryLayoutConfig:
-        paths = self.opts.paths
-        return MemoryLayoutConfig(memories_dir=paths.memories_dir, sessions_dir=paths.sessions_dir)
+        return self.opts.layout
 
 
 def _new_chat_id() -> str:
@@ -194,14 +198,13 @@ async def _open(opts: RunOptions, out: Out) -> Chat:
 
 async def _generate(chat: Chat) -> None:
     opts = chat.opts
-    agent = build_agent(opts)
-    memory = next((c for c in agent.capabilities if isinstance(c, Memory)), None)
-    if memory is None or memory.generate is None:
+    if not opts.generate:
         return
-    manager = command_manager(chat.sandbox, opts.paths, memory.generate)
     click.echo("chat ended; generating memory", err=True)
-    report = await flush_with_progress(manager, chat.out.progress_console())
-    chat.out.memory_report(report, opts.paths.memories_dir)
+    report = await generate_memory(chat.sandbox, opts, chat.out)
+    if report is None:
+        return
+    chat.out.memory_report(report, opts.layout.memories_dir)
     text = incomplete_text(report)
     if text:
         chat.problems.append(
@@ -214,14 +217,14 @@ def _saved_text(chat: Chat) -> str:
     opts = chat.opts
     return (
         f"interrupted during memory generation: the chat is recorded in "
-        f"{opts.workspace}/{opts.paths.rollout_file(opts.rollout_id)}; conversations not yet "
+        f"{opts.workspace}/{rollout_file(opts.layout, opts.rollout_id)}; conversations not yet "
         "extracted stay pending and the previous memory is kept; finish with "
         f"`sandmem memory generate -w {opts.workspace}`; continue the chat with --resume"
     )
 
 
 def _run_chat(opts: RunOptions, out: Out) -> int:
-    fresh = not (opts.workspace / opts.paths.memories_dir).exists()
+    fresh = not (opts.workspace / opts.layout.memories_dir).exists()
     with asyncio.Runner() as runner:
         chat = runner.run(_open(opts, out))
         try:
@@ -237,7 +240,7 @@ def _run_chat(opts: RunOptions, out: Out) -> int:
             with contextlib.suppress(Exception):
                 runner.run(chat.sandbox.stop())
     if chat.turns and opts.generate and fresh:
-        tip = git_tip(opts.workspace, opts.paths)
+        tip = git_tip(opts.workspace, opts.layout)
         if tip:
             out.note(tip + f"; ignore `{CHAT_DIR}/` too (chat history)")
     out.note(f"chat: {opts.rollout_id} (continue it with --resume or --session {opts.rollout_id})")
@@ -305,7 +308,7 @@ def chat_command(
         models=choose_models(model, memory_model, engine),
         rollout_id=rollout_id,
         resume=continued,
-        paths=layout_paths(memories_dir, sessions_dir),
+        layout=layout_config(memories_dir, sessions_dir),
         read=not no_memory_read,
         generate=not no_memory_generate,
         max_turns=max_turns,

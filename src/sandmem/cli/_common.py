@@ -16,11 +16,8 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from sandmem._errors import UserError
 from sandmem.cli._models import require_model_server
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
-from sandmem.memory.manager import MemoryGenerationManager, get_manager
-from sandmem.memory.storage import MemoryPaths
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
 T = TypeVar("T")
@@ -99,13 +96,19 @@ def engine_options(fn: F) -> F:
     return fn
 
 
-def layout_paths(memories_dir: str, sessions_dir: str) -> MemoryPaths:
+def layout_config(memories_dir: str, sessions_dir: str) -> MemoryLayoutConfig:
+    """The layout of ``--memories-dir`` / ``--sessions-dir`` (a usage error when invalid)."""
     try:
-        layout = MemoryLayoutConfig(memories_dir=memories_dir, sessions_dir=sessions_dir)
+        return MemoryLayoutConfig(memories_dir=memories_dir, sessions_dir=sessions_dir)
     except ValidationError as exc:
         problems = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
         raise click.BadParameter(problems, param_hint="--memories-dir/--sessions-dir") from None
-    return MemoryPaths.of(layout)
+
+
+def rollout_file(layout: MemoryLayoutConfig, rollout_id: str) -> str:
+    """Where a conversation is recorded, relative to the workspace (the documented
+    ``<sessions_dir>/<rollout_id>.jsonl``), for messages."""
+    return f"{layout.sessions_dir}/{rollout_id}.jsonl"
 
 
 def generate_config(engine: str, model: str | None) -> MemoryGenerateConfig:
@@ -141,29 +144,7 @@ async def open_workspace(workspace: Path) -> AsyncIterator[SandboxSession]:
         yield session
 
 
-async def require_layout(session: SandboxSession, paths: MemoryPaths) -> None:
-    """Refuse to work on a directory that holds no memory layout at all."""
-    if await session.exists(paths.memories_dir) or await session.exists(paths.sessions_dir):
-        return
-    raise UserError(
-        f"no memory in {session.root}: neither {paths.memories_dir}/ nor {paths.sessions_dir}/ "
-        "exists; run `sandmem run` there first, or pass --workspace / --memories-dir / "
-        "--sessions-dir"
-    )
-
-
-def command_manager(
-    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig
-) -> MemoryGenerationManager:
-    """The session's manager for ``paths``, without its pre-stop hook: the command flushes
-    explicitly (with progress and a report), so the stop must not flush a second time (that
-    would retry a rollout that just failed, within the same command)."""
-    manager = get_manager(session, paths, config)
-    manager.detach_stop_hook()
-    return manager
-
-
-def git_tip(workspace: Path, paths: MemoryPaths) -> str | None:
+def git_tip(workspace: Path, layout: MemoryLayoutConfig) -> str | None:
     """Advice for the first memory written in a git work tree whose ``.gitignore`` does not
     cover the sessions directory yet (``None`` otherwise, or without git)."""
     git = shutil.which("git")
@@ -181,11 +162,11 @@ def git_tip(workspace: Path, paths: MemoryPaths) -> str | None:
     inside = git_ok("rev-parse", "--is-inside-work-tree")
     if inside is None or inside.returncode != 0 or inside.stdout.strip() != b"true":
         return None
-    ignored = git_ok("check-ignore", "-q", paths.sessions_dir + "/")
+    ignored = git_ok("check-ignore", "-q", layout.sessions_dir + "/")
     if ignored is None or ignored.returncode == 0:
         return None
     return (
-        f"tip: {workspace} is in a git work tree: add `{paths.sessions_dir}/` to .gitignore (it "
-        f"holds raw transcripts); commit `{paths.memories_dir}/` only if everyone working here "
+        f"tip: {workspace} is in a git work tree: add `{layout.sessions_dir}/` to .gitignore (it "
+        f"holds raw transcripts); commit `{layout.memories_dir}/` only if everyone working here "
         "should share what the agent learned, else ignore it too"
     )

@@ -4,130 +4,26 @@ without an agent run, through the public memory API (``sandmem.memory.generate``
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
-from sandmem._errors import MemoryGenerationError
 from sandmem.cli._common import (
     engine_options,
     generate_config,
+    layout_config,
     layout_options,
     run_async,
     workspace_option,
 )
-from sandmem.cli._memory_cmd import emit_model, layout_config
-from sandmem.cli._output import stderr_console
-from sandmem.memory import (
-    ForgetResult,
-    GenerationProgress,
-    GenerationReport,
-    forget,
-    generate,
+from sandmem.cli._memory_cmd import emit_model
+from sandmem.cli._output import (
+    incomplete_error,
+    progress_display,
+    report_lines,
+    stderr_console,
 )
-
-_PHASE_TWO_TEXT = {
-    "done": "consolidated",
-    "skipped": "nothing new to consolidate",
-    "failed": "consolidation failed (previous memory kept)",
-    "incomplete": "consolidation incomplete (what was written is kept)",
-    "not_run": "consolidation not run",
-}
-
-
-def generation_lines(report: GenerationReport) -> list[str]:
-    """A generation report for people: one line per conversation, then the consolidation
-    and the tokens."""
-    lines = [f"  ✓ {rid}: extracted" for rid in report.processed]
-    lines += [f"  - {rid}: skipped (nothing worth remembering)" for rid in report.skipped]
-    lines += [
-        f"  ✗ {rid}: {error}" + _kind_note(report.failure_kinds.get(rid))
-        for rid, error in report.failed.items()
-    ]
-    lines += [f"  … {rid}: not reached, still pending" for rid in report.not_reached]
-    lines += [f"  … {rid}: waiting to retry after a server problem" for rid in report.deferred]
-    lines += [f"  ! {path}: left out: {reason}" for path, reason in report.problems.items()]
-    if not lines:
-        lines.append("  no pending conversations")
-    phase_two = _PHASE_TWO_TEXT.get(report.phase_two, report.phase_two)
-    if report.phase_two_error:
-        phase_two += f": {report.phase_two_error}"
-    lines.append(f"  {phase_two}")
-    if report.phase_two_missing:
-        missing = ", ".join(report.phase_two_missing)
-        lines.append(f"  pending for the next consolidation: {missing}")
-    if report.timed_out:
-        lines.append("  generation timed out; unfinished conversations stay pending")
-    one, two = report.usage.phase_one, report.usage.phase_two
-    if one.requests or two.requests or one.input_tokens or two.input_tokens:
-        lines.append(
-            f"  tokens: phase one {one.input_tokens:,} in / {one.output_tokens:,} out, "
-            f"phase two {two.input_tokens:,} in / {two.output_tokens:,} out"
-        )
-    return lines
-
-
-def _kind_note(kind: str | None) -> str:
-    if kind == "environment":
-        return " (server problem: no attempt used, retried later)"
-    return ""
-
-
-def _incomplete_error(report: GenerationReport) -> MemoryGenerationError:
-    problems = [f"{len(report.failed)} conversation(s) failed"] if report.failed else []
-    if report.phase_two not in ("done", "skipped", "not_run"):
-        problems.append(f"consolidation {report.phase_two}")
-    if report.phase_two_missing:
-        problems.append(f"pending: {', '.join(report.phase_two_missing)}")
-    if report.timed_out:
-        problems.append("generation timed out")
-    return MemoryGenerationError(
-        "memory generation incomplete: "
-        + ", ".join(problems or ["see the report"])
-        + "; see `sandmem memory status`, then run `sandmem memory generate` again"
-    )
-
-
-@contextlib.contextmanager
-def progress_display(
-    console: Console,
-) -> Iterator[Callable[[GenerationProgress], None] | None]:
-    """A progress callback for ``generate`` that draws a bar on ``console`` (``None`` when it
-    is not a terminal): one step per conversation extracted, then a spinner while phase two
-    consolidates."""
-    if not console.is_terminal:
-        yield None
-        return
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("memory: extracting conversations", total=None)
-
-        def update(step: GenerationProgress) -> None:
-            description = (
-                "memory: consolidating"
-                if step.phase == "consolidating"
-                else "memory: extracting conversations"
-            )
-            bar.update(task, total=step.total, completed=step.extracted, description=description)
-
-        yield update
+from sandmem.memory import ForgetResult, forget, generate
 
 
 @click.command("generate")
@@ -171,10 +67,10 @@ def generate_command(
         emit_model(report)
     else:
         click.echo(f"memory ({layout.memories_dir}/):")
-        for line in generation_lines(report):
+        for line in report_lines(report):
             click.echo(line)
     if not report.complete:
-        raise _incomplete_error(report)
+        raise incomplete_error(report)
 
 
 def _forget_lines(result: ForgetResult) -> list[str]:
@@ -263,7 +159,7 @@ def forget_command(
         click.echo(f"forgot {result.rollout_id}:")
         for line in _forget_lines(result):
             click.echo(line)
-        for line in generation_lines(result.report):
+        for line in report_lines(result.report):
             click.echo(line)
     if not result.report.complete:
-        raise _incomplete_error(result.report)
+        raise incomplete_error(result.report)

@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from sandmem._errors import MemoryNotFoundError
-from sandmem.cli._common import layout_options, run_async, workspace_option
+from sandmem.cli._common import layout_config, layout_options, run_async, workspace_option
 from sandmem.cli._output import human_size, render_tree
 from sandmem.memory import (
     ConversationInfo,
     MemoryFile,
     MemoryFileKind,
-    MemoryLayoutConfig,
     MemoryStatus,
     list_conversations,
     list_files,
@@ -37,15 +36,6 @@ def memory_group() -> None:
     Every subcommand takes --workspace (default: the current directory) and the layout
     flags --memories-dir / --sessions-dir.
     """
-
-
-def layout_config(memories_dir: str, sessions_dir: str) -> MemoryLayoutConfig:
-    """The layout of ``--memories-dir`` / ``--sessions-dir`` (a usage error when invalid)."""
-    try:
-        return MemoryLayoutConfig(memories_dir=memories_dir, sessions_dir=sessions_dir)
-    except ValidationError as exc:
-        problems = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
-        raise click.BadParameter(problems, param_hint="--memories-dir/--sessions-dir") from None
 
 
 def emit_model(value: Any) -> None:

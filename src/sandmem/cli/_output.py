@@ -1,14 +1,14 @@
-"""Rendering: JSON, sizes, file trees, flush reports, and the progress display (on stderr)."""
+"""Rendering: JSON, sizes, file trees, generation reports, and the progress display (on
+stderr)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,17 +23,13 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from sandmem._errors import MemoryGenerationError
 from sandmem._usage import Usage
-from sandmem.memory import FileSize
-from sandmem.memory.maintenance import read_log, rollout_statuses
-from sandmem.memory.manager import FlushReport, MemoryGenerationManager
+from sandmem.memory import FileSize, GenerationProgress, GenerationReport
 
 if TYPE_CHECKING:
     from sandmem.cli._live import LiveView
     from sandmem.cli._models import ModelChoice
-
-#: how often the progress display looks at ``generation_log.jsonl``
-PROGRESS_POLL_S = 0.2
 
 
 def stderr_console() -> Console:
@@ -98,53 +94,6 @@ def usage_dict(usage: Usage) -> dict[str, int]:
     }
 
 
-def report_dict(report: FlushReport) -> dict[str, Any]:
-    """A flush report as JSON-ready data. ``not_reached``: pending rollouts the flush did not
-    get to (it timed out, or another process held the lock)."""
-    finished = {*report.processed, *report.skipped, *report.failed}
-    return {
-        "processed": sorted(report.processed),
-        "skipped": sorted(report.skipped),
-        "failed": dict(sorted(report.failed.items())),
-        "failure_kinds": dict(sorted(report.failure_kinds.items())),
-        "not_reached": [rid for rid in report.pending if rid not in finished],
-        "deferred": sorted(report.deferred),
-        "phase_two": report.phase_two,
-        "phase_two_error": report.phase_two_error,
-        "phase_two_failure_kind": report.phase_two_failure_kind,
-        "phase_two_missing": list(report.phase_two_missing),
-        "problems": dict(sorted(report.problems.items())),
-        "timed_out": report.timed_out,
-        "usage": {
-            "phase_one": usage_dict(report.phase_one_usage),
-            "phase_two": usage_dict(report.phase_two_usage),
-        },
-    }
-
-
-#: consolidation outcomes that are not a failure
-_PHASE_TWO_FINE = frozenset({"done", "skipped", "not_run"})
-
-
-def report_incomplete(report: FlushReport) -> bool:
-    return bool(incomplete_text(report))
-
-
-def incomplete_text(report: FlushReport) -> str:
-    """What did not complete in a flush ("" when everything did), for people."""
-    problems = []
-    if report.failed:
-        problems.append(f"{len(report.failed)} conversation(s) failed: {', '.join(report.failed)}")
-    if report.phase_two == "incomplete":
-        missing = ", ".join(report.phase_two_missing)
-        problems.append(f"consolidation incomplete (what was written is kept; pending: {missing})")
-    elif report.phase_two not in _PHASE_TWO_FINE:
-        problems.append(f"consolidation {report.phase_two} (previous memory kept)")
-    if report.timed_out:
-        problems.append("generation timed out")
-    return ", ".join(problems)
-
-
 _PHASE_TWO_TEXT = {
     "done": "consolidated",
     "skipped": "nothing new to consolidate",
@@ -154,18 +103,18 @@ _PHASE_TWO_TEXT = {
 }
 
 
-def report_lines(report: FlushReport) -> list[str]:
-    """A flush report for people: one line per rollout, then the consolidation and tokens."""
-    data = report_dict(report)
-    lines = [f"  ✓ {rid}: extracted" for rid in data["processed"]]
-    lines += [f"  - {rid}: skipped (nothing worth remembering)" for rid in data["skipped"]]
+def report_lines(report: GenerationReport) -> list[str]:
+    """A generation report for people (every command prints it this way): one line per
+    conversation, then the consolidation and the tokens."""
+    lines = [f"  ✓ {rid}: extracted" for rid in report.processed]
+    lines += [f"  - {rid}: skipped (nothing worth remembering)" for rid in report.skipped]
     lines += [
-        f"  ✗ {rid}: {error}" + _kind_note(data["failure_kinds"].get(rid))
-        for rid, error in data["failed"].items()
+        f"  ✗ {rid}: {error}" + _kind_note(report.failure_kinds.get(rid))
+        for rid, error in report.failed.items()
     ]
-    lines += [f"  … {rid}: not reached, still pending" for rid in data["not_reached"]]
-    lines += [f"  … {rid}: waiting to retry after a server problem" for rid in data["deferred"]]
-    lines += [f"  ! {path}: left out: {reason}" for path, reason in data["problems"].items()]
+    lines += [f"  … {rid}: not reached, still pending" for rid in report.not_reached]
+    lines += [f"  … {rid}: waiting to retry after a server problem" for rid in report.deferred]
+    lines += [f"  ! {path}: left out: {reason}" for path, reason in report.problems.items()]
     if not lines:
         lines.append("  no pending conversations")
     phase_two = _PHASE_TWO_TEXT.get(report.phase_two, report.phase_two)
@@ -173,11 +122,12 @@ def report_lines(report: FlushReport) -> list[str]:
         phase_two += f": {report.phase_two_error}"
     lines.append(f"  {phase_two}")
     if report.phase_two_missing:
-        lines.append("  pending for the next consolidation: " + ", ".join(report.phase_two_missing))
+        missing = ", ".join(report.phase_two_missing)
+        lines.append(f"  pending for the next consolidation: {missing}")
     if report.timed_out:
         lines.append("  generation timed out; unfinished conversations stay pending")
-    one, two = report.phase_one_usage, report.phase_two_usage
-    if one.requests or two.requests or one.total_tokens or two.total_tokens:
+    one, two = report.usage.phase_one, report.usage.phase_two
+    if one.requests or two.requests or one.input_tokens or two.input_tokens:
         lines.append(
             f"  tokens: phase one {one.input_tokens:,} in / {one.output_tokens:,} out, "
             f"phase two {two.input_tokens:,} in / {two.output_tokens:,} out"
@@ -191,27 +141,41 @@ def _kind_note(kind: str | None) -> str:
     return ""
 
 
-async def _phase_one_done(manager: MemoryGenerationManager, since: int) -> int:
-    records = await read_log(manager.session, manager.paths)
-    return sum(1 for record in records[since:] if record.get("phase") == "one")
+def incomplete_text(report: GenerationReport) -> str:
+    """What did not complete in a generation ("" when ``report.complete``), for people."""
+    if report.complete:
+        return ""
+    problems = []
+    if report.failed:
+        problems.append(f"{len(report.failed)} conversation(s) failed: {', '.join(report.failed)}")
+    if report.phase_two == "incomplete":
+        missing = ", ".join(report.phase_two_missing)
+        problems.append(f"consolidation incomplete (what was written is kept; pending: {missing})")
+    elif report.phase_two not in ("done", "skipped"):
+        problems.append(f"consolidation {report.phase_two} (previous memory kept)")
+    if report.timed_out:
+        problems.append("generation timed out")
+    return ", ".join(problems)
 
 
-async def flush_with_progress(
-    manager: MemoryGenerationManager,
+def incomplete_error(report: GenerationReport) -> MemoryGenerationError:
+    """The error of a memory command whose generation did not complete."""
+    return MemoryGenerationError(
+        f"memory generation incomplete: {incomplete_text(report)}; see `sandmem memory "
+        "status`, then run `sandmem memory generate` again"
+    )
+
+
+@contextlib.contextmanager
+def progress_display(
     console: Console,
-    *,
-    retry_failed: bool = False,
-    wait_backoff: bool = True,
-) -> FlushReport:
-    """``manager.flush()`` with a progress bar on ``console`` (only when it is a terminal):
-    one step per pending conversation (counted from ``generation_log.jsonl`` as phase one
-    writes it), then a spinner while phase two consolidates."""
+) -> Iterator[Callable[[GenerationProgress], None] | None]:
+    """A progress callback for ``sandmem.memory.generate`` that draws a bar on ``console``
+    (``None`` when it is not a terminal): one step per conversation extracted, then a spinner
+    while phase two consolidates."""
     if not console.is_terminal:
-        return await manager.flush(retry_failed=retry_failed, wait_backoff=wait_backoff)
-    session, paths = manager.session, manager.paths
-    wanted = {"pending", "failed"} if retry_failed else {"pending"}
-    todo = sum(row["status"] in wanted for row in await rollout_statuses(session, paths))
-    since = len(await read_log(session, paths))
+        yield None
+        return
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -219,22 +183,18 @@ async def flush_with_progress(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("memory: extracting conversations", total=todo)
-        flushing = asyncio.ensure_future(
-            manager.flush(retry_failed=retry_failed, wait_backoff=wait_backoff)
-        )
-        try:
-            while not flushing.done():
-                await asyncio.wait({flushing}, timeout=PROGRESS_POLL_S)
-                done = min(await _phase_one_done(manager, since), todo)
-                progress.update(task, completed=done)
-                if done >= todo:
-                    progress.update(task, description="memory: consolidating")
-        finally:
-            if not flushing.done():
-                flushing.cancel()
-        return flushing.result()
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("memory: extracting conversations", total=None)
+
+        def update(step: GenerationProgress) -> None:
+            description = (
+                "memory: consolidating"
+                if step.phase == "consolidating"
+                else "memory: extracting conversations"
+            )
+            bar.update(task, total=step.total, completed=step.extracted, description=description)
+
+        yield update
 
 
 def one_line(text: str) -> str:
@@ -330,9 +290,9 @@ class Out:
             return Console(file=io.StringIO(), stderr=False)
         return stderr_console()
 
-    def memory_report(self, report: FlushReport, memories_dir: str) -> None:
+    def memory_report(self, report: GenerationReport, memories_dir: str) -> None:
         if self.as_json:
-            self.event({"type": "memory", **report_dict(report)})
+            self.event({"type": "memory", **report.model_dump(mode="json")})
             return
         self.note(f"memory ({memories_dir}/):")
         for line in report_lines(report):

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from sandmem._errors import SandmemError, UserError
+from sandmem._errors import MemoryNotFoundError, SandmemError, UserError
 from sandmem._items import Item, item_kind
 from sandmem._run import RunResultStreaming
 from sandmem._run_config import RunConfig, SandboxRunConfig
@@ -28,31 +28,28 @@ from sandmem.capabilities.memory import Memory
 from sandmem.capabilities.shell import Shell
 from sandmem.cli._common import (
     ConfigError,
-    command_manager,
     git_tip,
+    layout_config,
     layout_options,
-    layout_paths,
     open_workspace,
+    rollout_file,
     run_async,
     sigint_to_main_thread,
     workspace_option,
 )
 from sandmem.cli._live import stream_run
 from sandmem.cli._models import ModelChoice, check_server, choose_models
-from sandmem.cli._output import (
-    Out,
-    flush_with_progress,
-    incomplete_text,
-    usage_dict,
-)
+from sandmem.cli._output import Out, incomplete_text, progress_display, usage_dict
 from sandmem.memory import (
+    GenerationReport,
+    MemoryGenerateConfig,
     MemoryLayoutConfig,
     MemoryReadConfig,
+    generate,
     new_rollout_id,
+    show,
     validate_rollout_id,
 )
-from sandmem.memory.manager import FlushReport
-from sandmem.memory.storage import MemoryPaths, read_text
 from sandmem.sandboxes import SandboxSession
 
 __all__ = ["RolloutHistory", "paired_calls", "run_command"]
@@ -66,13 +63,15 @@ class RolloutHistory:
     history of ``--session ID`` lives in the workspace, redacted like every rollout. Storing is
     a no-op: the Memory capability appends each run to the rollout file."""
 
-    def __init__(self, sandbox: SandboxSession, paths: MemoryPaths, rollout_id: str) -> None:
+    def __init__(
+        self, sandbox: SandboxSession, layout: MemoryLayoutConfig, rollout_id: str
+    ) -> None:
         self.session_id = rollout_id
         self._sandbox = sandbox
-        self._path = paths.rollout_file(rollout_id)
+        self._layout = layout
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
-        text = await read_text(self._sandbox, self._path) or ""
+        text = await recorded(self._sandbox, self._layout, self.session_id)
         items: list[Item] = []
         for line in text.splitlines():
             try:
@@ -96,6 +95,14 @@ class RolloutHistory:
         return None
 
 
+async def recorded(sandbox: SandboxSession, layout: MemoryLayoutConfig, rollout_id: str) -> str:
+    """The conversation's rollout file ("" while it has none)."""
+    try:
+        return (await show(sandbox, "rollout", rollout_id, layout=layout)).text
+    except MemoryNotFoundError:
+        return ""
+
+
 def paired_calls(items: list[Item]) -> list[Item]:
     """Drop tool calls without an output and outputs without a call (a run that was cut
     short), which model APIs refuse."""
@@ -116,7 +123,7 @@ class RunOptions:
     models: ModelChoice
     rollout_id: str
     resume: bool
-    paths: MemoryPaths
+    layout: MemoryLayoutConfig
     read: bool
     generate: bool
     max_turns: int
@@ -130,28 +137,49 @@ class RunState:
     recorded: bool = False
     result: RunResultStreaming | None = None
     error: SandmemError | None = None
-    report: FlushReport | None = None
+    report: GenerationReport | None = None
     problems: list[str] = field(default_factory=list)
+
+
+def generate_config(opts: RunOptions) -> MemoryGenerateConfig:
+    """The commands generate explicitly after the run (with progress and a report), so the
+    session's stop must not generate as well: that would retry, within the same command, a
+    conversation that just failed."""
+    return opts.models.generate_config().model_copy(update={"schedule": "explicit"})
 
 
 def build_agent(opts: RunOptions) -> SandboxAgent:
     capabilities: list[Capability] = [Filesystem(), Shell()]
     if opts.read or opts.generate:
-        layout = MemoryLayoutConfig(
-            memories_dir=opts.paths.memories_dir, sessions_dir=opts.paths.sessions_dir
-        )
         memory = Memory(
-            layout=layout,
+            layout=opts.layout,
             read=MemoryReadConfig() if opts.read else None,
-            generate=opts.models.generate_config() if opts.generate else None,
+            generate=generate_config(opts) if opts.generate else None,
         )
         capabilities.insert(0, memory)
     return SandboxAgent(name="sandmem", model=opts.models.agent, capabilities=capabilities)
 
 
-async def _segments(sandbox: Any, opts: RunOptions) -> int:
-    text = await read_text(sandbox, opts.paths.rollout_file(opts.rollout_id))
-    return len((text or "").splitlines())
+async def _segments(sandbox: SandboxSession, opts: RunOptions) -> int:
+    return len((await recorded(sandbox, opts.layout, opts.rollout_id)).splitlines())
+
+
+async def generate_memory(
+    sandbox: SandboxSession, opts: RunOptions, out: Out
+) -> GenerationReport | None:
+    """Generate memory for the workspace's pending conversations, with progress; ``None``
+    when there is no memory layout (the run stopped before recording anything)."""
+    with progress_display(out.progress_console()) as progress:
+        try:
+            return await generate(
+                sandbox,
+                layout=opts.layout,
+                config=generate_config(opts),
+                wait_backoff=True,
+                progress=progress,
+            )
+        except MemoryNotFoundError:
+            return None
 
 
 async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
@@ -161,12 +189,7 @@ async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
     sigint_to_main_thread()
     agent = build_agent(opts)
     async with open_workspace(opts.workspace) as sandbox:
-        manager = None
-        if opts.generate:
-            memory = next(c for c in agent.capabilities if isinstance(c, Memory))
-            assert memory.generate is not None
-            manager = command_manager(sandbox, opts.paths, memory.generate)
-        history = RolloutHistory(sandbox, opts.paths, opts.rollout_id) if opts.resume else None
+        history = RolloutHistory(sandbox, opts.layout, opts.rollout_id) if opts.resume else None
         before = await _segments(sandbox, opts)
         state.stage = "running"
         view = out.live_view()
@@ -188,17 +211,18 @@ async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
             state.recorded = opts.generate and await _segments(sandbox, opts) > before
         shown = state.result is not None and view.answer_shown(state.result.final_output)
         out.answer(result_event(opts, state), None if shown else state.result)
-        if manager is not None:
+        if opts.generate:
             state.stage = "memory"
-            state.report = await flush_with_progress(manager, out.progress_console())
-            out.memory_report(state.report, opts.paths.memories_dir)
+            state.report = await generate_memory(sandbox, opts, out)
+            if state.report is not None:
+                out.memory_report(state.report, opts.layout.memories_dir)
         state.stage = "done"
 
 
 def interrupted_text(opts: RunOptions, state: RunState) -> str:
     """What an interrupt left behind, for people."""
     ws, rid = opts.workspace, opts.rollout_id
-    rollout = f"{opts.paths.rollout_file(rid)}"
+    rollout = rollout_file(opts.layout, rid)
     generate = f"`sandmem memory generate -w {ws}` (or the next `sandmem run` there)"
     if state.stage == "starting":
         return "interrupted before the run started; nothing was saved"
@@ -220,7 +244,7 @@ def interrupted_text(opts: RunOptions, state: RunState) -> str:
 def _problems(opts: RunOptions, state: RunState) -> list[str]:
     problems = []
     if state.error is not None:
-        where = f" (recorded in {opts.paths.rollout_file(opts.rollout_id)})"
+        where = f" (recorded in {rollout_file(opts.layout, opts.rollout_id)})"
         problems.append(f"the run failed{where if state.recorded else ''}: {state.error}")
     if state.report is not None:
         text = incomplete_text(state.report)
@@ -341,7 +365,7 @@ def run_command(
         models=choose_models(model, memory_model, engine),
         rollout_id=_rollout_id(session_id),
         resume=session_id is not None,
-        paths=layout_paths(memories_dir, sessions_dir),
+        layout=layout_config(memories_dir, sessions_dir),
         read=not no_memory_read,
         generate=not no_memory_generate,
         max_turns=max_turns,
@@ -351,7 +375,7 @@ def run_command(
         check_server()
     except UserError as exc:
         raise ConfigError(str(exc)) from None
-    fresh = not (workspace / opts.paths.memories_dir).exists()
+    fresh = not (workspace / opts.layout.memories_dir).exists()
     out.start(opts.models, opts.rollout_id, workspace, memory=opts.generate)
     state = RunState()
     try:
@@ -362,7 +386,7 @@ def run_command(
     except asyncio.CancelledError:  # pragma: no cover - asyncio.run turns it into the above
         ctx.exit(EXIT_INTERRUPTED)
     if opts.generate and fresh and not quiet and not as_json:
-        tip = git_tip(workspace, opts.paths)
+        tip = git_tip(workspace, opts.layout)
         if tip:
             out.note(tip)
     if opts.generate:

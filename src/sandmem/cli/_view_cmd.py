@@ -7,32 +7,18 @@ from pathlib import Path
 
 import click
 
-from sandmem.cli._common import (
-    layout_options,
-    layout_paths,
-    open_workspace,
-    require_layout,
-    run_async,
-    workspace_option,
-)
+from sandmem.cli._common import layout_config, layout_options, run_async, workspace_option
 from sandmem.cli._output import emit_json
-from sandmem.memory._viewer_html import build_page
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory import MemoryLayoutConfig, view_html
 
 DEFAULT_OUT = "memory-view.html"
 
 
-async def _page(workspace: Path, label: str, paths: MemoryPaths) -> str:
-    async with open_workspace(workspace) as session:
-        await require_layout(session, paths)
-        return await build_page(session, paths, workspace=label)
-
-
-def write_view(workspace: Path, paths: MemoryPaths, out: Path) -> Path:
+def write_view(workspace: Path, layout: MemoryLayoutConfig, out: Path) -> Path:
     """Render the viewer page of ``workspace`` into ``out`` and return its absolute path.
     The default ``out`` is outside the memory files: the page is not memory, and agents
     should not find it when they search memory."""
-    page = run_async(_page(workspace, str(workspace.resolve()), paths))
+    page = run_async(view_html(workspace, layout=layout, title=str(workspace.resolve())))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out.resolve()
@@ -66,8 +52,8 @@ def view_command(
     the last consolidation's selection, the generation runs with tokens per phase, and memory
     size over time. It loads nothing from the network; all text is escaped.
     """
-    paths = layout_paths(memories_dir, sessions_dir)
-    path = write_view(workspace, paths, out)
+    layout = layout_config(memories_dir, sessions_dir)
+    path = write_view(workspace, layout, out)
     if open_page:
         webbrowser.open(path.as_uri())
     if as_json:
