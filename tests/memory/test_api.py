@@ -437,9 +437,10 @@ async def test_targets_that_are_not_workspaces(tmp_path: Path) -> None:
         await api.generate(tmp_path, engine="turbo")  # type: ignore[arg-type]
 
 
+@both
 @layouts
 async def test_locked_by_another_process(
-    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sandmem.memory import maintenance, manager
 
@@ -448,21 +449,24 @@ async def test_locked_by_another_process(
     layout = LAYOUTS[name]
     root = await build(tmp_path, layout, ["invoice-fix"])
     lock = f"{layout.memories_dir}/.lock"
+    before = files_of(root)
     async with (
+        target(kind, root) as where,
         await UnixLocalSandboxClient().create(manifest=Manifest(root=root)) as holder,
         holder.lock(lock),
     ):
         for call in (
-            api.generate(root, layout=layout, engine="extractive"),
-            api.forget(root, "invoice-fix", layout=layout, engine="extractive"),
+            api.generate(where, layout=layout, engine="extractive"),
+            api.forget(where, "invoice-fix", layout=layout, engine="extractive"),
         ):
             with pytest.raises(MemoryLockedError, match="memory is locked") as info:
                 await call
             assert info.value.path == lock and info.value.retryable
             assert isinstance(info.value, SandboxError)
         # reading needs no lock
-        assert (await api.status(root, layout=layout)).counts.total == 1
-    assert (root / layout.sessions_dir / "invoice-fix.jsonl").exists()
+        assert (await api.status(where, layout=layout)).counts.total == 1
+        assert "invoice-fix" in await api.view_html(where, layout=layout)
+        assert files_of(root) == before  # nothing was generated or forgotten
 
 
 def test_sync_twins(tmp_path: Path) -> None:
