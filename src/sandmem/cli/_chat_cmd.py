@@ -34,9 +34,9 @@ from sandmem.cli._live import stream_run
 from sandmem.cli._models import check_server, choose_models
 from sandmem.cli._output import Out, incomplete_text
 from sandmem.cli._run_cmd import (
-    DEFAULT_MAX_TURNS,
     EXIT_INTERRUPTED,
     RunOptions,
+    agent_options,
     build_agent,
     generate_memory,
 )
@@ -258,24 +258,7 @@ def _run_chat(opts: RunOptions, out: Out) -> int:
 @click.option("--resume", is_flag=True, help="Continue the last chat in this workspace.")
 @click.option("--session", "session_id", metavar="ID", help="Start or continue the chat ID.")
 @layout_options
-@click.option("--no-memory-read", is_flag=True, help="Do not show the agent existing memory.")
-@click.option(
-    "--no-memory-generate", is_flag=True, help="Do not record the chat or generate memory."
-)
-@click.option(
-    "--engine",
-    type=click.Choice(("model", "extractive")),
-    default="model",
-    show_default=True,
-    help="Memory generation engine; 'extractive' needs no model.",
-)
-@click.option(
-    "--max-turns",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_TURNS,
-    show_default=True,
-    help="Turn limit of each agent run (one per message).",
-)
+@agent_options(recorded="the chat", turns="each agent run (one per message)")
 @click.pass_context
 def chat_command(
     ctx: click.Context,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -53,6 +54,8 @@ from sandmem.memory import (
 from sandmem.sandboxes import SandboxSession
 
 __all__ = ["RolloutHistory", "paired_calls", "run_command"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_MAX_TURNS = 30
 EXIT_INTERRUPTED = 130
@@ -285,6 +288,38 @@ def _rollout_id(session_id: str | None) -> str:
         raise click.BadParameter(str(exc), param_hint="--session") from None
 
 
+def agent_options(*, recorded: str, turns: str) -> Callable[[F], F]:
+    """The memory and turn options ``run`` and ``chat`` share: ``--no-memory-read``,
+    ``--no-memory-generate`` (``recorded`` names what is not recorded), ``--engine`` and
+    ``--max-turns`` (``turns`` names what the limit applies to)."""
+
+    def apply(fn: F) -> F:
+        fn = click.option(
+            "--max-turns",
+            type=click.IntRange(min=1),
+            default=DEFAULT_MAX_TURNS,
+            show_default=True,
+            help=f"Turn limit of {turns}.",
+        )(fn)
+        fn = click.option(
+            "--engine",
+            type=click.Choice(("model", "extractive")),
+            default="model",
+            show_default=True,
+            help="Memory generation engine; 'extractive' needs no model.",
+        )(fn)
+        fn = click.option(
+            "--no-memory-generate",
+            is_flag=True,
+            help=f"Do not record {recorded} or generate memory.",
+        )(fn)
+        return click.option(
+            "--no-memory-read", is_flag=True, help="Do not show the agent existing memory."
+        )(fn)
+
+    return apply
+
+
 @click.command("run")
 @workspace_option(required=True)
 @click.option(
@@ -309,24 +344,7 @@ def _rollout_id(session_id: str | None) -> str:
     "history is replayed) and are remembered as one. Default: a new id per run.",
 )
 @layout_options
-@click.option("--no-memory-read", is_flag=True, help="Do not show the agent existing memory.")
-@click.option(
-    "--no-memory-generate", is_flag=True, help="Do not record this run or generate memory."
-)
-@click.option(
-    "--engine",
-    type=click.Choice(("model", "extractive")),
-    default="model",
-    show_default=True,
-    help="Memory generation engine; 'extractive' needs no model.",
-)
-@click.option(
-    "--max-turns",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_TURNS,
-    show_default=True,
-    help="Turn limit of the agent run.",
-)
+@agent_options(recorded="this run", turns="the agent run")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the answer and errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line.")
 @click.argument("prompt", nargs=-1, required=True)
