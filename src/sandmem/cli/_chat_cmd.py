@@ -40,7 +40,7 @@ from sandmem.cli._run_cmd import (
     build_agent,
     generate_memory,
 )
-from sandmem.memory import MemoryLayoutConfig, show, status, validate_rollout_id
+from sandmem.memory import show, status, validate_rollout_id
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
 #: where chats keep their history, relative to the workspace
@@ -62,10 +62,6 @@ class Chat:
     cancelled: int = 0
     usage: Usage = field(default_factory=Usage)
     problems: list[str] = field(default_factory=list)
-
-    @property
-    def layout(self) -> MemoryLayoutConfig:
-        return self.opts.layout
 
 
 def _new_chat_id() -> str:
@@ -114,7 +110,7 @@ async def _turn(chat: Chat, text: str) -> None:
 
 async def _show_memory(chat: Chat) -> None:
     try:
-        found = await show(chat.sandbox, "summary", layout=chat.layout)
+        found = await show(chat.sandbox, "summary", layout=chat.opts.layout)
     except UserError:
         click.echo("no memory in this workspace yet", err=True)
         return
@@ -133,7 +129,7 @@ async def _show_status(chat: Chat) -> None:
     )
     click.echo(f"models: {opts.models.describe(memory=opts.generate)}")
     try:
-        info = await status(chat.sandbox, layout=chat.layout)
+        info = await status(chat.sandbox, layout=chat.opts.layout)
     except UserError:
         click.echo("memory: none yet (generated when the chat ends)")
         return
