@@ -18,8 +18,8 @@ from typing import Any
 from bench_common import Figure, median, ms, table, workspace
 
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
 
 PATHS = MemoryPaths("memories", "sessions")
 SIZES = (10, 100, 1000)

@@ -23,8 +23,8 @@ from bench_common import Figure, corpus, median, ms, secs, table, workspace
 
 from sandmem.memory import MemoryGenerateConfig
 from sandmem.memory.extractive import extract
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
 
 PATHS = MemoryPaths("memories", "sessions")
 COUNT = 1000

@@ -19,7 +19,7 @@ from bench_common import Figure, fake_server, median, ms, table, workspace
 from bench_model import MemoryModel, request_tokens
 
 from sandmem import Filesystem, Memory, RunConfig, Runner, SandboxAgent, SandboxRunConfig, Shell
-from sandmem.memory.storage import MemoryPaths, ensure_layout
+from sandmem.memory.layout import MemoryPaths, ensure_layout
 from sandmem.models._provider import default_provider
 
 PATHS = MemoryPaths("memories", "sessions")

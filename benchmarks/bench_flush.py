@@ -19,8 +19,8 @@ from bench_common import Figure, corpus, fake_server, median, secs, table, works
 from bench_model import MemoryModel, is_phase_one, request_tokens
 
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
 from sandmem.models import OpenAIProvider
 
 PATHS = MemoryPaths("memories", "sessions")

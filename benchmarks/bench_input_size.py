@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from bench_common import Figure, corpus, median, ms, table
 
 from sandmem._truncate import estimate_tokens
-from sandmem.memory.phase_one import render_input
+from sandmem.memory.generation.phase_one import render_input
 
 REPEAT = 5
 

@@ -17,8 +17,8 @@ from bench_common import Figure, fake_server, median, ms, secs, table, workspace
 from bench_model import MemoryModel
 
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
 from sandmem.models import OpenAIProvider
 
 PATHS = MemoryPaths("memories", "sessions")

@@ -81,7 +81,7 @@ async def _seed(s3: Any, prefix: str, layouts: int, rollouts: int) -> None:
 
 async def _enqueue(s3: Any, prefix: str, layouts: int, broker: str, queue: str) -> None:
     from sandmem.distributed import CeleryScheduler
-    from sandmem.memory.storage import MemoryPaths
+    from sandmem.memory.layout import MemoryPaths
 
     scheduler = CeleryScheduler(broker, queue=queue)
     root = _store(s3, prefix)

@@ -17,9 +17,9 @@ from datetime import UTC, datetime, timedelta
 
 from bench_common import Figure, median, ms, table, time_async, workspace
 
-from sandmem.memory import phase_two
+from sandmem.memory.generation import phase_two
+from sandmem.memory.layout import MemoryPaths, ensure_layout, render_with_header
 from sandmem.memory.selection import RawMemoryRef, selection_document
-from sandmem.memory.storage import MemoryPaths, ensure_layout, render_with_header
 from sandmem.sandboxes import SandboxSession, _hostfs
 
 PATHS = MemoryPaths("memories", "sessions")

@@ -23,7 +23,7 @@ from sandmem import (
     UserError,
     function_tool,
 )
-from sandmem._stream_events import RunEndEvent
+from sandmem.agent._stream_events import RunEndEvent
 from sandmem.models._base import ModelRequest, ModelResponse
 from sandmem.testing import FunctionModel, text, tool_call
 
@@ -412,7 +412,7 @@ async def test_run_config_model_settings_override_the_agents() -> None:
 
 
 async def test_listener_seam_sees_every_event_and_run_end_last() -> None:
-    from sandmem._run_loop import RunProgress, RunSpec, execute
+    from sandmem.run._loop import RunProgress, RunSpec, execute
 
     seen: list[str] = []
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sandmem import Agent, Runner, function_tool
-from sandmem._tool_use import FunctionToolResult, ToolsToFinalOutputResult
+from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
 from sandmem.models import ModelRequest
 from sandmem.testing import FunctionModel, text, tool_call, tool_outputs
 

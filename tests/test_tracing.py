@@ -114,7 +114,7 @@ def test_only_tracing_imports_opentelemetry() -> None:
     import subprocess
 
     code = (
-        "import sys, sandmem, sandmem.cli, sandmem.memory.manager;"
+        "import sys, sandmem, sandmem.cli, sandmem.memory.generation.manager;"
         "print(any(m.startswith('opentelemetry') for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

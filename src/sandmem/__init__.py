@@ -4,13 +4,17 @@ Everything a user needs is importable from here; submodules hold the seams:
 ``sandmem.models``, ``sandmem.sandboxes``, ``sandmem.capabilities``, ``sandmem.memory``,
 ``sandmem.testing``, ``sandmem.redaction``. The OpenAI model classes are imported on first use,
 so ``import sandmem`` does not import the ``openai`` package.
+
+Foundation modules at this level (errors, items, settings, usage, truncation, prompts,
+docstrings, version, ``_extras``, and the public ``redaction`` and ``tracing``) import no
+folder of the package; ``docs/architecture.md`` has the whole map. Nothing inside the package
+imports this module.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sandmem._agent import Agent
 from sandmem._errors import (
     ExecTimeoutError,
     ExecTransportError,
@@ -30,24 +34,24 @@ from sandmem._errors import (
     WorkspaceReadNotFoundError,
     WorkspaceWriteTypeError,
 )
-from sandmem._lifecycle import AgentHooks, RunHooks
-from sandmem._run import Runner, RunResult, RunResultStreaming
-from sandmem._run_config import RunConfig, SandboxRunConfig
-from sandmem._run_context import RunContextWrapper, ToolContext
-from sandmem._sandbox_agent import SandboxAgent
-from sandmem._session import Session, SQLiteSession
 from sandmem._settings import ModelSettings, Reasoning
-from sandmem._stream_events import (
+from sandmem._usage import Usage
+from sandmem._version import __version__ as __version__
+from sandmem.agent._agent import Agent
+from sandmem.agent._context import RunContextWrapper, ToolContext
+from sandmem.agent._hooks import AgentHooks, RunHooks
+from sandmem.agent._run_config import RunConfig, SandboxRunConfig
+from sandmem.agent._session import Session, SQLiteSession
+from sandmem.agent._stream_events import (
     AgentUpdatedStreamEvent,
     RawResponsesStreamEvent,
     RunItem,
     RunItemStreamEvent,
     StreamEvent,
 )
-from sandmem._tools import FunctionTool, default_tool_error_function, function_tool
-from sandmem._usage import Usage
-from sandmem._version import __version__ as __version__
+from sandmem.agent._tools import FunctionTool, default_tool_error_function, function_tool
 from sandmem.capabilities import Capability, Filesystem, Memory, Shell
+from sandmem.capabilities._sandbox_agent import SandboxAgent
 from sandmem.memory import (
     MemoryGenerateConfig,
     MemoryLayoutConfig,
@@ -55,6 +59,7 @@ from sandmem.memory import (
     validate_rollout_id,
 )
 from sandmem.models import Model, ModelProvider
+from sandmem.run._runner import Runner, RunResult, RunResultStreaming
 from sandmem.sandboxes import (
     BubblewrapSandboxClient,
     Dir,

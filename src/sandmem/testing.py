@@ -87,3 +87,15 @@ def last_user_text(request: ModelRequest) -> str:
 def tool_outputs(request: ModelRequest) -> list[Item]:
     """The function-call outputs in a request, oldest first."""
     return [i for i in request.input if i.get("type") == "function_call_output"]
+
+
+__all__ = [
+    "FunctionModel",
+    "InMemorySandboxClient",
+    "InMemorySandboxSession",
+    "ModelFunction",
+    "last_user_text",
+    "text",
+    "tool_call",
+    "tool_outputs",
+]

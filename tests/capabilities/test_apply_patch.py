@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from sandmem._errors import SandboxError, SandboxPathError, SandmemError
-from sandmem.capabilities._apply_patch import (
+from sandmem.sandboxes import SandboxSession
+from sandmem.sandboxes._apply_patch import (
     AddFile,
     DeleteFile,
     Hunk,
@@ -17,7 +18,6 @@ from sandmem.capabilities._apply_patch import (
     parse_patch,
     plan,
 )
-from sandmem.sandboxes import SandboxSession
 
 APP = "".join(f"line {n}\n" for n in range(1, 21)).encode()
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from sandmem._errors import SandboxError, SandboxPathError, UserError
-from sandmem._tools import FunctionTool
+from sandmem.agent._tools import FunctionTool
 from sandmem.capabilities import Filesystem
-from sandmem.capabilities._apply_patch import PatchError
 from sandmem.capabilities.filesystem import MAX_IMAGE_BYTES, image_mime_type
 from sandmem.sandboxes import SandboxSession
+from sandmem.sandboxes._apply_patch import PatchError
 
 
 def tiny_png() -> bytes:

@@ -55,13 +55,13 @@ def test_the_check_sees_private_imports(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
         "from sandmem.memory import status, MemoryPaths\n"
-        "from sandmem.memory._search import search_layout\n"
-        "import sandmem.memory.storage\n"
-        "def f():\n    from sandmem.memory.maintenance import read_log\n"
+        "from sandmem.memory.views._search import search_layout\n"
+        "import sandmem.memory.layout\n"
+        "def f():\n    from sandmem.memory.views._maintenance import read_log\n"
     )
     assert violations(sample) == {
         ("sandmem.memory", "MemoryPaths"),
-        ("sandmem.memory._search", "search_layout"),
-        ("sandmem.memory.storage", "*"),
-        ("sandmem.memory.maintenance", "read_log"),
+        ("sandmem.memory.views._search", "search_layout"),
+        ("sandmem.memory.layout", "*"),
+        ("sandmem.memory.views._maintenance", "read_log"),
     }

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conftest import S3Server
 
-from sandmem.distributed._snapshot import S3SnapshotSpec
 from sandmem.sandboxes import Manifest, SandboxSessionState, UnixLocalSandboxClient
+from sandmem.sandboxes._s3_snapshot import S3SnapshotSpec
 
 _RESUME = """
 import asyncio, sys

@@ -9,7 +9,7 @@ import pytest
 from conftest import S3Server
 
 from sandmem.distributed import S3MemoryStore
-from sandmem.memory._store import MemoryStoreConflict
+from sandmem.memory.store._base import MemoryStoreConflict
 
 
 def _store(s3: S3Server) -> S3MemoryStore:
@@ -60,7 +60,7 @@ async def test_old_versions_are_pruned_but_the_replaced_one_is_kept(s3_server: S
 
 
 async def test_a_reader_on_a_pruned_version_reads_the_newer_one(s3_server: S3Server) -> None:
-    from sandmem.memory._store_sync import read_current
+    from sandmem.memory.store._sync import read_current
 
     store = _store(s3_server)
     first = await store.commit("memories", None, {"MEMORY.md": b"1"})

@@ -77,8 +77,8 @@ async def test_a_second_host_reads_what_the_first_host_learned(
 async def test_a_live_edit_racing_another_commit_keeps_both(
     s3_server: S3Server, tmp_path: Path
 ) -> None:
-    from sandmem.memory._store_sync import pull, push_edits
-    from sandmem.memory.storage import MemoryPaths
+    from sandmem.memory.layout import MemoryPaths
+    from sandmem.memory.store._sync import pull, push_edits
 
     store = _store(s3_server)
     await _host_run(tmp_path / "host-a", store, "host-a-r1", "echo built > out.txt")

@@ -22,7 +22,7 @@ from conftest import RedisServer, S3Server
 from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 
 from sandmem.distributed import S3MemoryStore
-from sandmem.memory._store_sync import read_current
+from sandmem.memory.store._sync import read_current
 
 _ID = re.compile(r"\bh\d+-r\d+\b")
 HERE = Path(__file__).parent

@@ -442,7 +442,8 @@ async def test_targets_that_are_not_workspaces(tmp_path: Path) -> None:
 async def test_locked_by_another_process(
     tmp_path: Path, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sandmem.memory import maintenance, manager
+    from sandmem.memory.generation import manager
+    from sandmem.memory.views import _maintenance as maintenance
 
     monkeypatch.setattr(manager, "LOCK_TIMEOUT_S", 0.2)
     monkeypatch.setattr(maintenance, "LOCK_TIMEOUT_S", 0.2)

@@ -16,8 +16,8 @@ from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryReadConfig
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel, tool_call, tool_outputs
 

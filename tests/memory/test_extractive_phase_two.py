@@ -11,8 +11,8 @@ import pytest
 
 from sandmem.memory._types import ConsolidationInputs, ConsolidationOutput, SelectedMemory
 from sandmem.memory.extractive import consolidate, extract
+from sandmem.memory.layout import fingerprint
 from sandmem.memory.selection import RawMemoryRef
-from sandmem.memory.storage import fingerprint
 
 DATA = Path(__file__).parents[1] / "data" / "extractive"
 GOLDEN = DATA / "golden"

@@ -12,7 +12,7 @@ from sandmem.capabilities.memory import Memory
 from sandmem.demo._policy import scripted_engineer
 from sandmem.demo._workspace import FIX_TASK, REGRESSION_TASK, command_env, invoice_workspace
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.storage import parse_header
+from sandmem.memory.layout import parse_header
 from sandmem.sandboxes import UnixLocalSandboxClient
 
 FIX = (

@@ -18,9 +18,9 @@ from sandmem.cli._memory_cmd import status_lines
 from sandmem.cli._output import report_lines
 from sandmem.memory import MemoryGenerateConfig
 from sandmem.memory._api import _report as api_report
-from sandmem.memory.maintenance import memory_status, read_log
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.views._maintenance import memory_status, read_log
 from sandmem.models import OpenAIProvider
 from sandmem.models._base import ModelRequest
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient

@@ -13,7 +13,9 @@ from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig, UserError
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.maintenance import (
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.views._maintenance import (
     forget_rollout,
     layout_files,
     memory_status,
@@ -22,8 +24,6 @@ from sandmem.memory.maintenance import (
     rollout_summary_files,
     token_totals,
 )
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel, tool_call
 

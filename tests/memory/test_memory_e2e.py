@@ -20,8 +20,8 @@ from sandmem import (
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths, parse_header
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths, parse_header
 from sandmem.sandboxes import (
     BubblewrapSandboxClient,
     File,

@@ -28,9 +28,9 @@ from sandmem import (
     UnixLocalSandboxClient,
     UserError,
 )
-from sandmem.memory._scoped_tools import scoped_tools
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.generation._scoped_tools import scoped_tools
+from sandmem.memory.layout import MemoryPaths
 from sandmem.sandboxes import Manifest
 
 PATHS = MemoryPaths("memories", "sessions")

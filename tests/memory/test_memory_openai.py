@@ -14,7 +14,7 @@ from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.storage import parse_header
+from sandmem.memory.layout import parse_header
 from sandmem.models import OpenAIProvider
 from sandmem.sandboxes import File, LocalSnapshotSpec, Manifest, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel

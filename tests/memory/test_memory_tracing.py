@@ -20,8 +20,8 @@ from sandmem import (
     tracing,
 )
 from sandmem._usage import Usage
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
 from sandmem.models._base import ModelRequest, ModelResponse
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel, last_user_text, text, tool_call

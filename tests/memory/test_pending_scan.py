@@ -15,8 +15,9 @@ from memory_doubles import phase_one_model, phase_two_model
 
 from sandmem import SandboxSession
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.manager import MemoryGenerationManager, get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.generation.manager import MemoryGenerationManager
+from sandmem.memory.layout import MemoryPaths
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 
 PATHS = MemoryPaths("memories", "sessions")

@@ -9,7 +9,7 @@ import pytest
 from sandmem import MemoryGenerationError
 from sandmem._truncate import BYTES_PER_TOKEN
 from sandmem.memory._types import PhaseOneArtifacts
-from sandmem.memory.phase_one import (
+from sandmem.memory.generation.phase_one import (
     ROLLOUT_MAX_TOKENS,
     instructions,
     is_up_to_date,
@@ -17,7 +17,7 @@ from sandmem.memory.phase_one import (
     render_input,
     validate_artifacts,
 )
-from sandmem.memory.storage import RolloutFingerprint, fingerprint, parse_header, render_with_header
+from sandmem.memory.layout import RolloutFingerprint, fingerprint, parse_header, render_with_header
 
 
 def art(slug: str, summary: str, raw: str) -> PhaseOneArtifacts:
@@ -113,7 +113,8 @@ async def test_the_rollout_is_rendered_off_the_event_loop(monkeypatch: pytest.Mo
     """Rendering a long rollout is CPU work: it runs in a worker thread, not on the loop."""
     import threading
 
-    from sandmem.memory import MemoryGenerateConfig, phase_one
+    from sandmem.memory import MemoryGenerateConfig
+    from sandmem.memory.generation import phase_one
     from sandmem.models._provider import OpenAIProvider
     from sandmem.testing import FunctionModel
 

@@ -12,12 +12,12 @@ from memory_doubles import phase_one_model, phase_two_model
 
 from sandmem import SandboxSession, UserError
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory._scoped_tools import scoped_tools
 from sandmem.memory._types import ConsolidationInputs
-from sandmem.memory.manager import get_manager
-from sandmem.memory.phase_two import consolidation_instructions, edits_block
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.generation._scoped_tools import scoped_tools
+from sandmem.memory.generation.phase_two import consolidation_instructions, edits_block
+from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.selection import RawMemoryRef
-from sandmem.memory.storage import MemoryPaths
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel
 

@@ -17,9 +17,9 @@ from memory_doubles import phase_one_model
 from sandmem import SandboxSession
 from sandmem.memory import MemoryGenerateConfig
 from sandmem.memory._types import ConsolidationInputs
-from sandmem.memory.manager import get_manager
-from sandmem.memory.phase_two import BRIEF_FILES_MAX_BYTES, inputs_block
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.generation.phase_two import BRIEF_FILES_MAX_BYTES, inputs_block
+from sandmem.memory.layout import MemoryPaths
 from sandmem.models import ModelRequest
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel, tool_call, tool_outputs

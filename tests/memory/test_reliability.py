@@ -19,8 +19,8 @@ from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
 from sandmem.models import OpenAIProvider
 from sandmem.sandboxes import File, LocalSnapshotSpec, Manifest, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel
@@ -116,7 +116,7 @@ async def test_generation_that_raises_still_snapshots(
     async def explode(self: object, report: object, retry_failed: bool) -> None:
         raise RuntimeError("generation blew up")
 
-    monkeypatch.setattr("sandmem.memory.manager.MemoryGenerationManager._flush", explode)
+    monkeypatch.setattr("sandmem.memory.generation.manager.MemoryGenerationManager._flush", explode)
     config = MemoryGenerateConfig(
         phase_one_model=phase_one_model(), phase_two_model=phase_two_model()
     )
@@ -325,8 +325,8 @@ import asyncio, json, resource, sys
 sys.path.insert(0, sys.argv[2])
 from memory_doubles import phase_one_model, phase_two_model
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.manager import get_manager
-from sandmem.memory.storage import MemoryPaths
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.layout import MemoryPaths
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 
 ws = sys.argv[1]

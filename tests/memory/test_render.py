@@ -461,7 +461,12 @@ def _one_exec(cmd: str, code: int, output: str) -> ParsedRollout:
 def test_the_cheap_line_tests_agree_with_the_full_patterns() -> None:
     """``_is_error`` / ``_is_location`` pre-filter lines before the regexes: on every line of
     the corpus (and a few edge cases) they decide exactly as the full patterns do."""
-    from sandmem.memory._render_text import _ERROR_LINE, _LOCATION_LINE, _is_error, _is_location
+    from sandmem.memory._render_text import (
+        _ERROR_LINE,
+        _LOCATION_LINE,
+        _is_error,
+        _is_location,
+    )
 
     lines = [
         "E   assert 1 == 2",

@@ -13,7 +13,7 @@ from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory.phase_one import render_input
+from sandmem.memory.generation.phase_one import render_input
 from sandmem.memory.rollouts import (
     conversation_rollout_id,
     file_safe_rollout_id,

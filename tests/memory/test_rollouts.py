@@ -8,7 +8,7 @@ import re
 import pytest
 
 from sandmem import Agent, RunConfig, SQLiteSession
-from sandmem._run_context import RunOutcome, SandboxRunContext
+from sandmem.agent._context import RunOutcome, SandboxRunContext
 from sandmem.memory import validate_rollout_id
 from sandmem.memory.rollouts import (
     build_segment,

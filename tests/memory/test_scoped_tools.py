@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandmem import SandboxSession, UserError
-from sandmem.memory._scoped_tools import scoped_tools
+from sandmem.memory.generation._scoped_tools import scoped_tools
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sandmem import UserError
-from sandmem.memory._search import (
+from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.views._search import (
     MAX_QUERY_TERMS,
     SNIPPET_CHARS,
     _connect,
@@ -14,7 +15,6 @@ from sandmem.memory._search import (
     search_memory,
     split_sections,
 )
-from sandmem.memory.storage import MemoryPaths
 from sandmem.sandboxes import File, Manifest, UnixLocalSandboxClient
 
 MEMORY = """# Memory

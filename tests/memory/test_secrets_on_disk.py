@@ -126,9 +126,9 @@ def test_any_final_output_becomes_data_that_redaction_sees() -> None:
 async def test_a_non_pydantic_final_output_is_stored_redacted(
     output: object, tmp_path: Path
 ) -> None:
-    from sandmem._run_context import RunOutcome, SandboxRunContext
-    from sandmem.memory.manager import get_manager
-    from sandmem.memory.storage import MemoryPaths
+    from sandmem.agent._context import RunOutcome, SandboxRunContext
+    from sandmem.memory.generation._attach import get_manager
+    from sandmem.memory.layout import MemoryPaths
 
     client = UnixLocalSandboxClient()
     sandbox = await client.create(manifest=Manifest(root=tmp_path / "ws"))

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from viewer_workspace import HOSTILE, SECRET, build_viewer_workspace
 
-from sandmem.memory._viewer_html import anchor, generation_runs
-from sandmem.memory._viewer_md import markdown, task_groups
+from sandmem.memory.views._viewer_html import anchor, generation_runs
+from sandmem.memory.views._viewer_md import markdown, task_groups
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_workspaces import INVOICE, build_workspace, invoke
@@ -257,8 +257,8 @@ def test_open_flag_opens_the_written_page(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_timeline_bars_show_tokens_per_phase() -> None:
-    from sandmem.memory._viewer import ViewerData
-    from sandmem.memory._viewer_html import render_page
+    from sandmem.memory.views._viewer import ViewerData
+    from sandmem.memory.views._viewer_html import render_page
 
     log = [
         {"phase": "one", "time": "2026-01-01T00:00:00Z", "input_tokens": 300, "output_tokens": 30},
@@ -268,7 +268,7 @@ def test_timeline_bars_show_tokens_per_phase() -> None:
         {"phase": "two", "time": "2026-01-02T00:00:01Z", "status": "done", "memory_bytes": 900},
     ]
     data = ViewerData("ws", "memories", "sessions", "2026-01-03T00:00:00Z", log=log)
-    from sandmem.memory._viewer import _size_points
+    from sandmem.memory.views._viewer import _size_points
 
     data.sizes = _size_points(log, {})
     html = render_page(data)

@@ -12,8 +12,8 @@ from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from sandmem._errors import ModelRequestError
-from sandmem._schema import output_schema_for, parse_structured_output
 from sandmem._settings import ModelSettings
+from sandmem.agent._schema import output_schema_for, parse_structured_output
 from sandmem.models import (
     Model,
     ModelRequest,

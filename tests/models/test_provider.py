@@ -183,8 +183,8 @@ async def test_runs_and_flushes_without_a_provider_share_the_default_ones_client
 ) -> None:
     from sandmem import Agent, Runner
     from sandmem.memory import MemoryGenerateConfig
-    from sandmem.memory.manager import get_manager
-    from sandmem.memory.storage import MemoryPaths
+    from sandmem.memory.generation._attach import get_manager
+    from sandmem.memory.layout import MemoryPaths
     from sandmem.models._provider import default_provider
     from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 

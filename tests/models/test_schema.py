@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from sandmem._errors import ModelBehaviorError, UserError
-from sandmem._schema import output_schema_for, parse_structured_output
+from sandmem.agent._schema import output_schema_for, parse_structured_output
 
 
 class Color(Enum):

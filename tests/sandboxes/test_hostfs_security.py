@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from sandmem._errors import SandboxError, SandboxPathError
-from sandmem.capabilities._apply_patch import apply_patch
 from sandmem.sandboxes import SandboxSession, _fdwalk, _hostfs
+from sandmem.sandboxes._apply_patch import apply_patch
 from sandmem.sandboxes._bwrap_host import probe_bwrap
 from sandmem.sandboxes._paths import no_symlinks
 

@@ -1,8 +1,14 @@
-"""Capabilities: small units that add tools and instructions to a ``SandboxAgent``."""
+"""Capabilities: small units that add tools and instructions to a ``SandboxAgent``.
+
+Owns ``SandboxAgent`` and the ``Shell``, ``Filesystem`` and ``Memory`` capabilities (the
+``Capability`` base lives in ``sandmem.agent``). May import ``memory`` (through its folders'
+surfaces), ``run``, ``agent`` and the floors below; never ``distributed``, ``eval``, ``demo``
+or ``cli``.
+"""
 
 from __future__ import annotations
 
-from sandmem.capabilities._base import Capability
+from sandmem.agent._capability import Capability
 from sandmem.capabilities.filesystem import Filesystem
 from sandmem.capabilities.memory import Memory
 from sandmem.capabilities.shell import Shell

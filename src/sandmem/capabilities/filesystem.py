@@ -8,12 +8,12 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import SandboxError
-from sandmem._tools import FunctionTool, function_tool
-from sandmem.capabilities._apply_patch import apply_patch
-from sandmem.capabilities._base import Capability
+from sandmem.agent._capability import Capability
+from sandmem.agent._tools import FunctionTool, function_tool
+from sandmem.sandboxes._apply_patch import apply_patch
 
 if TYPE_CHECKING:
-    from sandmem._run_context import SandboxRunContext
+    from sandmem.agent._context import SandboxRunContext
     from sandmem.redaction import Redactor
     from sandmem.sandboxes._session import SandboxSession
 
@@ -101,7 +101,7 @@ def _memory_locks(
 ) -> list[str]:
     """The layout locks (``<memories_dir>/.lock``) of the memory directories a patch touches,
     sorted; none for a patch that does not parse (``apply_patch`` reports it)."""
-    from sandmem.capabilities._patch_format import PatchError, parse_patch
+    from sandmem.sandboxes._patch_format import PatchError, parse_patch
 
     if not guards:
         return []

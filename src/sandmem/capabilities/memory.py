@@ -7,34 +7,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import UserError
-from sandmem._prompts import load_prompt, render_prompt
-from sandmem._truncate import truncate_head_tail
-from sandmem.capabilities._base import Capability
+from sandmem.agent._capability import Capability
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
-from sandmem.memory.storage import MemoryPaths, read_text
+from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS as SUMMARY_MAX_TOKENS
+from sandmem.memory.read_prompt import memory_read_prompt as memory_read_prompt
+from sandmem.memory.read_prompt import read_prompt_for
 
 if TYPE_CHECKING:
-    from sandmem._run_context import RunOutcome, SandboxRunContext
-    from sandmem.memory.manager import MemoryGenerationManager
-
-#: the summary is cut to this many tokens (4 bytes a token), head and tail kept
-SUMMARY_MAX_TOKENS = 15_000
+    from sandmem.agent._context import RunOutcome, SandboxRunContext
+    from sandmem.memory.generation.manager import MemoryGenerationManager
 
 _DEFAULT: Any = object()
-
-
-def memory_read_prompt(summary: str, memories_dir: str, *, live_update: bool) -> str | None:
-    """The memory prompt for a run, or ``None`` when the summary is empty."""
-    if not summary.strip():
-        return None
-    policy_name = "memory_live_update" if live_update else "memory_read_only"
-    policy = render_prompt(load_prompt("sandmem.memory", policy_name), memories_dir=memories_dir)
-    return render_prompt(
-        load_prompt("sandmem.memory", "memory_read"),
-        memories_dir=memories_dir,
-        update_policy=policy.strip(),
-        summary=truncate_head_tail(summary.strip(), SUMMARY_MAX_TOKENS, what="memory summary"),
-    )
 
 
 @dataclass
@@ -91,7 +75,7 @@ class Memory(Capability):
     async def on_run_start(self, ctx: SandboxRunContext) -> None:
         """Resolve the rollout id, check the layout and prepare it, and read the summary once —
         all before the first model call, so misuse surfaces at once."""
-        from sandmem.memory.manager import get_manager
+        from sandmem.memory.generation import check_schedule, get_manager
         from sandmem.memory.rollouts import resolve_rollout_id
 
         slot = self._slot(ctx)
@@ -102,33 +86,16 @@ class Memory(Capability):
             except ValueError as exc:
                 raise UserError(str(exc)) from exc
             store = self.layout.store
-            remote = store is not None and store.remote
-            if self.generate.schedule == "explicit" and remote:
-                raise UserError(
-                    'MemoryGenerateConfig(schedule="explicit") generates in this workspace, '
-                    'but the layout\'s memory lives in a remote store: use "inline" (the '
-                    "stop generates in the store) or a scheduler (workers do)"
-                )
-            if self.generate.schedule not in ("inline", "explicit") and not remote:
-                raise UserError(
-                    "MemoryGenerateConfig(schedule=...) defers generation to workers on other "
-                    "hosts, which cannot see this workspace: give the layout a remote store, "
-                    "MemoryLayoutConfig(store=S3MemoryStore(...))"
-                )
+            check_schedule(self.generate, store)
             slot.manager = get_manager(self.session, self.paths, self.generate, store)
             await slot.manager.prepare()
         if self.layout.store is not None and self.layout.store.remote:
-            from sandmem.memory._store_sync import pull
+            from sandmem.memory.store import pull
 
             await pull(self.session, self.paths, self.layout.store)
         if self.read is not None:
-            from sandmem.memory.journal import try_recover
-
-            # a commit a killed process left half-applied is finished before the summary is read
-            await try_recover(self.session, self.paths)
-            summary = await read_text(self.session, self.paths.summary_md) or ""
-            slot.prompt = memory_read_prompt(
-                summary, self.paths.memories_dir, live_update=self.read.live_update
+            slot.prompt = await read_prompt_for(
+                self.session, self.paths, live_update=self.read.live_update
             )
 
     def _guard_memory_writes(self, ctx: SandboxRunContext) -> None:
@@ -136,7 +103,7 @@ class Memory(Capability):
         writes there, and every stop redacts what changed (for a read-only layout through its
         own pre-stop hook; a generating layout's manager does it after its flush)."""
         from sandmem.capabilities.filesystem import MEMORY_WRITE_GUARDS
-        from sandmem.memory._redact_pass import stop_redaction
+        from sandmem.memory.generation import on_stop_read_only
         from sandmem.redaction import Redactor
 
         patterns = self.generate.redact_patterns if self.generate is not None else ()
@@ -144,7 +111,7 @@ class Memory(Capability):
         guards = ctx.extras.setdefault(MEMORY_WRITE_GUARDS, [])
         guards.append((self.paths.memories_dir, redactor))
         if self.generate is None:
-            stop_redaction(self.session, self.paths.memories_dir, redactor)
+            on_stop_read_only(self.session, self.paths.memories_dir, redactor)
 
     async def instructions(self, ctx: SandboxRunContext) -> str | None:
         return self._slot(ctx).prompt

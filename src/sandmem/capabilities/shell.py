@@ -6,13 +6,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sandmem._tools import FunctionTool, function_tool
 from sandmem._truncate import estimate_tokens, truncate_head_tail
-from sandmem.capabilities._base import Capability
+from sandmem.agent._capability import Capability
+from sandmem.agent._tools import FunctionTool, function_tool
 from sandmem.redaction import redact
 
 if TYPE_CHECKING:
-    from sandmem._run_context import SandboxRunContext
+    from sandmem.agent._context import SandboxRunContext
     from sandmem.sandboxes._session import ExecResult
 
 DEFAULT_TIMEOUT_MS = 120_000

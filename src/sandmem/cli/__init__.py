@@ -13,6 +13,8 @@
 Errors raised by sandmem (``SandmemError``) are printed as one line and exit with status 1;
 usage errors exit with status 2; an interrupt (Ctrl-C) exits with status 130. While a command
 runs, sandmem's log warnings are printed as one readable line each.
+
+The top floor: a thin layer over the public API; it may import everything, nothing imports it.
 """
 
 from __future__ import annotations

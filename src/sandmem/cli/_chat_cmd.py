@@ -18,9 +18,9 @@ from pathlib import Path
 import click
 
 from sandmem._errors import SandmemError, UserError
-from sandmem._run_config import RunConfig, SandboxRunConfig
-from sandmem._session import SQLiteSession
 from sandmem._usage import Usage
+from sandmem.agent._run_config import RunConfig, SandboxRunConfig
+from sandmem.agent._session import SQLiteSession
 from sandmem.cli._common import (
     ConfigError,
     git_tip,

@@ -14,11 +14,11 @@ from typing import Any
 
 import click
 
-from sandmem._agent import Agent
 from sandmem._items import Item, message_text
-from sandmem._run import Runner, RunResultStreaming
-from sandmem._stream_events import StreamEvent
-from sandmem.cli._output import human_size, one_line
+from sandmem._log_lines import human_size, one_line
+from sandmem.agent._agent import Agent
+from sandmem.agent._stream_events import StreamEvent
+from sandmem.run._runner import Runner, RunResultStreaming
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _SPIN_S = 0.1

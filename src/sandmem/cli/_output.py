@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,10 @@ from rich.progress import (
 )
 
 from sandmem._errors import MemoryGenerationError
+from sandmem._log_lines import OneLineWarnings as OneLineWarnings
+from sandmem._log_lines import human_size as human_size
+from sandmem._log_lines import one_line as one_line
+from sandmem._log_lines import readable_warnings as readable_warnings
 from sandmem._usage import Usage
 from sandmem.memory import FileSize, GenerationProgress, GenerationReport
 
@@ -38,19 +41,6 @@ def stderr_console() -> Console:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
-
-
-def human_size(size: int | None) -> str:
-    if size is None:
-        return "missing"
-    if size < 1024:
-        return f"{size} B"
-    value = float(size)
-    for unit in ("KB", "MB", "GB"):
-        value /= 1024
-        if value < 1024 or unit == "GB":
-            break
-    return f"{value:.1f} {unit}"
 
 
 def render_tree(entries: list[FileSize]) -> list[str]:
@@ -195,48 +185,6 @@ def progress_display(
             bar.update(task, total=step.total, completed=step.extracted, description=description)
 
         yield update
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-class OneLineWarnings(logging.Handler):
-    """Renders sandmem's log records of level WARNING and above as one readable line on the
-    current stderr (``warning: ...``), the exception (if any) folded into the same line."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = one_line(record.getMessage())
-            if record.exc_info and record.exc_info[1] is not None:
-                exc = record.exc_info[1]
-                text += f": {type(exc).__name__}: {one_line(str(exc))}"
-            level = "warning" if record.levelno < logging.ERROR else "error"
-            click.echo(f"sandmem {level}: {text}", err=True)
-        except Exception:  # pragma: no cover - logging must never break the command
-            self.handleError(record)
-
-
-@contextlib.contextmanager
-def readable_warnings() -> Iterator[None]:
-    """While a command runs, sandmem's warnings are one readable line each (no raw log lines,
-    no tracebacks); the logger is restored afterwards."""
-    logger = logging.getLogger("sandmem")
-    if any(isinstance(h, OneLineWarnings) for h in logger.handlers):
-        yield  # already on (``sandmem demo`` inside the ``sandmem`` group)
-        return
-    handler = OneLineWarnings()
-    saved = logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = saved
 
 
 class Out:

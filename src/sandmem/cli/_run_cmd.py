@@ -20,10 +20,9 @@ import click
 
 from sandmem._errors import MemoryNotFoundError, SandmemError, UserError
 from sandmem._items import Item, item_kind
-from sandmem._run import RunResultStreaming
-from sandmem._run_config import RunConfig, SandboxRunConfig
-from sandmem._sandbox_agent import SandboxAgent
-from sandmem.capabilities._base import Capability
+from sandmem.agent._capability import Capability
+from sandmem.agent._run_config import RunConfig, SandboxRunConfig
+from sandmem.capabilities._sandbox_agent import SandboxAgent
 from sandmem.capabilities.filesystem import Filesystem
 from sandmem.capabilities.memory import Memory
 from sandmem.capabilities.shell import Shell
@@ -51,6 +50,7 @@ from sandmem.memory import (
     show,
     validate_rollout_id,
 )
+from sandmem.run._runner import RunResultStreaming
 from sandmem.sandboxes import SandboxSession
 
 __all__ = ["RolloutHistory", "paired_calls", "run_command"]

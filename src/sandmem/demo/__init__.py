@@ -5,6 +5,9 @@
 - :func:`invoice_workspace`, :func:`scripted_engineer`, :data:`FIX_TASK`,
   :data:`REGRESSION_TASK`, :func:`check_prerequisites` — the scenario's parts, reused by
   ``examples/``.
+
+An application of the library: it may import the public surface and the floors below; never
+``cli`` or ``eval``.
 """
 
 from __future__ import annotations

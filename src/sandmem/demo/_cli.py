@@ -39,7 +39,7 @@ def demo_command(model: str | None, offline: bool | None, keep: Path | None) -> 
     "add a regression test for the bug you fixed". Exits 0 only when run 2's first model
     request carried the memory of run 1.
     """
-    from sandmem.cli._output import readable_warnings  # the CLI imports this module
+    from sandmem._log_lines import readable_warnings
 
     with readable_warnings():
         code = asyncio.run(run_demo(model=model, offline=offline, workdir=keep))

@@ -12,6 +12,10 @@ and on each worker host ``sandmem worker --broker redis://... --store s3://agent
 Needs the ``distributed`` extra (``pip install 'sandmem[distributed]'``: boto3, celery,
 redis); the names below import their libraries only when used. ``docs/scale-out.md`` has the
 architecture and the guarantees.
+
+Owns scale-out only: the S3 memory store, the Celery scheduler and worker, Redis leases.
+May import ``memory``, ``sandboxes`` and the floors below; nothing in the core imports it
+(``sandmem.distributed.S3SnapshotSpec`` is defined in ``sandboxes``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ if TYPE_CHECKING:
     from sandmem.distributed._celery import CeleryScheduler
     from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease
     from sandmem.distributed._s3 import S3MemoryStore
-    from sandmem.distributed._snapshot import S3SnapshotSpec
+    from sandmem.sandboxes._s3_snapshot import S3SnapshotSpec
 
 __all__ = [
     "CeleryScheduler",
@@ -39,7 +43,7 @@ _WHERE = {
     "LeaseLost": "sandmem.distributed._lease",
     "RedisLease": "sandmem.distributed._lease",
     "S3MemoryStore": "sandmem.distributed._s3",
-    "S3SnapshotSpec": "sandmem.distributed._snapshot",
+    "S3SnapshotSpec": "sandmem.sandboxes._s3_snapshot",
 }
 
 

@@ -16,10 +16,10 @@ import time
 from typing import Any
 
 from sandmem._errors import UserError
-from sandmem.distributed._extra import require
+from sandmem._extras import require
 from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease
 from sandmem.distributed._s3 import S3MemoryStore
-from sandmem.memory._store import (
+from sandmem.memory.store._base import (
     GenerationScheduler,
     MemoryStore,
     MemoryStoreConflict,
@@ -104,8 +104,8 @@ async def run_one(
     lease_ttl_s: float,
 ) -> dict[str, Any]:
     """Execute one job: lease, stage, generate, commit. Returns a short report."""
-    from sandmem.memory._store_sync import run_job
-    from sandmem.memory.storage import MemoryPaths
+    from sandmem.memory.generation._job import run_job
+    from sandmem.memory.layout import MemoryPaths
 
     store = _job_store(root, job["store"])
     paths = MemoryPaths(str(job["memories_dir"]), str(job["sessions_dir"]))

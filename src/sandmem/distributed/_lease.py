@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from sandmem._errors import SandmemError
-from sandmem.distributed._extra import require
+from sandmem._extras import require
 
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from sandmem._errors import UserError
-from sandmem.distributed._extra import require
-from sandmem.memory._store import (
+from sandmem._extras import require
+from sandmem.memory.store._base import (
     MemoryStore,
     MemoryStoreConflict,
     MemoryStoreError,

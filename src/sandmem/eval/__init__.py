@@ -5,6 +5,9 @@
 writes ``report.json``, ``report.md`` and ``report.html`` into ``out`` and returns the
 :class:`EvalReport`. Finished cells are kept in ``out/cells/``, so an interrupted eval resumes
 where it stopped. ``docs/eval.md`` documents the suite format, conditions and metrics.
+
+An application of the library: it may import the public surface (``sandmem``,
+``sandmem.memory``, ``sandmem.testing``) and the floors below; never ``cli`` or ``demo``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
 from sandmem._errors import MemoryLockedError, MemoryNotFoundError, SandboxError, UserError
-from sandmem.memory import maintenance
+from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConversationInfo,
     FileSize,
@@ -37,10 +37,12 @@ from sandmem.memory._results import (
     SearchResults,
     TokenUsage,
 )
-from sandmem.memory._search import search_layout
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
-from sandmem.memory.manager import FlushReport, MemoryGenerationManager, get_manager
-from sandmem.memory.storage import MemoryPaths, read_text
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.generation.manager import FlushReport, MemoryGenerationManager
+from sandmem.memory.layout import MemoryPaths, read_text
+from sandmem.memory.views import _maintenance as maintenance
+from sandmem.memory.views._search import search_layout
 from sandmem.models._base import Model
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.sandboxes._session import SandboxSession
@@ -266,7 +268,7 @@ async def view_html(
     size over time. It loads nothing from the network and escapes all text; a file that
     cannot be read is left out and named on the page. ``title`` labels the page (default:
     the workspace's path). Reads only; changes nothing."""
-    from sandmem.memory._viewer_html import build_page
+    from sandmem.memory.views._viewer_html import build_page
 
     async with _opened(target, layout) as (session, paths, _):
         label = title if title is not None else str(session.root)
@@ -358,7 +360,7 @@ async def _flush_with_progress(
     session, paths = manager.session, manager.paths
     wanted = {"pending", "failed"} if retry_failed else {"pending"}
     total = sum(c.status in wanted for c in await maintenance.conversations(session, paths))
-    since = len(await maintenance.read_log(session, paths))
+    since = len(await gen_state.read_log(session, paths))
     flushing = asyncio.ensure_future(
         manager.flush(retry_failed=retry_failed, wait_backoff=wait_backoff)
     )
@@ -366,7 +368,7 @@ async def _flush_with_progress(
         while True:
             done = {flushing}
             await asyncio.wait(done, timeout=PROGRESS_POLL_S)
-            records = (await maintenance.read_log(session, paths))[since:]
+            records = (await gen_state.read_log(session, paths))[since:]
             extracted = min(sum(r.get("phase") == "one" for r in records), total)
             phase: Literal["extracting", "consolidating"] = (
                 "consolidating" if extracted >= total else "extracting"

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sandmem._settings import ModelSettings, Reasoning
-from sandmem.memory._store import GenerationScheduler, MemoryStore
+from sandmem.memory.store._base import GenerationScheduler, MemoryStore
 from sandmem.models._base import Model, ModelProvider
 
 #: the model name that selects sandmem's deterministic, model-free engine

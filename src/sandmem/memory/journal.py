@@ -31,8 +31,9 @@ from typing import Any
 
 from sandmem._errors import MemoryGenerationError, SandboxError
 from sandmem.memory._json import loads_bounded
+from sandmem.memory.layout import MemoryPaths, write_json
 from sandmem.memory.rollouts import utc_now
-from sandmem.memory.storage import MemoryPaths, append_log, write_json
+from sandmem.memory.state import append_log
 from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory")

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from sandmem._items import Item, item_kind
-from sandmem._run_context import RunOutcome, SandboxRunContext
+from sandmem.agent._context import RunOutcome, SandboxRunContext
 from sandmem.memory._text import safe_text
 
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -93,23 +93,43 @@ def _refs(selection_file: Any) -> tuple[list[RawMemoryRef], list[str]]:
     return refs, problems
 
 
-def parse_selection(data: bytes | None, path: str) -> tuple[list[RawMemoryRef], dict[str, str]]:
+@dataclass(frozen=True)
+class SavedSelection:
+    """``phase_two_selection.json`` as read: the refs, when it was written, what was wrong."""
+
+    refs: list[RawMemoryRef]
+    updated_at: str | None
+    problems: dict[str, str]
+
+
+def parse_selection_file(data: bytes | None, path: str) -> SavedSelection:
     """The previous selection from the bytes of ``phase_two_selection.json`` and what was
     wrong with it (``path`` → reason). The file is derived data: when it is unreadable or of
     the wrong shape, the previous selection counts as empty, so every selected conversation
     is consolidated again and the file is rewritten."""
     if data is None or not data.strip():
-        return [], {}
+        return SavedSelection([], None, {})
     from sandmem.memory._json import loads_bounded
 
     try:
         parsed = loads_bounded(data)
     except ValueError as exc:
-        return [], {path: f"unreadable ({exc}); rebuilt at the next consolidation"}
+        return SavedSelection(
+            [], None, {path: f"unreadable ({exc}); rebuilt at the next consolidation"}
+        )
+    updated = parsed.get("updated_at") if isinstance(parsed, dict) else None
+    updated_at = str(updated) if isinstance(updated, str) and updated else None
     refs, problems = _refs(parsed)
     if problems:
-        return refs, {path: "; ".join(problems) + "; rebuilt at the next consolidation"}
-    return refs, {}
+        reason = "; ".join(problems) + "; rebuilt at the next consolidation"
+        return SavedSelection(refs, updated_at, {path: reason})
+    return SavedSelection(refs, updated_at, {})
+
+
+def parse_selection(data: bytes | None, path: str) -> tuple[list[RawMemoryRef], dict[str, str]]:
+    """``parse_selection_file``'s refs and problems."""
+    saved = parse_selection_file(data, path)
+    return saved.refs, saved.problems
 
 
 def diff_selection(selected: list[RawMemoryRef], previous: list[RawMemoryRef]) -> SelectionDiff:

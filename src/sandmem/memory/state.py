@@ -1,5 +1,10 @@
 """Generation state: per-rollout retry state and the last consolidation, as pydantic models.
 
+The sole reader and writer of a layout's state files: ``generation_state.json`` (``load`` /
+``save``), ``phase_two_selection.json`` (``load_selection`` / ``save_selection``; a
+consolidation commits it through ``memory.journal``) and ``generation_log.jsonl``
+(``append_log`` / ``read_log``). Everything else asks here, in typed values.
+
 ``generation_state.json`` is derived data. The raw memory headers say which rollouts are up to
 date; the state adds what files cannot say: attempts, the last error and its class, when to
 retry. This module owns the rules both the manager and ``maintenance`` apply:
@@ -21,6 +26,7 @@ returned as a message with the path so the caller can report it.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -34,7 +40,13 @@ from sandmem._errors import (
     SandboxError,
 )
 from sandmem.memory._json import loads_bounded
-from sandmem.memory.storage import MemoryPaths, write_json
+from sandmem.memory.layout import MemoryPaths, write_json
+from sandmem.memory.selection import (
+    RawMemoryRef,
+    SavedSelection,
+    parse_selection_file,
+    selection_document,
+)
 from sandmem.sandboxes._session import SandboxSession
 
 STATE_VERSION = 1
@@ -89,6 +101,23 @@ class PhaseTwoState(BaseModel):
     #: selection file's, the cap) when it last found nothing to do or committed a complete
     #: consolidation: a flush with the same digest skips phase two without reading them
     inputs_digest: str | None = None
+
+    def selection_diff(self) -> dict[str, list[str]]:
+        """The last consolidation's ``added`` / ``retained`` / ``removed`` ids (empty when
+        unknown or unreadable)."""
+        if not self.selection:
+            return {}
+        try:
+            parsed = loads_bounded(self.selection)
+        except ValueError:
+            return {}
+        if not isinstance(parsed, dict):
+            return {}
+        return {
+            key: [str(v) for v in value] if isinstance(value, list) else []
+            for key in ("added", "retained", "removed")
+            for value in [parsed.get(key)]
+        }
 
 
 class GenerationState(BaseModel):
@@ -146,6 +175,45 @@ async def load(session: SandboxSession, paths: MemoryPaths) -> tuple[GenerationS
 
 async def save(session: SandboxSession, paths: MemoryPaths, state: GenerationState) -> None:
     await write_json(session, paths.state_json, state.to_json())
+
+
+async def load_selection(session: SandboxSession, paths: MemoryPaths) -> SavedSelection:
+    """``phase_two_selection.json`` parsed (``selection.parse_selection_file``); an unreadable
+    file counts as no selection, with the reason in ``problems``."""
+    try:
+        data = (await session.read_many([paths.selection_json]))[paths.selection_json]
+    except SandboxError as exc:
+        return SavedSelection([], None, {paths.selection_json: f"unreadable ({exc})"})
+    return parse_selection_file(data, paths.selection_json)
+
+
+async def save_selection(
+    session: SandboxSession, paths: MemoryPaths, selected: list[RawMemoryRef], updated_at: str
+) -> None:
+    await write_json(session, paths.selection_json, selection_document(selected, updated_at))
+
+
+async def append_log(session: SandboxSession, paths: MemoryPaths, record: dict[str, Any]) -> None:
+    """One line in ``generation_log.jsonl`` per phase run."""
+    line = json.dumps(record, sort_keys=True, default=str) + "\n"
+    await session.append(paths.log_jsonl, line.encode("utf-8"))
+
+
+async def read_log(session: SandboxSession, paths: MemoryPaths) -> list[dict[str, Any]]:
+    """The records of ``generation_log.jsonl``, oldest first (malformed lines are skipped)."""
+    try:
+        data = (await session.read_many([paths.log_jsonl]))[paths.log_jsonl]
+    except SandboxError:
+        return []
+    records = []
+    for line in (data or b"").decode("utf-8", "replace").splitlines():
+        try:
+            record = loads_bounded(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 # ---------------------------------------------------------------- rules

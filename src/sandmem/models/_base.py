@@ -5,11 +5,24 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sandmem._items import Item, item_kind
 from sandmem._settings import ModelSettings
 from sandmem._usage import Usage
+
+
+@dataclass
+class ResponseTextDeltaEvent:
+    """A text delta, shaped like the Responses API's ``response.output_text.delta`` event.
+    Models that cannot stream get these from ``Model.stream_response``'s default."""
+
+    delta: str
+    item_id: str = ""
+    output_index: int = 0
+    content_index: int = 0
+    sequence_number: int = 0
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
 
 
 @dataclass(frozen=True)
@@ -81,8 +94,6 @@ class Model(abc.ABC):
 
         Text deltas are objects with ``type == "response.output_text.delta"`` and ``delta``.
         """
-        from sandmem._stream_events import ResponseTextDeltaEvent
-
         response = await self.get_response(request)
         sequence = 0
         for index, item in enumerate(response.output):

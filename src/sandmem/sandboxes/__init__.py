@@ -11,6 +11,11 @@ reference-named ``ExecTimeoutError``, ``ExecTransportError``, ``WorkspaceReadNot
 ``WorkspaceArchiveReadError``, ``WorkspaceArchiveWriteError``, ``WorkspaceWriteTypeError`` raised
 by the public session API, and ``SandboxError`` for any other failed operation. See
 ``docs/sandboxes.md``.
+
+Owns the session seam, the backends, the one host-filesystem layer (``_hostfs`` over
+``_fdwalk``: nothing else opens a workspace path), manifests, snapshots (local and S3) and the
+``apply_patch`` engine. Imports only the foundation; never ``agent``, ``run``, ``memory`` or
+anything above.
 """
 
 from __future__ import annotations

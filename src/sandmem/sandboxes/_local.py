@@ -30,7 +30,8 @@ from sandmem._errors import (
 )
 from sandmem.sandboxes import _hostfs
 from sandmem.sandboxes._environment import MINIMAL_HOST_VARIABLES, HostEnvironmentPolicy
-from sandmem.sandboxes._manifest import Manifest, validate_env, write_entries
+from sandmem.sandboxes._manifest import Manifest, validate_env
+from sandmem.sandboxes._materialize import write_entries
 from sandmem.sandboxes._process import run_command
 from sandmem.sandboxes._session import (
     DEFAULT_PRE_STOP_HOOK_TIMEOUT,

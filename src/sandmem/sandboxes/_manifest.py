@@ -1,7 +1,8 @@
 """Manifest: the initial contents of a workspace, as pydantic models that round-trip through JSON.
 
 File contents are raw bytes in Python and base64 strings in JSON. Entries nest
-(``Dir(children={...})``); ``write_entries`` materialises them through the host file layer.
+(``Dir(children={...})``); ``_materialize.write_entries`` materialises them through the host
+file layer.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from pydantic import (
     model_validator,
 )
 
-from sandmem._errors import SandboxError, SandboxPathError
-from sandmem.sandboxes import _hostfs
 from sandmem.sandboxes._types import Permissions
 
 #: ``Manifest(root=DEFAULT_ROOT)`` is the reference's default root: "a fresh workspace"
@@ -378,39 +377,3 @@ class Manifest(BaseModel):
     @classmethod
     def _check_env(cls, env: dict[str, str]) -> dict[str, str]:
         return validate_env(env)
-
-
-def write_entries(root: Path, entries: dict[str, AnyEntry]) -> None:
-    """Write manifest entries under ``root`` (blocking; parents first, paths checked; through
-    the host-filesystem layer, so a symlink never redirects an entry)."""
-    for rel in sorted(entries):
-        _write_entry(root, rel, entries[rel])
-
-
-def _write_entry(root: Path, rel: str, entry: AnyEntry) -> None:
-    if isinstance(entry, LocalFile | LocalDir | GitRepo):
-        from sandmem.sandboxes._materialize import materialize
-
-        materialize(root, rel, entry)
-        return
-    try:
-        if isinstance(entry, Dir):
-            _hostfs.mkdir(root, rel, parents=True)
-            children = {f"{rel}/{name}": child for name, child in entry.children.items()}
-            write_entries(root, children)  # before the mode: it may make the directory read-only
-            if entry.mode is not None:
-                _hostfs.set_dir_mode(root, rel, entry.mode)
-        else:
-            _hostfs.write_atomic(root, rel, entry.content, mode=entry.mode, durable=False)
-    except SandboxPathError:
-        raise
-    except SandboxError as exc:
-        if exc.operation == "manifest":
-            raise
-        cause = exc.__cause__
-        why = cause.strerror if isinstance(cause, OSError) and cause.strerror else exc
-        raise SandboxError(
-            f"cannot write manifest entry {rel!r} into the workspace {root}: {why}",
-            operation="manifest",
-            path=rel,
-        ) from cause

@@ -18,9 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandmem._errors import GitCloneError, LocalDirReadError, LocalFileReadError, SandboxError
+from sandmem._errors import (
+    GitCloneError,
+    LocalDirReadError,
+    LocalFileReadError,
+    SandboxError,
+    SandboxPathError,
+)
 from sandmem.sandboxes import _hostfs
-from sandmem.sandboxes._manifest import GitRepo, LocalDir, LocalFile
+from sandmem.sandboxes._manifest import AnyEntry, Dir, GitRepo, LocalDir, LocalFile
 
 logger = logging.getLogger("sandmem.sandboxes")
 
@@ -225,3 +231,37 @@ def _git_repo(root: Path, rel: str, entry: GitRepo) -> None:
             return GitCloneError(message, url=entry.url, ref=entry.ref)
 
         _copy_tree(source, root, rel, error, skip_git=entry.subpath is not None)
+
+
+def write_entries(root: Path, entries: dict[str, AnyEntry]) -> None:
+    """Write manifest entries under ``root`` (blocking; parents first, paths checked; through
+    the host-filesystem layer, so a symlink never redirects an entry)."""
+    for rel in sorted(entries):
+        _write_entry(root, rel, entries[rel])
+
+
+def _write_entry(root: Path, rel: str, entry: AnyEntry) -> None:
+    if isinstance(entry, LocalFile | LocalDir | GitRepo):
+        materialize(root, rel, entry)
+        return
+    try:
+        if isinstance(entry, Dir):
+            _hostfs.mkdir(root, rel, parents=True)
+            children = {f"{rel}/{name}": child for name, child in entry.children.items()}
+            write_entries(root, children)  # before the mode: it may make the directory read-only
+            if entry.mode is not None:
+                _hostfs.set_dir_mode(root, rel, entry.mode)
+        else:
+            _hostfs.write_atomic(root, rel, entry.content, mode=entry.mode, durable=False)
+    except SandboxPathError:
+        raise
+    except SandboxError as exc:
+        if exc.operation == "manifest":
+            raise
+        cause = exc.__cause__
+        why = cause.strerror if isinstance(cause, OSError) and cause.strerror else exc
+        raise SandboxError(
+            f"cannot write manifest entry {rel!r} into the workspace {root}: {why}",
+            operation="manifest",
+            path=rel,
+        ) from cause

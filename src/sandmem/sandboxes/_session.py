@@ -41,8 +41,8 @@ from sandmem._errors import (
     WorkspaceRootNotFoundError,
     WorkspaceWriteTypeError,
 )
-from sandmem.distributed._snapshot import S3SnapshotSpec
 from sandmem.sandboxes._manifest import Manifest
+from sandmem.sandboxes._s3_snapshot import S3SnapshotSpec
 from sandmem.sandboxes._snapshot import (
     LocalSnapshotSpec,
     acquire_live_lock,

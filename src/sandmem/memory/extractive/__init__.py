@@ -9,6 +9,9 @@ pipeline calls two pure functions (no I/O, no clock, no randomness):
   ``memory_summary.md``.
 
 Both redact secrets from what they return. See ``docs/extractive.md``.
+
+Imports memory's core modules and the floors below; never ``memory.generation`` (which calls
+it), ``memory.views`` or anything above.
 """
 
 from __future__ import annotations

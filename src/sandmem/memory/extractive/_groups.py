@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from sandmem.memory._types import SelectedMemory
 from sandmem.memory.extractive._shell import kind_of
 from sandmem.memory.extractive._text import clip, find_paths, one_line
+from sandmem.memory.layout import parse_header
 from sandmem.memory.selection import newest_first
-from sandmem.memory.storage import parse_header
 
 #: bullet kinds, most important first (the order of learnings inside a group)
 KINDS = (

@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 
 from sandmem._errors import SandmemError
-from sandmem.capabilities._patch_format import AddFile, DeleteFile, UpdateFile, parse_patch
 from sandmem.memory.extractive._shell import describe_content
 from sandmem.memory.extractive._text import clip, code
+from sandmem.sandboxes._patch_format import AddFile, DeleteFile, UpdateFile, parse_patch
 
 _HEADER = re.compile(r"^\*\*\* (Add File|Update File|Delete File|Move to): (.+?)\s*$", re.M)
 _ACTIONS = {"Add File": "created", "Update File": "changed", "Delete File": "deleted"}

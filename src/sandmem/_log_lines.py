@@ -1,0 +1,67 @@
+"""Plain text for people: sizes, one-line text, and sandmem's warnings as one line each.
+
+Shared by the CLI and the demo (the demo runs inside and outside the ``sandmem`` command).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import click
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "missing"
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KB", "MB", "GB"):
+        value /= 1024
+        if value < 1024 or unit == "GB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class OneLineWarnings(logging.Handler):
+    """Renders sandmem's log records of level WARNING and above as one readable line on the
+    current stderr (``warning: ...``), the exception (if any) folded into the same line."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = one_line(record.getMessage())
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                text += f": {type(exc).__name__}: {one_line(str(exc))}"
+            level = "warning" if record.levelno < logging.ERROR else "error"
+            click.echo(f"sandmem {level}: {text}", err=True)
+        except Exception:  # pragma: no cover - logging must never break the command
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def readable_warnings() -> Iterator[None]:
+    """While a command runs, sandmem's warnings are one readable line each (no raw log lines,
+    no tracebacks); the logger is restored afterwards."""
+    logger = logging.getLogger("sandmem")
+    if any(isinstance(h, OneLineWarnings) for h in logger.handlers):
+        yield  # already on (``sandmem demo`` inside the ``sandmem`` group)
+        return
+    handler = OneLineWarnings()
+    saved = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = saved

@@ -1,0 +1,82 @@
+"""Agents: an LLM with instructions, tools and an optional structured output type."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Self
+
+from sandmem._settings import ModelSettings
+from sandmem.agent._tool_use import ToolUseBehavior, check_tool_use_behavior
+from sandmem.agent._tools import FunctionTool
+from sandmem.models._base import Model
+
+if TYPE_CHECKING:
+    from sandmem.agent._context import RunContextWrapper
+    from sandmem.agent._hooks import AgentHooks
+
+#: dynamic instructions: ``(ctx, agent) -> str``, sync or async
+InstructionsFunction = Callable[["RunContextWrapper[Any]", "Agent"], str | Awaitable[str]]
+
+
+@dataclass
+class Agent:
+    """An LLM with instructions and tools.
+
+    ``instructions`` is text, or a function ``(ctx, agent) -> str`` (sync or async) called before
+    each model call with the run's ``RunContextWrapper``. ``model`` is a ``Model`` or a name
+    resolved by the run's model provider (``None``: the provider's default). ``model_settings``
+    (a ``ModelSettings`` or a dict of its fields) may be overridden per run by
+    ``RunConfig.model_settings``. ``output_type`` (a pydantic model) asks for validated structured
+    output. ``hooks`` (an ``AgentHooks``) receives this agent's lifecycle callbacks.
+    ``tool_use_behavior`` says what follows a turn of tool calls (see ``sandmem.agent._tool_use``):
+    another model turn by default, or a final output taken from the tools.
+    """
+
+    name: str
+    instructions: str | InstructionsFunction | None = None
+    model: str | Model | None = None
+    model_settings: ModelSettings | dict[str, Any] | None = field(default_factory=ModelSettings)
+    tools: list[FunctionTool] = field(default_factory=list)
+    output_type: type[Any] | None = None
+    hooks: AgentHooks[Any] | None = None
+    handoff_description: str | None = None
+    tool_use_behavior: ToolUseBehavior = "run_llm_again"
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise TypeError("Agent.name must be a non-empty string")
+        if self.instructions is not None and not (
+            isinstance(self.instructions, str) or callable(self.instructions)
+        ):
+            raise TypeError("Agent.instructions must be a string or a function (ctx, agent) -> str")
+        self.model_settings = ModelSettings.coerce(self.model_settings)
+        check_tool_use_behavior(self.tool_use_behavior)
+
+    @property
+    def settings(self) -> ModelSettings:
+        """``model_settings`` as a ``ModelSettings`` (it always is one after construction)."""
+        return ModelSettings.coerce(self.model_settings)
+
+    def clone(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied (lists such as ``tools`` are shared, not copied)."""
+        return dataclasses.replace(self, **changes)
+
+    async def get_instructions(self, ctx: RunContextWrapper[Any]) -> str | None:
+        """The instructions for the next model call (calls a dynamic-instructions function)."""
+        if self.instructions is None or isinstance(self.instructions, str):
+            return self.instructions
+        value = self.instructions(ctx, self)
+        if inspect.isawaitable(value):
+            value = await value
+        if value is not None and not isinstance(value, str):
+            raise TypeError(
+                f"the instructions function of agent {self.name!r} returned "
+                f"{type(value).__name__}, not str"
+            )
+        return value
+
+    # the reference's name for the same thing
+    get_system_prompt = get_instructions

@@ -1,0 +1,256 @@
+"""Function tools: typed Python functions the model can call.
+
+A tool's JSON schema is built once, when the tool is made (``FunctionTool.spec()`` returns the
+same ``ToolSpec`` every turn). A function whose first parameter is typed
+``RunContextWrapper[...]`` (or ``ToolContext[...]``) receives the run's context there; that
+parameter is not part of the schema.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from sandmem._docstrings import parse_docstring
+from sandmem._errors import UserError
+from sandmem.agent._context import RunContextWrapper, ToolContext
+from sandmem.models._base import ToolSpec
+
+if TYPE_CHECKING:
+    from sandmem.agent._agent import Agent
+
+#: what a tool returns to the model: text, or a list of content parts (e.g. an image)
+ToolOutput = str | list[dict[str, Any]]
+
+#: ``failure_error_function(ctx, error) -> text for the model`` (may be async)
+ToolErrorFunction = Callable[[RunContextWrapper[Any], Exception], Any]
+#: ``is_enabled(ctx, agent) -> bool`` (may be async)
+EnabledFunction = Callable[[RunContextWrapper[Any], "Agent"], Any]
+
+
+def default_tool_error_function(ctx: RunContextWrapper[Any], error: Exception) -> str:
+    """sandmem's default text for a failed tool call: the error's type and message, so the
+    model can correct itself."""
+    return f"Error: {type(error).__name__}: {error}"
+
+
+@dataclass
+class FunctionTool:
+    """A tool: its schema for the model and ``on_invoke_tool(ctx, arguments_json) -> output``.
+
+    ``on_invoke_tool`` may raise: the runner then asks ``failure_error_function`` for the text
+    the model sees (``None``: the error fails the run). ``strict_json_schema`` sends the schema
+    in the API's strict mode. ``is_enabled`` (a bool, or ``(ctx, agent) -> bool``) hides the tool
+    from the model for a run.
+    """
+
+    name: str
+    description: str
+    params_json_schema: dict[str, Any]
+    on_invoke_tool: Callable[[ToolContext[Any], str], Awaitable[Any]]
+    strict_json_schema: bool = True
+    is_enabled: bool | EnabledFunction = True
+    failure_error_function: ToolErrorFunction | None = field(default=default_tool_error_function)
+
+    @cached_property
+    def _spec(self) -> ToolSpec:
+        return ToolSpec(
+            self.name, self.description, self.params_json_schema, self.strict_json_schema
+        )
+
+    def spec(self) -> ToolSpec:
+        """The tool as the model sees it (built once)."""
+        return self._spec
+
+    async def on_invoke(self, arguments: str, context: Any = None) -> Any:
+        """Call the tool outside a run (tests, scripts): ``context`` is wrapped for it."""
+        ctx: ToolContext[Any] = ToolContext(context, tool_name=self.name, tool_arguments=arguments)
+        return await self.on_invoke_tool(ctx, arguments)
+
+    async def enabled_for(self, ctx: RunContextWrapper[Any], agent: Agent) -> bool:
+        if isinstance(self.is_enabled, bool):
+            return self.is_enabled
+        value = self.is_enabled(ctx, agent)
+        if inspect.isawaitable(value):
+            value = await value
+        return bool(value)
+
+
+class ToolArgumentsError(ValueError):
+    """The model's tool arguments were not valid JSON or failed validation."""
+
+
+def _takes_context(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation) or annotation
+    return isinstance(origin, type) and issubclass(origin, RunContextWrapper)
+
+
+def _params_model(
+    fn: Callable[..., Any], descriptions: dict[str, str]
+) -> tuple[type[BaseModel], bool]:
+    """The pydantic model of ``fn``'s arguments, and whether ``fn`` takes the context first."""
+    hints = get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    takes_context = False
+    for index, (name, param) in enumerate(inspect.signature(fn).parameters.items()):
+        annotation = hints.get(name, Any)
+        if index == 0 and _takes_context(annotation):
+            takes_context = True
+            continue
+        if _takes_context(annotation):
+            raise UserError(
+                f"function_tool {fn.__name__}: a RunContextWrapper parameter must come first"
+            )
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise UserError(f"function_tool {fn.__name__}: *args/**kwargs are not supported")
+        default = ... if param.default is param.empty else param.default
+        if name in descriptions:
+            fields[name] = (annotation, Field(default, description=descriptions[name]))
+        else:
+            fields[name] = (annotation, default)
+    config = ConfigDict(extra="forbid")
+    return create_model(f"{fn.__name__}_args", __config__=config, **fields), takes_context
+
+
+def parse_arguments(model: type[BaseModel], arguments: str) -> dict[str, Any]:
+    """Validate a JSON argument string against ``model``; raises ``ToolArgumentsError``."""
+    try:
+        raw = json.loads(arguments or "{}")
+    except json.JSONDecodeError as exc:
+        raise ToolArgumentsError(f"arguments are not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ToolArgumentsError("arguments must be a JSON object")
+    try:
+        parsed = model.model_validate(raw)
+    except ValidationError as exc:
+        raise ToolArgumentsError(f"invalid arguments: {exc}") from exc
+    return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+
+
+def to_tool_output(value: Any) -> ToolOutput:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    if isinstance(value, list) and all(isinstance(v, dict) and "type" in v for v in value):
+        return value
+    try:
+        return json.dumps(value)
+    except TypeError:
+        return str(value)
+
+
+def _schema(params: type[BaseModel], strict: bool, fn_name: str) -> dict[str, Any]:
+    schema = params.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        if isinstance(prop, dict):
+            prop.pop("title", None)
+    if not strict:
+        return schema
+    from sandmem.agent._schema import strict_json_schema
+
+    try:
+        return strict_json_schema(schema)
+    except UserError as exc:
+        raise UserError(
+            f"function_tool {fn_name}: its arguments cannot be expressed in strict mode ({exc}); "
+            "pass strict_mode=False"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class _ToolOptions:
+    name: str | None = None
+    description: str | None = None
+    use_docstring_info: bool = True
+    failure_error_function: ToolErrorFunction | None = default_tool_error_function
+    strict_mode: bool = True
+    is_enabled: bool | EnabledFunction = True
+
+
+def _make_tool(fn: Callable[..., Any], options: _ToolOptions) -> FunctionTool:
+    doc = parse_docstring(fn.__doc__) if options.use_docstring_info else None
+    params, takes_context = _params_model(fn, doc.params if doc else {})
+    schema = _schema(params, options.strict_mode, fn.__name__)
+    is_async = inspect.iscoroutinefunction(fn)
+
+    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> ToolOutput:
+        kwargs = parse_arguments(params, arguments)
+        args = (ctx,) if takes_context else ()
+        result = await fn(*args, **kwargs) if is_async else fn(*args, **kwargs)
+        return to_tool_output(result)
+
+    return FunctionTool(
+        name=options.name or fn.__name__,
+        description=options.description or (doc.description if doc else ""),
+        params_json_schema=schema,
+        on_invoke_tool=on_invoke_tool,
+        strict_json_schema=options.strict_mode,
+        is_enabled=options.is_enabled,
+        failure_error_function=options.failure_error_function,
+    )
+
+
+@overload
+def function_tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def function_tool(
+    *,
+    name_override: str | None = None,
+    description_override: str | None = None,
+    use_docstring_info: bool = True,
+    failure_error_function: ToolErrorFunction | None = default_tool_error_function,
+    strict_mode: bool = True,
+    is_enabled: bool | EnabledFunction = True,
+    name: str | None = None,
+    description: str | None = None,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def function_tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name_override: str | None = None,
+    description_override: str | None = None,
+    use_docstring_info: bool = True,
+    failure_error_function: ToolErrorFunction | None = default_tool_error_function,
+    strict_mode: bool = True,
+    is_enabled: bool | EnabledFunction = True,
+    name: str | None = None,
+    description: str | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a typed function (sync or async) into a ``FunctionTool``.
+
+    The JSON schema comes from the type hints (via pydantic), in strict mode unless
+    ``strict_mode=False``. With ``use_docstring_info`` (the default) the description and each
+    argument's description come from the docstring (Google, NumPy or Sphinx style).
+    ``name_override`` / ``description_override`` (aliases ``name`` / ``description``) replace
+    them. A tool that raises gives the model ``failure_error_function(ctx, error)``'s text
+    (``None``: the error fails the run). Use bare (``@function_tool``) or with options.
+    """
+    options = _ToolOptions(
+        name=name_override or name,
+        description=description_override or description,
+        use_docstring_info=use_docstring_info,
+        failure_error_function=failure_error_function,
+        strict_mode=strict_mode,
+        is_enabled=is_enabled,
+    )
+    if fn is not None:
+        return _make_tool(fn, options)
+
+    def decorate(inner: Callable[..., Any]) -> FunctionTool:
+        return _make_tool(inner, options)
+
+    return decorate

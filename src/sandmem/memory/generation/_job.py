@@ -1,0 +1,132 @@
+"""The generation job: memory generated for one layout of a remote store.
+
+The job stages the layout from the store into a temporary workspace, runs the ordinary
+two-phase pipeline on it through a ``SandboxSession`` (every file written and read through
+the session API, like any workspace), and commits the result as a new version (phase-one
+artifacts first, so a job that dies in phase two never extracts a rollout version again). A
+commit that loses the race re-stages from the newer version, keeps its phase-one artifacts,
+and runs phase two again: no update is lost, no rollout version extracted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sandmem.memory.store._base import MemoryStore, MemoryStoreConflict, MemoryVersion
+from sandmem.memory.store._sync import _COMMIT_ATTEMPTS, Lease, read_current, walk_files
+
+if TYPE_CHECKING:
+    from sandmem.memory.config import MemoryGenerateConfig
+    from sandmem.memory.generation.manager import FlushReport
+    from sandmem.memory.layout import MemoryPaths
+    from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory.store")
+
+_PHASE_ONE_DIRS = ("raw_memories/", "rollout_summaries/")
+
+
+async def _stage(
+    session: SandboxSession, store: MemoryStore, paths: MemoryPaths
+) -> tuple[MemoryVersion | None, dict[str, bytes]]:
+    """Write the layout's rollouts and the current version's files into the job's workspace;
+    return that version and its files."""
+    current, files = await read_current(store, paths.memories_dir)
+    for name, data in files.items():
+        await session.write(f"{paths.memories_dir}/{name}", data)
+    await session.mkdir(paths.sessions_dir, parents=True)
+    for rollout_id, segments in (await store.segments(paths.sessions_dir)).items():
+        await session.write(paths.rollout_file(rollout_id), b"".join(segments))
+    return current, files
+
+
+async def run_job(
+    store: MemoryStore,
+    paths: MemoryPaths,
+    config: MemoryGenerateConfig,
+    *,
+    lease: Lease | None = None,
+    retry_failed: bool = False,
+) -> FlushReport:
+    """Generate memory for one layout of ``store`` (see the module docstring)."""
+    inline = config.model_copy(update={"schedule": "inline"})
+    carry: dict[str, bytes] = {}
+    for _ in range(_COMMIT_ATTEMPTS):
+        with tempfile.TemporaryDirectory(prefix="sandmem-job-") as tmp:
+            job = _Job(Path(tmp) / "workspace", store, paths, lease)
+            try:
+                return await job.run(inline, carry, retry_failed)
+            except MemoryStoreConflict:
+                carry.update(job.phase_one_files)
+                logger.info("memory of %s moved during the job; running again", store.describe())
+    raise MemoryStoreConflict(
+        f"memory of {store.describe()} changed under the job {_COMMIT_ATTEMPTS} times; the "
+        "job will run again"
+    )
+
+
+class _Job:
+    """One attempt: stage, flush (committing phase one before phase two), commit."""
+
+    def __init__(
+        self, root: Path, store: MemoryStore, paths: MemoryPaths, lease: Lease | None
+    ) -> None:
+        self.root = root
+        self.store = store
+        self.paths = paths
+        self.lease = lease
+        self.base: MemoryVersion | None = None
+        self.committed: dict[str, bytes] = {}
+        #: the phase-one artifacts last seen in the job's workspace (carried into a retry)
+        self.phase_one_files: dict[str, bytes] = {}
+        self._session: SandboxSession | None = None
+
+    async def _collect(self) -> dict[str, bytes]:
+        assert self._session is not None
+        files = await walk_files(self._session, self.paths.memories_dir)
+        self.phase_one_files = {
+            name: data for name, data in files.items() if name.startswith(_PHASE_ONE_DIRS)
+        }
+        return files
+
+    async def _commit(self) -> None:
+        files = await self._collect()
+        if files == self.committed:
+            return
+        if self.lease is not None:
+            await self.lease.check()
+        fence = self.lease.token if self.lease is not None else 0
+        self.base = await self.store.commit(self.paths.memories_dir, self.base, files, fence=fence)
+        self.committed = files
+
+    async def run(
+        self,
+        config: MemoryGenerateConfig,
+        carry: dict[str, bytes],
+        retry_failed: bool,
+    ) -> FlushReport:
+        from sandmem.memory.generation.manager import MemoryGenerationManager
+        from sandmem.sandboxes._local import UnixLocalSandboxClient
+        from sandmem.sandboxes._manifest import Manifest
+
+        self.root.mkdir(parents=True)
+        client = UnixLocalSandboxClient()
+        session = await client.create(manifest=Manifest(root=self.root))
+        self._session = session
+        try:
+            await session.start()
+            self.base, self.committed = await _stage(session, self.store, self.paths)
+            for name, data in carry.items():
+                await session.write(f"{self.paths.memories_dir}/{name}", data)
+            manager = MemoryGenerationManager(session, self.paths, config)
+            manager.after_phase_one = self._commit
+            report = await manager.flush(retry_failed=retry_failed)
+            await self._commit()
+            await session.stop()
+        finally:
+            self._session = None
+            await client.delete(session)
+        return report

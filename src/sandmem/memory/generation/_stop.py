@@ -1,0 +1,109 @@
+"""What happens to a layout's memory when its sandbox session stops — decided here only.
+
+The one stop path, read top to bottom::
+
+    on_stop(manager)
+      ├── with a remote store: push (segments, live edits)
+      │     ├── schedule "inline": run the generation job in the store, pull its result
+      │     └── a scheduler: enqueue the job for workers
+      ├── else, schedule "inline": flush in the workspace
+      ├── else, schedule "explicit": nothing (the application calls sandmem.memory.generate)
+      └── always, last: the stop-time redaction of every changed memory file
+
+A layout that is only read gets the last step alone (``on_stop_read_only``).
+
+It never raises: a failure is logged, and the session's snapshot and stop go on.
+``check_schedule`` refuses, before a run's first model call, a schedule that cannot work
+with the layout's store.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sandmem._errors import UserError
+from sandmem.memory.store._sync import pull, push_edits, push_segments
+
+if TYPE_CHECKING:
+    from sandmem.memory.config import MemoryGenerateConfig
+    from sandmem.memory.generation.manager import MemoryGenerationManager
+    from sandmem.memory.store._base import MemoryStore
+    from sandmem.redaction import Redactor
+    from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
+
+
+def check_schedule(config: MemoryGenerateConfig, store: MemoryStore | None) -> None:
+    """Refuse a schedule the layout's store cannot serve (``UserError``)."""
+    remote = store is not None and store.remote
+    if config.schedule == "explicit" and remote:
+        raise UserError(
+            'MemoryGenerateConfig(schedule="explicit") generates in this workspace, '
+            'but the layout\'s memory lives in a remote store: use "inline" (the '
+            "stop generates in the store) or a scheduler (workers do)"
+        )
+    if config.schedule not in ("inline", "explicit") and not remote:
+        raise UserError(
+            "MemoryGenerateConfig(schedule=...) defers generation to workers on other "
+            "hosts, which cannot see this workspace: give the layout a remote store, "
+            "MemoryLayoutConfig(store=S3MemoryStore(...))"
+        )
+
+
+async def on_stop(manager: MemoryGenerationManager) -> None:
+    """The session's stop for one layout (see the module docstring)."""
+    try:
+        if manager.store is not None:
+            await _with_store(manager, manager.store)
+        elif manager.config.schedule == "inline":
+            await _flush(manager)
+    finally:  # whatever generation did: no secret stays in a memory file
+        try:
+            await manager.redaction.run()
+        except Exception:
+            logger.exception("redacting %s at stop failed", manager.paths.memories_dir)
+
+
+async def _with_store(manager: MemoryGenerationManager, store: MemoryStore) -> None:
+    session, paths, config = manager.session, manager.paths, manager.config
+    try:
+        await push_segments(session, paths, store)
+        await push_edits(session, paths, store)
+        schedule = config.schedule
+        if schedule == "inline":
+            from sandmem.memory.generation._job import run_job
+
+            report = await run_job(store, paths, config)
+            logger.info("memory generated in the store: %s", report)
+            await pull(session, paths, store)
+        elif schedule != "explicit":  # "explicit" is refused by check_schedule
+            await schedule.enqueue(store, paths)
+    except Exception:
+        logger.exception("memory push to %s failed", store.describe())
+
+
+async def _flush(manager: MemoryGenerationManager) -> None:
+    try:
+        report = await manager.flush()
+    except Exception:
+        logger.exception("memory generation for %s failed", manager.paths.memories_dir)
+        return
+    if report.failed or report.phase_two in ("failed", "incomplete") or report.timed_out:
+        logger.warning(
+            "memory generation for %s incomplete: failed=%s phase_two=%s missing=%s timed_out=%s",
+            manager.paths.memories_dir,
+            report.failed,
+            report.phase_two,
+            report.phase_two_missing,
+            report.timed_out,
+        )
+
+
+def on_stop_read_only(session: SandboxSession, memories_dir: str, redactor: Redactor) -> None:
+    """A layout that is read but not generated: its stop does only the last step, the
+    redaction of every changed memory file (registered once per session and directory)."""
+    from sandmem.memory.generation._redact_pass import stop_redaction
+
+    stop_redaction(session, memories_dir, redactor)

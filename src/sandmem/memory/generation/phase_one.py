@@ -1,0 +1,264 @@
+"""Phase one: one rollout file in → a rollout summary and a raw memory out.
+
+The pure core (``render_input``, ``validate_artifacts``) is separate from the model call and
+from the file writes, so each can be tested alone. Phase one gives the model no tools: it reads
+an untrusted transcript and must not be able to act on the workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sandmem import tracing
+from sandmem._errors import MemoryGenerationError, ModelBehaviorError, ModelRequestError
+from sandmem._items import user_message
+from sandmem._prompts import load_prompt, render_prompt
+from sandmem._settings import ModelSettings
+from sandmem._usage import Usage
+from sandmem.memory._render import (
+    parse_rollout,
+    render_rollout,
+    rollout_terminal_summary,
+)
+from sandmem.memory._text import safe_text
+from sandmem.memory._types import PhaseOneArtifacts
+from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory.generation._metering import MeteredModel
+from sandmem.memory.layout import (
+    MemoryPaths,
+    RolloutFingerprint,
+    parse_header,
+    read_text,
+    render_with_header,
+)
+from sandmem.models._base import Model, ModelProvider, ModelRequest, OutputSchema
+from sandmem.redaction import Redactor
+from sandmem.sandboxes._session import SandboxSession
+
+ROLLOUT_MAX_TOKENS = 150_000
+SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
+
+
+def extra_guidance_block(extra_prompt: str | None) -> str:
+    """The developer's extra guidance as a clearly headed block ("" when none)."""
+    if not extra_prompt or not extra_prompt.strip():
+        return ""
+    return f"\n\n## Developer-specific extra guidance\n\n{extra_prompt.strip()}\n"
+
+
+def instructions(rollout_id: str, extra_prompt: str | None) -> str:
+    template = load_prompt("sandmem.memory", "phase_one")
+    return render_prompt(template, rollout_ref=rollout_id) + extra_guidance_block(extra_prompt)
+
+
+def render_input(rollout_id: str, rollout_text: str, omitted_bytes: int = 0) -> str:
+    """The user message of phase one: terminal metadata, then the compact transcript (capped
+    at 150,000 tokens, head and tail kept) fenced as untrusted data."""
+    parsed = parse_rollout(rollout_text)
+    meta = rollout_terminal_summary(parsed)
+    transcript = render_rollout(parsed, max_tokens=ROLLOUT_MAX_TOKENS)
+    note = (
+        f"Note: the rollout file is very large; {omitted_bytes} bytes of whole segments from "
+        "its middle were omitted before rendering.\n"
+        if omitted_bytes
+        else ""
+    )
+    return (
+        f"Rollout id: {rollout_id}\n"
+        f"Terminal metadata (JSON): {json.dumps(meta, sort_keys=True, default=str)}\n"
+        f"{note}\n"
+        "<transcript>\n"
+        f"{transcript}\n"
+        "</transcript>\n"
+    )
+
+
+def normalize_slug(slug: str) -> str:
+    value = slug.strip()
+    if value.endswith(".md"):
+        value = value[:-3]
+    return value
+
+
+def validate_artifacts(artifacts: PhaseOneArtifacts, rollout_id: str) -> PhaseOneArtifacts | None:
+    """``None`` when all three fields are empty (nothing worth remembering); the artifacts
+    with a normalised slug when all are set; ``MemoryGenerationError`` otherwise."""
+    slug = normalize_slug(artifacts.rollout_slug)
+    summary = artifacts.rollout_summary.strip()
+    raw = artifacts.raw_memory.strip()
+    filled = [bool(slug), bool(summary), bool(raw)]
+    if not any(filled):
+        return None
+    if not all(filled):
+        names = ("rollout_slug", "rollout_summary", "raw_memory")
+        empty = [n for n, f in zip(names, filled, strict=True) if not f]
+        raise MemoryGenerationError(
+            f"phase one returned empty {', '.join(empty)} for rollout {rollout_id}: either all "
+            "three fields are set or none",
+            rollout_id=rollout_id,
+        )
+    if not SLUG_PATTERN.fullmatch(slug):
+        raise MemoryGenerationError(
+            f"phase one returned an invalid slug {slug!r} for rollout {rollout_id}; a slug "
+            "matches ^[a-z0-9][a-z0-9_-]{0,79}$",
+            rollout_id=rollout_id,
+        )
+    return PhaseOneArtifacts(rollout_slug=slug, rollout_summary=summary, raw_memory=raw)
+
+
+def resolve_model(spec: str | Model, provider: ModelProvider) -> Model:
+    return spec if isinstance(spec, Model) else provider.get_model(spec)
+
+
+async def call_model(
+    rollout_id: str,
+    rollout_text: str,
+    config: MemoryGenerateConfig,
+    provider: ModelProvider,
+    omitted_bytes: int = 0,
+    usage: Usage | None = None,
+    request_slot: contextlib.AbstractAsyncContextManager[Any] | None = None,
+) -> PhaseOneArtifacts:
+    """One structured-output model call, no tools. The request is added to ``usage`` even
+    when it fails or its answer is unusable. ``request_slot`` is held around the request
+    only (rendering happens before it is taken)."""
+    from sandmem.agent._schema import parse_structured_output
+
+    model = MeteredModel(
+        tracing.instrument_model(resolve_model(config.phase_one_model, provider)), usage or Usage()
+    )
+    # rendering a long rollout is CPU work (tens of ms): keep it off the event loop so the
+    # flush's other requests keep moving meanwhile
+    rendered = await asyncio.to_thread(render_input, rollout_id, rollout_text, omitted_bytes)
+    request = ModelRequest(
+        instructions=instructions(rollout_id, config.extra_prompt),
+        input=[user_message(rendered)],
+        tools=[],
+        output_schema=_artifacts_schema(),
+        settings=config.phase_one_model_settings or ModelSettings(),
+    )
+    try:
+        async with request_slot or contextlib.nullcontext():
+            response = await model.get_response(request)
+    except ModelRequestError as exc:
+        raise MemoryGenerationError(
+            f"phase one request failed for rollout {rollout_id}: {exc}",
+            rollout_id=rollout_id,
+            retryable=True,
+        ) from exc
+    text = _output_text(response.output)
+    try:
+        artifacts: PhaseOneArtifacts = parse_structured_output(PhaseOneArtifacts, text)
+    except ModelBehaviorError as exc:
+        raise MemoryGenerationError(
+            f"phase one output for rollout {rollout_id} is not valid: {exc}", rollout_id=rollout_id
+        ) from exc
+    return artifacts
+
+
+@functools.cache
+def _artifacts_schema() -> OutputSchema:
+    """The phase-one output schema, built once (pydantic's schema generation costs about a
+    millisecond of event-loop time per call)."""
+    from sandmem.agent._schema import output_schema_for
+
+    return output_schema_for(PhaseOneArtifacts)
+
+
+def _output_text(output: list[dict[str, Any]]) -> str:
+    from sandmem._items import message_text
+
+    texts = [message_text(i) for i in output if i.get("role") == "assistant"]
+    return texts[-1] if texts else ""
+
+
+async def extract(
+    rollout_id: str,
+    rollout_text: str,
+    config: MemoryGenerateConfig,
+    provider: ModelProvider,
+    omitted_bytes: int = 0,
+    usage: Usage | None = None,
+    request_slot: contextlib.AbstractAsyncContextManager[Any] | None = None,
+) -> PhaseOneArtifacts | None:
+    """Run phase one for one rollout with the configured engine; model requests are added
+    to ``usage`` as they are made (each inside ``request_slot`` when given)."""
+    artifacts: PhaseOneArtifacts | None
+    if config.phase_one_model == EXTRACTIVE:
+        from sandmem.memory.extractive import extract as extractive_extract
+
+        artifacts = await asyncio.to_thread(extractive_extract, rollout_id, rollout_text)
+    else:
+        artifacts = await call_model(
+            rollout_id, rollout_text, config, provider, omitted_bytes, usage, request_slot
+        )
+    if artifacts is None:
+        return None
+    return validate_artifacts(artifacts, rollout_id)
+
+
+@dataclass(frozen=True)
+class WrittenArtifacts:
+    raw_memory_path: str
+    summary_path: str
+
+
+async def write_artifacts(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    rollout_id: str,
+    fp: RolloutFingerprint,
+    artifacts: PhaseOneArtifacts,
+    redactor: Redactor,
+) -> WrittenArtifacts:
+    """Write the rollout summary, then the raw memory (the raw memory last: it is what marks
+    the rollout as up to date). A previous summary under another slug is removed."""
+    raw_path = paths.raw_memory_file(rollout_id)
+    summary_path = paths.summary_file(rollout_id, artifacts.rollout_slug)
+    summary_name = summary_path.removeprefix(f"{paths.memories_dir}/")
+    previous = await read_text(session, raw_path)
+    rollout_path = paths.rollout_file(rollout_id)
+    summary_text = render_with_header(
+        {
+            "session_id": rollout_id,
+            "updated_at": fp.updated_at,
+            "rollout_path": rollout_path,
+            "terminal_state": fp.terminal_state,
+        },
+        safe_text(redactor.redact(artifacts.rollout_summary)),
+    )
+    raw_text = render_with_header(
+        {
+            "rollout_id": rollout_id,
+            "updated_at": fp.updated_at,
+            "rollout_path": rollout_path,
+            "rollout_summary_file": summary_name,
+            "terminal_state": fp.terminal_state,
+            "segments": str(fp.segments),
+        },
+        safe_text(redactor.redact(artifacts.raw_memory)),
+    )
+    await session.write(summary_path, summary_text)
+    await session.write(raw_path, raw_text)
+    if previous is not None:
+        old = parse_header(previous)[0].get("rollout_summary_file")
+        if old and old != summary_name and "/" in old and ".." not in old:
+            old_path = f"{paths.memories_dir}/{old}"
+            if await session.exists(old_path):
+                await session.remove(old_path)
+    return WrittenArtifacts(raw_path, summary_path)
+
+
+def is_up_to_date(raw_memory_text: str | None, fp: RolloutFingerprint) -> bool:
+    """A raw memory is up to date when it records the rollout's last ``updated_at`` and its
+    segment count."""
+    if raw_memory_text is None:
+        return False
+    fields = parse_header(raw_memory_text)[0]
+    return fields.get("updated_at") == fp.updated_at and fields.get("segments") == str(fp.segments)

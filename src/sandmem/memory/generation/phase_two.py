@@ -1,0 +1,557 @@
+"""Phase two: consolidate the selected raw memories into MEMORY.md, memory_summary.md, skills.
+
+Consolidation is a transaction (``memory.journal``): the engine works on a stage copy of the
+live files; the result is checked (not empty, within budget, redacted) and verified
+(``memory.verify``: every added conversation cited, no removed one). A result that misses
+conversations gets one follow-up turn naming them; if some are still missing, the outcome is
+``incomplete``: what was written is kept, and the missing conversations stay pending in
+``phase_two_selection.json`` for the next flush. On any failure the stage is discarded and the
+live files and ``phase_two_selection.json`` are unchanged.
+
+Every model request is counted in the caller's ``Usage``, whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from sandmem._errors import (
+    MaxTurnsExceeded,
+    MemoryGenerationError,
+    SandboxError,
+    SandmemError,
+)
+from sandmem._items import user_message
+from sandmem._prompts import load_prompt, render_prompt
+from sandmem._usage import Usage
+from sandmem.agent._agent import Agent
+from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
+from sandmem.memory import journal
+from sandmem.memory._text import safe_text
+from sandmem.memory._types import ConsolidationInputs, SelectedMemory
+from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory.generation._metering import MeteredModel
+from sandmem.memory.generation._scoped_tools import ScopedFiles, scoped_tools
+from sandmem.memory.generation.phase_one import extra_guidance_block, resolve_model
+from sandmem.memory.layout import MemoryPaths, parse_header, read_text
+from sandmem.memory.selection import (
+    RawMemoryRef,
+    SelectionDiff,
+    diff_selection,
+    parse_selection,
+    select,
+    selection_document,
+)
+from sandmem.memory.verify import Verification, follow_up_message, verify
+from sandmem.models._base import ModelProvider
+from sandmem.redaction import Redactor
+from sandmem.sandboxes._session import FileStat, SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
+
+#: how many raw memory files ``load_raw_memories`` reads at once
+_READ_BATCH = 512
+
+
+# ---------------------------------------------------------------- selection
+
+
+async def read_isolated(
+    session: SandboxSession, paths: list[str]
+) -> tuple[dict[str, bytes | None], dict[str, str]]:
+    """``read_many`` where one unreadable file (a directory, a symlink leaving the
+    workspace, a permission error) fails alone: it is left out and reported by path."""
+    try:
+        return await session.read_many(paths), {}
+    except SandboxError:
+        pass
+    found: dict[str, bytes | None] = {}
+    problems: dict[str, str] = {}
+    for path in paths:
+        try:
+            found[path] = (await session.read_many([path]))[path]
+        except SandboxError as exc:
+            problems[path] = f"unreadable: {exc}"
+    return found, problems
+
+
+#: why a listed file was not read (``read_many`` under ``no_symlinks`` skips these)
+NOT_REGULAR = "not a regular file (a symlink or a special file); skipped"
+
+
+def raw_memory_problem(rollout_id: str, data: bytes) -> tuple[str | None, str]:
+    """``(reason, text)``: why a raw memory file cannot be used (``None`` when it can)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text", ""
+    if "\x00" in text:
+        return "binary data", ""
+    fields = parse_header(text)[0]
+    if fields.get("rollout_id") != rollout_id or not fields.get("updated_at"):
+        return "no raw-memory header naming this rollout", ""
+    return None, text
+
+
+async def scan_raw_memories(
+    session: SandboxSession, paths: MemoryPaths
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Every usable raw memory's text by rollout id, and the files left out (path → reason).
+
+    A workspace may hold thousands: files are read with ``read_many`` in bounded batches; a
+    file removed between the listing and its read is skipped.
+    """
+    if not await session.is_dir(paths.raw_dir):
+        return {}, {}
+    names = [
+        n
+        for n in await session.listdir(paths.raw_dir)
+        if n.endswith(".md") and not n.startswith(".")
+    ]
+    found: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    for start in range(0, len(names), _READ_BATCH):
+        batch = [f"{paths.raw_dir}/{n}" for n in names[start : start + _READ_BATCH]]
+        texts, bad = await read_isolated(session, batch)
+        problems.update(bad)
+        for path, data in texts.items():
+            if data is None:  # listed but not read: a symlink or a special file
+                if path not in problems:
+                    problems[path] = NOT_REGULAR
+                continue
+            rid = path.rsplit("/", 1)[1][:-3]
+            reason, text = raw_memory_problem(rid, data)
+            if reason is None:
+                found[rid] = text
+            else:
+                problems[path] = reason
+    return found, problems
+
+
+async def load_raw_memories(session: SandboxSession, paths: MemoryPaths) -> dict[str, str]:
+    """Every usable raw memory's text by rollout id (see ``scan_raw_memories``)."""
+    return (await scan_raw_memories(session, paths))[0]
+
+
+@dataclass(frozen=True)
+class Plan:
+    selected: list[RawMemoryRef]
+    diff: SelectionDiff
+    bodies: dict[str, str]
+    #: files left out of the plan: path → reason
+    problems: dict[str, str] = field(default_factory=dict)
+    #: the previous selection's refs (to carry still-cited removed ones forward)
+    previous: list[RawMemoryRef] = field(default_factory=list)
+
+
+async def plan(session: SandboxSession, paths: MemoryPaths, cap: int) -> Plan:
+    raw, problems = await scan_raw_memories(session, paths)
+    parsed = {rid: parse_header(text) for rid, text in raw.items()}
+    refs = [RawMemoryRef.from_fields(fields, rid) for rid, (fields, _) in parsed.items()]
+    selected = select(refs, cap) if refs else []
+    data, bad = await read_isolated(session, [paths.selection_json])
+    problems.update(bad)
+    previous, selection_problems = parse_selection(
+        data.get(paths.selection_json), paths.selection_json
+    )
+    problems.update(selection_problems)
+    bodies = {rid: body.strip() for rid, (_, body) in parsed.items()}
+    return Plan(selected, diff_selection(selected, previous), bodies, problems, previous)
+
+
+async def inputs_digest(session: SandboxSession, paths: MemoryPaths, cap: int) -> str | None:
+    """A digest of everything ``plan`` reads — every raw memory file's name, size and mtime,
+    the selection file's, and ``cap`` — from ``stat`` alone (nothing is read). ``None`` when
+    some file's stat cannot be trusted (no mtime, not a regular file): then ``plan`` runs."""
+    names = await session.listdir(paths.raw_dir) if await session.is_dir(paths.raw_dir) else []
+    files = [f"{paths.raw_dir}/{n}" for n in names if n.endswith(".md") and not n.startswith(".")]
+    found: dict[str, FileStat | None] = {}
+    for start in range(0, len(files), _READ_BATCH * 2):
+        try:
+            found.update(await session.stat_many(files[start : start + _READ_BATCH * 2]))
+        except SandboxError:
+            return None
+    try:
+        found.update(await session.stat_many([paths.selection_json]))
+    except SandboxError:
+        return None
+    parts = [f"cap={cap}"]
+    for path, st in found.items():
+        if st is None and path != paths.selection_json:
+            return None
+        if st is not None and st.mtime_ns is None:
+            return None
+        parts.append(f"{path}:{st.size}:{st.mtime_ns}" if st is not None else f"{path}:-")
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def raw_memories_document(selected: list[RawMemoryRef], bodies: dict[str, str]) -> str:
+    """``raw_memories.md``: the selected raw memories, newest first."""
+    blocks = [
+        f"## Rollout {r.rollout_id}\n\nupdated_at: {r.updated_at}\n"
+        f"rollout_summary_file: {r.rollout_summary_file}\nterminal_state: {r.terminal_state}\n\n"
+        f"{bodies.get(r.rollout_id, '').strip()}\n"
+        for r in selected
+    ]
+    return "# Raw memories (newest first)\n\n" + "\n".join(blocks)
+
+
+# ---------------------------------------------------------------- engines
+
+
+def _ref_lines(refs: list[RawMemoryRef], memories_dir: str) -> str:
+    if not refs:
+        return "  (none)"
+    return "\n".join(
+        f"  - {r.rollout_id} (updated {r.updated_at}, {r.terminal_state}; summary "
+        f"{memories_dir}/{r.rollout_summary_file})"
+        for r in refs
+    )
+
+
+def edits_block(inputs: ConsolidationInputs) -> str:
+    """Edits made to MEMORY.md since the last consolidation, as a diff to keep."""
+    before, now = inputs.consolidated_memory_md, inputs.current_memory_md
+    if not before or before == now:
+        return ""
+    diff = "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            now.splitlines(keepends=True),
+            "MEMORY.md (last consolidation)",
+            "MEMORY.md (now)",
+        )
+    )
+    return (
+        "MEMORY.md was edited since the last consolidation (by an agent's live update or by a "
+        "person). Keep these edits: they are newer than the raw memories.\n```diff\n"
+        f"{diff}```\n"
+    )
+
+
+#: the brief carries raw_memories.md, MEMORY.md and memory_summary.md themselves when together
+#: they fit this many bytes (~50,000 tokens), so the agent needs no read turn; above it, the
+#: brief lists them and the agent reads them with its tools
+BRIEF_FILES_MAX_BYTES = 200_000
+
+
+def _fence(text: str) -> str:
+    fence = "````" if "```" in text else "```"
+    return f"{fence}markdown\n{text.rstrip()}\n{fence}"
+
+
+def inputs_block(inputs: ConsolidationInputs) -> str:
+    """The brief's inputs: the files' text when they fit ``BRIEF_FILES_MAX_BYTES``, else
+    where to read them."""
+    root = inputs.memories_dir
+    files = (
+        (
+            f"{root}/raw_memories.md",
+            "the selected raw memories, newest first",
+            inputs.raw_memories_md,
+        ),
+        (f"{root}/MEMORY.md", "the current registry, which you update", inputs.current_memory_md),
+        (
+            f"{root}/memory_summary.md",
+            "the current summary, which you update",
+            inputs.current_summary_md,
+        ),
+    )
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for _, _, text in files)
+    evidence = (
+        f"`{root}/rollout_summaries/` holds one recap per conversation, for more evidence when "
+        "a raw memory is unclear (read one only if you need it)."
+    )
+    if size > BRIEF_FILES_MAX_BYTES:
+        return (
+            "Inputs (read them with your tools):\n"
+            f"- `{root}/raw_memories.md`: the selected raw memories, newest first (notes from "
+            "individual conversations). Read it first.\n"
+            f"- The current `{root}/MEMORY.md` and `{root}/memory_summary.md`, which you "
+            f"update.\n- {evidence}"
+        )
+    blocks = [
+        f"`{path}` ({what}):\n{_fence(text) if text.strip() else '(empty)'}"
+        for path, what, text in files
+    ]
+    return (
+        "Inputs (their full text is below: you need not read them):\n\n"
+        + "\n\n".join(blocks)
+        + f"\n\n{evidence}"
+    )
+
+
+def consolidation_instructions(inputs: ConsolidationInputs) -> str:
+    template = load_prompt("sandmem.memory", "phase_two")
+    return render_prompt(
+        template,
+        inputs=inputs_block(inputs),
+        memories_dir=inputs.memories_dir,
+        added=_ref_lines(inputs.added, inputs.memories_dir),
+        retained=_ref_lines(inputs.retained, inputs.memories_dir),
+        removed=_ref_lines(inputs.removed, inputs.memories_dir),
+        edits=edits_block(inputs),
+        memory_budget=str(inputs.memory_md_max_bytes),
+        summary_budget=str(inputs.summary_max_bytes),
+        extra=extra_guidance_block(inputs.extra_prompt),
+    )
+
+
+Outcome = Literal["done", "incomplete"]
+
+
+@dataclass(frozen=True)
+class ConsolidationResult:
+    """A committed consolidation: ``done``, or ``incomplete`` with what it left out."""
+
+    outcome: Outcome
+    verification: Verification
+
+
+def _finished_when_written(
+    session: SandboxSession, paths: MemoryPaths, inputs: ConsolidationInputs
+) -> Callable[[Any, list[FunctionToolResult]], Awaitable[ToolsToFinalOutputResult]]:
+    """The consolidation's ``tool_use_behavior``: after a turn of tool calls the run ends (no
+    final-answer turn) once both files were rewritten on the stage, are not empty, fit their
+    budgets and pass ``verify``; otherwise the agent gets its next turn."""
+    start = (inputs.current_memory_md, inputs.current_summary_md)
+
+    async def decide(ctx: Any, results: list[FunctionToolResult]) -> ToolsToFinalOutputResult:
+        staged = [journal.staged(paths, p) for p in (paths.memory_md, paths.summary_md)]
+        found = await session.read_many(staged)
+        texts = [(found[p] or b"").decode("utf-8", "replace") for p in staged]
+        budgets = (inputs.memory_md_max_bytes, inputs.summary_max_bytes)
+        done = (
+            all(text.strip() and text != old for text, old in zip(texts, start, strict=True))
+            and all(
+                len(t.encode("utf-8", "surrogatepass")) <= b
+                for t, b in zip(texts, budgets, strict=True)
+            )
+            and verify(texts[0], inputs.added, inputs.removed).ok
+        )
+        return ToolsToFinalOutputResult(bool(done), "consolidated" if done else None)
+
+    return decide
+
+
+def _agent(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    inputs: ConsolidationInputs,
+    config: MemoryGenerateConfig,
+    provider: ModelProvider,
+    usage: Usage,
+) -> Agent:
+    # the tools see the live names; journal.StagedFiles maps the live set onto the stage
+    files = cast(SandboxSession, journal.StagedFiles(session, paths))
+    return Agent(
+        name="memory-consolidation",
+        instructions=consolidation_instructions(inputs),
+        model=MeteredModel(resolve_model(config.phase_two_model, provider), usage),
+        model_settings=config.phase_two_model_settings,
+        tools=scoped_tools(
+            files,
+            inputs.memories_dir,
+            skill_file_max_bytes=config.skill_file_max_bytes,
+            skills_max_bytes=config.skills_max_bytes,
+        ),
+        tool_use_behavior=_finished_when_written(session, paths, inputs),
+    )
+
+
+async def _staged_memory(session: SandboxSession, paths: MemoryPaths) -> str:
+    return await read_text(session, journal.staged(paths, paths.memory_md)) or ""
+
+
+async def _run_agent(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    inputs: ConsolidationInputs,
+    config: MemoryGenerateConfig,
+    provider: ModelProvider,
+    usage: Usage,
+) -> Verification:
+    """The consolidation run, then at most one follow-up turn naming what is missing."""
+    from sandmem.run._runner import Runner
+
+    agent = _agent(session, paths, inputs, config, provider, usage)
+    result = await Runner.run(
+        agent,
+        f"Consolidate the memory in {inputs.memories_dir}/ now.",
+        max_turns=config.phase_two_max_turns,
+    )
+    checked = verify(await _staged_memory(session, paths), inputs.added, inputs.removed)
+    if checked.ok:
+        return checked
+    logger.info("consolidation incomplete (%s); one follow-up turn", checked.describe())
+    follow_up = user_message(follow_up_message(checked, inputs.memories_dir))
+    await Runner.run(
+        agent, [*result.to_input_list(), follow_up], max_turns=config.phase_two_max_turns
+    )
+    return verify(await _staged_memory(session, paths), inputs.added, inputs.removed)
+
+
+async def _run_extractive(
+    session: SandboxSession, paths: MemoryPaths, inputs: ConsolidationInputs
+) -> Verification:
+    from sandmem.memory.extractive import consolidate
+
+    output = consolidate(inputs)
+    for rel, text in sorted(output.skills.items()):
+        target = ScopedFiles(session, paths.memories_dir).check(
+            f"{paths.skills_dir}/{rel}", write=True
+        )
+        await session.write(journal.staged(paths, target), safe_text(text))
+    await session.write(
+        journal.staged(paths, paths.summary_md), safe_text(output.memory_summary_md)
+    )
+    await session.write(journal.staged(paths, paths.memory_md), safe_text(output.memory_md))
+    return verify(output.memory_md, inputs.added, inputs.removed)
+
+
+async def _check_result(
+    session: SandboxSession, paths: MemoryPaths, config: MemoryGenerateConfig, redactor: Redactor
+) -> None:
+    """Refuse an empty or over-budget result; redact what the engine wrote (on the stage)."""
+    for path, budget in (
+        (paths.memory_md, config.memory_md_max_bytes),
+        (paths.summary_md, config.summary_max_bytes),
+    ):
+        text = await read_text(session, journal.staged(paths, path)) or ""
+        if not text.strip():
+            raise MemoryGenerationError(f"consolidation left {path} empty", retryable=True)
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > budget:
+            raise MemoryGenerationError(
+                f"consolidation left {path} at {size} bytes, over its budget of {budget}",
+                retryable=True,
+            )
+    staged = await journal.staged_files(session, paths)
+    skills = [journal.staged(paths, p) for p in staged if p.startswith(paths.skills_dir + "/")]
+    sizes = await session.stat_many(skills)
+    for path, st in sizes.items():
+        if st is not None and st.size > config.skill_file_max_bytes:
+            raise MemoryGenerationError(
+                f"consolidation left {path} at {st.size} bytes, over the budget of "
+                f"{config.skill_file_max_bytes} per skill file",
+                retryable=True,
+            )
+    total = sum(st.size for st in sizes.values() if st is not None)
+    if total > config.skills_max_bytes:
+        raise MemoryGenerationError(
+            f"consolidation left {paths.skills_dir}/ at {total} bytes, over its budget of "
+            f"{config.skills_max_bytes}",
+            retryable=True,
+        )
+    for path in await journal.staged_files(session, paths):
+        target = journal.staged(paths, path)
+        text = await read_text(session, target) or ""
+        clean = safe_text(redactor.redact(text))
+        if clean != text:
+            await session.write(target, clean)
+
+
+async def gather_inputs(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    config: MemoryGenerateConfig,
+    p: Plan,
+    raw_memories_md: str = "",
+) -> ConsolidationInputs:
+    """What the engine works from. The rollout summaries are read only for the extractive
+    engine (the consolidation agent opens one with its tools when it needs it)."""
+    selected = []
+    for ref in p.selected:
+        summary = None
+        name = ref.rollout_summary_file
+        wanted = config.phase_two_model == EXTRACTIVE
+        if wanted and name.startswith("rollout_summaries/") and ".." not in name:
+            found, _bad = await read_isolated(session, [f"{paths.memories_dir}/{name}"])
+            data = next(iter(found.values()), None)
+            summary = data.decode("utf-8", "replace") if data is not None else None
+        body = parse_header(summary)[1].strip() if summary else ""
+        selected.append(SelectedMemory(ref, p.bodies.get(ref.rollout_id, ""), body))
+    current = await read_isolated(
+        session, [paths.memory_md, paths.summary_md, paths.consolidated_memory_md]
+    )
+    texts = {k: (v or b"").decode("utf-8", "replace") for k, v in current[0].items()}
+    return ConsolidationInputs(
+        memories_dir=paths.memories_dir,
+        selected=selected,
+        added=p.diff.added,
+        retained=p.diff.retained,
+        removed=p.diff.removed,
+        current_memory_md=texts.get(paths.memory_md, ""),
+        consolidated_memory_md=texts.get(paths.consolidated_memory_md, ""),
+        memory_md_max_bytes=config.memory_md_max_bytes,
+        summary_max_bytes=config.summary_max_bytes,
+        extra_prompt=config.extra_prompt,
+        current_summary_md=texts.get(paths.summary_md, ""),
+        raw_memories_md=raw_memories_md,
+    )
+
+
+def recorded_selection(p: Plan, checked: Verification) -> list[RawMemoryRef]:
+    """The selection to record: what was folded in. Added conversations left out are not
+    recorded (the next flush sees them as added again); removed ones still cited stay
+    recorded (the next flush is told to drop them again)."""
+    missing = {r.rollout_id for r in checked.missing}
+    kept = [r for r in p.selected if r.rollout_id not in missing]
+    return kept + list(checked.still_cited)
+
+
+async def consolidate(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    config: MemoryGenerateConfig,
+    redactor: Redactor,
+    p: Plan,
+    now: str,
+    provider: ModelProvider,
+    usage: Usage,
+) -> ConsolidationResult:
+    """Run phase two as a transaction; requests are added to ``usage`` as they are made.
+    Raises ``MemoryGenerationError`` after discarding the stage."""
+    raw_document = safe_text(raw_memories_document(p.selected, p.bodies))
+    await session.write(paths.raw_memories_md, raw_document)
+    inputs = await gather_inputs(session, paths, config, p, raw_document)
+    base = await journal.begin(session, paths)
+    try:
+        if config.phase_two_model == EXTRACTIVE:
+            checked = await _run_extractive(session, paths, inputs)
+        else:
+            checked = await _run_agent(session, paths, inputs, config, provider, usage)
+        await _check_result(session, paths, config, redactor)
+    except BaseException as exc:
+        await journal.discard(session, paths)
+        if isinstance(exc, MaxTurnsExceeded):
+            raise MemoryGenerationError(
+                f"consolidation hit its turn limit ({config.phase_two_max_turns}); previous "
+                "memory kept"
+            ) from exc
+        if isinstance(exc, SandmemError) and not isinstance(exc, MemoryGenerationError):
+            raise MemoryGenerationError(f"consolidation failed: {exc}") from exc
+        raise
+    document = selection_document(recorded_selection(p, checked), now)
+    await journal.commit(session, paths, base, document)
+    outcome: Outcome = "done" if checked.ok else "incomplete"
+    logger.info(
+        "consolidated %d raw memories in %s (%s)", len(p.selected), paths.memories_dir, outcome
+    )
+    return ConsolidationResult(outcome, checked)
+
+
+def selection_summary(p: Plan) -> str:
+    return json.dumps(
+        {
+            "added": [r.rollout_id for r in p.diff.added],
+            "retained": [r.rollout_id for r in p.diff.retained],
+            "removed": [r.rollout_id for r in p.diff.removed],
+        }
+    )

@@ -1,0 +1,260 @@
+"""Memory files in the workspace: paths of a layout, headers, state and log, all through the
+sandbox session API (so every backend gets them for free)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sandmem._errors import SandboxError
+from sandmem.memory._json import loads_bounded
+from sandmem.memory.config import MemoryLayoutConfig
+from sandmem.sandboxes._hostfs import is_stale_write_temp
+from sandmem.sandboxes._paths import no_symlinks
+from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MemoryPaths:
+    """Workspace-relative paths of one layout."""
+
+    memories_dir: str
+    sessions_dir: str
+
+    @classmethod
+    def of(cls, layout: MemoryLayoutConfig) -> MemoryPaths:
+        return cls(layout.memories_dir, layout.sessions_dir)
+
+    def _m(self, name: str) -> str:
+        return f"{self.memories_dir}/{name}"
+
+    @property
+    def memory_md(self) -> str:
+        return self._m("MEMORY.md")
+
+    @property
+    def summary_md(self) -> str:
+        return self._m("memory_summary.md")
+
+    @property
+    def raw_memories_md(self) -> str:
+        return self._m("raw_memories.md")
+
+    @property
+    def selection_json(self) -> str:
+        return self._m("phase_two_selection.json")
+
+    @property
+    def raw_dir(self) -> str:
+        return self._m("raw_memories")
+
+    @property
+    def summaries_dir(self) -> str:
+        return self._m("rollout_summaries")
+
+    @property
+    def skills_dir(self) -> str:
+        return self._m("skills")
+
+    @property
+    def state_json(self) -> str:
+        return self._m("generation_state.json")
+
+    @property
+    def log_jsonl(self) -> str:
+        return self._m("generation_log.jsonl")
+
+    @property
+    def lock(self) -> str:
+        return self._m(".lock")
+
+    @property
+    def backup_dir(self) -> str:
+        """Phase two's journal: the files as they were before the running consolidation."""
+        return self._m(".phase_two_backup")
+
+    @property
+    def consolidated_memory_md(self) -> str:
+        """``MEMORY.md`` as the last consolidation left it (to show later edits as a diff)."""
+        return self._m(".consolidated_MEMORY.md")
+
+    def rollout_file(self, rollout_id: str) -> str:
+        return f"{self.sessions_dir}/{rollout_id}.jsonl"
+
+    def raw_memory_file(self, rollout_id: str) -> str:
+        return f"{self.raw_dir}/{rollout_id}.md"
+
+    def summary_file(self, rollout_id: str, slug: str) -> str:
+        return f"{self.summaries_dir}/{rollout_id}_{slug}.md"
+
+
+async def ensure_layout(session: SandboxSession, paths: MemoryPaths) -> None:
+    """Create the layout's directories and empty ``MEMORY.md`` / ``memory_summary.md`` when
+    missing; never overwrite."""
+    for directory in (
+        paths.sessions_dir,
+        paths.memories_dir,
+        paths.raw_dir,
+        paths.summaries_dir,
+        paths.skills_dir,
+    ):
+        await session.mkdir(directory, parents=True)
+    for name in (paths.memory_md, paths.summary_md):
+        if not await session.exists(name):
+            await session.write(name, b"")
+
+
+_SKILLS_SWEEP_DEPTH = 4
+
+
+async def sweep_write_temps(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    """Remove the temp files an atomic write leaves when its process is killed before the
+    rename (the target itself is whole: old or new). Called under the layout's generation
+    lock; a temp whose write may still finish (its process is alive, e.g. a run making a live
+    memory update, which does not take that lock) is kept. Returns what was removed.
+    """
+    removed: list[str] = []
+
+    async def sweep(directory: str, depth: int) -> None:
+        if not await session.is_dir(directory):
+            return
+        for name in await session.listdir(directory):
+            path = f"{directory}/{name}"
+            if is_stale_write_temp(name):
+                await session.remove(path)
+                removed.append(path)
+            elif depth > 0 and await session.is_dir(path):
+                await sweep(path, depth - 1)
+
+    for directory in (paths.memories_dir, paths.raw_dir, paths.summaries_dir, paths.backup_dir):
+        await sweep(directory, 0)
+    await sweep(paths.skills_dir, _SKILLS_SWEEP_DEPTH)
+    return removed
+
+
+async def read_text(session: SandboxSession, path: str) -> str | None:
+    """The file's text (invalid UTF-8 replaced), or ``None`` when it does not exist. A memory
+    file is never read through a symlink, and one that is not a regular file (a FIFO, socket,
+    device, symlink) is skipped with a warning, so nothing planted there can hang a run."""
+    with no_symlinks():
+        try:
+            if not await session.exists(path):
+                return None
+            data = await session.read_bytes(path)
+        except SandboxError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return None
+            logger.warning("skipping %s: %s", path, exc)
+            return None
+    return data.decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------- headers
+
+_HEADER_LINE = re.compile(r"^([a-z_]+): ?(.*)$")
+
+
+def render_with_header(fields: dict[str, str], body: str) -> str:
+    """``key: value`` lines, a blank line, then the body (newline-terminated)."""
+    head = "".join(f"{key}: {_one_line(value)}\n" for key, value in fields.items())
+    return f"{head}\n{body.rstrip()}\n"
+
+
+def _one_line(value: str) -> str:
+    return " ".join(str(value).split())
+
+
+def parse_header(text: str) -> tuple[dict[str, str], str]:
+    """Split a file written by ``render_with_header`` into its fields and its body."""
+    fields: dict[str, str] = {}
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        if line == "":
+            return fields, "\n".join(lines[index + 1 :])
+        match = _HEADER_LINE.match(line)
+        if match is None:
+            return fields, text
+        fields[match.group(1)] = match.group(2)
+    return fields, ""
+
+
+# ---------------------------------------------------------------- rollout fingerprint
+
+
+@dataclass(frozen=True)
+class RolloutFingerprint:
+    """What identifies the content of a rollout file: its segment count and the
+    ``updated_at`` and terminal state of its last segment."""
+
+    segments: int
+    updated_at: str
+    terminal_state: str
+
+
+def fingerprint(data: bytes) -> RolloutFingerprint:
+    """The fingerprint of a rollout file's bytes, without splitting the whole file (rollouts
+    can be large): lines are counted, and only the last lines are parsed."""
+    segments = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    updated_at, terminal = "unknown", "unknown"
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        line = data[start:end].strip()
+        end = start
+        if not line:
+            continue
+        try:
+            segment = loads_bounded(line)
+        except ValueError:
+            continue
+        if isinstance(segment, dict):
+            updated_at = str(segment.get("updated_at") or "unknown")
+            meta = segment.get("terminal_metadata")
+            if isinstance(meta, dict):
+                terminal = str(meta.get("terminal_state") or "unknown")
+            break
+    return RolloutFingerprint(segments, updated_at, terminal)
+
+
+#: rollouts larger than this are cut to their first and last half of it (at line boundaries)
+#: before phase one; the rendered transcript is capped at 150,000 tokens anyway
+ROLLOUT_READ_MAX_BYTES = 32 * 1024 * 1024
+
+
+def bound_rollout(data: bytes, limit: int = ROLLOUT_READ_MAX_BYTES) -> tuple[bytes, int]:
+    """``data`` cut to its head and tail (whole lines, about ``limit`` bytes) and the number of
+    bytes omitted from the middle (0 when it fits)."""
+    if len(data) <= limit:
+        return data, 0
+    half = limit // 2
+    head_end = data.rfind(b"\n", 0, half) + 1
+    tail_start = data.find(b"\n", len(data) - half) + 1
+    if tail_start <= 0 or tail_start <= head_end:
+        tail_start = len(data)
+    kept = data[:head_end] + data[tail_start:]
+    return kept, len(data) - len(kept)
+
+
+# ---------------------------------------------------------------- state and log
+
+
+async def load_json(session: SandboxSession, path: str) -> Any:
+    """Parsed JSON, or ``None`` when the file is missing, empty or corrupt."""
+    text = await read_text(session, path)
+    if not text:
+        return None
+    try:
+        return loads_bounded(text)
+    except ValueError:
+        return None
+
+
+async def write_json(session: SandboxSession, path: str, value: Any) -> None:
+    await session.write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,250 @@
+"""Moving a layout between a workspace and a remote memory store: pull, push, merge.
+
+- ``pull``: at run start, the current version's read files (summary, ``MEMORY.md``, rollout
+  summaries, skills) are copied into the workspace, unless the workspace holds live edits
+  not pushed yet. What was pulled is kept in ``<memories_dir>/.store/`` (the version and a
+  copy of each file: the base of a three-way merge).
+- ``push``: at stop, the bytes appended to each rollout file since the last push become one
+  segment object each; live edits of memory files are committed as a new version, merged
+  three-way (nothing of either side dropped) when the store moved on meanwhile.
+
+The generation job that runs on a store's layout is ``memory.generation._job``; the stop path
+that calls ``push`` is ``memory.generation._stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from sandmem.memory.store._base import (
+    MemoryStore,
+    MemoryStoreConflict,
+    MemoryStoreError,
+    MemoryVersion,
+    is_read_file,
+    sha256,
+)
+
+if TYPE_CHECKING:
+    from sandmem.memory.layout import MemoryPaths
+    from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory.store")
+
+STATE_DIR = ".store"
+_PUSHED = ".store-pushed.json"
+_COMMIT_ATTEMPTS = 6
+
+
+class Lease(Protocol):
+    """One writer per layout across hosts (``sandmem.distributed.RedisLease``)."""
+
+    token: int
+
+    async def check(self) -> None:
+        """Raise when the lease was lost (another holder may be writing)."""
+
+
+# --- workspace side ----------------------------------------------------------------------
+
+
+def _state_path(paths: MemoryPaths, name: str) -> str:
+    return f"{paths.memories_dir}/{STATE_DIR}/{name}"
+
+
+async def _read(session: SandboxSession, path: str) -> bytes | None:
+    if not await session.exists(path):
+        return None
+    data = await session.read(path)
+    return data if isinstance(data, bytes) else data.read()
+
+
+async def _pulled(session: SandboxSession, paths: MemoryPaths) -> MemoryVersion | None:
+    raw = await _read(session, _state_path(paths, "version.json"))
+    if raw is None:
+        return None
+    try:
+        return MemoryVersion.from_json(raw, json.loads(raw).get("etag", ""))
+    except (ValueError, KeyError):
+        return None
+
+
+async def _local_read_files(session: SandboxSession, paths: MemoryPaths) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for name in ("memory_summary.md", "MEMORY.md"):
+        data = await _read(session, f"{paths.memories_dir}/{name}")
+        if data is not None:
+            out[name] = data
+    for sub in ("rollout_summaries", "skills"):
+        out.update(await walk_files(session, paths.memories_dir, sub))
+    return out
+
+
+async def walk_files(session: SandboxSession, root: str, sub: str = "") -> dict[str, bytes]:
+    """Every file under ``root/sub`` (names starting with a dot left out), by its path
+    relative to ``root``, read through the session."""
+    out: dict[str, bytes] = {}
+    stack = [sub]
+    while stack:
+        rel = stack.pop()
+        path = f"{root}/{rel}" if rel else root
+        if not await session.exists(path):
+            continue
+        if await session.is_dir(path):
+            for entry in await session.ls(path):
+                name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
+                name = name.rsplit("/", 1)[-1]
+                if not name.startswith("."):
+                    stack.append(f"{rel}/{name}" if rel else name)
+            continue
+        data = await _read(session, path)
+        if data is not None:
+            out[rel] = data
+    return out
+
+
+def _local_edits(local: dict[str, bytes], base: MemoryVersion | None) -> dict[str, bytes | None]:
+    """Read files changed in the workspace since the pull (``None``: deleted)."""
+    base_files = {p: h for p, h in (base.files if base else {}).items() if is_read_file(p)}
+    edits: dict[str, bytes | None] = {
+        path: data for path, data in local.items() if base_files.get(path) != sha256(data)
+    }
+    edits.update({path: None for path in base_files if path not in local})
+    return {
+        p: d
+        for p, d in edits.items()
+        if not (d is not None and not d.strip() and p not in base_files)
+    }
+
+
+async def read_current(
+    store: MemoryStore, memories_dir: str, select: Callable[[str], bool] = lambda _: True
+) -> tuple[MemoryVersion | None, dict[str, bytes]]:
+    """The current version and its selected files. A version can be pruned while it is read
+    (two newer commits replaced it): then the newer current version is read instead."""
+    for _ in range(_COMMIT_ATTEMPTS):
+        current = await store.current(memories_dir)
+        if current is None:
+            return None, {}
+        try:
+            names = [name for name in current.files if select(name)]
+            return current, await store.read_files(memories_dir, current, names)
+        except FileNotFoundError:
+            continue
+    raise MemoryStoreError(f"memory of {store.describe()} kept changing while it was read")
+
+
+async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:
+    """Bring the current version's read files into the workspace; False when there was
+    nothing new or the workspace has unpushed live edits (kept; merged at stop)."""
+    current = await store.current(paths.memories_dir)
+    pulled = await _pulled(session, paths)
+    if current is None or (pulled is not None and pulled.version == current.version):
+        return False
+    local = await _local_read_files(session, paths)
+    if _local_edits(local, pulled):
+        logger.info("memory in the workspace has live edits; pulling at the next stop")
+        return False
+    current, files = await read_current(store, paths.memories_dir, is_read_file)
+    if current is None:
+        return False
+    for name, data in files.items():
+        await session.write(f"{paths.memories_dir}/{name}", data)
+        await session.write(_state_path(paths, f"base/{name}"), data)
+    for name in set(local) - set(files):
+        await session.remove(f"{paths.memories_dir}/{name}")
+    record = json.loads(current.to_json()) | {"etag": current.etag}
+    await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+    return True
+
+
+async def push_segments(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> int:
+    """Push what each rollout file gained since the last push; return the segment count."""
+    offsets_path = f"{paths.sessions_dir}/{_PUSHED}"
+    raw = await _read(session, offsets_path)
+    offsets: dict[str, int] = json.loads(raw) if raw else {}
+    pushed = 0
+    if not await session.exists(paths.sessions_dir):
+        return 0
+    for entry in await session.ls(paths.sessions_dir):
+        name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
+        name = name.rsplit("/", 1)[-1]
+        if not name.endswith(".jsonl") or name.startswith("."):
+            continue
+        data = await _read(session, f"{paths.sessions_dir}/{name}") or b""
+        start = offsets.get(name, 0)
+        end = data.rfind(b"\n", start) + 1  # whole lines only
+        if end <= start:
+            continue
+        await store.put_segment(paths.sessions_dir, name[: -len(".jsonl")], data[start:end])
+        offsets[name] = end
+        pushed += 1
+        await session.write(offsets_path, json.dumps(offsets).encode())
+    return pushed
+
+
+def merge3(base: bytes, ours: bytes, theirs: bytes) -> bytes:
+    """A three-way line merge that keeps both sides of a conflict (``git merge-file
+    --union``); with no ``git``, ours' added lines are appended to theirs."""
+    if ours == base or ours == theirs:
+        return theirs
+    if theirs == base:
+        return ours
+    git = shutil.which("git")
+    if git is not None:
+        with tempfile.TemporaryDirectory(prefix="sandmem-merge-") as tmp:
+            names = []
+            for label, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+                path = Path(tmp) / label
+                path.write_bytes(data)
+                names.append(str(path))
+            done = subprocess.run(
+                [git, "merge-file", "-p", "--union", *names],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+            if done.returncode >= 0 and done.stdout:
+                return done.stdout
+    theirs_lines = set(theirs.splitlines())
+    added = [line for line in ours.splitlines() if line not in theirs_lines]
+    return theirs.rstrip(b"\n") + b"\n" + b"\n".join(added) + b"\n"
+
+
+async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:
+    """Commit live edits of memory files; True when a new version was committed."""
+    pulled = await _pulled(session, paths)
+    edits = _local_edits(await _local_read_files(session, paths), pulled)
+    if not edits:
+        return False
+    for _ in range(_COMMIT_ATTEMPTS):
+        current, files = await read_current(store, paths.memories_dir)
+        for name, data in edits.items():
+            base = await _read(session, _state_path(paths, f"base/{name}")) or b""
+            if data is None:
+                if current is None or current.files.get(name) == sha256(base):
+                    files.pop(name, None)
+                continue
+            files[name] = merge3(base, data, files.get(name, base))
+        try:
+            committed = await store.commit(paths.memories_dir, current, files)
+        except MemoryStoreConflict:
+            continue
+        for name, data in files.items():
+            if is_read_file(name):
+                await session.write(f"{paths.memories_dir}/{name}", data)
+                await session.write(_state_path(paths, f"base/{name}"), data)
+        record = json.loads(committed.to_json()) | {"etag": committed.etag}
+        await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+        return True
+    raise MemoryStoreConflict(
+        f"could not commit live memory edits to {store.describe()} after "
+        f"{_COMMIT_ATTEMPTS} attempts; they are still in the workspace"
+    )

@@ -1,0 +1,385 @@
+"""Looking after a layout's memory: what it holds, what is still pending, and forgetting.
+
+These functions work through a ``SandboxSession`` on any backend; the public memory API
+(``sandmem.memory.status``, ``list_conversations``, ``forget``, ...) is built on them:
+
+- ``layout_files``: every file of a layout with its size;
+- ``conversations``: each recorded conversation and whether its memory is done, pending,
+  failed or skipped (the manager's own rules, read-only);
+- ``memory_status``: the data behind ``status()`` and ``sandmem memory status``;
+- ``forget_plan`` / ``forget_rollout``: what forgetting one conversation removes; doing it,
+  then re-consolidating.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sandmem._errors import MemoryNotFoundError, UserError
+from sandmem.memory import state as gen_state
+from sandmem.memory._json import loads_bounded
+from sandmem.memory._results import (
+    ConsolidationInfo,
+    ConversationCounts,
+    ConversationInfo,
+    DirSize,
+    FileSize,
+    MemoryStatus,
+    PhaseTokens,
+    TokensPerPhase,
+)
+from sandmem.memory.config import MemoryGenerateConfig
+from sandmem.memory.generation import phase_one
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.generation._scoped_tools import ScopedFiles
+from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, FlushReport
+from sandmem.memory.generation.phase_two import load_raw_memories, read_isolated
+from sandmem.memory.layout import (
+    MemoryPaths,
+    fingerprint,
+    parse_header,
+    read_text,
+)
+from sandmem.memory.rollouts import utc_now, validate_rollout_id
+from sandmem.memory.selection import SavedSelection
+from sandmem.memory.state import GenerationState, read_log
+from sandmem.sandboxes._session import SandboxSession
+
+#: a conversation's task is cut to this many characters
+TASK_CHARS = 120
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A workspace-relative file and its size in bytes."""
+
+    path: str
+    size: int
+
+
+async def _walk(session: SandboxSession, top: str) -> list[str]:
+    if not await session.exists(top):
+        return []
+    return await ScopedFiles(session, top).walk(top)
+
+
+async def layout_files(session: SandboxSession, paths: MemoryPaths) -> list[FileEntry]:
+    """Every visible file under ``memories_dir`` and ``sessions_dir`` (hidden files such as
+    the lock and phase two's journal are left out), sorted by path."""
+    found: list[FileEntry] = []
+    for top in (paths.memories_dir, paths.sessions_dir):
+        for path in await _walk(session, top):
+            found.append(FileEntry(path, len(await session.read_bytes(path))))
+    return sorted(found, key=lambda entry: entry.path)
+
+
+async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    """The ids of the recorded conversations (``<sessions_dir>/<id>.jsonl``)."""
+    if not await session.exists(paths.sessions_dir):
+        return []
+    names = await session.listdir(paths.sessions_dir)
+    return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
+
+
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        return " ".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def first_segment(data: bytes) -> tuple[str | None, str | None]:
+    """``updated_at`` of a rollout file's first segment and its first user message (on one
+    line, cut to ``TASK_CHARS``); ``None`` for what cannot be read."""
+    line = data.split(b"\n", 1)[0]
+    try:
+        segment = loads_bounded(line)
+    except ValueError:
+        return None, None
+    if not isinstance(segment, dict):
+        return None, None
+    started = segment.get("updated_at")
+    items = segment.get("input")
+    items = [{"role": "user", "content": items}] if isinstance(items, str) else items
+    task = None
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("role") == "user":
+            text = " ".join(_message_text(item.get("content")).split())
+            if text:
+                task = text if len(text) <= TASK_CHARS else text[: TASK_CHARS - 1] + "…"
+                break
+    return (str(started) if started else None), task
+
+
+async def conversations(
+    session: SandboxSession, paths: MemoryPaths, state: GenerationState | None = None
+) -> list[ConversationInfo]:
+    """Each recorded conversation and the state of its memory (see ``ConversationInfo``),
+    most recently updated first."""
+    model = state if state is not None else (await gen_state.load(session, paths))[0]
+    summaries = set(await _walk(session, paths.summaries_dir))
+    rows = []
+    for rid in await rollout_ids(session, paths):
+        found, _bad = await read_isolated(session, [paths.rollout_file(rid)])
+        data = found.get(paths.rollout_file(rid))
+        if data is None:  # unreadable (a directory, a symlink leaving the workspace)
+            continue
+        fp = fingerprint(data)
+        started_at, task = first_segment(data)
+        del data
+        raws, _bad = await read_isolated(session, [paths.raw_memory_file(rid)])
+        raw_data = raws.get(paths.raw_memory_file(rid))
+        raw = raw_data.decode("utf-8", "replace") if raw_data is not None else None
+        up = phase_one.is_up_to_date(raw, fp)
+        entry = gen_state.reconcile(model.rollouts.get(rid), fp.segments, fp.updated_at, up)
+        name = _summary_name(raw)
+        summary = f"{paths.memories_dir}/{name}" if name is not None else None
+        rows.append(
+            ConversationInfo(
+                rollout_id=rid,
+                status=entry.status,
+                attempts=entry.attempts,
+                failure_kind=entry.failure_kind if entry.status != "done" else None,
+                next_retry_at=entry.next_retry_at if entry.status == "pending" else None,
+                last_error=entry.last_error,
+                last_attempt_at=entry.last_attempt_at,
+                segments=fp.segments,
+                started_at=started_at,
+                updated_at=fp.updated_at,
+                terminal_state=fp.terminal_state,
+                task=task,
+                summary_file=summary if summary in summaries else None,
+                raw_memory_file=paths.raw_memory_file(rid) if raw is not None else None,
+            )
+        )
+    rows.sort(key=lambda row: row.rollout_id)
+    rows.sort(key=lambda row: row.updated_at, reverse=True)
+    return rows
+
+
+async def rollout_statuses(
+    session: SandboxSession, paths: MemoryPaths, state: GenerationState | None = None
+) -> list[dict[str, Any]]:
+    """``conversations`` as JSON-ready dicts, sorted by rollout id."""
+    rows = await conversations(session, paths, state)
+    return [row.model_dump() for row in sorted(rows, key=lambda row: row.rollout_id)]
+
+
+def token_totals(records: list[dict[str, Any]]) -> TokensPerPhase:
+    """Phase runs and tokens spent, per phase, summed from the log."""
+    totals = {
+        phase: {"runs": 0, "failed_runs": 0, "requests": 0, "input_tokens": 0, "output_tokens": 0}
+        for phase in ("one", "two")
+    }
+    for record in records:
+        bucket = totals.get(str(record.get("phase")))
+        if bucket is None:
+            continue
+        bucket["runs"] += 1
+        bucket["failed_runs"] += record.get("status") in ("failed", "pending")
+        for key in ("requests", "input_tokens", "output_tokens"):
+            value = record.get(key)
+            bucket[key] += value if isinstance(value, int) else 0
+    return TokensPerPhase(
+        phase_one=PhaseTokens(**totals["one"]), phase_two=PhaseTokens(**totals["two"])
+    )
+
+
+def _last_consolidation(
+    state: GenerationState, records: list[dict[str, Any]], selection: SavedSelection
+) -> ConsolidationInfo | None:
+    runs = [r for r in records if r.get("phase") == "two"]
+    phase_two = state.phase_two
+    known = phase_two.status is not None
+    last_success = phase_two.last_success_at or selection.updated_at
+    if not runs and not known and last_success is None:
+        return None
+    last = runs[-1] if runs else {}
+    duration = last.get("duration_s")
+    return ConsolidationInfo(
+        time=last.get("time") or phase_two.last_attempt_at or last_success,
+        status=last.get("status") or phase_two.status,
+        error=last.get("error") if runs else phase_two.last_error,
+        failure_kind=last.get("failure_kind") if runs else phase_two.failure_kind,
+        missing=[str(m) for m in last.get("missing") or []] if runs else [],
+        rollouts=len(last.get("rollouts") or []),
+        duration_s=float(duration) if isinstance(duration, int | float) else None,
+        last_success_at=last_success,
+        selected=len(selection.refs) if selection.updated_at or selection.refs else None,
+    )
+
+
+async def _sizes(
+    session: SandboxSession, paths: MemoryPaths
+) -> tuple[dict[str, FileSize], dict[str, DirSize]]:
+    files = {}
+    for path in (paths.memory_md, paths.summary_md, paths.raw_memories_md):
+        data = await session.read_bytes(path) if await session.exists(path) else None
+        files[path.rsplit("/", 1)[1]] = FileSize(
+            path=path, bytes=None if data is None else len(data)
+        )
+    dirs = {}
+    for name, top in (
+        ("raw_memories", paths.raw_dir),
+        ("rollout_summaries", paths.summaries_dir),
+        ("skills", paths.skills_dir),
+        ("sessions", paths.sessions_dir),
+    ):
+        walked = await _walk(session, top)
+        size = sum([len(await session.read_bytes(p)) for p in walked])
+        dirs[name] = DirSize(path=top, files=len(walked), bytes=size)
+    return files, dirs
+
+
+async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemoryStatus:
+    """Everything ``status()`` reports: the conversations and their state (attempts, last
+    error), the last consolidation, file sizes, and tokens spent per phase (from
+    ``generation_log.jsonl``)."""
+    state = (await gen_state.load(session, paths))[0]
+    rows = await conversations(session, paths, state)
+    records = await read_log(session, paths)
+    counts = dict.fromkeys(("done", "pending", "failed", "skipped"), 0)
+    for row in rows:
+        counts[row.status] += 1
+    files, dirs = await _sizes(session, paths)
+    return MemoryStatus(
+        workspace=str(session.root),
+        memories_dir=paths.memories_dir,
+        sessions_dir=paths.sessions_dir,
+        counts=ConversationCounts(total=len(rows), **counts),
+        conversations=rows,
+        last_consolidation=_last_consolidation(
+            state, records, await gen_state.load_selection(session, paths)
+        ),
+        files=files,
+        dirs=dirs,
+        tokens=token_totals(records),
+    )
+
+
+# ---------------------------------------------------------------- showing and forgetting
+
+
+def _summary_name(raw_memory_text: str | None) -> str | None:
+    """The ``rollout_summaries/...`` file a raw memory points to (``None`` when unsafe)."""
+    if raw_memory_text is None:
+        return None
+    name = parse_header(raw_memory_text)[0].get("rollout_summary_file", "")
+    if not name.startswith("rollout_summaries/") or ".." in name.split("/"):
+        return None
+    return name
+
+
+async def rollout_summary_files(
+    session: SandboxSession, paths: MemoryPaths, rollout_id: str
+) -> list[str]:
+    """The rollout summary files of a conversation: the one its raw memory names, plus any
+    other whose header says ``session_id: <rollout_id>`` (left over from an older slug)."""
+    found: list[str] = []
+    name = _summary_name(await read_text(session, paths.raw_memory_file(rollout_id)))
+    if name is not None and await session.exists(f"{paths.memories_dir}/{name}"):
+        found.append(f"{paths.memories_dir}/{name}")
+    if await session.exists(paths.summaries_dir):
+        for entry in await session.listdir(paths.summaries_dir):
+            path = f"{paths.summaries_dir}/{entry}"
+            if path in found or not entry.startswith(f"{rollout_id}_"):
+                continue
+            text = await read_text(session, path) or ""
+            if parse_header(text)[0].get("session_id") == rollout_id:
+                found.append(path)
+    return found
+
+
+def checked_rollout_id(rollout_id: str) -> str:
+    """``validate_rollout_id`` with a ``UserError`` (a CLI-friendly message) on failure."""
+    try:
+        return validate_rollout_id(rollout_id)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def unknown_conversation(paths: MemoryPaths, rid: str) -> MemoryNotFoundError:
+    return MemoryNotFoundError(
+        f"no conversation {rid!r} in {paths.sessions_dir}/ or {paths.memories_dir}/; "
+        "`sandmem memory list` (or `sandmem.memory.list_conversations()`) lists the known ones",
+        path=paths.rollout_file(rid),
+        rollout_id=rid,
+    )
+
+
+@dataclass(frozen=True)
+class ForgetPlan:
+    """What forgetting one conversation removes: its files, whether it has a state entry,
+    and whether it is the last conversation in the consolidated memory."""
+
+    rollout_id: str
+    files: list[str]
+    state_entry: bool
+    clears_memory: bool
+
+
+async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: str) -> ForgetPlan:
+    """What ``forget_rollout`` would remove, changing nothing. Raises ``UserError`` for an
+    invalid id and ``MemoryNotFoundError`` for an unknown one."""
+    rid = checked_rollout_id(rollout_id)
+    files = await rollout_summary_files(session, paths, rid)
+    for path in (paths.raw_memory_file(rid), paths.rollout_file(rid)):
+        if await session.exists(path):
+            files.append(path)
+    in_state = rid in (await gen_state.load(session, paths))[0].rollouts
+    if not files and not in_state:
+        raise unknown_conversation(paths, rid)
+    consolidated = bool((await gen_state.load_selection(session, paths)).refs)
+    others = [r for r in await load_raw_memories(session, paths) if r != rid]
+    return ForgetPlan(rid, files, in_state, consolidated and not others)
+
+
+async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -> ForgetPlan:
+    plan = await forget_plan(session, paths, rid)
+    for path in plan.files:
+        await session.remove(path)
+    state = (await gen_state.load(session, paths))[0]
+    if state.rollouts.pop(rid, None) is not None:
+        await gen_state.save(session, paths, state)
+    return plan
+
+
+async def _clear_consolidated(session: SandboxSession, paths: MemoryPaths) -> None:
+    """No raw memory is left: the consolidated memory would only repeat forgotten facts, and
+    consolidation refuses to leave ``MEMORY.md`` empty, so empty it here."""
+    await session.write(paths.memory_md, b"")
+    await session.write(paths.summary_md, b"")
+    for path in (paths.raw_memories_md, paths.consolidated_memory_md):
+        if await session.exists(path):
+            await session.remove(path)
+    await gen_state.save_selection(session, paths, [], utc_now())
+
+
+async def forget_rollout(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    rollout_id: str,
+    config: MemoryGenerateConfig,
+) -> tuple[ForgetPlan, FlushReport]:
+    """Forget one conversation: remove its rollout file, raw memory, rollout summaries and
+    state entry, then re-consolidate with ``config`` (phase two is told the rollout was
+    removed and drops what only it supported). When no raw memory is left, ``MEMORY.md`` and
+    ``memory_summary.md`` are emptied instead (skills are kept).
+
+    Raises ``UserError`` for an invalid id, ``MemoryNotFoundError`` for an unknown one, and
+    ``SandboxError`` when a lock stays held. A failed re-consolidation does not raise: it is
+    in the flush report (the next generation retries it).
+    """
+    rid = checked_rollout_id(rollout_id)
+    manager = get_manager(session, paths, config)
+    await manager.prepare()
+    async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+        async with session.lock(f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
+            plan = await _forget_files(session, paths, rid)
+        consolidated = bool((await gen_state.load_selection(session, paths)).refs)
+        if consolidated and not await load_raw_memories(session, paths):
+            await _clear_consolidated(session, paths)
+    return plan, await manager.flush()

@@ -1,0 +1,274 @@
+"""The memory viewer's data: everything one HTML page shows about a layout's memory.
+
+``collect`` reads a layout through a ``SandboxSession`` (any backend) and never fails because
+a file is missing, empty, corrupt or unreadable: what cannot be read is left out and named in
+``ViewerData.problems``. Every string it returns is passed through the default ``Redactor``
+(the files are redacted when written; this guards files edited by hand). Rendering is in
+``_viewer_html`` (pure: data in, HTML out).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sandmem._truncate import truncate_head_tail
+from sandmem.memory import state as gen_state
+from sandmem.memory.layout import MemoryPaths, parse_header
+from sandmem.memory.selection import SavedSelection
+from sandmem.memory.state import GenerationState
+from sandmem.redaction import Redactor
+from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
+
+T = TypeVar("T")
+
+#: files larger than this are shown cut (head and tail), so a huge file cannot bloat the page
+_SHOW_MAX_TOKENS = 50_000
+_ERROR_CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)(?::|$)")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One rollout summary file: ``path`` relative to ``memories_dir``."""
+
+    path: str
+    fields: dict[str, str]
+    body: str
+
+
+@dataclass(frozen=True)
+class SizePoint:
+    """Memory size at a moment: ``series`` names what was measured."""
+
+    time: str
+    series: str
+    bytes: int
+
+
+@dataclass
+class ViewerData:
+    """What the viewer page shows (all text already redacted)."""
+
+    workspace: str
+    memories_dir: str
+    sessions_dir: str
+    generated_at: str
+    summary: str = ""
+    summary_injected: str = ""
+    #: the whole memory prompt a run with ``MemoryReadConfig(live_update=True)`` receives
+    memory_prompt: str = ""
+    memory_md: str = ""
+    summaries: list[Summary] = field(default_factory=list)
+    skills: list[tuple[str, str]] = field(default_factory=list)
+    conversations: list[dict[str, Any]] = field(default_factory=list)
+    selection: dict[str, list[str]] = field(default_factory=dict)
+    selection_updated_at: str | None = None
+    log: list[dict[str, Any]] = field(default_factory=list)
+    sizes: list[SizePoint] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def error_class(error: Any) -> str | None:
+    """``"RuntimeError"`` from ``"RuntimeError: boom"``; ``None`` when there is no error."""
+    if not error:
+        return None
+    match = _ERROR_CLASS.match(str(error).strip())
+    return match.group(1) if match else "error"
+
+
+class _Reader:
+    """Defensive reads: each failure is logged, remembered, and turned into a default."""
+
+    def __init__(self, session: SandboxSession, redactor: Redactor) -> None:
+        self.session = session
+        self.redactor = redactor
+        self.problems: list[str] = []
+
+    async def guard(self, what: str, fn: Callable[[], Awaitable[T]], default: T) -> T:
+        try:
+            return await fn()
+        except Exception as exc:
+            logger.debug("viewer: could not read %s", what, exc_info=True)
+            self.problems.append(f"{what}: {type(exc).__name__}: {exc}")
+            return default
+
+    async def text(self, path: str) -> str | None:
+        async def read() -> str | None:
+            if not await self.session.exists(path):
+                return None
+            data = (await self.session.read_bytes(path)).decode("utf-8", "replace")
+            data = truncate_head_tail(data, _SHOW_MAX_TOKENS, what=path)
+            return self.redactor.redact(data)
+
+        return await self.guard(path, read, None)
+
+    async def listing(self, path: str) -> list[str]:
+        async def ls() -> list[str]:
+            if not await self.session.is_dir(path):
+                return []
+            return sorted(n for n in await self.session.listdir(path) if not n.startswith("."))
+
+        return await self.guard(path, ls, [])
+
+
+async def _summaries(reader: _Reader, paths: MemoryPaths) -> list[Summary]:
+    found = []
+    for name in await reader.listing(paths.summaries_dir):
+        if not name.endswith(".md"):
+            continue
+        text = await reader.text(f"{paths.summaries_dir}/{name}")
+        if text is not None:
+            fields, body = parse_header(text)
+            found.append(Summary(f"rollout_summaries/{name}", fields, body.strip()))
+    return found
+
+
+async def _skills(reader: _Reader, paths: MemoryPaths) -> list[tuple[str, str]]:
+    found = []
+    for name in await reader.listing(paths.skills_dir):
+        text = await reader.text(f"{paths.skills_dir}/{name}/SKILL.md")
+        if text is not None:
+            found.append((f"skills/{name}/SKILL.md", text))
+    return found
+
+
+async def _log(reader: _Reader, paths: MemoryPaths) -> list[dict[str, Any]]:
+    async def read() -> list[dict[str, Any]]:
+        return await gen_state.read_log(reader.session, paths)
+
+    empty: list[dict[str, Any]] = []
+    records = [
+        reader.redactor.redact_obj(record)
+        for record in await reader.guard(paths.log_jsonl, read, empty)
+        if record.get("phase") in ("one", "two")
+    ]
+    return sorted(records, key=lambda r: str(r.get("time") or ""))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _tokens_by_rollout(log: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    totals: dict[str, tuple[int, int]] = {}
+    for record in log:
+        rollouts = record.get("rollouts")
+        if record.get("phase") != "one" or not isinstance(rollouts, list) or len(rollouts) != 1:
+            continue
+        rid = str(rollouts[0])
+        before = totals.get(rid, (0, 0))
+        totals[rid] = (
+            before[0] + _int(record.get("input_tokens")),
+            before[1] + _int(record.get("output_tokens")),
+        )
+    return totals
+
+
+async def _raw_headers(
+    reader: _Reader, paths: MemoryPaths
+) -> dict[str, tuple[dict[str, str], int]]:
+    """Each raw memory's header fields and size in bytes, by rollout id."""
+    found = {}
+    for name in await reader.listing(paths.raw_dir):
+        text = await reader.text(f"{paths.raw_dir}/{name}") if name.endswith(".md") else None
+        if text is not None:
+            found[name[:-3]] = (parse_header(text)[0], len(text.encode("utf-8")))
+    return found
+
+
+async def _conversations(
+    reader: _Reader, session: SandboxSession, paths: MemoryPaths, log: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``maintenance.conversations`` (the public memory API's rows), with the error's class
+    and the phase-one tokens from the log; oldest first."""
+    from sandmem.memory.views._maintenance import conversations
+
+    async def rows() -> list[dict[str, Any]]:
+        return [info.model_dump() for info in await conversations(session, paths)]
+
+    empty: list[dict[str, Any]] = []
+    tokens = _tokens_by_rollout(log)
+    result = []
+    for row in reversed(await reader.guard("conversations", rows, empty)):
+        rid = str(row.get("rollout_id"))
+        error = row.get("last_error")
+        redact = reader.redactor.redact
+        result.append(
+            {
+                **row,
+                "task": redact(str(row["task"])) if row.get("task") else None,
+                "last_error": redact(str(error)) if error else None,
+                "error_class": row.get("failure_class") or error_class(error),
+                "input_tokens": tokens.get(rid, (0, 0))[0],
+                "output_tokens": tokens.get(rid, (0, 0))[1],
+            }
+        )
+    return result
+
+
+def _selection(
+    state: GenerationState, saved: SavedSelection
+) -> tuple[dict[str, list[str]], str | None]:
+    """added / retained / removed at the last consolidation, and when it was."""
+    result = state.phase_two.selection_diff()
+    if not result and saved.refs:
+        result = {"selected": [ref.rollout_id for ref in saved.refs]}
+    return result, saved.updated_at
+
+
+def _size_points(
+    log: list[dict[str, Any]], raw: dict[str, tuple[dict[str, str], int]]
+) -> list[SizePoint]:
+    """Two series: ``MEMORY.md + summary`` after each consolidation that recorded its size
+    (``memory_bytes`` in the log), and the raw memories, accumulated by their ``updated_at``."""
+    points = [
+        SizePoint(str(r.get("time")), "consolidated", _int(r.get("memory_bytes")))
+        for r in log
+        if r.get("phase") == "two"
+        and r.get("status") in ("done", "incomplete")
+        and "memory_bytes" in r
+    ]
+    dated = [
+        (when, size)
+        for fields, size in raw.values()
+        if (when := fields.get("updated_at", "")) and when != "unknown"
+    ]
+    total = 0
+    for when, size in sorted(dated):
+        total += size
+        points.append(SizePoint(when, "raw memories", total))
+    return points
+
+
+async def collect(
+    session: SandboxSession, paths: MemoryPaths, *, workspace: str, generated_at: str
+) -> ViewerData:
+    """Read everything the viewer shows for ``paths``; never raises for bad files."""
+    from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS, memory_read_prompt
+
+    reader = _Reader(session, Redactor())
+    data = ViewerData(workspace, paths.memories_dir, paths.sessions_dir, generated_at)
+    summary = (await reader.text(paths.summary_md) or "").strip()
+    data.summary = summary
+    if summary:
+        data.summary_injected = truncate_head_tail(
+            summary, SUMMARY_MAX_TOKENS, what="memory summary"
+        )
+        data.memory_prompt = memory_read_prompt(summary, paths.memories_dir, live_update=True) or ""
+    data.memory_md = await reader.text(paths.memory_md) or ""
+    data.summaries = await _summaries(reader, paths)
+    data.skills = await _skills(reader, paths)
+    data.log = await _log(reader, paths)
+    raw = await _raw_headers(reader, paths)
+    data.conversations = await _conversations(reader, session, paths, data.log)
+    data.selection, data.selection_updated_at = _selection(
+        (await gen_state.load(session, paths))[0], await gen_state.load_selection(session, paths)
+    )
+    data.sizes = _size_points(data.log, raw)
+    data.problems = reader.problems
+    return data

@@ -1,0 +1,472 @@
+"""The one run loop: model → tool calls → tool outputs → model, until a final answer.
+
+``execute`` is the core every view of a run is built on (``Runner.run``, ``run_sync`` and
+``run_streamed`` in ``run/_runner.py``). It produces events (``agent/_stream_events.py``) and
+hands each one to a single emit point, ``Emitter.emit``, which passes it, in order, to the
+run's listeners:
+
+- the hooks listener (``hooks_listener``): ``RunHooks`` / ``AgentHooks`` callbacks;
+- for ``run_streamed``, the queue behind ``RunResultStreaming.stream_events()``;
+- any listener a caller adds (``RunSpec.listeners``): this is the seam for tracing — a tracer
+  is one more ``Listener`` receiving every stream and lifecycle event, ``RunEndEvent`` last.
+
+What can refuse a run (missing capabilities, a layout conflict, a bad rollout id, unknown tool
+names) happens in ``_prepare``, before the first model call and before any event. Capabilities'
+``on_run_start`` runs there and their ``on_run_end`` runs once when the run ends, completed or
+not, whichever view started it, so memory is recorded the same way for every view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from sandmem._errors import MaxTurnsExceeded, ModelBehaviorError, UserError
+from sandmem._items import Item, item_kind, message_text, normalize_input
+from sandmem._prompts import load_prompt, render_prompt
+from sandmem._settings import ModelSettings
+from sandmem._usage import Usage
+from sandmem.agent._agent import Agent
+from sandmem.agent._capability import (
+    Capability,
+    bind_for_run,
+    capability_instructions,
+    missing_requirements,
+)
+from sandmem.agent._context import (
+    RunContextWrapper,
+    RunOutcome,
+    SandboxRunContext,
+    TerminalState,
+    ToolContext,
+)
+from sandmem.agent._hooks import RunHooks
+from sandmem.agent._run_config import RunConfig
+from sandmem.agent._sandboxed import SandboxedAgent
+from sandmem.agent._session import Session
+from sandmem.agent._stream_events import (
+    AgentEndEvent,
+    AgentStartEvent,
+    AgentUpdatedStreamEvent,
+    LLMEndEvent,
+    LLMStartEvent,
+    RawResponsesStreamEvent,
+    RunEndEvent,
+    RunEvent,
+    ToolEndEvent,
+    ToolStartEvent,
+    run_item_event,
+)
+from sandmem.agent._tool_use import FunctionToolResult, tools_final_output
+from sandmem.agent._tools import FunctionTool, to_tool_output
+from sandmem.models._base import Model, ModelRequest, ModelResponse, OutputSchema
+from sandmem.run._sandbox_scope import sandbox_scope
+from sandmem.run._tracing import run_tracer
+
+logger = logging.getLogger("sandmem.run")
+
+#: receives every event of a run, in order; may be async-only (awaited before the run goes on)
+Listener = Callable[[RunEvent], Awaitable[None]]
+
+
+class TurnCancelled(Exception):
+    """Internal: ``RunResultStreaming.cancel(mode="after_turn")`` stopped the run."""
+
+
+@dataclass
+class RunSpec:
+    """What the caller asked for (``Runner``'s arguments, checked)."""
+
+    agent: Agent
+    input: str | list[Item]
+    context: Any = None
+    #: ``None``: no limit
+    max_turns: int | None = 10
+    hooks: RunHooks[Any] | None = None
+    run_config: RunConfig = field(default_factory=RunConfig)
+    previous_response_id: str | None = None
+    conversation_id: str | None = None
+    session: Session | None = None
+    #: model calls use ``Model.stream_response`` (raw events are emitted)
+    stream: bool = False
+    listeners: list[Listener] = field(default_factory=list)
+
+
+@dataclass
+class RunProgress:
+    """The state of a run as it goes, shared with the view that started it."""
+
+    context_wrapper: RunContextWrapper[Any]
+    current_agent: Agent
+    new_items: list[Item] = field(default_factory=list)
+    raw_responses: list[ModelResponse] = field(default_factory=list)
+    current_turn: int = 0
+    final_output: Any = None
+    has_final_output: bool = False
+    cancel_after_turn: bool = False
+
+    @property
+    def usage(self) -> Usage:
+        return self.context_wrapper.usage
+
+    @property
+    def last_response_id(self) -> str | None:
+        return self.raw_responses[-1].response_id if self.raw_responses else None
+
+
+class Emitter:
+    """The one emit point of a run: every event goes to every listener, in order."""
+
+    def __init__(self, listeners: Sequence[Listener]) -> None:
+        self._listeners = list(listeners)
+
+    async def emit(self, event: RunEvent) -> None:
+        for listener in self._listeners:
+            await listener(event)
+
+
+async def _call_hook(fn: Callable[..., Any] | None, *args: Any) -> None:
+    if fn is None:
+        return
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        await result
+
+
+def hooks_listener(hooks: RunHooks[Any] | None) -> Listener:
+    """A listener calling the run's hooks, then the agent's, for each lifecycle event."""
+
+    async def listen(event: RunEvent) -> None:
+        names: tuple[str, str]
+        args: tuple[Any, ...]
+        match event:
+            case AgentStartEvent(context=ctx, agent=agent):
+                names, args = ("on_agent_start", "on_start"), (ctx, agent)
+            case AgentEndEvent(context=ctx, agent=agent, output=output):
+                names, args = ("on_agent_end", "on_end"), (ctx, agent, output)
+            case LLMStartEvent(context=ctx, agent=agent, request=request):
+                names = ("on_llm_start", "on_llm_start")
+                args = (ctx, agent, request.instructions, list(request.input))
+            case LLMEndEvent(context=ctx, agent=agent, response=response):
+                names, args = ("on_llm_end", "on_llm_end"), (ctx, agent, response)
+            case ToolStartEvent(context=ctx, agent=agent, tool=tool):
+                names, args = ("on_tool_start", "on_tool_start"), (ctx, agent, tool)
+            case ToolEndEvent(context=ctx, agent=agent, tool=tool, result=result):
+                names, args = ("on_tool_end", "on_tool_end"), (ctx, agent, tool, result)
+            case _:
+                return
+        await _call_hook(getattr(hooks, names[0], None), *args)
+        await _call_hook(getattr(args[1].hooks, names[1], None), *args)
+
+    return listen
+
+
+@dataclass
+class _Prepared:
+    model: Model
+    instructions: list[str]
+    tools: list[FunctionTool]
+    capabilities: list[Capability]
+    settings: ModelSettings
+    output_schema: OutputSchema | None
+
+
+def _resolve_model(agent: Agent, config: RunConfig) -> Model:
+    """The run's model. Names are resolved by the run's provider, else the process's shared
+    default provider (whose client every run reuses; it is not closed per run)."""
+    chosen = config.model if config.model is not None else agent.model
+    if isinstance(chosen, Model):
+        return chosen
+    provider = config.model_provider
+    if provider is None:
+        from sandmem.models._provider import default_provider
+
+        provider = default_provider()
+    return provider.get_model(chosen)
+
+
+def _check_requirements(capabilities: list[Capability]) -> None:
+    missing = missing_requirements(capabilities)
+    if missing:
+        names = ", ".join(sorted(missing))
+        raise UserError(
+            f"the agent's capabilities require {names}; add them to SandboxAgent(capabilities=...)"
+        )
+
+
+def _collect_tools(agent: Agent, capabilities: list[Capability]) -> list[FunctionTool]:
+    tools: dict[str, FunctionTool] = {}
+    for tool in [*agent.tools, *(t for cap in capabilities for t in cap.tools())]:
+        if tool.name in tools:
+            raise UserError(f"two tools are named {tool.name!r}; tool names must be unique")
+        tools[tool.name] = tool
+    return list(tools.values())
+
+
+def _output_schema(output_type: type[Any] | None) -> OutputSchema | None:
+    if output_type is None:
+        return None
+    from sandmem.agent._schema import output_schema_for
+
+    return output_schema_for(output_type)
+
+
+async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
+    """Everything that can refuse a run happens here, before the first model call."""
+    agent, config = spec.agent, spec.run_config
+    capabilities: list[Capability] = []
+    parts: list[str] = []
+    if isinstance(agent, SandboxedAgent):
+        assert ctx.sandbox is not None
+        capabilities = [bind_for_run(cap, ctx.sandbox) for cap in agent.capabilities]
+        _check_requirements(capabilities)
+        parts.append(
+            render_prompt(load_prompt("sandmem", "sandbox"), root=ctx.sandbox.display_root)
+        )
+    tools = _collect_tools(agent, capabilities)
+    schema = _output_schema(agent.output_type)
+    model = _resolve_model(agent, config)
+    settings = agent.settings.resolve(config.model_settings)
+    for cap in capabilities:
+        await cap.on_run_start(ctx)
+    for cap in capabilities:
+        extra = await capability_instructions(cap, ctx)
+        if extra:
+            parts.append(extra)
+    return _Prepared(model, parts, tools, capabilities, settings, schema)
+
+
+def _final_output(agent: Agent, output: Sequence[Item]) -> tuple[bool, Any]:
+    """(has_final, value) from one model turn without tool calls."""
+    messages = [i for i in output if item_kind(i) == "message" and i.get("role") == "assistant"]
+    if not messages:
+        return False, None
+    text = message_text(messages[-1])
+    if agent.output_type is None:
+        return True, text
+    from sandmem.agent._schema import parse_structured_output
+
+    return True, parse_structured_output(agent.output_type, text)
+
+
+def _terminal_state(exc: BaseException) -> TerminalState:
+    if isinstance(exc, MaxTurnsExceeded):
+        return "max_turns_exceeded"
+    if isinstance(exc, asyncio.CancelledError | TurnCancelled):
+        return "cancelled"
+    return "failed"
+
+
+class _Turns:
+    """The turns of one prepared run (one instance per run)."""
+
+    def __init__(
+        self, spec: RunSpec, prep: _Prepared, progress: RunProgress, emitter: Emitter
+    ) -> None:
+        self.spec, self.prep, self.progress, self.emit = spec, prep, progress, emitter.emit
+        self.agent = spec.agent
+        self.ctx = progress.context_wrapper
+        conversation = spec.conversation_id
+        #: server-side conversation state (Responses API) replaces resending the transcript
+        self.conversation = (
+            conversation if conversation and conversation.startswith("conv_") else None
+        )
+        self.previous_response_id = spec.previous_response_id
+
+    async def run(self, transcript: list[Item], input_items: list[Item]) -> Any:
+        server_state = self.previous_response_id is not None or self.conversation is not None
+        unsent: list[Item] = list(input_items)
+        await self.emit(AgentUpdatedStreamEvent(self.agent))
+        await self.emit(AgentStartEvent(self.ctx, self.agent))
+        generated = self.progress.new_items
+        limit = self.spec.max_turns
+        turns = itertools.count(1) if limit is None else range(1, limit + 1)
+        for turn in turns:
+            self.progress.current_turn = turn
+            model_input = list(unsent) if server_state else [*transcript, *generated]
+            response = await self._model_turn(turn, model_input)
+            unsent = []
+            calls = [item for item in response.output if item_kind(item) == "function_call"]
+            if calls:
+                outputs, results = await self._run_tools(calls)
+                unsent.extend(outputs)
+                if self.progress.cancel_after_turn:
+                    raise TurnCancelled()
+                decision = await tools_final_output(self.agent.tool_use_behavior, self.ctx, results)
+                if not decision.is_final_output:
+                    continue
+                has_final, value = True, decision.final_output
+            else:
+                has_final, value = _final_output(self.agent, response.output)
+            if not has_final:
+                raise ModelBehaviorError(
+                    f"model {self.prep.model.name!r} returned neither a tool call nor a message"
+                )
+            self.progress.final_output, self.progress.has_final_output = value, True
+            await self.emit(AgentEndEvent(self.ctx, self.agent, value))
+            return value
+        raise MaxTurnsExceeded(
+            f"the run reached max_turns={self.spec.max_turns} without a final answer; raise "
+            "max_turns or simplify the task",
+            items=generated,
+        )
+
+    async def _request(self, model_input: list[Item]) -> ModelRequest:
+        own = await self.agent.get_instructions(self.ctx)
+        parts = [own, *self.prep.instructions] if own else self.prep.instructions
+        tools = [t.spec() for t in self.prep.tools if await t.enabled_for(self.ctx, self.agent)]
+        return ModelRequest(
+            instructions="\n\n".join(parts) or None,
+            input=model_input,
+            tools=tools,
+            output_schema=self.prep.output_schema,
+            settings=self.prep.settings,
+            previous_response_id=self.previous_response_id,
+            conversation_id=self.conversation,
+        )
+
+    async def _model_turn(self, turn: int, model_input: list[Item]) -> ModelResponse:
+        request = await self._request(model_input)
+        await self.emit(LLMStartEvent(self.ctx, self.agent, request, turn))
+        response = await self._call_model(request)
+        usage = self.ctx.usage
+        usage.requests += 1
+        usage.input_tokens += response.usage.input_tokens
+        usage.output_tokens += response.usage.output_tokens
+        self.progress.raw_responses.append(response)
+        if self.previous_response_id is not None and response.response_id:
+            self.previous_response_id = response.response_id
+        await self.emit(LLMEndEvent(self.ctx, self.agent, request, response, turn))
+        for item in response.output:
+            self.progress.new_items.append(item)
+            event = run_item_event(self.agent, item)
+            if event is not None:
+                await self.emit(event)
+        return response
+
+    async def _call_model(self, request: ModelRequest) -> ModelResponse:
+        model = self.prep.model
+        if not self.spec.stream:
+            return await model.get_response(request)
+        response: ModelResponse | None = None
+        async for data in model.stream_response(request):
+            if isinstance(data, ModelResponse):
+                response = data
+            else:
+                await self.emit(RawResponsesStreamEvent(data))
+        if response is None:
+            raise ModelBehaviorError(f"model {model.name!r} ended its stream without a response")
+        return response
+
+    async def _run_tools(self, calls: list[Item]) -> tuple[list[Item], list[FunctionToolResult]]:
+        """The output items of ``calls`` (run concurrently), and the results of the calls to
+        known tools (for ``tool_use_behavior``)."""
+        tools = {t.name: t for t in self.prep.tools if await t.enabled_for(self.ctx, self.agent)}
+        outputs = await asyncio.gather(*(self._invoke_tool(tools, call) for call in calls))
+        results = []
+        for call, item in zip(calls, outputs, strict=True):
+            self.progress.new_items.append(item)
+            event = run_item_event(self.agent, item)
+            if event is not None:
+                await self.emit(event)
+            tool = tools.get(str(call.get("name", "")))
+            if tool is not None:
+                results.append(FunctionToolResult(tool, item["output"], item))
+        return list(outputs), results
+
+    async def _invoke_tool(self, tools: dict[str, FunctionTool], call: Item) -> Item:
+        name, call_id = str(call.get("name", "")), str(call.get("call_id", ""))
+        arguments = str(call.get("arguments") or "{}")
+        tool = tools.get(name)
+        if tool is None:
+            available = ", ".join(sorted(tools)) or "none"
+            output: Any = (
+                f"Error: UnknownTool: there is no tool named {name!r}; available: {available}"
+            )
+            return {"type": "function_call_output", "call_id": call_id, "output": output}
+        tool_ctx = ToolContext.for_call(self.ctx, name, call_id, arguments)
+        await self.emit(ToolStartEvent(tool_ctx, self.agent, tool))
+        error: Exception | None = None
+        try:
+            output = to_tool_output(await tool.on_invoke_tool(tool_ctx, arguments))
+        except Exception as exc:
+            if tool.failure_error_function is None:
+                raise
+            logger.debug("tool %s raised", name, exc_info=True)
+            error = exc
+            output = tool.failure_error_function(tool_ctx, exc)
+            if inspect.isawaitable(output):
+                output = await output
+            output = to_tool_output(output)
+        await self.emit(ToolEndEvent(tool_ctx, self.agent, tool, output, error))
+        return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+async def _finish(prep: _Prepared, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
+    for cap in prep.capabilities:
+        try:
+            await asyncio.shield(cap.on_run_end(ctx, outcome))
+        except Exception:
+            logger.exception("%s failed at the end of a run", type(cap).__name__)
+
+
+def _stored(final: Any) -> Any:
+    return final.model_dump() if isinstance(final, BaseModel) else final
+
+
+async def execute(spec: RunSpec, progress: RunProgress) -> Any:
+    """Run ``spec`` to its end, updating ``progress`` and emitting every event; return the
+    final output. Raises what the run raised (``UserError`` before the first model call for
+    misuse, ``MaxTurnsExceeded``, ``ModelBehaviorError``, ``ModelRequestError``...)."""
+    input_items = normalize_input(spec.input)
+    tracer = run_tracer(spec.run_config)  # OpenTelemetry spans: one more listener
+    emitter = Emitter([hooks_listener(spec.hooks), *spec.listeners, *filter(None, [tracer])])
+    async with sandbox_scope(spec.agent, spec.run_config) as sandbox:
+        ctx = SandboxRunContext(
+            agent=spec.agent,
+            input=input_items,
+            run_config=spec.run_config,
+            session=spec.session,
+            conversation_id=spec.conversation_id,
+            sandbox=sandbox,
+            context_wrapper=progress.context_wrapper,
+        )
+        prep = await _prepare(spec, ctx)
+        history = await spec.session.get_items() if spec.session is not None else []
+        turns = _Turns(spec, prep, progress, emitter)
+        try:
+            final = await turns.run([*history, *input_items], input_items)
+        except BaseException as exc:
+            outcome = RunOutcome(list(progress.new_items), _terminal_state(exc), exception=exc)
+            await _finish(prep, ctx, outcome)
+            await _emit_end(emitter, progress, spec.agent, outcome)
+            raise
+        outcome = RunOutcome(
+            list(progress.new_items),
+            "completed",
+            final_output=_stored(final),
+            has_final_output=True,
+        )
+        await _finish(prep, ctx, outcome)
+        if spec.session is not None:
+            await spec.session.add_items([*input_items, *progress.new_items])
+        await emitter.emit(RunEndEvent(progress.context_wrapper, spec.agent, outcome))
+        return final
+
+
+async def _emit_end(
+    emitter: Emitter, progress: RunProgress, agent: Agent, outcome: RunOutcome
+) -> None:
+    """``RunEndEvent`` for a run that failed: a listener's error is logged, never allowed to
+    replace the run's own error."""
+    try:
+        await asyncio.shield(emitter.emit(RunEndEvent(progress.context_wrapper, agent, outcome)))
+    except Exception:
+        logger.exception("a run listener failed at the end of a failed run")
