@@ -40,9 +40,11 @@ def message_text(item: Item) -> str:
     return content_text(item.get("content"))
 
 
-def content_text(content: Any) -> str:
+def content_texts(content: Any) -> list[str]:
+    """The text parts of a message's ``content`` (a string, or a list of parts with ``text``):
+    the one helper that pulls text out of a message."""
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
         texts = []
         for part in content:
@@ -50,8 +52,13 @@ def content_text(content: Any) -> str:
                 texts.append(part["text"])
             elif isinstance(part, str):
                 texts.append(part)
-        return "".join(texts)
-    return ""
+        return texts
+    return []
+
+
+def content_text(content: Any, *, sep: str = "") -> str:
+    """``content_texts`` joined with ``sep``."""
+    return sep.join(content_texts(content))
 
 
 def normalize_input(value: str | list[Item]) -> list[Item]:

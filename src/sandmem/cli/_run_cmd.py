@@ -9,7 +9,6 @@ how to retry); 2 a usage error (nothing was run); 130 interrupted (after saying 
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from sandmem.memory import (
     MemoryReadConfig,
     generate,
     new_rollout_id,
+    rollout_items,
     show,
     validate_rollout_id,
 )
@@ -74,17 +74,7 @@ class RolloutHistory:
         self._layout = layout
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
-        text = await recorded(self._sandbox, self._layout, self.session_id)
-        items: list[Item] = []
-        for line in text.splitlines():
-            try:
-                segment = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(segment, dict):
-                for key in ("input", "generated_items"):
-                    value = segment.get(key)
-                    items.extend(i for i in value or [] if isinstance(i, dict))
+        items = rollout_items(await recorded(self._sandbox, self._layout, self.session_id))
         items = paired_calls(items)
         return items[-limit:] if limit else items
 

@@ -65,7 +65,7 @@ from sandmem.memory.config import (
     MemoryLayoutConfig,
     MemoryReadConfig,
 )
-from sandmem.memory.rollouts import new_rollout_id, validate_rollout_id
+from sandmem.memory.rollouts import new_rollout_id, rollout_items, validate_rollout_id
 
 __all__ = [
     "EXTRACTIVE",
@@ -100,6 +100,7 @@ __all__ = [
     "list_files",
     "list_files_sync",
     "new_rollout_id",
+    "rollout_items",
     "search",
     "search_sync",
     "show",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from sandmem._items import Item, item_kind, message_text
@@ -31,7 +30,13 @@ from sandmem.memory._render_text import (
     nbytes,
     scrub_payloads,
 )
-from sandmem.memory.rollouts import keep_item, strip_encrypted
+from sandmem.memory.rollouts import (
+    ParsedRollout,
+    RolloutSegment,
+    keep_item,
+    parse_rollout,
+    strip_encrypted,
+)
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -46,11 +51,9 @@ __all__ = [
 DEFAULT_PER_ITEM_TOKENS = 1_000
 DEFAULT_MAX_TOKENS = 150_000
 
-_SEGMENT_KEYS = ("input", "generated_items", "terminal_metadata")
 _CALL_KINDS = ("function_call", "custom_tool_call")
 _OUTPUT_KINDS = ("function_call_output", "custom_tool_call_output")
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _PATCH_HEADER = re.compile(r"^\*\*\* (Add File|Update File|Delete File|Move to): (.+?)\s*$", re.M)
 # status lines an exec tool prints before the output: `exit_code: 1` (or `Exit code: 1`),
 # `Wall time: 0.4 s`, `Output:`; notes and timeout messages among them are kept
@@ -60,56 +63,6 @@ _STATUS_LINE = re.compile(
     re.I,
 )
 _KEPT_STATUS = ("Note: ", "Command timed out")
-
-
-@dataclass(frozen=True)
-class RolloutSegment:
-    """One run segment: one JSON line of a rollout file."""
-
-    line_number: int
-    updated_at: str | None
-    rollout_id: str | None
-    conversation_key: str | None
-    input: list[Item]
-    generated_items: list[Item]
-    final_output: Any
-    interruptions: list[Any]
-    terminal_metadata: dict[str, Any]
-
-    @property
-    def terminal_state(self) -> str:
-        return str(self.terminal_metadata.get("terminal_state") or "unknown")
-
-
-@dataclass(frozen=True)
-class ParsedRollout:
-    """The segments of a rollout file in file order, and how many lines could not be read."""
-
-    segments: tuple[RolloutSegment, ...]
-    malformed_lines: int = 0
-    raw_bytes: int = 0
-
-    @property
-    def rollout_id(self) -> str | None:
-        return next((s.rollout_id for s in self.segments if s.rollout_id), None)
-
-
-def parse_rollout(text: str) -> ParsedRollout:
-    """Parse a rollout file's text. Blank lines are ignored; a line that is not a JSON object
-    with at least one of ``input``, ``generated_items``, ``terminal_metadata`` (a torn write, a
-    stray edit) is skipped and counted in ``malformed_lines``."""
-    segments: list[RolloutSegment] = []
-    malformed = 0
-    # split on "\n" only: JSON text may legally hold raw U+2028 and friends inside strings
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        segment = _parse_segment(line, number)
-        if segment is None:
-            malformed += 1
-        else:
-            segments.append(segment)
-    return ParsedRollout(tuple(segments), malformed, nbytes(text))
 
 
 def rollout_terminal_summary(parsed: ParsedRollout) -> dict[str, Any]:
@@ -140,45 +93,6 @@ def render_rollout(
     for number, segment in enumerate(parsed.segments, start=1):
         blocks.extend(renderer.segment(segment, number, len(parsed.segments)))
     return truncate_head_tail("\n".join(blocks) + "\n", max_tokens, what="rollout transcript")
-
-
-# --- parsing -------------------------------------------------------------------------------
-
-
-def _parse_segment(line: str, number: int) -> RolloutSegment | None:
-    try:
-        data = loads_bounded(line)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not any(key in data for key in _SEGMENT_KEYS):
-        return None
-    if _SURROGATE_ESCAPE.search(line):  # a lone surrogate would break UTF-8 encoding later
-        data = json.loads(json.dumps(data, ensure_ascii=False).encode("utf-8", "replace"))
-    meta = data.get("terminal_metadata")
-    interruptions = data.get("interruptions")
-    return RolloutSegment(
-        line_number=number,
-        updated_at=_opt_str(data.get("updated_at")),
-        rollout_id=_opt_str(data.get("rollout_id")),
-        conversation_key=_opt_str(data.get("conversation_key")),
-        input=_item_list(data.get("input")),
-        generated_items=_item_list(data.get("generated_items")),
-        final_output=data.get("final_output"),
-        interruptions=list(interruptions) if isinstance(interruptions, list) else [],
-        terminal_metadata=dict(meta) if isinstance(meta, dict) else {},
-    )
-
-
-def _item_list(value: Any) -> list[Item]:
-    if isinstance(value, str):
-        return [{"type": "message", "role": "user", "content": value}]
-    if isinstance(value, list):
-        return [dict(item) for item in value if isinstance(item, dict)]
-    return []
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 # --- rendering -----------------------------------------------------------------------------

@@ -1,5 +1,10 @@
-"""Memory files in the workspace: paths of a layout, headers, state and log, all through the
-sandbox session API (so every backend gets them for free)."""
+"""The files of a memory layout — the one list of them — and their headers, all read and
+written through the sandbox session API (so every backend gets them for free).
+
+Names are relative to ``memories_dir``; ``MemoryPaths`` turns them into workspace paths.
+What a run reads (``READ_FILES``, ``READ_DIRS``), what an edit may write (``is_editable``) and
+what phase one writes (``PHASE_ONE_DIRS``) are named here once; every other module asks.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,48 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import SandboxError
 from sandmem.memory._json import loads_bounded
-from sandmem.memory.config import MemoryLayoutConfig
+from sandmem.memory.rollouts import parse_segment
 from sandmem.sandboxes._hostfs import is_stale_write_temp
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
+if TYPE_CHECKING:
+    from sandmem.memory.config import MemoryLayoutConfig
+
 logger = logging.getLogger("sandmem.memory")
 
 STATE_VERSION = 1
+
+# ---------------------------------------------------------------- the files of a layout
+MEMORY_MD = "MEMORY.md"
+SUMMARY_MD = "memory_summary.md"
+RAW_MEMORIES_MD = "raw_memories.md"
+SELECTION_JSON = "phase_two_selection.json"
+STATE_JSON = "generation_state.json"
+LOG_JSONL = "generation_log.jsonl"
+RAW_DIR = "raw_memories"
+SUMMARIES_DIR = "rollout_summaries"
+SKILLS_DIR = "skills"
+#: what a run reads (and a store's version carries into every workspace)
+READ_FILES = (SUMMARY_MD, MEMORY_MD)
+READ_DIRS = (f"{SUMMARIES_DIR}/", f"{SKILLS_DIR}/")
+#: what phase one writes, per conversation
+PHASE_ONE_DIRS = (f"{RAW_DIR}/", f"{SUMMARIES_DIR}/")
+
+
+def is_read_file(name: str) -> bool:
+    """A file (relative to ``memories_dir``) that runs read."""
+    return name in READ_FILES or name.startswith(READ_DIRS)
+
+
+def is_editable(name: str) -> bool:
+    """A file (relative to ``memories_dir``) that a consolidation or a live edit may write:
+    ``MEMORY.md``, ``memory_summary.md`` and anything under ``skills/``."""
+    return name in (MEMORY_MD, SUMMARY_MD) or name.startswith(f"{SKILLS_DIR}/")
 
 
 @dataclass(frozen=True)
@@ -37,39 +72,39 @@ class MemoryPaths:
 
     @property
     def memory_md(self) -> str:
-        return self._m("MEMORY.md")
+        return self._m(MEMORY_MD)
 
     @property
     def summary_md(self) -> str:
-        return self._m("memory_summary.md")
+        return self._m(SUMMARY_MD)
 
     @property
     def raw_memories_md(self) -> str:
-        return self._m("raw_memories.md")
+        return self._m(RAW_MEMORIES_MD)
 
     @property
     def selection_json(self) -> str:
-        return self._m("phase_two_selection.json")
+        return self._m(SELECTION_JSON)
 
     @property
     def raw_dir(self) -> str:
-        return self._m("raw_memories")
+        return self._m(RAW_DIR)
 
     @property
     def summaries_dir(self) -> str:
-        return self._m("rollout_summaries")
+        return self._m(SUMMARIES_DIR)
 
     @property
     def skills_dir(self) -> str:
-        return self._m("skills")
+        return self._m(SKILLS_DIR)
 
     @property
     def state_json(self) -> str:
-        return self._m("generation_state.json")
+        return self._m(STATE_JSON)
 
     @property
     def log_jsonl(self) -> str:
-        return self._m("generation_log.jsonl")
+        return self._m(LOG_JSONL)
 
     @property
     def lock(self) -> str:
@@ -210,15 +245,10 @@ def fingerprint(data: bytes) -> RolloutFingerprint:
         end = start
         if not line:
             continue
-        try:
-            segment = loads_bounded(line)
-        except ValueError:
-            continue
-        if isinstance(segment, dict):
-            updated_at = str(segment.get("updated_at") or "unknown")
-            meta = segment.get("terminal_metadata")
-            if isinstance(meta, dict):
-                terminal = str(meta.get("terminal_state") or "unknown")
+        segment = parse_segment(line)
+        if segment is not None:
+            updated_at = segment.updated_at or "unknown"
+            terminal = segment.terminal_state
             break
     return RolloutFingerprint(segments, updated_at, terminal)
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from sandmem._items import Item, item_kind
 from sandmem.agent._context import RunOutcome, SandboxRunContext
+from sandmem.memory._json import loads_bounded
 from sandmem.memory._text import safe_text
 
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -208,3 +209,114 @@ def segment_line(segment: dict[str, Any]) -> bytes:
     """The JSONL line of a segment (non-JSON values are stringified, never dropped)."""
     text = json.dumps(segment, ensure_ascii=False, default=str)
     return (safe_text(text) + "\n").encode("utf-8")
+
+
+# ---------------------------------------------------------------- reading segments back
+# The one parser of the segment format ``build_segment`` writes: rendering for phase one, the
+# pending scan's fingerprint, the conversation list and the CLI's history all read through it.
+
+_SEGMENT_KEYS = ("input", "generated_items", "terminal_metadata")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSegment:
+    """One run segment: one JSON line of a rollout file."""
+
+    line_number: int
+    updated_at: str | None
+    rollout_id: str | None
+    conversation_key: str | None
+    input: list[Item]
+    generated_items: list[Item]
+    final_output: Any
+    interruptions: list[Any]
+    terminal_metadata: dict[str, Any]
+
+    @property
+    def terminal_state(self) -> str:
+        return str(self.terminal_metadata.get("terminal_state") or "unknown")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedRollout:
+    """The segments of a rollout file in file order, and how many lines could not be read."""
+
+    segments: tuple[RolloutSegment, ...]
+    malformed_lines: int = 0
+    raw_bytes: int = 0
+
+    @property
+    def rollout_id(self) -> str | None:
+        return next((s.rollout_id for s in self.segments if s.rollout_id), None)
+
+
+def parse_rollout(text: str) -> ParsedRollout:
+    """Parse a rollout file's text. Blank lines are ignored; a line that is not a JSON object
+    with at least one of ``input``, ``generated_items``, ``terminal_metadata`` (a torn write, a
+    stray edit) is skipped and counted in ``malformed_lines``."""
+    segments: list[RolloutSegment] = []
+    malformed = 0
+    # split on "\n" only: JSON text may legally hold raw U+2028 and friends inside strings
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        segment = _parse_segment(line, number)
+        if segment is None:
+            malformed += 1
+        else:
+            segments.append(segment)
+    return ParsedRollout(tuple(segments), malformed, len(text.encode("utf-8", "replace")))
+
+
+def _parse_segment(line: str, number: int) -> RolloutSegment | None:
+    try:
+        data = loads_bounded(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not any(key in data for key in _SEGMENT_KEYS):
+        return None
+    if _SURROGATE_ESCAPE.search(line):  # a lone surrogate would break UTF-8 encoding later
+        data = json.loads(json.dumps(data, ensure_ascii=False).encode("utf-8", "replace"))
+    meta = data.get("terminal_metadata")
+    interruptions = data.get("interruptions")
+    return RolloutSegment(
+        line_number=number,
+        updated_at=_opt_str(data.get("updated_at")),
+        rollout_id=_opt_str(data.get("rollout_id")),
+        conversation_key=_opt_str(data.get("conversation_key")),
+        input=_item_list(data.get("input")),
+        generated_items=_item_list(data.get("generated_items")),
+        final_output=data.get("final_output"),
+        interruptions=list(interruptions) if isinstance(interruptions, list) else [],
+        terminal_metadata=dict(meta) if isinstance(meta, dict) else {},
+    )
+
+
+def _item_list(value: Any) -> list[Item]:
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if isinstance(value, list):
+        return [dict(item) for item in value if isinstance(item, dict)]
+    return []
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def parse_segment(line: str | bytes, number: int = 1) -> RolloutSegment | None:
+    """One rollout line as a segment, or ``None`` when it is not one."""
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    return _parse_segment(text, number)
+
+
+def segment_items(segment: RolloutSegment) -> list[Item]:
+    """The conversation a segment holds: its input, then the items the run generated."""
+    return [*segment.input, *segment.generated_items]
+
+
+def rollout_items(text: str) -> list[Item]:
+    """The conversation a rollout file's text holds: each segment's input, then the items its
+    run generated, in file order (lines that are not segments are skipped)."""
+    return [item for segment in parse_rollout(text).segments for item in segment_items(segment)]

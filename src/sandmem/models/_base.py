@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sandmem._items import Item, item_kind
+from sandmem._items import Item, content_texts, item_kind
 from sandmem._settings import ModelSettings
 from sandmem._usage import Usage
 
@@ -99,7 +99,8 @@ class Model(abc.ABC):
         for index, item in enumerate(response.output):
             if item_kind(item) != "message" or item.get("role") != "assistant":
                 continue
-            for part_index, text in enumerate(_texts(item.get("content"))):
+            texts = [t for t in content_texts(item.get("content")) if t]
+            for part_index, text in enumerate(texts):
                 yield ResponseTextDeltaEvent(
                     delta=text,
                     item_id=str(item.get("id", "")),
@@ -109,18 +110,6 @@ class Model(abc.ABC):
                 )
                 sequence += 1
         yield response
-
-
-def _texts(content: Any) -> list[str]:
-    if isinstance(content, str):
-        return [content] if content else []
-    if isinstance(content, list):
-        return [
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, dict) and part.get("type") in ("output_text", "text")
-        ]
-    return []
 
 
 class ModelProvider(abc.ABC):

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sandmem.memory.layout import PHASE_ONE_DIRS
 from sandmem.memory.store._base import MemoryStore, MemoryStoreConflict, MemoryVersion
 from sandmem.memory.store._sync import _COMMIT_ATTEMPTS, Lease, read_current, walk_files
 
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory.store")
-
-_PHASE_ONE_DIRS = ("raw_memories/", "rollout_summaries/")
 
 
 async def _stage(
@@ -88,7 +87,7 @@ class _Job:
         assert self._session is not None
         files = await walk_files(self._session, self.paths.memories_dir)
         self.phase_one_files = {
-            name: data for name, data in files.items() if name.startswith(_PHASE_ONE_DIRS)
+            name: data for name, data in files.items() if name.startswith(PHASE_ONE_DIRS)
         }
         return files
 

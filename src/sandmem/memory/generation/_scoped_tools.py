@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from sandmem._errors import SandboxError, UserError
 from sandmem._truncate import truncate_head_tail
 from sandmem.agent._tools import FunctionTool, function_tool
+from sandmem.memory.layout import is_editable
 from sandmem.sandboxes._apply_patch import apply_patch as apply_patch_engine
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
@@ -68,7 +69,7 @@ class ScopedFiles:
             raise UserError(f"path {path!r} is outside the memory directory {self.root}/")
         if write:
             rel = norm[len(self.root) + 1 :]
-            if rel not in ("MEMORY.md", "memory_summary.md") and not rel.startswith("skills/"):
+            if not is_editable(rel):
                 raise UserError(
                     f"{path!r} is read-only here: write only {self.root}/MEMORY.md, "
                     f"{self.root}/memory_summary.md and {self.root}/skills/**"

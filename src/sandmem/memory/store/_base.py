@@ -27,9 +27,10 @@ from typing import Any, ClassVar
 
 from sandmem._errors import SandmemError
 
-#: files of a version that the read path needs in the workspace
-READ_FILES = ("memory_summary.md", "MEMORY.md")
-READ_DIRS = ("rollout_summaries/", "skills/")
+# files of a version that the read path needs in the workspace (named in memory.layout)
+from sandmem.memory.layout import READ_DIRS as READ_DIRS
+from sandmem.memory.layout import READ_FILES as READ_FILES
+from sandmem.memory.layout import is_read_file as is_read_file
 
 
 class MemoryStoreConflict(SandmemError):
@@ -87,10 +88,6 @@ def sha256(data: bytes) -> str:
 def new_sequence() -> str:
     """A key part that sorts by creation time across hosts (ties broken at random)."""
     return f"{time.time_ns():020d}-{os.urandom(4).hex()}"
-
-
-def is_read_file(path: str) -> bool:
-    return path in READ_FILES or path.startswith(READ_DIRS)
 
 
 class MemoryStore(abc.ABC):

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from sandmem.memory.layout import READ_DIRS, READ_FILES
 from sandmem.memory.store._base import (
     MemoryStore,
     MemoryStoreConflict,
@@ -78,11 +79,11 @@ async def _pulled(session: SandboxSession, paths: MemoryPaths) -> MemoryVersion 
 
 async def _local_read_files(session: SandboxSession, paths: MemoryPaths) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    for name in ("memory_summary.md", "MEMORY.md"):
+    for name in READ_FILES:
         data = await _read(session, f"{paths.memories_dir}/{name}")
         if data is not None:
             out[name] = data
-    for sub in ("rollout_summaries", "skills"):
+    for sub in (d.rstrip("/") for d in READ_DIRS):
         out.update(await walk_files(session, paths.memories_dir, sub))
     return out
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
+from sandmem._items import content_text
 from sandmem.memory import state as gen_state
-from sandmem.memory._json import loads_bounded
 from sandmem.memory._results import (
     ConsolidationInfo,
     ConversationCounts,
@@ -36,12 +36,15 @@ from sandmem.memory.generation._scoped_tools import ScopedFiles
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, FlushReport
 from sandmem.memory.generation.phase_two import load_raw_memories, read_isolated
 from sandmem.memory.layout import (
+    RAW_DIR,
+    SKILLS_DIR,
+    SUMMARIES_DIR,
     MemoryPaths,
     fingerprint,
     parse_header,
     read_text,
 )
-from sandmem.memory.rollouts import utc_now, validate_rollout_id
+from sandmem.memory.rollouts import parse_segment, utc_now, validate_rollout_id
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import GenerationState, read_log
 from sandmem.sandboxes._session import SandboxSession
@@ -82,32 +85,17 @@ async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
 
-def _message_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        return " ".join(p for p in parts if isinstance(p, str))
-    return ""
-
-
 def first_segment(data: bytes) -> tuple[str | None, str | None]:
     """``updated_at`` of a rollout file's first segment and its first user message (on one
     line, cut to ``TASK_CHARS``); ``None`` for what cannot be read."""
-    line = data.split(b"\n", 1)[0]
-    try:
-        segment = loads_bounded(line)
-    except ValueError:
+    segment = parse_segment(data.split(b"\n", 1)[0])
+    if segment is None:
         return None, None
-    if not isinstance(segment, dict):
-        return None, None
-    started = segment.get("updated_at")
-    items = segment.get("input")
-    items = [{"role": "user", "content": items}] if isinstance(items, str) else items
+    started = segment.updated_at
     task = None
-    for item in items if isinstance(items, list) else []:
-        if isinstance(item, dict) and item.get("role") == "user":
-            text = " ".join(_message_text(item.get("content")).split())
+    for item in segment.input:
+        if item.get("role") == "user":
+            text = " ".join(content_text(item.get("content"), sep=" ").split())
             if text:
                 task = text if len(text) <= TASK_CHARS else text[: TASK_CHARS - 1] + "…"
                 break
@@ -223,9 +211,9 @@ async def _sizes(
         )
     dirs = {}
     for name, top in (
-        ("raw_memories", paths.raw_dir),
-        ("rollout_summaries", paths.summaries_dir),
-        ("skills", paths.skills_dir),
+        (RAW_DIR, paths.raw_dir),
+        (SUMMARIES_DIR, paths.summaries_dir),
+        (SKILLS_DIR, paths.skills_dir),
         ("sessions", paths.sessions_dir),
     ):
         walked = await _walk(session, top)
@@ -268,7 +256,7 @@ def _summary_name(raw_memory_text: str | None) -> str | None:
     if raw_memory_text is None:
         return None
     name = parse_header(raw_memory_text)[0].get("rollout_summary_file", "")
-    if not name.startswith("rollout_summaries/") or ".." in name.split("/"):
+    if not name.startswith(f"{SUMMARIES_DIR}/") or ".." in name.split("/"):
         return None
     return name
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sandmem._truncate import truncate_head_tail
 from sandmem.memory import state as gen_state
-from sandmem.memory.layout import MemoryPaths, parse_header
+from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_header
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import GenerationState
 from sandmem.redaction import Redactor
@@ -124,7 +124,7 @@ async def _summaries(reader: _Reader, paths: MemoryPaths) -> list[Summary]:
         text = await reader.text(f"{paths.summaries_dir}/{name}")
         if text is not None:
             fields, body = parse_header(text)
-            found.append(Summary(f"rollout_summaries/{name}", fields, body.strip()))
+            found.append(Summary(f"{SUMMARIES_DIR}/{name}", fields, body.strip()))
     return found
 
 
@@ -133,7 +133,7 @@ async def _skills(reader: _Reader, paths: MemoryPaths) -> list[tuple[str, str]]:
     for name in await reader.listing(paths.skills_dir):
         text = await reader.text(f"{paths.skills_dir}/{name}/SKILL.md")
         if text is not None:
-            found.append((f"skills/{name}/SKILL.md", text))
+            found.append((f"{SKILLS_DIR}/{name}/SKILL.md", text))
     return found
 
 
