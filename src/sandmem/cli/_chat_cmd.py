@@ -41,7 +41,7 @@ from sandmem.cli._run_cmd import (
     generate_memory,
 )
 from sandmem.memory import show, status, validate_rollout_id
-from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
+from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient, _hostfs
 
 #: where chats keep their history, relative to the workspace
 CHAT_DIR = ".sandmem"
@@ -70,16 +70,17 @@ def _new_chat_id() -> str:
 
 def _chat_id(workspace: Path, session_id: str | None, resume: bool) -> tuple[str, bool]:
     """(the chat's id, whether it continues an earlier chat)."""
-    last = workspace / CHAT_DIR / "last_chat"
+    last = f"{CHAT_DIR}/last_chat"
     if session_id is not None:
         try:
             return validate_rollout_id(session_id), True
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--session") from None
     if resume:
-        if not last.is_file() or not last.read_text().strip():
+        text = _hostfs.read(workspace, last).decode() if _hostfs.is_file(workspace, last) else ""
+        if not text.strip():
             raise click.UsageError(f"no earlier chat in {workspace} to resume; drop --resume")
-        return last.read_text().strip(), True
+        return text.strip(), True
     return _new_chat_id(), False
 
 
@@ -185,10 +186,9 @@ async def _open(opts: RunOptions, out: Out) -> Chat:
     client = UnixLocalSandboxClient()
     sandbox = await client.create(manifest=Manifest(root=opts.workspace))
     await sandbox.start()
-    chat_dir = opts.workspace / CHAT_DIR
-    chat_dir.mkdir(exist_ok=True)
-    (chat_dir / "last_chat").write_text(opts.rollout_id + "\n")
-    history = SQLiteSession(opts.rollout_id, db_path=chat_dir / "chat.db")
+    await sandbox.write(f"{CHAT_DIR}/last_chat", (opts.rollout_id + "\n").encode())
+    # the history database is opened by SQLite; its directory was made through the session
+    history = SQLiteSession(opts.rollout_id, db_path=opts.workspace / CHAT_DIR / "chat.db")
     return Chat(opts, out, sandbox, history)
 
 
@@ -220,7 +220,7 @@ def _saved_text(chat: Chat) -> str:
 
 
 def _run_chat(opts: RunOptions, out: Out) -> int:
-    fresh = not (opts.workspace / opts.layout.memories_dir).exists()
+    fresh = not _hostfs.exists(opts.workspace, opts.layout.memories_dir)
     with asyncio.Runner() as runner:
         chat = runner.run(_open(opts, out))
         try:

@@ -51,7 +51,7 @@ from sandmem.memory import (
     validate_rollout_id,
 )
 from sandmem.run._runner import RunResultStreaming
-from sandmem.sandboxes import SandboxSession
+from sandmem.sandboxes import SandboxSession, _hostfs
 
 __all__ = ["RolloutHistory", "paired_calls", "run_command"]
 
@@ -383,7 +383,7 @@ def run_command(
         check_server()
     except UserError as exc:
         raise ConfigError(str(exc)) from None
-    fresh = not (workspace / opts.layout.memories_dir).exists()
+    fresh = not _hostfs.exists(workspace, opts.layout.memories_dir)
     out.start(opts.models, opts.rollout_id, workspace, memory=opts.generate)
     state = RunState()
     try:

@@ -111,8 +111,7 @@ class _Job:
         from sandmem.sandboxes._local import UnixLocalSandboxClient
         from sandmem.sandboxes._manifest import Manifest
 
-        self.root.mkdir(parents=True)
-        client = UnixLocalSandboxClient()
+        client = UnixLocalSandboxClient()  # creates the root
         session = await client.create(manifest=Manifest(root=self.root))
         self._session = session
         try:
