@@ -10,7 +10,6 @@ so an interrupted eval resumes where it stopped: finished cells are loaded, not 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import time
@@ -24,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sandmem._errors import SandmemError, UserError
 from sandmem._items import Item, item_kind
 from sandmem.eval._policy import scripted_policy
-from sandmem.eval._suite import CONDITIONS, Condition, Step, Suite, Task
+from sandmem.eval._suite import CONDITIONS, AgentLayout, Condition, Step, Suite, Task
 
 SCRIPTED = "scripted"
 Backend = Literal["local", "bwrap"]
@@ -127,19 +126,23 @@ def _client(backend: Backend) -> Any:
     return BubblewrapSandboxClient() if backend == "bwrap" else UnixLocalSandboxClient()
 
 
-def _generation_records(root: Path, memories_dir: str) -> list[dict[str, Any]]:
-    path = root / memories_dir / "generation_log.jsonl"
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text("utf-8", "replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+async def _memory_spend(root: Path, layout: AgentLayout) -> tuple[int, int, int]:
+    """Requests and tokens memory generation has spent in a workspace so far (the public
+    memory API's totals from ``generation_log.jsonl``)."""
+    from sandmem._errors import MemoryNotFoundError
+    from sandmem.memory import MemoryLayoutConfig, status
+
+    config = MemoryLayoutConfig(memories_dir=layout.memories_dir, sessions_dir=layout.sessions_dir)
+    try:
+        tokens = (await status(root, layout=config)).tokens
+    except MemoryNotFoundError:
+        return 0, 0, 0
+    one, two = tokens.phase_one, tokens.phase_two
+    return (
+        one.requests + two.requests,
+        one.input_tokens + two.input_tokens,
+        one.output_tokens + two.output_tokens,
+    )
 
 
 def _as_int(value: object) -> int:
@@ -277,15 +280,15 @@ async def _run_cell(cell: _Cell) -> CellResult:
                 session = await client.resume(session.state)
             run = _StepRun(cell, index, step)
             root = Path(str(session.state.manifest.root))
-            seen = len(_generation_records(root, run.layout.memories_dir))
+            before = await _memory_spend(root, run.layout)
             started = time.perf_counter()
             async with session:
                 metrics = await run.run(session)
             metrics.wall_s = round(time.perf_counter() - started, 4)
-            for record in _generation_records(root, run.layout.memories_dir)[seen:]:
-                metrics.memory_requests += _as_int(record.get("requests"))
-                metrics.memory_input_tokens += _as_int(record.get("input_tokens"))
-                metrics.memory_output_tokens += _as_int(record.get("output_tokens"))
+            after = await _memory_spend(root, run.layout)
+            metrics.memory_requests += after[0] - before[0]
+            metrics.memory_input_tokens += after[1] - before[1]
+            metrics.memory_output_tokens += after[2] - before[2]
             result.steps.append(metrics)
             _progress(cell, metrics, len(cell.task.steps))
     finally:

@@ -15,9 +15,12 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sandmem.memory.generation.manager import MemoryGenerationManager
 from sandmem.memory.layout import PHASE_ONE_DIRS
 from sandmem.memory.store._base import MemoryStore, MemoryStoreConflict, MemoryVersion
 from sandmem.memory.store._sync import _COMMIT_ATTEMPTS, Lease, read_current, walk_files
+from sandmem.sandboxes._local import UnixLocalSandboxClient
+from sandmem.sandboxes._manifest import Manifest
 
 if TYPE_CHECKING:
     from sandmem.memory.config import MemoryGenerateConfig
@@ -107,10 +110,6 @@ class _Job:
         carry: dict[str, bytes],
         retry_failed: bool,
     ) -> FlushReport:
-        from sandmem.memory.generation.manager import MemoryGenerationManager
-        from sandmem.sandboxes._local import UnixLocalSandboxClient
-        from sandmem.sandboxes._manifest import Manifest
-
         client = UnixLocalSandboxClient()  # creates the root
         session = await client.create(manifest=Manifest(root=self.root))
         self._session = session

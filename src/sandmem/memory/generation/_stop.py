@@ -23,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sandmem._errors import UserError
+from sandmem.memory.generation._job import run_job
 from sandmem.memory.store._sync import pull, push_edits, push_segments
 
 if TYPE_CHECKING:
@@ -73,8 +74,6 @@ async def _with_store(manager: MemoryGenerationManager, store: MemoryStore) -> N
         await push_edits(session, paths, store)
         schedule = config.schedule
         if schedule == "inline":
-            from sandmem.memory.generation._job import run_job
-
             report = await run_job(store, paths, config)
             logger.info("memory generated in the store: %s", report)
             await pull(session, paths, store)
