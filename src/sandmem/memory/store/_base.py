@@ -27,11 +27,6 @@ from typing import Any, ClassVar
 
 from sandmem._errors import SandmemError
 
-# files of a version that the read path needs in the workspace (named in memory.layout)
-from sandmem.memory.layout import READ_DIRS as READ_DIRS
-from sandmem.memory.layout import READ_FILES as READ_FILES
-from sandmem.memory.layout import is_read_file as is_read_file
-
 
 class MemoryStoreConflict(SandmemError):
     """Another writer made a new memory version first; re-read the current one and retry."""

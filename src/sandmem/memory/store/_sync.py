@@ -23,13 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from sandmem.memory.layout import READ_DIRS, READ_FILES
+from sandmem.memory.layout import READ_DIRS, READ_FILES, is_read_file
 from sandmem.memory.store._base import (
     MemoryStore,
     MemoryStoreConflict,
     MemoryStoreError,
     MemoryVersion,
-    is_read_file,
     sha256,
 )
 
