@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from sandmem import (
     Agent,
@@ -117,10 +118,20 @@ async def test_max_turns_exceeded_carries_partial_items() -> None:
     assert [i["type"] for i in info.value.items].count("function_call_output") == 3
 
 
-async def test_empty_model_turn_is_model_behavior_error() -> None:
+async def test_empty_model_turn_ends_a_text_run_with_empty_output() -> None:
     model = FunctionModel(lambda r: [])
-    with pytest.raises(ModelBehaviorError):
-        await Runner.run(Agent(name="x", model=model), "go")
+    result = await Runner.run(Agent(name="x", model=model), "go")
+    assert result.final_output == ""
+    assert len(model.requests) == 1
+
+
+async def test_empty_model_turn_is_model_behavior_error_for_structured_output() -> None:
+    class Answer(BaseModel):
+        value: int
+
+    model = FunctionModel(lambda r: [])
+    with pytest.raises(ModelBehaviorError, match="structured output"):
+        await Runner.run(Agent(name="x", model=model, output_type=Answer), "go")
 
 
 async def test_bad_max_turns_is_user_error() -> None:

@@ -28,12 +28,14 @@ from sandmem._errors import (
     SandboxPathError,
     SandboxStateError,
     SandmemError,
+    ToolTimeoutError,
     UserError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
     WorkspaceWriteTypeError,
 )
+from sandmem._items import Item as TResponseInputItem
 from sandmem._settings import ModelSettings, Reasoning
 from sandmem._usage import Usage
 from sandmem._version import __version__ as __version__
@@ -41,15 +43,23 @@ from sandmem.agent._agent import Agent
 from sandmem.agent._context import RunContextWrapper, ToolContext
 from sandmem.agent._hooks import AgentHooks, RunHooks
 from sandmem.agent._run_config import RunConfig, SandboxRunConfig
+from sandmem.agent._run_items import (
+    ItemHelpers,
+    MessageOutputItem,
+    ReasoningItem,
+    RunItem,
+    ToolCallItem,
+    ToolCallOutputItem,
+)
 from sandmem.agent._session import Session, SQLiteSession
 from sandmem.agent._stream_events import (
     AgentUpdatedStreamEvent,
     RawResponsesStreamEvent,
-    RunItem,
     RunItemStreamEvent,
     StreamEvent,
 )
-from sandmem.agent._tools import FunctionTool, default_tool_error_function, function_tool
+from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
+from sandmem.agent._tools import FunctionTool, default_tool_error_function, function_tool, tool
 from sandmem.capabilities import Capability, Filesystem, Memory, Shell
 from sandmem.capabilities._sandbox_agent import SandboxAgent
 from sandmem.memory import (
@@ -94,7 +104,9 @@ __all__ = [
     "FileMode",
     "Filesystem",
     "FunctionTool",
+    "FunctionToolResult",
     "GitRepo",
+    "ItemHelpers",
     "LocalDir",
     "LocalFile",
     "LocalSnapshotSpec",
@@ -107,6 +119,7 @@ __all__ = [
     "MemoryLockedError",
     "MemoryNotFoundError",
     "MemoryReadConfig",
+    "MessageOutputItem",
     "Model",
     "ModelBehaviorError",
     "ModelProvider",
@@ -118,6 +131,7 @@ __all__ = [
     "Permissions",
     "RawResponsesStreamEvent",
     "Reasoning",
+    "ReasoningItem",
     "RunConfig",
     "RunContextWrapper",
     "RunHooks",
@@ -139,7 +153,12 @@ __all__ = [
     "Session",
     "Shell",
     "StreamEvent",
+    "TResponseInputItem",
+    "ToolCallItem",
+    "ToolCallOutputItem",
     "ToolContext",
+    "ToolTimeoutError",
+    "ToolsToFinalOutputResult",
     "UnixLocalSandboxClient",
     "Usage",
     "UserError",
@@ -149,6 +168,7 @@ __all__ = [
     "WorkspaceWriteTypeError",
     "default_tool_error_function",
     "function_tool",
+    "tool",
     "validate_rollout_id",
 ]
 

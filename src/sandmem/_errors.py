@@ -5,6 +5,7 @@
     ├── MaxTurnsExceeded          a run hit its turn limit (carries the partial items)
     ├── ModelBehaviorError        the model answered with something unusable
     ├── ModelRequestError         a model request failed after the client's retries
+    ├── ToolTimeoutError          a function tool ran past its ``timeout`` (``raise_exception``)
     ├── SandboxError              a sandbox operation failed (operation, path, cause)
     │   ├── SandboxPathError      a path leaves the workspace (also a UserError)
     │   ├── SandboxStateError     a session state or snapshot cannot be used (also a UserError)
@@ -56,6 +57,16 @@ class MaxTurnsExceeded(SandmemError):
 
 class ModelBehaviorError(SandmemError):
     """The model's answer could not be used (e.g. invalid structured output)."""
+
+
+class ToolTimeoutError(SandmemError):
+    """A function tool ran longer than its ``timeout`` (with ``timeout_behavior="raise_exception"``;
+    by default the model gets a tool output saying so instead)."""
+
+    def __init__(self, tool_name: str, timeout_seconds: float) -> None:
+        self.tool_name = tool_name
+        self.timeout_seconds = timeout_seconds
+        super().__init__(f"Tool '{tool_name}' timed out after {timeout_seconds:g} seconds.")
 
 
 class ModelRequestError(SandmemError):

@@ -33,6 +33,9 @@ class Agent:
     output. ``hooks`` (an ``AgentHooks``) receives this agent's lifecycle callbacks.
     ``tool_use_behavior`` says what follows a turn of tool calls (see ``sandmem.agent._tool_use``):
     another model turn by default, or a final output taken from the tools.
+
+    ``Agent[MyContext](...)`` (the reference's generic form) is accepted and means ``Agent``:
+    the context's type is not checked.
     """
 
     name: str
@@ -44,6 +47,9 @@ class Agent:
     hooks: AgentHooks[Any] | None = None
     handoff_description: str | None = None
     tool_use_behavior: ToolUseBehavior = "run_llm_again"
+
+    def __class_getitem__(cls, item: Any) -> type[Self]:
+        return cls
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

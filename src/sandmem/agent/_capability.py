@@ -62,8 +62,11 @@ class Capability:
     def __init__(self, **fields: Any) -> None:
         """Keyword construction of the fields a subclass declares as class annotations (the
         reference SDK's capabilities are models built this way); unknown names raise
-        ``TypeError``, a field without a default must be given."""
-        names = self._field_names()
+        ``TypeError``, a field without a default must be given. ``type`` (the capability's
+        type name) is accepted by every capability."""
+        if "type" in fields:
+            self.type = str(fields.pop("type"))
+        names = self._field_names() - {"type"}
         unknown = set(fields) - names
         if unknown:
             raise TypeError(f"{type(self).__name__} got unexpected fields: {sorted(unknown)}")

@@ -5,7 +5,8 @@ Two families, both produced by the one run loop (``run/_loop.py``) through one e
 - **stream events**, public, the reference's shapes: ``RawResponsesStreamEvent`` (whatever the
   model streamed, e.g. ``response.output_text.delta`` events with a ``delta``),
   ``RunItemStreamEvent`` (an item was created: ``message_output_created``, ``tool_called``,
-  ``tool_output``, ``reasoning_item_created``) and ``AgentUpdatedStreamEvent`` (an agent starts).
+  ``tool_output``, ``reasoning_item_created``; ``item`` is a typed view from
+  ``agent/_run_items.py``) and ``AgentUpdatedStreamEvent`` (an agent starts).
   ``RunResultStreaming.stream_events()`` yields these.
 - **lifecycle events**, internal: agent start/end, model call start/end, tool start/end, run
   end. Hooks are driven by them; a tracer can listen to them too.
@@ -16,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from sandmem._items import Item, item_kind
+from sandmem._items import Item
+from sandmem.agent._run_items import RunItem, RunItemType, as_run_item
 from sandmem.models._base import ResponseTextDeltaEvent as ResponseTextDeltaEvent
 
 if TYPE_CHECKING:
@@ -25,43 +27,25 @@ if TYPE_CHECKING:
     from sandmem.agent._tools import FunctionTool
     from sandmem.models._base import ModelRequest, ModelResponse
 
-RunItemType = Literal[
-    "message_output_item", "tool_call_item", "tool_call_output_item", "reasoning_item"
-]
 RunItemEventName = Literal[
     "message_output_created", "tool_called", "tool_output", "reasoning_item_created"
 ]
 
-_ITEM_TYPES: dict[str, tuple[RunItemType, RunItemEventName]] = {
-    "message": ("message_output_item", "message_output_created"),
-    "function_call": ("tool_call_item", "tool_called"),
-    "function_call_output": ("tool_call_output_item", "tool_output"),
-    "reasoning": ("reasoning_item", "reasoning_item_created"),
+_EVENT_NAMES: dict[RunItemType, RunItemEventName] = {
+    "message_output_item": "message_output_created",
+    "tool_call_item": "tool_called",
+    "tool_call_output_item": "tool_output",
+    "reasoning_item": "reasoning_item_created",
 }
 
 
-@dataclass
-class RunItem:
-    """One transcript item as stream events carry it: ``raw_item`` is the plain dict that also
-    lands in ``RunResult.new_items``; ``output`` is set for tool outputs."""
-
-    agent: Agent
-    raw_item: Item
-    type: RunItemType = "message_output_item"
-    output: Any = None
-
-    def to_input_item(self) -> Item:
-        return dict(self.raw_item)
-
-
 def run_item_event(agent: Agent, item: Item) -> RunItemStreamEvent | None:
-    """The stream event for a new transcript item (``None`` for kinds without one)."""
-    kinds = _ITEM_TYPES.get(item_kind(item))
-    if kinds is None:
+    """The stream event for a new transcript item (``None`` for kinds without one); the event
+    carries the item's typed view (``agent/_run_items.py``)."""
+    view = as_run_item(item, agent)
+    if not isinstance(view, RunItem):
         return None
-    item_type, name = kinds
-    output = item.get("output") if item_type == "tool_call_output_item" else None
-    return RunItemStreamEvent(name=name, item=RunItem(agent, item, item_type, output))
+    return RunItemStreamEvent(name=_EVENT_NAMES[view.type], item=view)
 
 
 # --- stream events (public) ---------------------------------------------------------------

@@ -8,18 +8,20 @@ parameter is not part of the schema.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
+import math
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from sandmem._docstrings import parse_docstring
-from sandmem._errors import UserError
+from sandmem._errors import ToolTimeoutError, UserError
 from sandmem.agent._context import RunContextWrapper, ToolContext
 from sandmem.models._base import ToolSpec
 
@@ -33,6 +35,8 @@ ToolOutput = str | list[dict[str, Any]]
 ToolErrorFunction = Callable[[RunContextWrapper[Any], Exception], Any]
 #: ``is_enabled(ctx, agent) -> bool`` (may be async)
 EnabledFunction = Callable[[RunContextWrapper[Any], "Agent"], Any]
+#: what a tool call past its ``timeout`` gives: a tool output for the model, or an error
+TimeoutBehavior = Literal["error_as_result", "raise_exception"]
 
 
 def default_tool_error_function(ctx: RunContextWrapper[Any], error: Exception) -> str:
@@ -48,7 +52,10 @@ class FunctionTool:
     ``on_invoke_tool`` may raise: the runner then asks ``failure_error_function`` for the text
     the model sees (``None``: the error fails the run). ``strict_json_schema`` sends the schema
     in the API's strict mode. ``is_enabled`` (a bool, or ``(ctx, agent) -> bool``) hides the tool
-    from the model for a run.
+    from the model for a run. ``timeout_seconds`` bounds one call (async tools only): past it
+    the call is cancelled and the model gets ``timeout_error_function(ctx, ToolTimeoutError)``'s
+    text (default: ``Tool 'name' timed out after N seconds.``), or, with
+    ``timeout_behavior="raise_exception"``, the run fails with ``ToolTimeoutError``.
     """
 
     name: str
@@ -58,6 +65,41 @@ class FunctionTool:
     strict_json_schema: bool = True
     is_enabled: bool | EnabledFunction = True
     failure_error_function: ToolErrorFunction | None = field(default=default_tool_error_function)
+    timeout_seconds: float | None = None
+    timeout_behavior: TimeoutBehavior = "error_as_result"
+    timeout_error_function: ToolErrorFunction | None = None
+
+    def __post_init__(self) -> None:
+        timeout = self.timeout_seconds
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+                raise TypeError(
+                    "FunctionTool timeout_seconds must be a positive number in seconds or None."
+                )
+            if not math.isfinite(timeout) or timeout <= 0:
+                raise ValueError("FunctionTool timeout_seconds must be a finite number above 0.")
+            self.timeout_seconds = float(timeout)
+        if self.timeout_behavior not in ("error_as_result", "raise_exception"):
+            raise ValueError(
+                "FunctionTool timeout_behavior must be one of: error_as_result, raise_exception"
+            )
+
+    async def invoke(self, ctx: ToolContext[Any], arguments: str) -> Any:
+        """One call of the tool, bounded by ``timeout_seconds`` (the run loop calls this)."""
+        if self.timeout_seconds is None:
+            return await self.on_invoke_tool(ctx, arguments)
+        try:
+            return await asyncio.wait_for(
+                self.on_invoke_tool(ctx, arguments), timeout=self.timeout_seconds
+            )
+        except TimeoutError as exc:
+            error = ToolTimeoutError(self.name, self.timeout_seconds)
+            if self.timeout_behavior == "raise_exception":
+                raise error from exc
+            if self.timeout_error_function is None:
+                return str(error)
+            value = self.timeout_error_function(ctx, error)
+            return await value if inspect.isawaitable(value) else value
 
     @cached_property
     def _spec(self) -> ToolSpec:
@@ -174,6 +216,9 @@ class _ToolOptions:
     failure_error_function: ToolErrorFunction | None = default_tool_error_function
     strict_mode: bool = True
     is_enabled: bool | EnabledFunction = True
+    timeout: float | None = None
+    timeout_behavior: TimeoutBehavior = "error_as_result"
+    timeout_error_function: ToolErrorFunction | None = None
 
 
 def _make_tool(fn: Callable[..., Any], options: _ToolOptions) -> FunctionTool:
@@ -181,6 +226,11 @@ def _make_tool(fn: Callable[..., Any], options: _ToolOptions) -> FunctionTool:
     params, takes_context = _params_model(fn, doc.params if doc else {})
     schema = _schema(params, options.strict_mode, fn.__name__)
     is_async = inspect.iscoroutinefunction(fn)
+    if options.timeout is not None and not is_async:
+        raise ValueError(
+            f"function_tool {fn.__name__}: timeout is only supported for async functions (a "
+            "plain function cannot be interrupted)"
+        )
 
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> ToolOutput:
         kwargs = parse_arguments(params, arguments)
@@ -196,7 +246,20 @@ def _make_tool(fn: Callable[..., Any], options: _ToolOptions) -> FunctionTool:
         strict_json_schema=options.strict_mode,
         is_enabled=options.is_enabled,
         failure_error_function=options.failure_error_function,
+        timeout_seconds=options.timeout,
+        timeout_behavior=options.timeout_behavior,
+        timeout_error_function=options.timeout_error_function,
     )
+
+
+def _check_unsupported(needs_approval: Any, docstring_style: Any) -> None:
+    if needs_approval:
+        raise UserError(
+            "function_tool(needs_approval=...): human-in-the-loop approval is not supported by "
+            "sandmem (see docs/porting.md); leave needs_approval unset"
+        )
+    if docstring_style not in (None, "google", "numpy", "sphinx"):
+        raise ValueError("docstring_style must be 'google', 'numpy', 'sphinx' or None")
 
 
 @overload
@@ -214,6 +277,11 @@ def function_tool(
     is_enabled: bool | EnabledFunction = True,
     name: str | None = None,
     description: str | None = None,
+    timeout: float | None = None,
+    timeout_behavior: TimeoutBehavior = "error_as_result",
+    timeout_error_function: ToolErrorFunction | None = None,
+    docstring_style: str | None = None,
+    needs_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -229,6 +297,11 @@ def function_tool(
     is_enabled: bool | EnabledFunction = True,
     name: str | None = None,
     description: str | None = None,
+    timeout: float | None = None,
+    timeout_behavior: TimeoutBehavior = "error_as_result",
+    timeout_error_function: ToolErrorFunction | None = None,
+    docstring_style: str | None = None,
+    needs_approval: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function (sync or async) into a ``FunctionTool``.
 
@@ -237,8 +310,12 @@ def function_tool(
     argument's description come from the docstring (Google, NumPy or Sphinx style).
     ``name_override`` / ``description_override`` (aliases ``name`` / ``description``) replace
     them. A tool that raises gives the model ``failure_error_function(ctx, error)``'s text
-    (``None``: the error fails the run). Use bare (``@function_tool``) or with options.
+    (``None``: the error fails the run). ``timeout`` (seconds, async functions only) bounds
+    each call; see ``FunctionTool`` for ``timeout_behavior`` and ``timeout_error_function``.
+    The docstring style is detected (``docstring_style`` is accepted for the reference's sake).
+    Use bare (``@function_tool``) or with options; ``tool`` is the same decorator.
     """
+    _check_unsupported(needs_approval, docstring_style)
     options = _ToolOptions(
         name=name_override or name,
         description=description_override or description,
@@ -246,6 +323,9 @@ def function_tool(
         failure_error_function=failure_error_function,
         strict_mode=strict_mode,
         is_enabled=is_enabled,
+        timeout=timeout,
+        timeout_behavior=timeout_behavior,
+        timeout_error_function=timeout_error_function,
     )
     if fn is not None:
         return _make_tool(fn, options)
@@ -254,3 +334,7 @@ def function_tool(
         return _make_tool(inner, options)
 
     return decorate
+
+
+#: the reference's newer name for ``function_tool``
+tool = function_tool

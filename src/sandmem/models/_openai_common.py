@@ -22,7 +22,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from sandmem._errors import ModelRequestError
+from sandmem._errors import ModelRequestError, UserError
 from sandmem._settings import ModelSettings
 from sandmem.models._base import Model
 
@@ -149,13 +149,28 @@ class OpenAIModelBase(Model):
 
     ``client`` is an ``AsyncOpenAI`` client, or a function (plain or async) returning the
     client to use for each request (the provider passes its async ``client``, so clients are
-    created lazily, off the event loop, one per event loop).
+    created lazily, off the event loop, one per event loop). ``openai_client=`` is the
+    reference's keyword for the same argument.
     """
 
-    def __init__(self, model: str, client: ClientSource) -> None:
+    def __init__(
+        self,
+        model: str,
+        client: ClientSource | None = None,
+        *,
+        openai_client: ClientSource | None = None,
+    ) -> None:
+        if client is not None and openai_client is not None and client is not openai_client:
+            raise UserError("pass the client once: as client or as openai_client")
+        chosen = client if client is not None else openai_client
+        if chosen is None:
+            raise UserError(
+                f"{type(self).__name__} needs a client: {type(self).__name__}(model, "
+                "openai_client=AsyncOpenAI(...))"
+            )
         self.model = model
         self.name = model
-        self._client = client
+        self._client: ClientSource = chosen
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r})"

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sandmem._errors import MaxTurnsExceeded, ModelBehaviorError, UserError
+from sandmem._errors import MaxTurnsExceeded, ModelBehaviorError, ToolTimeoutError, UserError
 from sandmem._items import Item, item_kind, message_text, normalize_input
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._settings import ModelSettings
@@ -49,6 +49,7 @@ from sandmem.agent._context import (
 )
 from sandmem.agent._hooks import RunHooks
 from sandmem.agent._run_config import RunConfig
+from sandmem.agent._run_items import as_run_item
 from sandmem.agent._sandboxed import SandboxedAgent
 from sandmem.agent._session import Session
 from sandmem.agent._stream_events import (
@@ -244,13 +245,14 @@ async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
 
 
 def _final_output(agent: Agent, output: Sequence[Item]) -> tuple[bool, Any]:
-    """(has_final, value) from one model turn without tool calls."""
+    """(has_final, value) from one model turn without tool calls. For plain text a turn without
+    a message ends the run with ``""`` (as the reference does); structured output needs one."""
     messages = [i for i in output if item_kind(i) == "message" and i.get("role") == "assistant"]
+    if agent.output_type is None:
+        return True, message_text(messages[-1]) if messages else ""
     if not messages:
         return False, None
     text = message_text(messages[-1])
-    if agent.output_type is None:
-        return True, text
     from sandmem.agent._schema import parse_structured_output
 
     return True, parse_structured_output(agent.output_type, text)
@@ -307,7 +309,8 @@ class _Turns:
                 has_final, value = _final_output(self.agent, response.output)
             if not has_final:
                 raise ModelBehaviorError(
-                    f"model {self.prep.model.name!r} returned neither a tool call nor a message"
+                    f"model {self.prep.model.name!r} returned neither a tool call nor the "
+                    "structured output its output_type needs"
                 )
             self.progress.final_output, self.progress.has_final_output = value, True
             await self.emit(AgentEndEvent(self.ctx, self.agent, value))
@@ -345,6 +348,7 @@ class _Turns:
             self.previous_response_id = response.response_id
         await self.emit(LLMEndEvent(self.ctx, self.agent, request, response, turn))
         for item in response.output:
+            item = as_run_item(item, self.agent)
             self.progress.new_items.append(item)
             event = run_item_event(self.agent, item)
             if event is not None:
@@ -371,7 +375,8 @@ class _Turns:
         tools = {t.name: t for t in self.prep.tools if await t.enabled_for(self.ctx, self.agent)}
         outputs = await asyncio.gather(*(self._invoke_tool(tools, call) for call in calls))
         results = []
-        for call, item in zip(calls, outputs, strict=True):
+        for call, output in zip(calls, outputs, strict=True):
+            item = as_run_item(output, self.agent)
             self.progress.new_items.append(item)
             event = run_item_event(self.agent, item)
             if event is not None:
@@ -395,7 +400,9 @@ class _Turns:
         await self.emit(ToolStartEvent(tool_ctx, self.agent, tool))
         error: Exception | None = None
         try:
-            output = to_tool_output(await tool.on_invoke_tool(tool_ctx, arguments))
+            output = to_tool_output(await tool.invoke(tool_ctx, arguments))
+        except ToolTimeoutError:
+            raise
         except Exception as exc:
             if tool.failure_error_function is None:
                 raise

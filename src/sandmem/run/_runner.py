@@ -81,6 +81,9 @@ class RunResultStreaming(_ResultMixin):
         self.is_complete = False
         spec.listeners.append(self._listen)
         self._task = asyncio.get_running_loop().create_task(self._drive(spec))
+        # the end marker comes from the task's completion, not from its body: a task cancelled
+        # before its first step never runs ``_drive``'s ``finally``, yet the stream must end
+        self._task.add_done_callback(self._task_done)
 
     async def _listen(self, event: RunEvent) -> None:
         if event.type in _STREAM_EVENT_TYPES:
@@ -96,9 +99,10 @@ class RunResultStreaming(_ResultMixin):
                 raise
         except Exception as exc:
             self._error = exc
-        finally:
-            self.is_complete = True
-            self._queue.put_nowait(None)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.is_complete = True
+        self._queue.put_nowait(None)
 
     async def stream_events(self) -> AsyncIterator[StreamEvent]:
         """The run's stream events as they happen (types: ``agent/_stream_events.py``)."""
@@ -108,6 +112,8 @@ class RunResultStreaming(_ResultMixin):
                 break
             yield event
         await asyncio.wait([self._task])
+        if self._task.cancelled() and not self._cancelled:
+            raise asyncio.CancelledError()
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -115,7 +121,9 @@ class RunResultStreaming(_ResultMixin):
     def cancel(self, mode: Literal["immediate", "after_turn"] = "immediate") -> None:
         """Stop the run: at once, or after the current turn's tool calls. Its memory is recorded
         with ``terminal_state`` ``cancelled``; ``stream_events()`` then ends without error."""
-        if self.is_complete:
+        if mode not in ("immediate", "after_turn"):
+            raise UserError("cancel(mode=...) takes 'immediate' or 'after_turn'")
+        if self.is_complete or self._task.done():
             return
         self._cancelled = True
         if mode == "after_turn":
