@@ -65,6 +65,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("memory.extractive", ("sandmem.memory.extractive",)),
     ("memory.generation", ("sandmem.memory.generation",)),
     ("memory.views", ("sandmem.memory.views",)),
+    ("memory.ingestion", ("sandmem.memory.ingestion",)),
     ("memory.api", ("sandmem.memory", "sandmem.memory._api")),
     ("capabilities", ("sandmem.capabilities",)),
     ("distributed", ("sandmem.distributed",)),

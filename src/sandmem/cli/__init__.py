@@ -29,6 +29,7 @@ from sandmem.cli._chat_cmd import chat_command
 from sandmem.cli._docs_cmd import docs_command
 from sandmem.cli._eval_cmd import eval_command
 from sandmem.cli._generate_cmd import forget_command, generate_command
+from sandmem.cli._ingest_cmd import ingest_command
 from sandmem.cli._memory_cmd import memory_group
 from sandmem.cli._output import readable_warnings
 from sandmem.cli._run_cmd import run_command
@@ -85,6 +86,7 @@ def _register_demo(group: click.Group) -> None:
 
 memory_group.add_command(generate_command)
 memory_group.add_command(forget_command)
+memory_group.add_command(ingest_command)
 memory_group.add_command(view_command)
 cli.add_command(run_command)
 cli.add_command(chat_command)

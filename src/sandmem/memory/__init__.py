@@ -40,6 +40,7 @@ from sandmem.memory._api import (
     view_html,
     view_html_sync,
 )
+from sandmem.memory._ingest_api import IngestFormat, ingest, ingest_sync
 from sandmem.memory._results import (
     ConsolidationInfo,
     ConversationCounts,
@@ -65,6 +66,7 @@ from sandmem.memory.config import (
     MemoryLayoutConfig,
     MemoryReadConfig,
 )
+from sandmem.memory.ingestion._report import IngestedSource, IngestReport
 from sandmem.memory.rollouts import new_rollout_id, rollout_items, validate_rollout_id
 
 __all__ = [
@@ -79,6 +81,9 @@ __all__ = [
     "GenerationProgress",
     "GenerationReport",
     "GenerationUsage",
+    "IngestFormat",
+    "IngestReport",
+    "IngestedSource",
     "MemoryFile",
     "MemoryFileKind",
     "MemoryGenerateConfig",
@@ -95,6 +100,8 @@ __all__ = [
     "forget_sync",
     "generate",
     "generate_sync",
+    "ingest",
+    "ingest_sync",
     "list_conversations",
     "list_conversations_sync",
     "list_files",

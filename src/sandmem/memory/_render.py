@@ -240,6 +240,15 @@ def _segment_header(segment: RolloutSegment, number: int, total: int) -> str:
         f"\n=== segment {number} of {total} | updated_at {segment.updated_at or 'unknown'} "
         f"| terminal_state {segment.terminal_state} ==="
     )
+    source = segment.source
+    if source:
+        described = [f"{source.get('format') or 'unknown'} session {source.get('session_id')}"]
+        described += [
+            f"{label} {source[key]}"
+            for key, label in (("cwd", "cwd"), ("started_at", "started"), ("title", "title"))
+            if isinstance(source.get(key), str) and source[key]
+        ]
+        header += "\ningested from " + " | ".join(described)
     meta = segment.terminal_metadata
     if meta.get("exception_type") or meta.get("exception_message"):
         exc_type = meta.get("exception_type") or "error"

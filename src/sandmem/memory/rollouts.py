@@ -232,6 +232,9 @@ class RolloutSegment:
     final_output: Any
     interruptions: list[Any]
     terminal_metadata: dict[str, Any]
+    #: where an ingested segment came from (``sandmem memory ingest``): format, session id,
+    #: working directory, and how far into the source it reaches; empty for a native run
+    source: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def terminal_state(self) -> str:
@@ -280,6 +283,7 @@ def _parse_segment(line: str, number: int) -> RolloutSegment | None:
         data = json.loads(json.dumps(data, ensure_ascii=False).encode("utf-8", "replace"))
     meta = data.get("terminal_metadata")
     interruptions = data.get("interruptions")
+    source = data.get("source")
     return RolloutSegment(
         line_number=number,
         updated_at=_opt_str(data.get("updated_at")),
@@ -290,6 +294,7 @@ def _parse_segment(line: str, number: int) -> RolloutSegment | None:
         final_output=data.get("final_output"),
         interruptions=list(interruptions) if isinstance(interruptions, list) else [],
         terminal_metadata=dict(meta) if isinstance(meta, dict) else {},
+        source=dict(source) if isinstance(source, dict) else {},
     )
 
 

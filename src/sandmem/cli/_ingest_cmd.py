@@ -1,0 +1,224 @@
+"""``sandmem memory ingest``: record transcripts of other agents (Codex CLI, Claude Code, the
+OpenAI Agents SDK, plain Responses items or chat messages) as memory conversations, through
+the public memory API (``sandmem.memory.ingest``); also the agents' hooks and ``--watch``."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from sandmem.cli._common import (
+    engine_options,
+    generate_config,
+    layout_config,
+    layout_options,
+    run_async,
+    workspace_option,
+)
+from sandmem.cli._memory_cmd import emit_model
+from sandmem.cli._output import report_lines
+from sandmem.memory import IngestReport, ingest
+from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.ingestion._hooks import claude_hook_paths, codex_notify_paths
+from sandmem.memory.ingestion._watch import watch
+
+FORMATS = ("auto", "codex", "claude-code", "openai-agents", "responses", "chat")
+
+
+def _lines(report: IngestReport) -> list[str]:
+    lines = []
+    for s in report.sources:
+        where = f"{s.rollout_id} ({s.format})" if s.rollout_id else s.path
+        if s.status == "recorded":
+            text = f"  + {where}: {s.segments} segment(s), {s.items} item(s)"
+        elif s.status == "unchanged":
+            text = f"  = {where}: nothing new"
+        else:
+            text = f"  ! {s.path}: {s.status}: {s.error}"
+        extra = []
+        if s.dropped:
+            extra.append("dropped " + ", ".join(f"{k} {v}" for k, v in s.dropped.items()))
+        if s.pending_bytes:
+            extra.append(f"{s.pending_bytes} bytes of an unfinished last line wait")
+        if s.more:
+            extra.append("more left for the next ingest (budget reached)")
+        lines.append(text + (f" [{'; '.join(extra)}]" if extra else ""))
+    return lines
+
+
+def _emit(report: IngestReport, as_json: bool) -> None:
+    if as_json:
+        emit_model(report)
+        return
+    click.echo(f"ingested {report.recorded_segments} segment(s):")
+    for line in _lines(report):
+        click.echo(line)
+    if report.generation is not None:
+        for line in report_lines(report.generation):
+            click.echo(line)
+    elif report.recorded_segments:
+        click.echo("  (memory is generated at the next flush: `sandmem memory generate`)")
+
+
+def _spawn(workspace: Path, layout: MemoryLayoutConfig, fmt: str, paths: list[Path]) -> None:
+    """Ingest in a detached process so the agent that ran the hook is never kept waiting."""
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; from sandmem.cli import main; sys.argv[0] = 'sandmem'; main()",
+        "memory",
+        "ingest",
+        "--workspace",
+        str(workspace),
+        "--memories-dir",
+        layout.memories_dir,
+        "--sessions-dir",
+        layout.sessions_dir,
+        "--format",
+        fmt,
+        *map(str, paths),
+    ]
+    subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _hook_paths(hook: str, arguments: tuple[str, ...]) -> tuple[str, list[Path]]:
+    if hook == "claude-code":
+        return "claude-code", claude_hook_paths(sys.stdin.read())
+    if not arguments:
+        raise click.UsageError("--hook codex expects the notify payload as its last argument")
+    return "codex", codex_notify_paths(arguments[-1])
+
+
+@click.command("ingest")
+@workspace_option(required=False)
+@layout_options
+@engine_options
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="auto",
+    show_default=True,
+    help="The transcripts' format; auto tells them apart from their content.",
+)
+@click.option(
+    "--session", "sessions", multiple=True, help="Only this source session id (repeatable)."
+)
+@click.option("--generate", "generate_now", is_flag=True, help="Generate memory right after.")
+@click.option(
+    "--watch",
+    "watch_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep ingesting the transcripts of DIR as they change (Ctrl-C stops).",
+)
+@click.option(
+    "--interval",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds between looks at the --watch directory.",
+)
+@click.option(
+    "--hook",
+    type=click.Choice(("claude-code", "codex")),
+    help="Run as an agent's hook: Claude Code's SessionEnd (reads stdin) or Codex's "
+    "notify (the payload is the last argument); ingests in the background.",
+)
+@click.option("--wait", is_flag=True, help="With --hook: ingest in this process instead.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.argument("paths", nargs=-1)
+def ingest_command(
+    workspace: Path,
+    memories_dir: str,
+    sessions_dir: str,
+    engine: str,
+    model: str | None,
+    fmt: str,
+    sessions: tuple[str, ...],
+    generate_now: bool,
+    watch_dir: Path | None,
+    interval: float,
+    hook: str | None,
+    wait: bool,
+    as_json: bool,
+    paths: tuple[str, ...],
+) -> None:
+    """Record other agents' transcripts as memory conversations.
+
+    PATHS are transcript files or directories of them: Codex CLI rollouts
+    (~/.codex/sessions), Claude Code sessions (~/.claude/projects/<project>), OpenAI Agents
+    SDK SQLiteSession databases or to_input_list() JSON, plain Responses items or chat
+    messages (JSON or JSONL). Each source session becomes one conversation whose id comes
+    from its session id; ingesting again records only what was appended since. Memory is
+    generated at the next flush, or now with --generate.
+    """
+    layout = layout_config(memories_dir, sessions_dir)
+    config = generate_config(engine, model)
+    if hook is not None:
+        fmt, files = _hook_paths(hook, paths)
+        if files and not wait:
+            _spawn(workspace, layout, fmt, files)
+            return
+        paths = tuple(map(str, files))
+        if not paths:
+            return
+    if watch_dir is not None:
+        _watch(workspace, layout, config, fmt, watch_dir, interval, as_json)
+        return
+    if not paths:
+        raise click.UsageError("name at least one transcript file or directory (or --watch DIR)")
+    workspace.mkdir(parents=True, exist_ok=True)
+    report = run_async(
+        ingest(
+            workspace,
+            list(paths),
+            format=fmt,  # type: ignore[arg-type]
+            sessions=sessions or None,
+            layout=layout,
+            config=config,
+            generate_now=generate_now,
+        )
+    )
+    _emit(report, as_json)
+    if any(s.status == "failed" for s in report.sources):
+        raise SystemExit(1)
+
+
+def _watch(
+    workspace: Path,
+    layout: MemoryLayoutConfig,
+    config: MemoryGenerateConfig,
+    fmt: str,
+    directory: Path,
+    interval: float,
+    as_json: bool,
+) -> None:
+    workspace.mkdir(parents=True, exist_ok=True)
+
+    async def once(files: list[Path]) -> None:
+        report = await ingest(
+            workspace,
+            files,
+            format=fmt,  # type: ignore[arg-type]
+            layout=layout,
+            config=config,
+        )
+        if report.recorded_segments or report.failed:
+            _emit(report, as_json)
+            sys.stdout.flush()
+
+    try:
+        run_async(watch(directory, once, interval=interval))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        pass

@@ -1,0 +1,141 @@
+"""``ingest``: record transcripts of other agents (Codex CLI, Claude Code, the OpenAI Agents
+SDK, plain Responses items or chat messages) as memory conversations of a layout.
+
+Part of the public memory API (``sandmem.memory.ingestion``); the work is done by
+``sandmem.memory.ingestion`` (parsers and the incremental recorder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from sandmem._errors import MemoryNotFoundError, SandboxError, UserError
+from sandmem.memory._api import (
+    Engine,
+    MemoryTarget,
+    _locked,
+    _manager,
+    _run_sync,
+    generate,
+    generate_config,
+)
+from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.ingestion._detect import FORMATS
+from sandmem.memory.ingestion._ingest import MAX_INGEST_BYTES, Ingestor
+from sandmem.memory.ingestion._report import IngestReport
+from sandmem.memory.layout import MemoryPaths
+from sandmem.models._base import Model
+from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+from sandmem.sandboxes._session import SandboxSession
+
+IngestFormat = Literal["auto", "codex", "claude-code", "openai-agents", "responses", "chat"]
+
+
+@contextlib.asynccontextmanager
+async def _workspace(target: MemoryTarget) -> AsyncIterator[tuple[SandboxSession, bool]]:
+    """The session of a target (a workspace need not hold a memory layout yet: ingest
+    creates one) and whether it is ours."""
+    if isinstance(target, SandboxSession):
+        yield target, False
+        return
+    if not isinstance(target, str | os.PathLike):
+        raise UserError(
+            "the memory target must be a SandboxSession or a workspace directory path, got "
+            f"{type(target).__name__}"
+        )
+    root = Path(target)
+    if not await asyncio.to_thread(root.is_dir):
+        raise MemoryNotFoundError(
+            f"no workspace directory {str(root)!r}: create it first or pass a live SandboxSession",
+            path=str(root),
+        )
+    session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
+    async with session:
+        yield session, True
+
+
+async def ingest(
+    target: MemoryTarget,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    format: IngestFormat = "auto",
+    sessions: Sequence[str] | None = None,
+    layout: MemoryLayoutConfig | None = None,
+    config: MemoryGenerateConfig | None = None,
+    engine: Engine | None = None,
+    model: str | Model | None = None,
+    generate_now: bool = False,
+    max_bytes: int = MAX_INGEST_BYTES,
+) -> IngestReport:
+    """Record the transcripts at ``paths`` (files, or directories searched for ``*.jsonl``,
+    ``*.json`` and SQLite files) as conversations of the layout: one conversation per source
+    session, its rollout id derived from the source's session id (``codex-<id>``,
+    ``claude-<id>``, ``agents-<id>``, ...). Only what was appended since the last ingest is
+    recorded; a last line still being written waits for the next ingest. Every segment is
+    redacted before it is written. ``format`` is one of ``auto`` (told from the content),
+    ``codex``, ``claude-code``, ``openai-agents`` (a ``SQLiteSession`` database or a JSON
+    list of items), ``responses``, ``chat``; ``sessions`` limits a database (or any source) to
+    those session ids.
+
+    The conversations are pending: the next flush, ``sandmem memory generate`` or a worker
+    generates their memory; ``generate_now=True`` does it at once, with the engine chosen as
+    for ``generate`` (``report.generation``). A file that cannot be read or placed is
+    reported (``report.sources[i].status`` and ``error``) and never stops the others.
+    Raises ``MemoryLockedError`` when another process holds the layout's lock.
+    """
+    if format not in ("auto", *FORMATS):
+        raise UserError(f"unknown transcript format {format!r}: use auto, {', '.join(FORMATS)}")
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    paths = list(paths)
+    if layout is not None and not isinstance(layout, MemoryLayoutConfig):
+        raise UserError(f"layout must be a MemoryLayoutConfig, got {type(layout).__name__}")
+    if max_bytes <= 0:
+        raise UserError("max_bytes must be positive")
+    cfg = generate_config(config, engine, model)
+    mpaths = MemoryPaths.of(layout or MemoryLayoutConfig())
+    async with _workspace(target) as (session, owned):
+        manager = _manager(session, mpaths, cfg, owned)
+        ingestor = Ingestor(manager, format=format, sessions=sessions, max_bytes=max_bytes)
+        try:
+            report = await ingestor.run(paths)
+        except SandboxError as exc:
+            raise _locked(exc) from exc
+        if generate_now:
+            report.generation = await generate(session, layout=layout, config=cfg)
+    return report
+
+
+def ingest_sync(
+    target: MemoryTarget,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    format: IngestFormat = "auto",
+    sessions: Sequence[str] | None = None,
+    layout: MemoryLayoutConfig | None = None,
+    config: MemoryGenerateConfig | None = None,
+    engine: Engine | None = None,
+    model: str | Model | None = None,
+    generate_now: bool = False,
+    max_bytes: int = MAX_INGEST_BYTES,
+) -> IngestReport:
+    """``ingest``, blocking."""
+    return _run_sync(
+        ingest(
+            target,
+            paths,
+            format=format,
+            sessions=sessions,
+            layout=layout,
+            config=config,
+            engine=engine,
+            model=model,
+            generate_now=generate_now,
+            max_bytes=max_bytes,
+        )
+    )

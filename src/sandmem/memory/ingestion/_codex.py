@@ -1,0 +1,213 @@
+"""Codex CLI rollout files (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``) as canonical
+items. Pure: lines in, events out.
+
+Each line is ``{"timestamp", "type", "payload"}`` with ``type`` one of ``session_meta`` (the
+session id, cwd, CLI version), ``turn_context`` (cwd, model, policies), ``response_item`` (a
+Responses item: message, reasoning, function_call / function_call_output,
+custom_tool_call / custom_tool_call_output, local_shell_call, web_search_call, ...),
+``event_msg`` (UI events, most of which repeat response items) and ``compacted`` (a summary
+that replaced history in the model's context). Files of early versions hold the session meta
+and the items bare, without the wrapper; they are read too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from sandmem.memory.ingestion._model import (
+    Event,
+    Line,
+    SourceMeta,
+    as_dict,
+    bound_value,
+    call_output,
+    exec_call,
+    iso_time,
+    message,
+    patch_call,
+    text_of,
+    tool_call,
+)
+
+WRAPPER_TYPES = frozenset(
+    {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
+)
+_SHELL_TOOLS = frozenset(
+    {"shell", "container.exec", "shell_command", "exec_command", "local_shell"}
+)
+#: user-role messages Codex writes itself: the environment and the AGENTS.md instructions
+_CONTEXT_PREFIXES = (
+    "<environment_context>",
+    "<user_instructions>",
+    "# AGENTS.md instructions",
+    "<INSTRUCTIONS>",
+)
+_PASSED_THROUGH = frozenset({"web_search_call"})
+
+
+def codex_events(lines: Iterable[Line], meta: SourceMeta) -> Iterator[Event]:
+    """The events of a Codex rollout; ``meta`` gets the session id, cwd and start time, and
+    counts what was dropped."""
+    for line in lines:
+        if line.data is None:
+            continue
+        record = _record(line, meta)
+        if record is None:
+            continue
+        kind, payload = record
+        if kind == "session_meta":
+            _session_meta(payload, meta)
+            continue
+        if kind == "turn_context":
+            if isinstance(payload.get("cwd"), str):
+                meta.cwd = payload["cwd"]
+            continue
+        if kind == "compacted":  # a summary of history that is in the file already
+            meta.drop("compacted")
+            continue
+        if kind == "response_item":
+            found = _response_item(payload, meta)
+        else:
+            event = _event_msg(payload, meta)
+            found = [event] if event is not None else []
+        time = iso_time(line.data.get("timestamp"))
+        for event in found:
+            event.pos, event.end, event.time = line.pos, line.end, time
+            yield event
+
+
+def _record(line: Line, meta: SourceMeta) -> tuple[str, dict[str, Any]] | None:
+    """A line's record type and payload; early files hold the meta and the items bare."""
+    data = line.data
+    assert data is not None
+    kind = data.get("type")
+    payload = data.get("payload")
+    if kind not in WRAPPER_TYPES:
+        if "payload" in data:  # a record type of a newer Codex
+            meta.drop(f"record:{kind}")
+            return None
+        if line.pos == 0 and "id" in data and "type" not in data:
+            kind, payload = "session_meta", data
+        elif isinstance(kind, str):
+            kind, payload = "response_item", data
+        else:
+            meta.drop("unknown_line")
+            return None
+    if not isinstance(payload, dict):
+        meta.drop("malformed_line")
+        return None
+    return str(kind), payload
+
+
+def _session_meta(payload: dict[str, Any], meta: SourceMeta) -> None:
+    inner = as_dict(payload.get("meta")) or payload
+    if isinstance(inner.get("id"), str) and meta.session_id is None:
+        meta.session_id = inner["id"]
+    if isinstance(inner.get("cwd"), str):
+        meta.cwd = inner["cwd"]
+    meta.started_at = meta.started_at or iso_time(inner.get("timestamp"))
+
+
+def _response_item(payload: dict[str, Any], meta: SourceMeta) -> list[Event]:
+    kind = payload.get("type", "message" if "role" in payload else None)
+    call_id = str(payload.get("call_id") or payload.get("id") or "")
+    if kind == "message":
+        return _message(payload, meta)
+    if kind == "function_call":
+        return [Event(0, _function_call(call_id, payload, meta))]
+    if kind == "local_shell_call":
+        action = as_dict(payload.get("action"))
+        workdir = action.get("working_directory") or meta.cwd
+        return [Event(0, exec_call(call_id, action.get("command") or "", workdir))]
+    if kind == "custom_tool_call":
+        name = str(payload.get("name") or "")
+        raw = payload.get("input")
+        if name == "apply_patch" and isinstance(raw, str):
+            return [Event(0, patch_call(call_id, raw))]
+        return [Event(0, tool_call(call_id, name, raw if isinstance(raw, str) else raw or {}))]
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        text, code = _output(payload.get("output"))
+        return [Event(0, call_output(call_id, text, code))]
+    if kind == "reasoning":
+        meta.drop("reasoning")
+        return []
+    if kind in _PASSED_THROUGH:
+        item = {k: v for k, v in payload.items() if k != "encrypted_content"}
+        return [Event(0, bound_value(item))]
+    meta.drop(f"item:{kind}")
+    return []
+
+
+def _message(payload: dict[str, Any], meta: SourceMeta) -> list[Event]:
+    role = payload.get("role")
+    text = text_of(payload.get("content"))
+    if role == "user":
+        if text.lstrip().startswith(_CONTEXT_PREFIXES):
+            meta.drop("context_message")
+            return []
+        if not text.strip():
+            meta.drop("empty_message")
+            return []
+        return [Event(0, message("user", text), turn=True)]
+    if role == "assistant":
+        if not text.strip():
+            meta.drop("empty_message")
+            return []
+        return [Event(0, message("assistant", text))]
+    meta.drop(f"{role}_message")
+    return []
+
+
+def _function_call(call_id: str, payload: dict[str, Any], meta: SourceMeta) -> dict[str, Any]:
+    name = str(payload.get("name") or "")
+    raw = payload.get("arguments")
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        args = None
+    if isinstance(args, dict) and name in _SHELL_TOOLS:
+        cmd = args.get("command", args.get("cmd"))
+        workdir = args.get("workdir") or meta.cwd
+        if isinstance(cmd, list) and len(cmd) >= 2 and cmd[0] == "apply_patch":
+            return patch_call(call_id, str(cmd[1]))
+        if isinstance(cmd, str | list):
+            return exec_call(call_id, cmd, workdir)
+    if name == "apply_patch" and isinstance(args, dict):
+        patch = args.get("input", args.get("patch"))
+        if isinstance(patch, str):
+            return patch_call(call_id, patch)
+    return tool_call(call_id, name, raw if isinstance(raw, str) else raw or {})
+
+
+def _output(value: Any) -> tuple[str, int | None]:
+    """A tool output's text and exit code: older Codex writes ``{"output", "metadata":
+    {"exit_code"}}`` as a JSON string; newer ones a text that starts with ``Exit code: N``
+    (left for the renderer to read), or content items."""
+    if isinstance(value, dict):
+        value = value.get("content", value.get("output", value))
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value, None
+        if isinstance(parsed, dict) and isinstance(parsed.get("output"), str):
+            metadata = as_dict(parsed.get("metadata"))
+            code = metadata.get("exit_code")
+            return parsed["output"], code if isinstance(code, int) else None
+        return value, None
+    if isinstance(value, list):
+        return text_of(value), None
+    return json.dumps(value, ensure_ascii=False, default=str), None
+
+
+def _event_msg(payload: dict[str, Any], meta: SourceMeta) -> Event | None:
+    kind = payload.get("type")
+    if kind == "turn_aborted":
+        return Event(0, None, interrupted=True)
+    if kind == "error":
+        text = payload.get("message")
+        return Event(0, None, error=str(text or "error"), error_type="CodexError")
+    meta.drop(f"event:{kind}")
+    return None

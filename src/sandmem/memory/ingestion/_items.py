@@ -1,0 +1,130 @@
+"""OpenAI Responses items (``to_input_list()``, a ``SQLiteSession``'s rows) and Chat
+Completions messages as canonical items. Pure: ``(position, time, value)`` in, events out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from sandmem.memory.ingestion._model import (
+    Event,
+    SourceMeta,
+    bound_value,
+    call_output,
+    message,
+    text_of,
+    tool_call,
+)
+from sandmem.memory.rollouts import KEPT_ITEM_TYPES, strip_encrypted
+
+Element = tuple[int, str | None, Any]
+
+#: item types of the Responses format (beyond messages) that mark a list as Responses items
+RESPONSES_TYPES = KEPT_ITEM_TYPES | {"reasoning", "message", "compaction", "item_reference"}
+
+
+def responses_events(elements: Iterable[Element], meta: SourceMeta) -> Iterator[Event]:
+    """Events of Responses items: user and assistant messages, tool calls and their outputs
+    as they are; system and developer messages and reasoning are dropped and counted."""
+    for pos, time, value in elements:
+        if not isinstance(value, dict):
+            meta.drop("malformed_item")
+            continue
+        kind = value.get("type", "message" if "role" in value else None)
+        if kind == "message":
+            event = _message(value, meta)
+        elif kind in KEPT_ITEM_TYPES:
+            event = Event(0, bound_value(strip_encrypted(value)))
+        else:
+            meta.drop("reasoning" if kind == "reasoning" else f"item:{kind}")
+            continue
+        if event is not None:
+            event.pos, event.time = pos, time
+            yield event
+
+
+def _message(value: dict[str, Any], meta: SourceMeta) -> Event | None:
+    role = value.get("role")
+    text = text_of(value.get("content"))
+    if role not in ("user", "assistant"):
+        meta.drop(f"{role}_message")
+        return None
+    if not text.strip():
+        meta.drop("empty_message")
+        return None
+    return Event(0, message(str(role), text), turn=role == "user")
+
+
+def chat_events(elements: Iterable[Element], meta: SourceMeta) -> Iterator[Event]:
+    """Events of Chat Completions messages: ``assistant`` messages with ``tool_calls`` become
+    a message and function calls, ``tool`` messages function call outputs."""
+    for pos, time, value in elements:
+        if not isinstance(value, dict):
+            meta.drop("malformed_item")
+            continue
+        for event in _chat(value, meta):
+            event.pos, event.time = pos, time
+            yield event
+
+
+def _chat(value: dict[str, Any], meta: SourceMeta) -> list[Event]:
+    role = value.get("role")
+    if role == "tool":
+        text = text_of(value.get("content"))
+        return [Event(0, call_output(str(value.get("tool_call_id") or ""), text))]
+    if role == "function":  # the older single-function form
+        return [Event(0, call_output(str(value.get("name") or ""), text_of(value.get("content"))))]
+    events: list[Event] = []
+    message_event = _message(value, meta) if role in ("user", "assistant") or role else None
+    if message_event is not None:
+        events.append(message_event)
+    calls = value.get("tool_calls")
+    if role == "assistant" and isinstance(calls, list):
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                meta.drop("malformed_tool_call")
+                continue
+            arguments = function.get("arguments")
+            events.append(
+                Event(
+                    0,
+                    tool_call(
+                        str(call.get("id") or ""),
+                        str(function.get("name") or ""),
+                        arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+                    ),
+                )
+            )
+    return events
+
+
+def looks_like_chat(values: Iterable[Any]) -> bool:
+    """Whether a list of items is Chat Completions messages (``tool_calls``, ``tool`` role)."""
+    for value in values:
+        if isinstance(value, dict) and (
+            value.get("role") in ("tool", "function")
+            or "tool_calls" in value
+            or "tool_call_id" in value
+        ):
+            return True
+    return False
+
+
+def looks_like_items(values: list[Any]) -> bool:
+    """Whether a list holds Responses items or chat messages at all."""
+    known = 0
+    for value in values:
+        if not isinstance(value, dict):
+            return False
+        if value.get("type") in RESPONSES_TYPES or value.get("role") in (
+            "user",
+            "assistant",
+            "system",
+            "developer",
+            "tool",
+            "function",
+        ):
+            known += 1
+    return known > 0 and known >= len(values) // 2
