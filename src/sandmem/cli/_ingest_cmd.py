@@ -4,7 +4,6 @@ the public memory API (``sandmem.memory.ingest``); also the agents' hooks and ``
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +20,14 @@ from sandmem.cli._common import (
 )
 from sandmem.cli._memory_cmd import emit_model
 from sandmem.cli._output import report_lines
-from sandmem.memory import IngestReport, ingest
-from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
-from sandmem.memory.ingestion._hooks import claude_hook_paths, codex_notify_paths
-from sandmem.memory.ingestion._watch import watch
+from sandmem.memory import (
+    IngestReport,
+    MemoryGenerateConfig,
+    MemoryLayoutConfig,
+    hook_transcripts,
+    ingest,
+    ingest_watch,
+)
 
 FORMATS = ("auto", "codex", "claude-code", "openai-agents", "responses", "chat")
 
@@ -94,10 +97,10 @@ def _spawn(workspace: Path, layout: MemoryLayoutConfig, fmt: str, paths: list[Pa
 
 def _hook_paths(hook: str, arguments: tuple[str, ...]) -> tuple[str, list[Path]]:
     if hook == "claude-code":
-        return "claude-code", claude_hook_paths(sys.stdin.read())
+        return "claude-code", hook_transcripts("claude-code", sys.stdin.read())
     if not arguments:
         raise click.UsageError("--hook codex expects the notify payload as its last argument")
-    return "codex", codex_notify_paths(arguments[-1])
+    return "codex", hook_transcripts("codex", arguments[-1])
 
 
 @click.command("ingest")
@@ -164,7 +167,8 @@ def ingest_command(
     generated at the next flush, or now with --generate.
     """
     layout = layout_config(memories_dir, sessions_dir)
-    config = generate_config(engine, model)
+    # the engine matters only to --generate (recording needs no model)
+    config = generate_config(engine, model) if generate_now else None
     if hook is not None:
         fmt, files = _hook_paths(hook, paths)
         if files and not wait:
@@ -198,7 +202,7 @@ def ingest_command(
 def _watch(
     workspace: Path,
     layout: MemoryLayoutConfig,
-    config: MemoryGenerateConfig,
+    config: MemoryGenerateConfig | None,
     fmt: str,
     directory: Path,
     interval: float,
@@ -206,19 +210,21 @@ def _watch(
 ) -> None:
     workspace.mkdir(parents=True, exist_ok=True)
 
-    async def once(files: list[Path]) -> None:
-        report = await ingest(
-            workspace,
-            files,
-            format=fmt,  # type: ignore[arg-type]
-            layout=layout,
-            config=config,
-        )
-        if report.recorded_segments or report.failed:
-            _emit(report, as_json)
-            sys.stdout.flush()
+    def show(report: IngestReport) -> None:
+        _emit(report, as_json)
+        sys.stdout.flush()  # a pipe is block-buffered: show each ingest as it happens
 
     try:
-        run_async(watch(directory, once, interval=interval))
-    except (KeyboardInterrupt, asyncio.CancelledError):
+        run_async(
+            ingest_watch(
+                workspace,
+                directory,
+                format=fmt,  # type: ignore[arg-type]
+                layout=layout,
+                config=config,
+                interval=interval,
+                on_report=show,
+            )
+        )
+    except KeyboardInterrupt:
         pass

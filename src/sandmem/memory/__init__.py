@@ -40,7 +40,13 @@ from sandmem.memory._api import (
     view_html,
     view_html_sync,
 )
-from sandmem.memory._ingest_api import IngestFormat, ingest, ingest_sync
+from sandmem.memory._ingest_api import (
+    IngestFormat,
+    hook_transcripts,
+    ingest,
+    ingest_sync,
+    ingest_watch,
+)
 from sandmem.memory._results import (
     ConsolidationInfo,
     ConversationCounts,
@@ -100,8 +106,10 @@ __all__ = [
     "forget_sync",
     "generate",
     "generate_sync",
+    "hook_transcripts",
     "ingest",
     "ingest_sync",
+    "ingest_watch",
     "list_conversations",
     "list_conversations_sync",
     "list_files",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -26,8 +26,10 @@ from sandmem.memory._api import (
 )
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.ingestion._detect import FORMATS
+from sandmem.memory.ingestion._hooks import claude_hook_paths, codex_notify_paths
 from sandmem.memory.ingestion._ingest import MAX_INGEST_BYTES, Ingestor
 from sandmem.memory.ingestion._report import IngestReport
+from sandmem.memory.ingestion._watch import watch
 from sandmem.memory.layout import MemoryPaths
 from sandmem.models._base import Model
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
@@ -139,3 +141,44 @@ def ingest_sync(
             max_bytes=max_bytes,
         )
     )
+
+
+def hook_transcripts(agent: Literal["claude-code", "codex"], payload: str) -> list[Path]:
+    """The transcript files an agent's hook names: Claude Code's ``SessionEnd`` hook input
+    (the JSON on its stdin, ``transcript_path``) or Codex's ``notify`` payload (its last
+    argument; the thread's rollout file under ``$CODEX_HOME/sessions``, none for other
+    notifications). Raises ``UserError`` for a payload that names none."""
+    try:
+        if agent == "claude-code":
+            return claude_hook_paths(payload)
+        if agent == "codex":
+            return codex_notify_paths(payload)
+    except (ValueError, OSError) as exc:
+        raise UserError(f"{agent} hook: {exc}") from None
+    raise UserError(f"hooks are for 'claude-code' or 'codex', not {agent!r}")
+
+
+async def ingest_watch(
+    target: str | os.PathLike[str],
+    directory: str | os.PathLike[str],
+    *,
+    format: IngestFormat = "auto",
+    layout: MemoryLayoutConfig | None = None,
+    config: MemoryGenerateConfig | None = None,
+    interval: float = 2.0,
+    stop: asyncio.Event | None = None,
+    on_report: Callable[[IngestReport], None] | None = None,
+) -> None:
+    """Ingest the transcripts under ``directory`` as they change, until ``stop`` is set: a
+    file is ingested once it has stayed the same for one look (every ``interval`` seconds)
+    after a change. Restarting it records nothing twice (each ingest records only what is
+    new). ``on_report`` gets the report of every ingest that recorded or failed something."""
+    if interval <= 0:
+        raise UserError("interval must be positive")
+
+    async def once(files: list[Path]) -> None:
+        report = await ingest(target, files, format=format, layout=layout, config=config)
+        if on_report is not None and (report.recorded_segments or report.failed):
+            on_report(report)
+
+    await watch(Path(directory), once, interval=interval, stop=stop)
