@@ -16,14 +16,14 @@ from cli_workspaces import invoke, invoke_json
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "memory"))
-from ingest_fixtures import (  # noqa: E402
+from ingest_fixtures import (
     claude_session_one,
     codex_session_one,
     write_all,
 )
 
-from sandmem.cli import cli  # noqa: E402
-from sandmem.memory import IngestReport, ingest_watch  # noqa: E402
+from sandmem.cli import cli
+from sandmem.memory import IngestReport, ingest_watch
 
 
 def test_ingest_command_reports_and_generates(tmp_path: Path) -> None:
