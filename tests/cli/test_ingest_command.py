@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 from cli_workspaces import invoke, invoke_json
 from click.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "memory"))
 from ingest_fixtures import (
     claude_session_one,
     codex_session_one,
