@@ -9,13 +9,14 @@
 - ``extractive``: the deterministic, model-free engine (``"extractive"``)
 
 The memory API (``status``, ``list_conversations``, ``list_files``, ``show``, ``search``,
-``view_html``, ``generate``, ``forget``, each with a ``*_sync`` twin) works on a live sandbox
-session or a workspace directory; see ``docs/memory-api.md``.
+``view_html``, ``generate``, ``forget``, ``ingest``, each with a ``*_sync`` twin) works on a
+live sandbox session or a workspace directory; see ``docs/memory-api.md``.
 
 Floors inside memory, lowest first: the core modules at this level (config, layout, rollouts,
 state, selection, journal, verify, read_prompt, rendering) and the store seam; ``store``
-(sync); ``extractive``; ``generation``; ``views``; then this package's API. A module imports
-only from its own floor or below; nothing in memory imports ``capabilities`` or anything above.
+(sync); ``extractive``; ``generation``; ``views``; ``ingestion`` (other agents'
+transcripts); then this package's API. A module imports only from its own floor or below;
+nothing in memory imports ``capabilities`` or anything above.
 """
 
 from __future__ import annotations
