@@ -45,29 +45,51 @@ _VIEW_IMAGE_DESCRIPTION = (
 MEMORY_WRITE_GUARDS = "sandmem.memory_write_guards"
 
 
-class _RedactingFiles:
-    """The session, with writes under a guarded memory directory redacted first."""
+#: key in the run's extras: ``{memories_dir: {workspace path: bytes | None}}``; for those
+#: directories (review mode, ``MemoryReadConfig(live_update="propose")``) ``apply_patch``
+#: writes into this overlay instead of the workspace (``None``: deleted); the Memory
+#: capability turns it into a proposal when the run ends
+MEMORY_PROPOSALS = "sandmem.memory_proposals"
 
-    def __init__(self, session: SandboxSession, guards: list[tuple[str, Redactor]]) -> None:
+
+class _RedactingFiles:
+    """The session, with writes under a guarded memory directory redacted first, and those
+    under a proposing directory kept in its overlay."""
+
+    def __init__(
+        self,
+        session: SandboxSession,
+        guards: list[tuple[str, Redactor]],
+        overlays: dict[str, dict[str, bytes | None]] | None = None,
+    ) -> None:
         self._session = session
         self._guards = guards
+        self._overlays = overlays or {}
 
     def _redactor(self, path: str) -> Redactor | None:
         directory = self.directory(path)
         return None if directory is None else dict(self._guards)[directory]
 
-    def directory(self, path: str) -> str | None:
-        """The guarded memory directory ``path`` lies in, if any."""
+    def _rel(self, path: str) -> str:
         raw = path.strip()
         for prefix in (self._session.display_root, str(self._session.root)):
             if raw == prefix or raw.startswith(prefix.rstrip("/") + "/"):
                 raw = raw[len(prefix) :]
                 break
-        rel = posixpath.normpath("/" + raw).lstrip("/")
+        return posixpath.normpath("/" + raw).lstrip("/")
+
+    def directory(self, path: str) -> str | None:
+        """The guarded memory directory ``path`` lies in, if any."""
+        rel = self._rel(path)
         for directory, _redactor in self._guards:
             if rel == directory or rel.startswith(directory + "/"):
                 return directory
         return None
+
+    def _overlay(self, path: str) -> tuple[dict[str, bytes | None] | None, str]:
+        directory = self.directory(path)
+        overlay = None if directory is None else self._overlays.get(directory)
+        return overlay, self._rel(path)
 
     async def write(self, path: str, data: bytes | str) -> None:
         redactor = self._redactor(path)
@@ -78,22 +100,44 @@ class _RedactingFiles:
                 pass
             else:
                 data = redactor.redact(text)
+        overlay, rel = self._overlay(path)
+        if overlay is not None:
+            overlay[rel] = data.encode("utf-8") if isinstance(data, str) else data
+            return
         await self._session.write(path, data)
 
     async def read_bytes(self, path: str) -> bytes:
+        overlay, rel = self._overlay(path)
+        if overlay is not None and rel in overlay:
+            data = overlay[rel]
+            if data is None:
+                raise SandboxError(f"{rel}: no such file", operation="read", path=rel)
+            return data
         return await self._session.read_bytes(path)
 
     async def exists(self, path: str) -> bool:
+        overlay, rel = self._overlay(path)
+        if overlay is not None and rel in overlay:
+            return overlay[rel] is not None
         return await self._session.exists(path)
 
     async def mkdir(self, path: str, parents: bool = True) -> None:
-        await self._session.mkdir(path, parents=parents)
+        if self._overlay(path)[0] is None:
+            await self._session.mkdir(path, parents=parents)
 
     async def remove(self, path: str, recursive: bool = False) -> None:
+        overlay, rel = self._overlay(path)
+        if overlay is not None:
+            overlay[rel] = None
+            return
         await self._session.remove(path, recursive=recursive)
 
     async def rename(self, src: str, dst: str) -> None:
-        await self._session.rename(src, dst)
+        if self._overlay(src)[0] is None and self._overlay(dst)[0] is None:
+            await self._session.rename(src, dst)
+            return
+        await self.write(dst, await self.read_bytes(src))
+        await self.remove(src)
 
 
 def _memory_locks(
@@ -141,7 +185,8 @@ class Filesystem(Capability):
         async def apply_patch_tool(patch: str) -> str:
             extras: dict[Any, Any] = getattr(self, "_run_extras", {})
             guards: list[tuple[str, Redactor]] = extras.get(MEMORY_WRITE_GUARDS, [])
-            files = _RedactingFiles(self.session, guards) if guards else self.session
+            overlays = extras.get(MEMORY_PROPOSALS)
+            files = _RedactingFiles(self.session, guards, overlays) if guards else self.session
             async with contextlib.AsyncExitStack() as stack:
                 # an edit to memory files waits for a running consolidation of that layout
                 for lock in _memory_locks(self.session, patch, guards):

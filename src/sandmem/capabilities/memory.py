@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +18,10 @@ from sandmem.memory.read_prompt import read_prompt_for
 if TYPE_CHECKING:
     from sandmem.agent._context import RunOutcome, SandboxRunContext
     from sandmem.memory.generation.manager import MemoryGenerationManager
+    from sandmem.redaction import Redactor
 
 _DEFAULT: Any = object()
+logger = logging.getLogger("sandmem.memory")
 
 
 @dataclass
@@ -27,6 +30,7 @@ class _RunMemory:
     manager: MemoryGenerationManager | None = None
     rollout_id: str | None = None
     conversation_key: str | None = None
+    redactor: Redactor | None = None
 
 
 class Memory(Capability):
@@ -102,14 +106,17 @@ class Memory(Capability):
         """No secret stays in this layout's memory files: ``apply_patch`` redacts what it
         writes there, and every stop redacts what changed (for a read-only layout through its
         own pre-stop hook; a generating layout's manager does it after its flush)."""
-        from sandmem.capabilities.filesystem import MEMORY_WRITE_GUARDS
+        from sandmem.capabilities.filesystem import MEMORY_PROPOSALS, MEMORY_WRITE_GUARDS
         from sandmem.memory.generation import on_stop_read_only
         from sandmem.redaction import Redactor
 
         patterns = self.generate.redact_patterns if self.generate is not None else ()
         redactor = Redactor(patterns)
+        self._slot(ctx).redactor = redactor
         guards = ctx.extras.setdefault(MEMORY_WRITE_GUARDS, [])
         guards.append((self.paths.memories_dir, redactor))
+        if self.read is not None and self.read.live_update == "propose":
+            ctx.extras.setdefault(MEMORY_PROPOSALS, {})[self.paths.memories_dir] = {}
         if self.generate is None:
             on_stop_read_only(self.session, self.paths.memories_dir, redactor)
 
@@ -120,7 +127,45 @@ class Memory(Capability):
         from sandmem.memory.rollouts import build_segment
 
         slot = self._slot(ctx)
+        await self._version_edits(ctx, slot)
         if slot.manager is None or slot.rollout_id is None:
             return
         segment = build_segment(ctx, outcome, slot.rollout_id, slot.conversation_key)
         await slot.manager.record(segment)
+
+    async def _version_edits(self, ctx: SandboxRunContext, slot: _RunMemory) -> None:
+        """A run's edits of memory files: one version (``live_update=True``), or one proposal
+        in the review inbox (``"propose"``). When the layout lock stays held (a consolidation
+        is running) the next flush versions the edit instead."""
+        from sandmem._errors import SandboxError
+        from sandmem.capabilities.filesystem import MEMORY_PROPOSALS
+        from sandmem.memory import journal
+        from sandmem.memory.history import Attribution
+
+        if self.read is None or not self.read.live_update:
+            return
+        run = slot.rollout_id
+        if run is None:
+            from sandmem.memory.rollouts import resolve_rollout_id
+
+            try:
+                run = resolve_rollout_id(ctx)[0]
+            except ValueError:
+                run = None
+        attribution = Attribution("live_edit", run=run)
+        overlay = ctx.extras.get(MEMORY_PROPOSALS, {}).get(self.paths.memories_dir)
+        if self.read.live_update == "propose" and not overlay:
+            return
+        try:
+            async with self.session.lock(self.paths.lock, timeout=60.0):
+                if overlay:
+                    root = self.paths.memories_dir + "/"
+                    files = {p[len(root) :]: d for p, d in overlay.items() if p.startswith(root)}
+                    await journal.propose(self.session, self.paths, files, attribution)
+                    overlay.clear()
+                else:
+                    await journal.notice(
+                        self.session, self.paths, attribution, redactor=slot.redactor
+                    )
+        except SandboxError as exc:
+            logger.warning("memory version of this run's edits deferred: %s", exc)

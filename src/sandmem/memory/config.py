@@ -73,11 +73,14 @@ class MemoryLayoutConfig(BaseModel):
 
 class MemoryReadConfig(BaseModel):
     """Reading memory. ``live_update`` lets (and requires) the agent fix stale memory in
-    ``MEMORY.md`` during the run; ``False`` makes memory read-only."""
+    ``MEMORY.md`` during the run; ``False`` makes memory read-only; ``"propose"`` lets the
+    agent edit memory files with ``apply_patch``, but the edits become a proposal in the
+    review inbox (``sandmem memory inbox``) instead of changing memory; later runs read the
+    approved memory."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    live_update: bool = True
+    live_update: bool | Literal["propose"] = True
 
 
 def _default_settings() -> ModelSettings:
@@ -114,6 +117,12 @@ class MemoryGenerateConfig(BaseModel):
     #: and generates nothing); or a scheduler that defers it to workers
     #: (``sandmem.distributed.CeleryScheduler``; needs a remote store)
     schedule: Literal["inline", "explicit"] | GenerationScheduler = "inline"
+    #: review mode: a consolidation's result becomes a proposal in the inbox (``sandmem memory
+    #: inbox``); memory changes only when it is approved
+    review: bool = False
+    #: memory history retention (``docs/history.md``): versions kept, and their maximum age
+    history_keep_versions: int = Field(default=1000, ge=1)
+    history_keep_days: float = Field(default=365.0, gt=0)
 
     @field_validator("phase_one_model_settings", "phase_two_model_settings", mode="before")
     @classmethod

@@ -14,6 +14,15 @@ in it, the live files are exactly what they were.
    hash it had before and the hash it gets, and the new ``phase_two_selection.json``;
 3. it applies the record, file by file, then removes the stage and the record.
 
+``commit`` is also where versions are made (``memory.history``): once the record is applied,
+the live set and the conversations state become a new version carrying the record's
+attribution, before the record is removed (so a recovered commit is versioned too). Every
+writer of memory files goes through here and gets its version: a consolidation
+(``commit``), a writer with new contents (``write_files``: restore, approval, ingest, MCP
+writes), and a change made on the live files directly (``notice``: a run's live edit, a hand
+edit noticed at the next flush, forget). Review mode turns a commit into a proposal instead
+(``propose_stage``, ``propose``).
+
 ``recover`` runs at the start of every flush (and before a run reads the summary): a record
 means a commit was interrupted, so it is rolled *forward*; a file is replaced only while it
 still holds its *before* bytes, so an edit made after the crash (bytes that are neither before
@@ -24,16 +33,23 @@ removed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any
 
 from sandmem._errors import MemoryGenerationError, SandboxError
+from sandmem.memory import _history_prune, history, proposals
 from sandmem.memory._json import loads_bounded
+from sandmem.memory.history import DEFAULT_RETENTION, Attribution, Retention
 from sandmem.memory.layout import MemoryPaths, write_json
 from sandmem.memory.rollouts import utc_now
 from sandmem.memory.state import append_log
+from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
@@ -134,8 +150,13 @@ async def commit(
     session: SandboxSession,
     paths: MemoryPaths,
     base: dict[str, str | None],
-    selection: dict[str, Any],
-) -> None:
+    selection: dict[str, Any] | None,
+    attribution: Attribution | None = None,
+    *,
+    redactor: Redactor | None = None,
+    retention: Retention = DEFAULT_RETENTION,
+    consolidated: bool = True,
+) -> history.Version | None:
     """Switch the live set to the stage (see the module docstring). Raises
     ``MemoryGenerationError`` (and discards the stage) when a live file was edited since
     ``begin``."""
@@ -159,16 +180,32 @@ async def commit(
     record = {
         "version": RECORD_VERSION,
         "files": entries,
-        "consolidated": digest(memory),
+        "consolidated": digest(memory) if consolidated else None,
         "selection": selection,
+        "attribution": _attributed(attribution or Attribution("consolidation")).to_json(),
     }
     await write_json(session, record_path(paths), record)
-    await _apply(session, paths, record)
+    await _apply(session, paths, record, redactor=redactor, retention=retention)
+    return await _head_if_new(session, paths, record)
 
 
-async def _apply(session: SandboxSession, paths: MemoryPaths, record: dict[str, Any]) -> list[str]:
-    """Apply a commit record; returns the live files kept because they were edited after the
-    interrupted commit."""
+async def _head_if_new(
+    session: SandboxSession, paths: MemoryPaths, record: dict[str, Any]
+) -> history.Version | None:
+    head = await history.Store(session, paths).head()
+    return head if head is not None and head.seq == record.get("_version") else None
+
+
+async def _apply(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    record: dict[str, Any],
+    *,
+    redactor: Redactor | None = None,
+    retention: Retention = DEFAULT_RETENTION,
+) -> list[str]:
+    """Apply a commit record and make its version; returns the live files kept because they
+    were edited after the interrupted commit."""
     kept: list[str] = []
     for entry in record["files"]:
         path, before, after = entry["path"], entry["before"], entry["after"]
@@ -192,6 +229,12 @@ async def _apply(session: SandboxSession, paths: MemoryPaths, record: dict[str, 
         await session.write(paths.consolidated_memory_md, memory)
     if isinstance(record.get("selection"), dict):
         await write_json(session, paths.selection_json, record["selection"])
+    try:
+        attribution = Attribution.from_json(record.get("attribution"))
+    except ValueError:
+        attribution = Attribution("consolidation")
+    made = await _version(session, paths, attribution, redactor=redactor, retention=retention)
+    record["_version"] = made.seq if made is not None else None
     await discard(session, paths)
     await session.remove(record_path(paths))
     return kept
@@ -250,6 +293,168 @@ async def try_recover(session: SandboxSession, paths: MemoryPaths) -> None:
                 await append_log(session, paths, record)
     except SandboxError:
         logger.debug("memory commit recovery deferred: %s is held", paths.lock)
+
+
+# ---------------------------------------------------------------- versions
+
+_OVERRIDE: ContextVar[Attribution | None] = ContextVar("sandmem_memory_change", default=None)
+
+
+@contextlib.contextmanager
+def attributed(attribution: Attribution) -> Iterator[None]:
+    """Within this block, every version made by this task (a consolidation, a noticed change)
+    carries ``attribution``'s kind and fields (``forget`` wraps its re-consolidation)."""
+    token = _OVERRIDE.set(attribution)
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
+
+
+def _attributed(attribution: Attribution) -> Attribution:
+    override = _OVERRIDE.get()
+    if override is None:
+        return attribution
+    return replace(
+        override,
+        engine=override.engine or attribution.engine,
+        model=override.model or attribution.model,
+        rollouts_added=override.rollouts_added or attribution.rollouts_added,
+    )
+
+
+def _name(paths: MemoryPaths, path: str) -> str:
+    return path[len(paths.memories_dir) + 1 :]
+
+
+async def versioned_files(
+    session: SandboxSession, paths: MemoryPaths, redactor: Redactor | None = None
+) -> dict[str, bytes]:
+    """The live set (names relative to ``memories_dir``), redacted: a file that held a
+    secret is rewritten redacted first, so nothing unredacted enters the history."""
+    redactor = redactor or Redactor()
+    files: dict[str, bytes] = {}
+    for path in await live_files(session, paths):
+        data = await _read(session, path)
+        if data is None:
+            continue
+        clean = history.redact_bytes(data, redactor.redact)
+        if clean != data:
+            await session.write(path, clean)
+        files[_name(paths, path)] = clean
+    return files
+
+
+async def _version(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    attribution: Attribution,
+    *,
+    redactor: Redactor | None = None,
+    retention: Retention = DEFAULT_RETENTION,
+) -> history.Version | None:
+    """Make a version of the live set and the conversations state (``None`` when they equal
+    the newest version), then prune. The one function that makes versions."""
+    files = await versioned_files(session, paths, redactor)
+    selection = await _read(session, paths.selection_json)
+    made = await history.make_version(session, paths, files, selection, _attributed(attribution))
+    if made is not None:
+        await _history_prune.prune(session, paths, retention, eager=False)
+    return made
+
+
+async def notice(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    attribution: Attribution,
+    *,
+    redactor: Redactor | None = None,
+    retention: Retention = DEFAULT_RETENTION,
+) -> history.Version | None:
+    """Version a change made on the live files directly (a run's live edit, a hand edit, a
+    forget), if there is one. Call under the layout lock."""
+    return await _version(session, paths, attribution, redactor=redactor, retention=retention)
+
+
+async def write_files(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    files: dict[str, bytes | None],
+    attribution: Attribution,
+    *,
+    selection: dict[str, Any] | None = None,
+    redactor: Redactor | None = None,
+    retention: Retention = DEFAULT_RETENTION,
+) -> history.Version | None:
+    """Commit new contents for memory files (names relative to ``memories_dir``, ``None``
+    deletes; only ``MEMORY.md``, ``memory_summary.md`` and ``skills/**``) as one version:
+    the way a new writer (restore, approval, ingest, an MCP write) changes memory. Redacted
+    first; crash-safe like a consolidation. Call under the layout lock."""
+    redactor = redactor or Redactor()
+    await notice(session, paths, Attribution("hand_edit"), redactor=redactor)
+    base = await begin(session, paths)
+    for name, data in files.items():
+        path = f"{paths.memories_dir}/{name}"
+        if not is_staged_path(paths, path) or path == paths.skills_dir:
+            await discard(session, paths)
+            raise ValueError(
+                f"{name!r} is not a memory file (MEMORY.md, memory_summary.md, skills/)"
+            )
+        if data is None:
+            if await session.exists(staged(paths, path)):
+                await session.remove(staged(paths, path))
+        else:
+            await session.write(staged(paths, path), history.redact_bytes(data, redactor.redact))
+    return await commit(
+        session,
+        paths,
+        base,
+        selection,
+        attribution,
+        redactor=redactor,
+        retention=retention,
+        consolidated=attribution.kind in ("consolidation", "restore"),
+    )
+
+
+async def propose_stage(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    base: dict[str, str | None],
+    selection: dict[str, Any],
+    attribution: Attribution,
+) -> proposals.Proposal | None:
+    """Review mode's ``commit``: the stage becomes a proposal and the live files stay as they
+    are (the stage is discarded)."""
+    files: dict[str, bytes | None] = {}
+    for path in sorted(set(base) | set(await staged_files(session, paths))):
+        new = await _read(session, staged(paths, path))
+        if digest(new) != base.get(path):
+            files[_name(paths, path)] = new
+    await discard(session, paths)
+    for older in await proposals.load_all(session, paths):
+        if older.attribution.kind == "consolidation":  # superseded: this one folds in more
+            await proposals.remove(session, paths, older)
+    encoded = (json.dumps(selection, indent=2, sort_keys=True) + "\n").encode()
+    return await proposals.create(session, paths, files, attribution, selection=encoded)
+
+
+async def propose(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    files: dict[str, bytes | None],
+    attribution: Attribution,
+    *,
+    redactor: Redactor | None = None,
+) -> proposals.Proposal | None:
+    """Review mode for a run: ``files`` become a proposal (redacted first)."""
+    redactor = redactor or Redactor()
+    clean = {
+        n: (None if d is None else history.redact_bytes(d, redactor.redact))
+        for n, d in files.items()
+        if is_staged_path(paths, f"{paths.memories_dir}/{n}")
+    }
+    return await proposals.create(session, paths, clean, attribution)
 
 
 class StagedFiles:

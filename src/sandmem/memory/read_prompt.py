@@ -8,7 +8,7 @@ demo all call it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._truncate import truncate_head_tail
@@ -21,11 +21,17 @@ if TYPE_CHECKING:
 SUMMARY_MAX_TOKENS = 15_000
 
 
-def memory_read_prompt(summary: str, memories_dir: str, *, live_update: bool) -> str | None:
+def memory_read_prompt(
+    summary: str, memories_dir: str, *, live_update: bool | Literal["propose"]
+) -> str | None:
     """The memory prompt for a run, or ``None`` when the summary is empty."""
     if not summary.strip():
         return None
-    policy_name = "memory_live_update" if live_update else "memory_read_only"
+    policy_name = "memory_read_only"
+    if live_update == "propose":
+        policy_name = "memory_propose"
+    elif live_update:
+        policy_name = "memory_live_update"
     policy = render_prompt(load_prompt("sandmem.memory", policy_name), memories_dir=memories_dir)
     return render_prompt(
         load_prompt("sandmem.memory", "memory_read"),
@@ -36,7 +42,7 @@ def memory_read_prompt(summary: str, memories_dir: str, *, live_update: bool) ->
 
 
 async def read_prompt_for(
-    session: SandboxSession, paths: MemoryPaths, *, live_update: bool
+    session: SandboxSession, paths: MemoryPaths, *, live_update: bool | Literal["propose"]
 ) -> str | None:
     """The memory prompt for a layout as it is now: a commit a killed process left half-applied
     is finished first, so the summary read is the committed one."""

@@ -53,7 +53,7 @@ STATE_VERSION = 1
 
 FailureKind = Literal["environment", "rollout"]
 RolloutStatus = Literal["pending", "done", "failed", "skipped"]
-PhaseTwoStatus = Literal["done", "incomplete", "failed", "skipped", "not_run"]
+PhaseTwoStatus = Literal["done", "incomplete", "proposed", "failed", "skipped", "not_run"]
 
 
 class RolloutState(BaseModel):

@@ -30,6 +30,7 @@ from sandmem.memory import state as gen_state
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.generation import _trace, phase_one, phase_two
 from sandmem.memory.generation._redact_pass import MemoryRedactionPass
+from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
     MemoryPaths,
     RolloutFingerprint,
@@ -242,6 +243,13 @@ class MemoryGenerationManager:
             for note in await journal.recover(self.session, self.paths):
                 path, _, reason = note.partition(": ")
                 report.problems.setdefault(path, reason)
+            await journal.notice(  # an edit made outside any run: a version of its own
+                self.session,
+                self.paths,
+                Attribution("hand_edit"),
+                redactor=self.redactor,
+                retention=phase_two.retention_of(self.config),
+            )
             state, problems = await gen_state.load(self.session, self.paths)
             loaded = None if problems else state.to_json()
             for problem in problems:
@@ -616,7 +624,7 @@ class MemoryGenerationManager:
         report.phase_two_missing = missing + still
         outcome_error = None if checked.ok else f"consolidation incomplete: {checked.describe()}"
         report.phase_two_error = outcome_error
-        complete = result.outcome == "done" and not plan.problems
+        complete = result.outcome in ("done", "proposed") and not plan.problems
         state.phase_two = gen_state.PhaseTwoState(
             inputs_digest=await phase_two.inputs_digest(self.session, self.paths, cap)
             if complete

@@ -39,6 +39,7 @@ from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
 from sandmem.memory.generation._metering import MeteredModel
 from sandmem.memory.generation._scoped_tools import ScopedFiles, scoped_tools
 from sandmem.memory.generation.phase_one import extra_guidance_block, resolve_model
+from sandmem.memory.history import Attribution, Retention
 from sandmem.memory.layout import MemoryPaths, parse_header, read_text
 from sandmem.memory.selection import (
     RawMemoryRef,
@@ -303,12 +304,13 @@ def consolidation_instructions(inputs: ConsolidationInputs) -> str:
     )
 
 
-Outcome = Literal["done", "incomplete"]
+Outcome = Literal["done", "incomplete", "proposed"]
 
 
 @dataclass(frozen=True)
 class ConsolidationResult:
-    """A committed consolidation: ``done``, or ``incomplete`` with what it left out."""
+    """A committed consolidation: ``done``, or ``incomplete`` with what it left out; or, in
+    review mode, ``proposed`` (nothing committed: the result waits in the inbox)."""
 
     outcome: Outcome
     verification: Verification
@@ -539,12 +541,42 @@ async def consolidate(
             raise MemoryGenerationError(f"consolidation failed: {exc}") from exc
         raise
     document = selection_document(recorded_selection(p, checked), now)
-    await journal.commit(session, paths, base, document)
+    attribution = consolidation_attribution(config, p)
+    if config.review:
+        await journal.propose_stage(session, paths, base, document, attribution)
+        logger.info("consolidation of %s proposed for review", paths.memories_dir)
+        return ConsolidationResult("proposed", checked)
+    await journal.commit(
+        session,
+        paths,
+        base,
+        document,
+        attribution,
+        redactor=redactor,
+        retention=retention_of(config),
+    )
     outcome: Outcome = "done" if checked.ok else "incomplete"
     logger.info(
         "consolidated %d raw memories in %s (%s)", len(p.selected), paths.memories_dir, outcome
     )
     return ConsolidationResult(outcome, checked)
+
+
+def consolidation_attribution(config: MemoryGenerateConfig, p: Plan) -> Attribution:
+    """What a consolidation's version says about it: engine, model, conversations."""
+    model = config.phase_two_model
+    name = model if isinstance(model, str) else str(getattr(model, "model", type(model).__name__))
+    return Attribution(
+        "consolidation",
+        engine="extractive" if model == EXTRACTIVE else "model",
+        model=name,
+        rollouts_added=tuple(r.rollout_id for r in p.diff.added),
+        rollouts_removed=tuple(r.rollout_id for r in p.diff.removed),
+    )
+
+
+def retention_of(config: MemoryGenerateConfig) -> Retention:
+    return Retention(config.history_keep_versions, config.history_keep_days)
 
 
 def selection_summary(p: Plan) -> str:

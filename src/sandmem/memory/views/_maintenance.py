@@ -18,6 +18,7 @@ from typing import Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
 from sandmem._items import content_text
+from sandmem.memory import journal
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConsolidationInfo,
@@ -35,6 +36,7 @@ from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.generation._scoped_tools import ScopedFiles
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, FlushReport
 from sandmem.memory.generation.phase_two import load_raw_memories, read_isolated
+from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
     RAW_DIR,
     SKILLS_DIR,
@@ -364,10 +366,14 @@ async def forget_rollout(
     rid = checked_rollout_id(rollout_id)
     manager = get_manager(session, paths, config)
     await manager.prepare()
-    async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
-        async with session.lock(f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
-            plan = await _forget_files(session, paths, rid)
-        consolidated = bool((await gen_state.load_selection(session, paths)).refs)
-        if consolidated and not await load_raw_memories(session, paths):
-            await _clear_consolidated(session, paths)
-    return plan, await manager.flush()
+    # one version, attributed to this forget: the re-consolidation's, or the cleared files'
+    attribution = Attribution("forget", rollouts_removed=(rid,))
+    with journal.attributed(attribution):
+        async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with session.lock(f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
+                plan = await _forget_files(session, paths, rid)
+            consolidated = bool((await gen_state.load_selection(session, paths)).refs)
+            if consolidated and not await load_raw_memories(session, paths):
+                await _clear_consolidated(session, paths)
+                await journal.notice(session, paths, attribution)
+        return plan, await manager.flush()

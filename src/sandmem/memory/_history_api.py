@@ -1,0 +1,451 @@
+"""The public memory-history API: log, diff, restore, redact-history, and the review inbox.
+
+Like the rest of ``sandmem.memory`` each function takes a target (a live ``SandboxSession``
+or a workspace directory) and an optional ``MemoryLayoutConfig``, and has a ``*_sync`` twin.
+The storage is ``memory.history``; every change goes through ``memory.journal``
+(``docs/history.md``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+from pydantic import BaseModel, ConfigDict
+
+from sandmem._errors import SandboxError, UserError
+from sandmem.memory import _history_prune, history, journal, proposals
+from sandmem.memory._api import MemoryTarget, _locked, _opened, _run_sync
+from sandmem.memory.config import MemoryLayoutConfig
+from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
+from sandmem.memory.history import Attribution, Version
+from sandmem.memory.layout import MemoryPaths
+from sandmem.redaction import Redactor
+from sandmem.sandboxes._session import SandboxSession
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class VersionInfo(_Result):
+    """One version of a layout's memory files (``sandmem memory log``)."""
+
+    version: int
+    """The version's number (``sandmem memory restore <version>``)."""
+    time: str
+    """When it was made (ISO-8601 UTC)."""
+    kind: str
+    """What made it: ``consolidation``, ``live_edit``, ``hand_edit``, ``forget``, ``ingest``,
+    ``mcp_write`` or ``restore``."""
+    engine: str | None = None
+    """For a consolidation: ``model`` or ``extractive``."""
+    model: str | None = None
+    """The consolidation model's name."""
+    rollouts_added: list[str] = []
+    """Conversations folded in."""
+    rollouts_removed: list[str] = []
+    """Conversations dropped (forgotten, or fallen out of the selection)."""
+    run: str | None = None
+    """The conversation (rollout id) of the run that made the change."""
+    client: str | None = None
+    """The person or program that made it (``cli``, ``api``, an MCP client)."""
+    note: str | None = None
+    proposal: str | None = None
+    """The review proposal whose approval made it."""
+    restored_from: int | None = None
+    """For a restore: the version restored."""
+    parent: int | None = None
+    changed: list[str] = []
+    """Files that differ from the previous version."""
+    redacted: bool = False
+    """``redact-history`` rewrote this version."""
+
+
+class HistoryDiff(_Result):
+    """A unified diff between two versions (``sandmem memory diff``)."""
+
+    old: int | None
+    new: int | None
+    files: list[str]
+    """Files that differ."""
+    diff: str
+
+
+class ProposalInfo(_Result):
+    """A change waiting in the review inbox."""
+
+    id: str
+    time: str
+    kind: str
+    run: str | None = None
+    base: int | None = None
+    """The version it was made against."""
+    stale: list[str] = []
+    """Files that changed since it was made: it no longer applies (dismiss and regenerate)."""
+    files: list[str]
+    diff: str
+    """The change, as a unified diff against the live files."""
+
+
+class RedactResult(_Result):
+    """What ``redact-history`` rewrote."""
+
+    versions: list[int]
+    """Versions whose stored files held a match (rewritten, attribution kept)."""
+    files: list[str]
+    """Workspace files under the memories dir rewritten."""
+    still_in: list[str]
+    """Files outside the memories dir (rollout transcripts) that still hold a match."""
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _info(version: Version, parent: Version | None) -> VersionInfo:
+    a = version.attribution
+    before = parent.files if parent is not None else {}
+    names = set(before) | set(version.files)
+    return VersionInfo(
+        version=version.seq,
+        time=version.time,
+        kind=a.kind,
+        engine=a.engine,
+        model=a.model,
+        rollouts_added=list(a.rollouts_added),
+        rollouts_removed=list(a.rollouts_removed),
+        run=a.run,
+        client=a.client,
+        note=a.note,
+        proposal=a.proposal,
+        restored_from=a.restored_from,
+        parent=version.parent,
+        changed=sorted(n for n in names if before.get(n) != version.files.get(n)),
+        redacted=version.redacted,
+    )
+
+
+def unified(old: dict[str, bytes], new: dict[str, bytes | None]) -> tuple[list[str], str]:
+    """The files that differ and their unified diff (``a/NAME`` → ``b/NAME``)."""
+    out: list[str] = []
+    changed: list[str] = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if before == after:
+            continue
+        changed.append(name)
+        a = (before or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        b = (after or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        lines = difflib.unified_diff(
+            a,
+            b,
+            f"a/{name}" if before is not None else "/dev/null",
+            f"b/{name}" if after is not None else "/dev/null",
+        )
+        out.extend(line if line.endswith("\n") else line + "\n" for line in lines)
+    return changed, "".join(out)
+
+
+# ---------------------------------------------------------------- log, diff, restore
+
+
+async def log(
+    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None, limit: int | None = None
+) -> list[VersionInfo]:
+    """The layout's versions, newest first, with their attribution. Reads only."""
+    async with _opened(target, layout) as (session, paths, _owned):
+        found = await history.versions(session, paths)
+    by_seq = {v.seq: v for v in found}
+    infos = [_info(v, by_seq.get(v.parent) if v.parent else None) for v in found]
+    return infos[:limit] if limit is not None else infos
+
+
+async def diff(
+    target: MemoryTarget,
+    old: str | int | None = None,
+    new: str | int | None = None,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+) -> HistoryDiff:
+    """The unified diff from version ``old`` to ``new`` (numbers, ``head``, ``head~N``).
+    Neither given: the last change (the newest version against its parent); only ``old``:
+    that version against the newest."""
+    async with _opened(target, layout) as (session, paths, _owned):
+        found = await history.versions(session, paths)
+        if old is None and new is None:
+            b = history.resolve("head", found)
+            a = next((v for v in found if v.seq == b.parent), None)
+        else:
+            a = history.resolve(old if old is not None else "head", found)
+            b = history.resolve(new if new is not None else "head", found)
+        before = await history.version_files(session, paths, a) if a is not None else {}
+        after = await history.version_files(session, paths, b)
+    changed, text = unified(before, dict(after))
+    return HistoryDiff(old=a.seq if a else None, new=b.seq, files=changed, diff=text)
+
+
+async def restore(
+    target: MemoryTarget,
+    version: str | int,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    client: str = "api",
+) -> VersionInfo:
+    """Make a new version whose memory files equal ``version``'s (files it did not have are
+    removed); the conversations state (``phase_two_selection.json``) follows, so the next
+    consolidation folds in what came after it. Raises ``UserError`` for an unknown version."""
+    async with _opened(target, layout) as (session, paths, _owned):
+        try:
+            async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+                found = await history.versions(session, paths)
+                old = history.resolve(version, found)
+                files: dict[str, bytes | None] = dict(
+                    await history.version_files(session, paths, old)
+                )
+                live = await journal.versioned_files(session, paths)
+                files.update({n: None for n in live if n not in files})
+                raw = await history.version_selection(session, paths, old)
+                selection = json.loads(raw) if raw else {"version": 1, "selected": []}
+                attribution = Attribution("restore", client=client, restored_from=old.seq)
+                made = await journal.write_files(
+                    session, paths, files, attribution, selection=selection
+                )
+                head = made or await history.Store(session, paths).head()
+        except SandboxError as exc:
+            raise _locked(exc) from exc
+    assert head is not None
+    return _info(head, old)
+
+
+async def redact_history(
+    target: MemoryTarget,
+    pattern: str | None = None,
+    *,
+    secrets: bool = False,
+    layout: MemoryLayoutConfig | None = None,
+) -> RedactResult:
+    """Remove a secret from memory and its whole history: ``pattern`` (a regular expression)
+    and/or ``secrets=True`` (the built-in secret detectors) are replaced with
+    ``[REDACTED:<kind>]`` in every stored version, proposal and file under the memories dir;
+    the old bytes are deleted. Numbers and attribution are kept."""
+    if pattern is None and not secrets:
+        raise UserError("redact-history needs a PATTERN or --secret")
+    rules = [("history", pattern)] if pattern is not None else []
+    try:
+        redactor = Redactor(rules, defaults=secrets)
+    except ValueError as exc:
+        raise UserError(f"invalid pattern {pattern!r}: {exc}") from exc
+    async with _opened(target, layout) as (session, paths, _owned):
+        try:
+            async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+                changed = await _history_prune.redact_history(session, paths, redactor.redact)
+                rewritten = await _redact_tree(session, paths.memories_dir, redactor)
+                still = await _matching(session, paths.sessions_dir, redactor)
+        except SandboxError as exc:
+            raise _locked(exc) from exc
+    return RedactResult(versions=changed, files=rewritten, still_in=still)
+
+
+async def _tree(session: SandboxSession, top: str, skip: str | None = None) -> list[str]:
+    found: list[str] = []
+    if not await session.is_dir(top):
+        return found
+    for name in await session.listdir(top):
+        path = f"{top}/{name}"
+        if path == skip or name == ".lock":
+            continue
+        if await session.is_dir(path):
+            found.extend(await _tree(session, path, skip))
+        else:
+            found.append(path)
+    return found
+
+
+async def _redact_tree(session: SandboxSession, top: str, redactor: Redactor) -> list[str]:
+    rewritten = []
+    for path in await _tree(session, top, skip=f"{top}/{history.HISTORY_DIR}"):
+        data = (await session.read_many([path]))[path]
+        if data is None:
+            continue
+        clean = history.redact_bytes(data, redactor.redact)
+        if clean != data:
+            await session.write(path, clean)
+            rewritten.append(path)
+    return rewritten
+
+
+async def _matching(session: SandboxSession, top: str, redactor: Redactor) -> list[str]:
+    hits = []
+    for path in await _tree(session, top):
+        data = (await session.read_many([path]))[path]
+        if data is not None and history.redact_bytes(data, redactor.redact) != data:
+            hits.append(path)
+    return hits
+
+
+# ---------------------------------------------------------------- review inbox
+
+
+async def _proposal_info(
+    session: SandboxSession, paths: MemoryPaths, proposal: proposals.Proposal
+) -> ProposalInfo:
+    new = await proposals.contents(session, paths, proposal)
+    live = await session.read_many([f"{paths.memories_dir}/{n}" for n in new])
+    old = {n: d for n in new if (d := live[f"{paths.memories_dir}/{n}"]) is not None}
+    _changed, text = unified(old, new)
+    return ProposalInfo(
+        id=proposal.id,
+        time=proposal.time,
+        kind=proposal.attribution.kind,
+        run=proposal.attribution.run,
+        base=proposal.base,
+        stale=list(proposal.stale),
+        files=sorted(new),
+        diff=text,
+    )
+
+
+async def inbox(
+    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
+) -> list[ProposalInfo]:
+    """The pending proposals (review mode), oldest first, each with its diff and whether it
+    is stale. Reads only."""
+    async with _opened(target, layout) as (session, paths, _owned):
+        return [
+            await _proposal_info(session, paths, p)
+            for p in await proposals.load_all(session, paths)
+        ]
+
+
+async def approve(
+    target: MemoryTarget,
+    proposal_id: str,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    client: str = "api",
+) -> VersionInfo:
+    """Apply a proposal as a new version (its attribution kept, ``proposal`` set). Raises
+    ``UserError`` for an unknown or stale proposal (stale: a file it changes moved on since;
+    dismiss it and regenerate)."""
+    async with _opened(target, layout) as (session, paths, _owned):
+        try:
+            async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+                proposal = await proposals.get(session, paths, proposal_id)
+                if proposal.stale:
+                    raise UserError(
+                        f"proposal {proposal.id} is stale: {', '.join(proposal.stale)} changed "
+                        "since it was made; dismiss it and regenerate it (`sandmem memory "
+                        "generate` for a consolidation, the run for a live edit)"
+                    )
+                files = await proposals.contents(session, paths, proposal)
+                selection = None
+                if proposal.selection is not None:
+                    store = history.Store(session, paths)
+                    raw = (await store.blobs([proposal.selection]))[proposal.selection]
+                    selection = json.loads(raw)
+                a = proposal.attribution
+                attribution = Attribution(
+                    a.kind,
+                    engine=a.engine,
+                    model=a.model,
+                    rollouts_added=a.rollouts_added,
+                    rollouts_removed=a.rollouts_removed,
+                    run=a.run,
+                    client=client,
+                    proposal=proposal.id,
+                )
+                made = await journal.write_files(
+                    session, paths, files, attribution, selection=selection
+                )
+                await proposals.remove(session, paths, proposal)
+                head = made or await history.Store(session, paths).head()
+        except SandboxError as exc:
+            raise _locked(exc) from exc
+    assert head is not None
+    return _info(head, None)
+
+
+async def dismiss(
+    target: MemoryTarget, proposal_id: str, *, layout: MemoryLayoutConfig | None = None
+) -> ProposalInfo:
+    """Drop a proposal; memory is unchanged. Returns what was dropped."""
+    async with _opened(target, layout) as (session, paths, _owned):
+        try:
+            async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+                proposal = await proposals.get(session, paths, proposal_id)
+                info = await _proposal_info(session, paths, proposal)
+                await proposals.remove(session, paths, proposal)
+                await _history_prune.collect_garbage(session, paths)
+        except SandboxError as exc:
+            raise _locked(exc) from exc
+    return info
+
+
+# ---------------------------------------------------------------- sync twins
+
+Spec = str | int
+
+
+def log_sync(
+    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None, limit: int | None = None
+) -> list[VersionInfo]:
+    """``log``, blocking."""
+    return _run_sync(log(target, layout=layout, limit=limit))
+
+
+def diff_sync(
+    target: MemoryTarget,
+    old: Spec | None = None,
+    new: Spec | None = None,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+) -> HistoryDiff:
+    """``diff``, blocking."""
+    return _run_sync(diff(target, old, new, layout=layout))
+
+
+def restore_sync(
+    target: MemoryTarget,
+    version: Spec,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    client: str = "api",
+) -> VersionInfo:
+    """``restore``, blocking."""
+    return _run_sync(restore(target, version, layout=layout, client=client))
+
+
+def redact_history_sync(
+    target: MemoryTarget,
+    pattern: str | None = None,
+    *,
+    secrets: bool = False,
+    layout: MemoryLayoutConfig | None = None,
+) -> RedactResult:
+    """``redact_history``, blocking."""
+    return _run_sync(redact_history(target, pattern, secrets=secrets, layout=layout))
+
+
+def inbox_sync(
+    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
+) -> list[ProposalInfo]:
+    """``inbox``, blocking."""
+    return _run_sync(inbox(target, layout=layout))
+
+
+def approve_sync(
+    target: MemoryTarget,
+    proposal_id: str,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    client: str = "api",
+) -> VersionInfo:
+    """``approve``, blocking."""
+    return _run_sync(approve(target, proposal_id, layout=layout, client=client))
+
+
+def dismiss_sync(
+    target: MemoryTarget, proposal_id: str, *, layout: MemoryLayoutConfig | None = None
+) -> ProposalInfo:
+    """``dismiss``, blocking."""
+    return _run_sync(dismiss(target, proposal_id, layout=layout))

@@ -1,0 +1,302 @@
+"""Memory history: one immutable, attributed version of a layout's memory files per change.
+
+The history lives in the layout, under ``<memories_dir>/.history/`` (hidden, so it is never
+read as memory, staged by a consolidation, or pushed to a store as a memory file):
+
+```text
+.history/
+├── objects/<sha256>                 file contents, stored once each (plain bytes)
+├── versions/<seq>-<epoch>.json      one record per version: the files (name → sha256), the
+│                                    conversations state (the selection's sha256) and the
+│                                    attribution: kind, engine, model, rollouts, run, client
+└── proposals/<id>.json              review mode: changes waiting for approve or dismiss
+```
+
+Plain content-addressed files, not git: every byte goes through the sandbox session (so
+every backend, the in-memory one included, gets history for free); ``redact_history``
+rewrites a blob and the records naming it, then deletes the old blob — there is no pack, no
+reflog and no loose copy for a secret to survive in; and a version costs one small JSON record
+plus the files that changed.
+
+Making a version (``make_version``, called only by ``memory.journal`` under the layout lock)
+writes the new blobs first and the record last, atomically: the record is the commit point.
+A process killed before it leaves the previous version intact and, at most, unreferenced
+blobs, which the next prune removes. Versions are numbered ``1, 2, ...`` per layout.
+
+Retention (``Retention``): the newest ``keep_versions`` (default 1,000) versions younger than
+``keep_days`` (default 365) days are kept; the newest version is always kept. Pruning runs
+when a version is made, in batches: once the count passes ``keep_versions`` by 5% (at least 1)
+or the oldest version is a day past ``keep_days``, so a version costs no scan of the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, get_args
+
+from sandmem._errors import UserError
+from sandmem.memory._json import loads_bounded
+from sandmem.memory.layout import MemoryPaths
+from sandmem.sandboxes._session import SandboxSession
+
+FORMAT = 1
+HISTORY_DIR = ".history"
+
+ChangeKind = Literal[
+    "consolidation", "live_edit", "hand_edit", "forget", "ingest", "mcp_write", "restore"
+]
+CHANGE_KINDS: tuple[str, ...] = get_args(ChangeKind)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Who and what made a change. ``kind`` is one of ``CHANGE_KINDS``; ``engine`` is
+    ``"model"`` or ``"extractive"`` for a consolidation; ``run`` is the conversation (rollout
+    id) of the run that made it; ``client`` names a person or program (``"cli"``, an MCP
+    client); ``proposal`` is the review proposal an approval applied."""
+
+    kind: ChangeKind
+    engine: str | None = None
+    model: str | None = None
+    rollouts_added: tuple[str, ...] = ()
+    rollouts_removed: tuple[str, ...] = ()
+    run: str | None = None
+    client: str | None = None
+    note: str | None = None
+    proposal: str | None = None
+    restored_from: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rollouts_added"] = list(self.rollouts_added)
+        data["rollouts_removed"] = list(self.rollouts_removed)
+        return {k: v for k, v in data.items() if v not in (None, [])}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Attribution:
+        if not isinstance(data, dict) or data.get("kind") not in CHANGE_KINDS:
+            raise ValueError("not an attribution")
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        for key in ("rollouts_added", "rollouts_removed"):
+            fields[key] = tuple(str(r) for r in fields.get(key, ()))
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much history a layout keeps (see the module docstring)."""
+
+    keep_versions: int = 1000
+    keep_days: float = 365.0
+
+
+DEFAULT_RETENTION = Retention()
+
+
+@dataclass(frozen=True)
+class Version:
+    """One stored version: ``files`` maps names (relative to ``memories_dir``) to SHA-256."""
+
+    seq: int
+    time: str
+    attribution: Attribution
+    files: dict[str, str]
+    selection: str | None = None
+    parent: int | None = None
+    epoch: int = 0
+    redacted: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "seq": self.seq,
+            "time": self.time,
+            "epoch": self.epoch,
+            "parent": self.parent,
+            "attribution": self.attribution.to_json(),
+            "files": dict(sorted(self.files.items())),
+            "selection": self.selection,
+            "redacted": self.redacted,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Version:
+        if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+            raise ValueError("not a version record")
+        return cls(
+            seq=int(data["seq"]),
+            time=str(data.get("time", "")),
+            attribution=Attribution.from_json(data.get("attribution")),
+            files={str(k): str(v) for k, v in data["files"].items()},
+            selection=data.get("selection"),
+            parent=data.get("parent"),
+            epoch=int(data.get("epoch") or 0),
+            redacted=bool(data.get("redacted")),
+        )
+
+
+@dataclass
+class Store:
+    """The history directory of one layout, read and written through the session."""
+
+    session: SandboxSession
+    paths: MemoryPaths
+    _known_blobs: set[str] = field(default_factory=set)
+
+    @property
+    def root(self) -> str:
+        return f"{self.paths.memories_dir}/{HISTORY_DIR}"
+
+    def object_path(self, digest: str) -> str:
+        return f"{self.root}/objects/{digest}"
+
+    async def _names(self, sub: str) -> list[str]:
+        directory = f"{self.root}/{sub}"
+        if not await self.session.is_dir(directory):
+            return []
+        return await self.session.listdir(directory)
+
+    async def version_names(self) -> list[str]:
+        """Version record names, oldest first (temp files of a killed write left out)."""
+        names = [n for n in await self._names("versions") if _version_name(n) is not None]
+        return sorted(names, key=lambda n: _version_name(n) or (0, 0))
+
+    async def read_version(self, name: str) -> Version:
+        data = (await self.session.read_many([f"{self.root}/versions/{name}"]))[
+            f"{self.root}/versions/{name}"
+        ]
+        if data is None:
+            raise FileNotFoundError(name)
+        return Version.from_json(loads_bounded(data))
+
+    async def write_version(self, version: Version) -> None:
+        name = f"{version.seq:08d}-{version.epoch}.json"
+        await self.session.write(
+            f"{self.root}/versions/{name}", json.dumps(version.to_json(), indent=1) + "\n"
+        )
+
+    async def head(self) -> Version | None:
+        names = await self.version_names()
+        return await self.read_version(names[-1]) if names else None
+
+    async def put_blob(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in self._known_blobs:
+            return digest
+        path = self.object_path(digest)
+        if not await self.session.exists(path):
+            await self.session.write(path, data)
+        self._known_blobs.add(digest)
+        return digest
+
+    async def blobs(self, digests: list[str]) -> dict[str, bytes]:
+        found = await self.session.read_many([self.object_path(d) for d in digests])
+        out: dict[str, bytes] = {}
+        for digest in digests:
+            data = found.get(self.object_path(digest))
+            if data is None:
+                raise UserError(f"history object {digest[:12]} is missing from {self.root}/")
+            out[digest] = data
+        return out
+
+
+def _version_name(name: str) -> tuple[int, int] | None:
+    if not name.endswith(".json"):
+        return None
+    seq, _, epoch = name[:-5].partition("-")
+    if not (seq.isdigit() and epoch.isdigit()):
+        return None
+    return int(seq), int(epoch)
+
+
+def _now() -> tuple[str, int]:
+    now = datetime.now(UTC)
+    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z"), int(now.timestamp())
+
+
+async def make_version(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    files: dict[str, bytes],
+    selection: bytes | None,
+    attribution: Attribution,
+) -> Version | None:
+    """Record ``files`` (names relative to ``memories_dir``; already redacted) and the
+    conversations state as a new version, unless they equal the newest version. Call under
+    the layout lock (``memory.journal`` does, and prunes after)."""
+    store = Store(session, paths)
+    head = await store.head()
+    hashes = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    selection_hash = None if selection is None else hashlib.sha256(selection).hexdigest()
+    if head is not None and head.files == hashes and head.selection == selection_hash:
+        return None
+    if head is None and selection is None and not any(d.strip() for d in files.values()):
+        return None  # the empty files of a new layout are not a change
+    for data in files.values():
+        await store.put_blob(data)
+    if selection is not None:
+        await store.put_blob(selection)
+    stamp, epoch = _now()
+    version = Version(
+        seq=(head.seq + 1) if head is not None else 1,
+        time=stamp,
+        epoch=epoch,
+        attribution=attribution,
+        files=hashes,
+        selection=selection_hash,
+        parent=head.seq if head is not None else None,
+    )
+    await store.write_version(version)  # the commit point
+    return version
+
+
+async def versions(session: SandboxSession, paths: MemoryPaths) -> list[Version]:
+    """Every stored version, newest first."""
+    store = Store(session, paths)
+    return [await store.read_version(n) for n in reversed(await store.version_names())]
+
+
+def resolve(spec: str | int, found: list[Version]) -> Version:
+    """The version named by ``spec``: its number (``12``, ``v12``), ``head`` or ``head~N``."""
+    if not found:
+        raise UserError("this layout has no memory history yet")
+    text = str(spec).strip().lower()
+    if text in ("head", "latest"):
+        return found[0]
+    if text.startswith("head~") and text[5:].isdigit():
+        back = int(text[5:])
+        if back >= len(found):
+            raise UserError(f"{spec!r}: only {len(found)} versions are stored")
+        return found[back]
+    number = text[1:] if text.startswith("v") else text
+    if not number.isdigit():
+        raise UserError(f"{spec!r} is not a version: give its number (see `sandmem memory log`)")
+    for version in found:
+        if version.seq == int(number):
+            return version
+    raise UserError(f"no version {number} (pruned or never made); `sandmem memory log` lists them")
+
+
+async def version_files(
+    session: SandboxSession, paths: MemoryPaths, version: Version
+) -> dict[str, bytes]:
+    store = Store(session, paths)
+    blobs = await store.blobs(sorted(set(version.files.values())))
+    return {name: blobs[digest] for name, digest in version.files.items()}
+
+
+async def version_selection(
+    session: SandboxSession, paths: MemoryPaths, version: Version
+) -> bytes | None:
+    if version.selection is None:
+        return None
+    return (await Store(session, paths).blobs([version.selection]))[version.selection]
+
+
+def redact_bytes(data: bytes, redact: Any) -> bytes:
+    """``redact`` (``str -> str``) applied to bytes, losslessly for bytes that are not UTF-8."""
+    text = data.decode("utf-8", "surrogateescape")
+    return str(redact(text)).encode("utf-8", "surrogateescape")
