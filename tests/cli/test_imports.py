@@ -46,7 +46,13 @@ def test_cli_imports_only_the_public_memory_api() -> None:
 
 
 def test_the_memory_commands_use_nothing_but_the_api() -> None:
-    for name in ("_memory_cmd.py", "_generate_cmd.py", "_view_cmd.py", "_run_cmd.py"):
+    for name in (
+        "_memory_cmd.py",
+        "_generate_cmd.py",
+        "_view_cmd.py",
+        "_run_cmd.py",
+        "_history_cmd.py",
+    ):
         imports = memory_imports(CLI_DIR / name)
         assert imports and all(m == "sandmem.memory" for m, _ in imports), name
 

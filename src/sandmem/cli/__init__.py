@@ -29,6 +29,7 @@ from sandmem.cli._chat_cmd import chat_command
 from sandmem.cli._docs_cmd import docs_command
 from sandmem.cli._eval_cmd import eval_command
 from sandmem.cli._generate_cmd import forget_command, generate_command
+from sandmem.cli._history_cmd import HISTORY_COMMANDS
 from sandmem.cli._ingest_cmd import ingest_command
 from sandmem.cli._memory_cmd import memory_group
 from sandmem.cli._output import readable_warnings
@@ -88,6 +89,8 @@ memory_group.add_command(generate_command)
 memory_group.add_command(forget_command)
 memory_group.add_command(ingest_command)
 memory_group.add_command(view_command)
+for _command in HISTORY_COMMANDS:
+    memory_group.add_command(_command)
 cli.add_command(run_command)
 cli.add_command(chat_command)
 cli.add_command(memory_group)
