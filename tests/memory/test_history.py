@@ -368,3 +368,19 @@ async def test_sigkill_while_making_a_version_leaves_the_previous_intact(tmp_pat
     newest = (await api.log(tmp_path))[0]
     assert (newest.version, newest.kind) == (2, "ingest")
     assert memory_md(tmp_path) == "# new memory\n"
+
+
+# ---------------------------------------------------------------- the viewer
+
+
+async def test_the_viewer_shows_the_history_with_attribution_and_diffs(tmp_path: Path) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    async with await open_session(tmp_path) as session:
+        await record(session, "deploy-notes", config=None, patch=PATCH)
+    page = await api.view_html(tmp_path)
+    section = page.split('<section id="history">', 1)[1].split("</section>", 1)[0]
+    assert '<a href="#history">' in page
+    assert section.index('id="v2"') < section.index('id="v1"')  # newest first
+    assert "live_edit" in section and "run deploy-notes" in section
+    assert "consolidation" in section and "extractive" in section and "+invoice-fix" in section
+    assert '<span class="add">+- Correction: the staging cluster is called blue-7' in section

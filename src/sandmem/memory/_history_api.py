@@ -8,7 +8,6 @@ The storage is ``memory.history``; every change goes through ``memory.journal``
 
 from __future__ import annotations
 
-import difflib
 import json
 
 from pydantic import BaseModel, ConfigDict
@@ -18,7 +17,7 @@ from sandmem.memory import _history_prune, history, journal, proposals
 from sandmem.memory._api import MemoryTarget, _locked, _opened, _run_sync
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
-from sandmem.memory.history import Attribution, Version
+from sandmem.memory.history import Attribution, Version, unified
 from sandmem.memory.layout import MemoryPaths
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
@@ -123,27 +122,6 @@ def _info(version: Version, parent: Version | None) -> VersionInfo:
         changed=sorted(n for n in names if before.get(n) != version.files.get(n)),
         redacted=version.redacted,
     )
-
-
-def unified(old: dict[str, bytes], new: dict[str, bytes | None]) -> tuple[list[str], str]:
-    """The files that differ and their unified diff (``a/NAME`` → ``b/NAME``)."""
-    out: list[str] = []
-    changed: list[str] = []
-    for name in sorted(set(old) | set(new)):
-        before, after = old.get(name), new.get(name)
-        if before == after:
-            continue
-        changed.append(name)
-        a = (before or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        b = (after or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        lines = difflib.unified_diff(
-            a,
-            b,
-            f"a/{name}" if before is not None else "/dev/null",
-            f"b/{name}" if after is not None else "/dev/null",
-        )
-        out.extend(line if line.endswith("\n") else line + "\n" for line in lines)
-    return changed, "".join(out)
 
 
 # ---------------------------------------------------------------- log, diff, restore

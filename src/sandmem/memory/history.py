@@ -31,6 +31,7 @@ or the oldest version is a day past ``keep_days``, so a version costs no scan of
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -300,3 +301,24 @@ def redact_bytes(data: bytes, redact: Any) -> bytes:
     """``redact`` (``str -> str``) applied to bytes, losslessly for bytes that are not UTF-8."""
     text = data.decode("utf-8", "surrogateescape")
     return str(redact(text)).encode("utf-8", "surrogateescape")
+
+
+def unified(old: dict[str, bytes], new: dict[str, bytes | None]) -> tuple[list[str], str]:
+    """The files that differ and their unified diff (``a/NAME`` → ``b/NAME``)."""
+    out: list[str] = []
+    changed: list[str] = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if before == after:
+            continue
+        changed.append(name)
+        a = (before or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        b = (after or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        lines = difflib.unified_diff(
+            a,
+            b,
+            f"a/{name}" if before is not None else "/dev/null",
+            f"b/{name}" if after is not None else "/dev/null",
+        )
+        out.extend(line if line.endswith("\n") else line + "\n" for line in lines)
+    return changed, "".join(out)

@@ -20,6 +20,7 @@ from sandmem.memory import state as gen_state
 from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_header
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import GenerationState
+from sandmem.memory.views._viewer_history import collect_history
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
@@ -70,6 +71,8 @@ class ViewerData:
     selection_updated_at: str | None = None
     log: list[dict[str, Any]] = field(default_factory=list)
     sizes: list[SizePoint] = field(default_factory=list)
+    #: the newest versions of memory, newest first (``_viewer_history``)
+    history: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -270,5 +273,8 @@ async def collect(
         (await gen_state.load(session, paths))[0], await gen_state.load_selection(session, paths)
     )
     data.sizes = _size_points(data.log, raw)
+    data.history = await reader.guard(
+        "history", lambda: collect_history(session, paths, reader.redactor), []
+    )
     data.problems = reader.problems
     return data

@@ -17,6 +17,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from sandmem.memory.views._viewer import SizePoint, Summary, ViewerData, collect
+from sandmem.memory.views._viewer_history import render_history
 from sandmem.memory.views._viewer_md import SUMMARY_REF, inline, markdown, task_groups
 
 if TYPE_CHECKING:
@@ -378,6 +379,7 @@ def render_page(data: ViewerData) -> str:
             _selection(data),
             _timeline(data),
             _sizes(data),
+            render_history(data.history, data.memories_dir),
             _files(data),
         )
     )
