@@ -19,6 +19,7 @@ import bench_exec  # noqa: E402
 import bench_extractive  # noqa: E402
 import bench_first_request  # noqa: E402
 import bench_flush  # noqa: E402
+import bench_history  # noqa: E402
 import bench_input_size  # noqa: E402
 import bench_noop  # noqa: E402
 import bench_selection  # noqa: E402
@@ -125,6 +126,16 @@ def test_extractive_figure_runs_the_real_pipeline() -> None:
     figure = bench_extractive.run(count=13, repeat=1)
     check_section(figure, "extractive")
     assert figure.data["processed"] + figure.data["skipped"] == 13
+
+
+def test_history_figure_times_the_version_in_both_writers() -> None:
+    figure = bench_history.run(versions=3, repeat=1)
+    check_section(figure, "history")
+    big = figure.data["3 versions"]
+    assert big["stored"] == 3
+    for what in ("consolidation", "live edit"):
+        assert 0 < big[what]["version"] < big[what]["op"]
+        assert big[what]["bytes"] > 0
 
 
 def test_synthetic_rollouts_are_deterministic_and_distinct() -> None:
