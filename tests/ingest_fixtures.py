@@ -342,8 +342,98 @@ def codex_session_early(root: Path) -> Expected:
     return Expected(path, "codex", sid, [task], [final], ["./scripts/sync.sh"], ["scripts/sync.sh"])
 
 
+def codex_session_recent(root: Path) -> Expected:
+    """The shape Codex CLI 0.171 writes (checked by running it against a local fake server):
+    ``world_state`` and ``token_usage_record`` records, ``item_completed`` events, a developer
+    message, and command outputs headed by ``Chunk ID`` / ``Wall time`` / ``Process exited
+    with code N`` / ``Original token count`` / ``Output:``."""
+    sid = "01a233be-40bf-7eb3-97f9-d50bf7d84b93"
+    task = "Why does total(2, 3) fail? Check calc/app.py"
+    final = "total() in calc/app.py subtracts instead of adding; it needs a + b."
+    command = "python3 -c 'import app; assert app.total(2, 3) == 5'"
+    rows = [
+        _cx(
+            "22:33:56.163",
+            "session_meta",
+            {
+                "session_id": sid,
+                "id": sid,
+                "timestamp": "2026-11-20T22:33:56.163Z",
+                "cwd": "/work/calc",
+                "originator": "codex_exec",
+                "cli_version": "0.171.0",
+            },
+        ),
+        _cx("22:33:56.200", "event_msg", {"type": "task_started", "turn_id": "t1"}),
+        _cx(
+            "22:33:56.210",
+            "response_item",
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "(our own stand-in instructions)"}],
+            },
+        ),
+        _cx_msg(
+            "22:33:56.220",
+            "user",
+            "<environment_context>\n  <cwd>/work/calc</cwd>\n</environment_context>",
+        ),
+        _cx("22:33:56.230", "world_state", {"full": True, "state": {"agents_md": {}}}),
+        _cx(
+            "22:33:56.240",
+            "turn_context",
+            {"turn_id": "t1", "cwd": "/work/calc", "approval_policy": "never", "model": "gpt-x"},
+        ),
+        _cx_msg("22:33:56.250", "user", task),
+        _cx(
+            "22:33:56.260",
+            "event_msg",
+            {
+                "type": "item_completed",
+                "item": {"type": "UserMessage", "content": [{"type": "text", "text": task}]},
+            },
+        ),
+        _cx(
+            "22:33:56.300",
+            "response_item",
+            {
+                "type": "function_call",
+                "status": "completed",
+                "id": "fc_1_0",
+                "name": "exec_command",
+                "arguments": json.dumps({"cmd": command}),
+                "call_id": "call_1",
+            },
+        ),
+        _cx("22:33:56.310", "token_usage_record", {"usage": {"input_tokens": 10}}),
+        _cx(
+            "22:33:56.700",
+            "response_item",
+            {
+                "type": "function_call_output",
+                "id": "fco_1",
+                "call_id": "call_1",
+                "output": "Chunk ID: 601f18\nWall time: 0.3233 seconds\n"
+                "Process exited with code 1\n"
+                "Original token count: 23\nOutput:\nTraceback (most recent call last):\n"
+                "AssertionError\n",
+            },
+        ),
+        _cx_msg("22:33:56.845", "assistant", final),
+        _cx("22:33:56.900", "event_msg", {"type": "task_complete", "last_agent_message": final}),
+    ]
+    path = _jsonl(root / "2026/11/20" / f"rollout-2026-11-20T22-33-56-{sid}.jsonl", rows)
+    return Expected(path, "codex", sid, [task], [final], [command], ["calc/app.py"])
+
+
 def write_codex(root: Path) -> list[Expected]:
-    return [codex_session_one(root), codex_session_two(root), codex_session_early(root)]
+    return [
+        codex_session_one(root),
+        codex_session_two(root),
+        codex_session_early(root),
+        codex_session_recent(root),
+    ]
 
 
 # ---------------------------------------------------------------- Claude Code

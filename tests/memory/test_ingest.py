@@ -120,7 +120,7 @@ def test_extractive_generation_cites_every_conversation(
     _, workspace, _ = corpus
     memory = (workspace / "memories" / "MEMORY.md").read_text(encoding="utf-8")
     ids = _ids(workspace)
-    assert len(ids) == 10
+    assert len(ids) == 11
     for rollout_id in ids:
         assert rollout_id in memory, rollout_id
         assert list((workspace / "memories" / "rollout_summaries").glob(f"{rollout_id}_*.md"))
@@ -337,3 +337,23 @@ def test_ingestor_budget_never_splits_a_line() -> None:
     events = [Event(1, {"a": "x" * 50}), Event(1, {"b": "y" * 50}), Event(2, {"c": 1})]
     kept, more = _take(events, 0, 10)
     assert [e.pos for e in kept] == [1, 1] and more
+
+
+@pytest.mark.parametrize(
+    ("output", "body", "code"),
+    [
+        (
+            "Chunk ID: 1\nWall time: 0.3 seconds\nProcess exited with code 1\n"
+            "Original token count: 2\nOutput:\nboom",
+            "boom",
+            1,
+        ),
+        ("Exit code: 0\nWall time: 1 s\nOutput:\n3 passed", "3 passed", 0),
+        ("Note: nothing\nOutput:\nplain", "Note: nothing\nOutput:\nplain", None),
+        ("just text: with a colon", "just text: with a colon", None),
+    ],
+)
+def test_codex_output_status_lines(output: str, body: str, code: int | None) -> None:
+    from sandmem.memory.ingestion._codex import _output
+
+    assert _output(output) == (body, code)

@@ -13,6 +13,7 @@ and the items bare, without the wrapper; they are read too.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -191,7 +192,7 @@ def _output(value: Any) -> tuple[str, int | None]:
         try:
             parsed = json.loads(value)
         except ValueError:
-            return value, None
+            return _status_header(value)
         if isinstance(parsed, dict) and isinstance(parsed.get("output"), str):
             metadata = as_dict(parsed.get("metadata"))
             code = metadata.get("exit_code")
@@ -200,6 +201,29 @@ def _output(value: Any) -> tuple[str, int | None]:
     if isinstance(value, list):
         return text_of(value), None
     return json.dumps(value, ensure_ascii=False, default=str), None
+
+
+#: a status line newer Codex versions put before a command's output
+_HEADER_LINE = re.compile(r"^[A-Za-z][A-Za-z ]{0,40}:\s*\S.*$")
+_EXITED = re.compile(r"^(?:process exited with code|exit code:?)\s*(-?\d+)\s*$", re.I)
+
+
+def _status_header(text: str) -> tuple[str, int | None]:
+    """The output and exit code of a text such as ``Chunk ID: ..`` / ``Wall time: ..`` /
+    ``Process exited with code 1`` / ``Output:`` / the output (or ``Exit code: 1`` first):
+    the status lines are replaced by the exit code; a text without one is left as it is."""
+    lines = text.split("\n")
+    code: int | None = None
+    for index, line in enumerate(lines[:10]):
+        stripped = line.strip()
+        found = _EXITED.match(stripped)
+        if found is not None:
+            code = int(found.group(1))
+        elif stripped == "Output:":
+            return ("\n".join(lines[index + 1 :]), code) if code is not None else (text, None)
+        elif not _HEADER_LINE.match(stripped):
+            break
+    return text, None
 
 
 def _event_msg(payload: dict[str, Any], meta: SourceMeta) -> Event | None:
