@@ -132,6 +132,41 @@ def test_hook_ingests_in_a_detached_process(tmp_path: Path) -> None:
     assert rollout.read_text().count("\n") == 2
 
 
+def test_hook_does_not_wait_for_stdin_to_close(tmp_path: Path) -> None:
+    """Claude Code may keep the hook's stdin open: the hook reads one JSON object and goes on."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    exp = claude_session_one(tmp_path / "claude")
+    payload = json.dumps({"transcript_path": str(exp.path), "hook_event_name": "SessionEnd"})
+    code = "import sys; from sandmem.cli import main; sys.argv[0] = 'sandmem'; main()"
+    with subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "memory",
+            "ingest",
+            "--workspace",
+            str(ws),
+            "--hook",
+            "claude-code",
+            "--wait",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as proc:
+        assert proc.stdin is not None
+        proc.stdin.write(payload.encode())
+        proc.stdin.flush()  # and never closed while the hook runs
+        try:
+            assert proc.wait(timeout=60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert (ws / "sessions" / f"claude-{exp.session_id}.jsonl").is_file()
+
+
 async def test_watch_ingests_changes_and_survives_a_restart(tmp_path: Path) -> None:
     ws, transcripts = tmp_path / "ws", tmp_path / "transcripts"
     ws.mkdir()

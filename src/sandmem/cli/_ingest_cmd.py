@@ -4,8 +4,13 @@ the public memory API (``sandmem.memory.ingest``); also the agents' hooks and ``
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -95,9 +100,38 @@ def _spawn(workspace: Path, layout: MemoryLayoutConfig, fmt: str, paths: list[Pa
     )
 
 
+#: how long a hook waits for its input on stdin (Claude Code may never close it)
+HOOK_STDIN_S = 2.0
+
+
+def _hook_stdin(wait_s: float = HOOK_STDIN_S) -> str:
+    """The JSON object on stdin: read until it parses, stdin ends, or ``wait_s`` passes —
+    never until end of file alone, as the agent may keep stdin open until the hook exits."""
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a real stream (tests)
+        return sys.stdin.read()
+    data = b""
+    deadline = time.monotonic() + wait_s
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+        try:
+            json.loads(data)
+        except ValueError:
+            continue
+        break
+    return data.decode("utf-8", "replace")
+
+
 def _hook_paths(hook: str, arguments: tuple[str, ...]) -> tuple[str, list[Path]]:
     if hook == "claude-code":
-        return "claude-code", hook_transcripts("claude-code", sys.stdin.read())
+        return "claude-code", hook_transcripts("claude-code", _hook_stdin())
     if not arguments:
         raise click.UsageError("--hook codex expects the notify payload as its last argument")
     return "codex", hook_transcripts("codex", arguments[-1])
