@@ -1,4 +1,4 @@
-"""The install hint for the ``distributed`` extra, in one place."""
+"""The install hint for optional extras, in one place."""
 
 from __future__ import annotations
 
@@ -7,13 +7,19 @@ from types import ModuleType
 
 from sandmem._errors import UserError
 
+#: what each extra is for, named in the install hint
+_PURPOSES = {
+    "distributed": "distributed memory (S3 store, Celery workers, leases)",
+    "mcp": "the MCP memory server (`sandmem mcp`)",
+}
 
-def require(module: str) -> ModuleType:
+
+def require(module: str, extra: str = "distributed") -> ModuleType:
     """Import ``module`` or raise ``UserError`` naming the extra that provides it."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
+        purpose = _PURPOSES.get(extra, f"the {extra!r} extra")
         raise UserError(
-            f"{module} is needed for distributed memory (S3 store, Celery workers, leases); "
-            "install it with: pip install 'sandmem[distributed]'"
+            f"{module} is needed for {purpose}; install it with: pip install 'sandmem[{extra}]'"
         ) from exc

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import base64
-import contextlib
-import posixpath
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import SandboxError
 from sandmem.agent._capability import Capability
 from sandmem.agent._tools import FunctionTool, function_tool
-from sandmem.sandboxes._apply_patch import apply_patch
+from sandmem.memory.live_edit import apply_live_edit
 
 if TYPE_CHECKING:
     from sandmem.agent._context import SandboxRunContext
     from sandmem.redaction import Redactor
-    from sandmem.sandboxes._session import SandboxSession
 
 #: images larger than this are refused by ``view_image``
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
@@ -52,113 +49,6 @@ MEMORY_WRITE_GUARDS = "sandmem.memory_write_guards"
 MEMORY_PROPOSALS = "sandmem.memory_proposals"
 
 
-class _RedactingFiles:
-    """The session, with writes under a guarded memory directory redacted first, and those
-    under a proposing directory kept in its overlay."""
-
-    def __init__(
-        self,
-        session: SandboxSession,
-        guards: list[tuple[str, Redactor]],
-        overlays: dict[str, dict[str, bytes | None]] | None = None,
-    ) -> None:
-        self._session = session
-        self._guards = guards
-        self._overlays = overlays or {}
-
-    def _redactor(self, path: str) -> Redactor | None:
-        directory = self.directory(path)
-        return None if directory is None else dict(self._guards)[directory]
-
-    def _rel(self, path: str) -> str:
-        raw = path.strip()
-        for prefix in (self._session.display_root, str(self._session.root)):
-            if raw == prefix or raw.startswith(prefix.rstrip("/") + "/"):
-                raw = raw[len(prefix) :]
-                break
-        return posixpath.normpath("/" + raw).lstrip("/")
-
-    def directory(self, path: str) -> str | None:
-        """The guarded memory directory ``path`` lies in, if any."""
-        rel = self._rel(path)
-        for directory, _redactor in self._guards:
-            if rel == directory or rel.startswith(directory + "/"):
-                return directory
-        return None
-
-    def _overlay(self, path: str) -> tuple[dict[str, bytes | None] | None, str]:
-        directory = self.directory(path)
-        overlay = None if directory is None else self._overlays.get(directory)
-        return overlay, self._rel(path)
-
-    async def write(self, path: str, data: bytes | str) -> None:
-        redactor = self._redactor(path)
-        if redactor is not None:
-            try:
-                text = data.decode("utf-8") if isinstance(data, bytes) else data
-            except UnicodeDecodeError:
-                pass
-            else:
-                data = redactor.redact(text)
-        overlay, rel = self._overlay(path)
-        if overlay is not None:
-            overlay[rel] = data.encode("utf-8") if isinstance(data, str) else data
-            return
-        await self._session.write(path, data)
-
-    async def read_bytes(self, path: str) -> bytes:
-        overlay, rel = self._overlay(path)
-        if overlay is not None and rel in overlay:
-            data = overlay[rel]
-            if data is None:
-                raise SandboxError(f"{rel}: no such file", operation="read", path=rel)
-            return data
-        return await self._session.read_bytes(path)
-
-    async def exists(self, path: str) -> bool:
-        overlay, rel = self._overlay(path)
-        if overlay is not None and rel in overlay:
-            return overlay[rel] is not None
-        return await self._session.exists(path)
-
-    async def mkdir(self, path: str, parents: bool = True) -> None:
-        if self._overlay(path)[0] is None:
-            await self._session.mkdir(path, parents=parents)
-
-    async def remove(self, path: str, recursive: bool = False) -> None:
-        overlay, rel = self._overlay(path)
-        if overlay is not None:
-            overlay[rel] = None
-            return
-        await self._session.remove(path, recursive=recursive)
-
-    async def rename(self, src: str, dst: str) -> None:
-        if self._overlay(src)[0] is None and self._overlay(dst)[0] is None:
-            await self._session.rename(src, dst)
-            return
-        await self.write(dst, await self.read_bytes(src))
-        await self.remove(src)
-
-
-def _memory_locks(
-    session: SandboxSession, patch: str, guards: list[tuple[str, Redactor]]
-) -> list[str]:
-    """The layout locks (``<memories_dir>/.lock``) of the memory directories a patch touches,
-    sorted; none for a patch that does not parse (``apply_patch`` reports it)."""
-    from sandmem.sandboxes._patch_format import PatchError, parse_patch
-
-    if not guards:
-        return []
-    try:
-        ops = parse_patch(patch)
-    except PatchError:
-        return []
-    targets = [p for op in ops for p in (op.path, getattr(op, "move_to", None)) if p]
-    files = _RedactingFiles(session, guards)
-    found = {files.directory(target) for target in targets}
-    return sorted(f"{directory}/.lock" for directory in found if directory is not None)
-
-
 def image_mime_type(data: bytes) -> str | None:
     """The MIME type of a PNG, JPEG, GIF or WEBP image from its magic bytes, else ``None``."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -186,12 +76,9 @@ class Filesystem(Capability):
             extras: dict[Any, Any] = getattr(self, "_run_extras", {})
             guards: list[tuple[str, Redactor]] = extras.get(MEMORY_WRITE_GUARDS, [])
             overlays = extras.get(MEMORY_PROPOSALS)
-            files = _RedactingFiles(self.session, guards, overlays) if guards else self.session
-            async with contextlib.AsyncExitStack() as stack:
-                # an edit to memory files waits for a running consolidation of that layout
-                for lock in _memory_locks(self.session, patch, guards):
-                    await stack.enter_async_context(self.session.lock(lock, timeout=60.0))
-                result = await apply_patch(files, patch)
+            # an edit to memory files is redacted (or kept in a proposal's overlay) and waits
+            # for a running consolidation
+            result = await apply_live_edit(self.session, patch, guards, overlays=overlays)
             return result.render()
 
         async def view_image(path: str) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@
     sandmem memory view                       one HTML page of a workspace's memory
     sandmem eval [SUITE]                      the same tasks with and without memory
     sandmem worker --broker URL --store S3    generate memory for sessions on other hosts
+    sandmem mcp --workspace DIR               serve a workspace's memory to any MCP client
     sandmem demo                              the two-run memory demo (when installed)
     sandmem docs [PAGE]                       the documentation shipped with the package
 
@@ -31,6 +32,7 @@ from sandmem.cli._eval_cmd import eval_command
 from sandmem.cli._generate_cmd import forget_command, generate_command
 from sandmem.cli._history_cmd import HISTORY_COMMANDS
 from sandmem.cli._ingest_cmd import ingest_command
+from sandmem.cli._mcp_cmd import mcp_command
 from sandmem.cli._memory_cmd import memory_group
 from sandmem.cli._output import readable_warnings
 from sandmem.cli._run_cmd import run_command
@@ -97,6 +99,7 @@ cli.add_command(memory_group)
 cli.add_command(eval_command)
 cli.add_command(docs_command)
 cli.add_command(worker_command)
+cli.add_command(mcp_command)
 _register_demo(cli)
 
 

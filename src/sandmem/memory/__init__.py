@@ -94,6 +94,7 @@ from sandmem.memory.config import (
     MemoryReadConfig,
 )
 from sandmem.memory.ingestion._report import IngestedSource, IngestReport
+from sandmem.memory.mcp import MemoryMCPServer, serve_mcp
 from sandmem.memory.rollouts import new_rollout_id, rollout_items, validate_rollout_id
 
 __all__ = [
@@ -116,6 +117,7 @@ __all__ = [
     "MemoryFileKind",
     "MemoryGenerateConfig",
     "MemoryLayoutConfig",
+    "MemoryMCPServer",
     "MemoryReadConfig",
     "MemoryStatus",
     "MemoryTarget",
@@ -157,6 +159,7 @@ __all__ = [
     "rollout_items",
     "search",
     "search_sync",
+    "serve_mcp",
     "show",
     "show_sync",
     "status",

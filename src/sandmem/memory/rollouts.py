@@ -172,6 +172,35 @@ def build_segment(
     return segment
 
 
+def note_segment(
+    rollout_id: str,
+    text: str,
+    *,
+    kind: str,
+    source: dict[str, str],
+    updated_at: str | None = None,
+) -> dict[str, Any]:
+    """A segment that records a note given from outside a run (the MCP server's
+    ``memory_remember``): the note is the user message, attributed to ``source`` (who gave it:
+    ``via``, ``client``, ``session``...), which is also kept in the segment as ``source``.
+    Phase one reads it like any run segment."""
+    who = "; ".join(f"{key}: {value}" for key, value in source.items() if value)
+    message = f"{text.strip()}\n\n(A {kind} to remember; {who})"
+    return {
+        "updated_at": updated_at or utc_now(),
+        "rollout_id": rollout_id,
+        "source": dict(source),
+        "input": [{"type": "message", "role": "user", "content": message}],
+        "generated_items": [],
+        "terminal_metadata": {
+            "terminal_state": "completed",
+            "exception_type": None,
+            "exception_message": None,
+            "has_final_output": False,
+        },
+    }
+
+
 _MAX_DEPTH = 64
 
 

@@ -1,0 +1,162 @@
+"""Live edits of memory files: the one path by which a run's ``apply_patch`` (with
+``MemoryReadConfig(live_update=True)``) and the MCP server's ``memory_update`` change files
+under a ``memories_dir`` outside a consolidation.
+
+A patch is applied with the ``apply_patch`` engine through a view of the session that redacts
+what it writes under a guarded memory directory, while holding the layout lock
+(``<memories_dir>/.lock``) of every memory directory it touches, so an edit waits for a running
+consolidation instead of racing it (and fails with the lock's ``SandboxError`` after
+``lock_timeout`` seconds, changing nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+from typing import TYPE_CHECKING
+
+from sandmem._errors import SandboxError
+from sandmem.sandboxes._apply_patch import PatchFiles, PatchResult, apply_patch
+
+if TYPE_CHECKING:
+    from sandmem.redaction import Redactor
+    from sandmem.sandboxes._session import SandboxSession
+
+#: ``(memories_dir, Redactor)``: writes under that directory are redacted first
+Guards = list[tuple[str, "Redactor"]]
+
+#: how long a live edit waits for a running consolidation of its layout
+LIVE_EDIT_LOCK_TIMEOUT_S = 60.0
+
+
+class RedactingFiles:
+    """The session, with writes under a guarded memory directory redacted first, and those
+    under a proposing directory kept in its overlay (review mode)."""
+
+    def __init__(
+        self,
+        session: SandboxSession,
+        guards: Guards,
+        overlays: dict[str, dict[str, bytes | None]] | None = None,
+    ) -> None:
+        self._session = session
+        self._guards = guards
+        self._overlays = overlays or {}
+
+    def _redactor(self, path: str) -> Redactor | None:
+        directory = self.directory(path)
+        return None if directory is None else dict(self._guards)[directory]
+
+    def directory(self, path: str) -> str | None:
+        """The guarded memory directory ``path`` lies in, if any."""
+        rel = workspace_relative(self._session, path)
+        for directory, _redactor in self._guards:
+            if rel == directory or rel.startswith(directory + "/"):
+                return directory
+        return None
+
+    def _overlay(self, path: str) -> tuple[dict[str, bytes | None] | None, str]:
+        directory = self.directory(path)
+        overlay = None if directory is None else self._overlays.get(directory)
+        return overlay, workspace_relative(self._session, path)
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        redactor = self._redactor(path)
+        if redactor is not None:
+            try:
+                text = data.decode("utf-8") if isinstance(data, bytes) else data
+            except UnicodeDecodeError:
+                pass
+            else:
+                data = redactor.redact(text)
+        overlay, rel = self._overlay(path)
+        if overlay is not None:
+            overlay[rel] = data.encode("utf-8") if isinstance(data, str) else data
+            return
+        await self._session.write(path, data)
+
+    async def read_bytes(self, path: str) -> bytes:
+        overlay, rel = self._overlay(path)
+        if overlay is not None and rel in overlay:
+            data = overlay[rel]
+            if data is None:
+                raise SandboxError(f"{rel}: no such file", operation="read", path=rel)
+            return data
+        return await self._session.read_bytes(path)
+
+    async def exists(self, path: str) -> bool:
+        overlay, rel = self._overlay(path)
+        if overlay is not None and rel in overlay:
+            return overlay[rel] is not None
+        return await self._session.exists(path)
+
+    async def mkdir(self, path: str, parents: bool = True) -> None:
+        if self._overlay(path)[0] is None:
+            await self._session.mkdir(path, parents=parents)
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        overlay, rel = self._overlay(path)
+        if overlay is not None:
+            overlay[rel] = None
+            return
+        await self._session.remove(path, recursive=recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        if self._overlay(src)[0] is None and self._overlay(dst)[0] is None:
+            await self._session.rename(src, dst)
+            return
+        await self.write(dst, await self.read_bytes(src))
+        await self.remove(src)
+
+
+def workspace_relative(session: SandboxSession, path: str) -> str:
+    """``path`` (relative, or absolute under the session's root as the model sees it) as a
+    normalised workspace-relative path; ``..`` cannot climb above the root here (the
+    host-filesystem layer refuses real escapes when the path is used)."""
+    raw = path.strip()
+    for prefix in (session.display_root, str(session.root)):
+        if raw == prefix or raw.startswith(prefix.rstrip("/") + "/"):
+            raw = raw[len(prefix) :]
+            break
+    return posixpath.normpath("/" + raw).lstrip("/")
+
+
+def patch_targets(patch: str) -> list[str] | None:
+    """Every path a patch adds, updates, deletes or moves to; ``None`` when it does not parse
+    (``apply_patch`` reports why)."""
+    from sandmem.sandboxes._patch_format import PatchError, parse_patch
+
+    try:
+        ops = parse_patch(patch)
+    except PatchError:
+        return None
+    return [p for op in ops for p in (op.path, getattr(op, "move_to", None)) if p]
+
+
+def memory_locks(session: SandboxSession, patch: str, guards: Guards) -> list[str]:
+    """The layout locks (``<memories_dir>/.lock``) of the memory directories a patch touches,
+    sorted; none for a patch that does not parse (``apply_patch`` reports it)."""
+    if not guards:
+        return []
+    targets = patch_targets(patch) or []
+    files = RedactingFiles(session, guards)
+    found = {files.directory(target) for target in targets}
+    return sorted(f"{directory}/.lock" for directory in found if directory is not None)
+
+
+async def apply_live_edit(
+    session: SandboxSession,
+    patch: str,
+    guards: Guards,
+    *,
+    overlays: dict[str, dict[str, bytes | None]] | None = None,
+    lock_timeout: float = LIVE_EDIT_LOCK_TIMEOUT_S,
+) -> PatchResult:
+    """Apply ``patch``: writes under a guarded memory directory are redacted (or kept in
+    ``overlays[memories_dir]`` for a proposing directory), and each touched layout's lock is
+    held while it applies."""
+    files: PatchFiles = RedactingFiles(session, guards, overlays) if guards else session
+    async with contextlib.AsyncExitStack() as stack:
+        for lock in memory_locks(session, patch, guards):
+            await stack.enter_async_context(session.lock(lock, timeout=lock_timeout))
+        return await apply_patch(files, patch)

@@ -1,0 +1,56 @@
+"""``sandmem mcp``: a Model Context Protocol server over one workspace's memory, for any MCP
+client (Claude Code, Codex CLI, Cursor, the OpenAI Agents SDK, pydantic-ai). See
+``docs/mcp.md``.
+
+Part of the memory API floor: it calls the public memory API (``_api``), the segment recorder
+and the live-edit path, and never imports ``capabilities`` or anything above. The ``mcp`` SDK
+(``pip install 'sandmem[mcp]'``) is imported only when a server is made.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.mcp._server import MemoryMCPServer
+from sandmem.memory.mcp._tools import TOOL_SPECS, ServerOptions
+
+__all__ = ["TOOL_SPECS", "MemoryMCPServer", "ServerOptions", "serve_mcp"]
+
+
+async def serve_mcp(
+    workspace: str | os.PathLike[str],
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    config: MemoryGenerateConfig | None = None,
+    engine: Literal["model", "extractive"] | None = None,
+    read_only: bool = False,
+    allow_forget: bool = False,
+    allow_generate: bool = False,
+    conversation_id: str = "mcp-notes",
+    lock_timeout: float = 30.0,
+    http: tuple[str, int] | None = None,
+    token: str | None = None,
+) -> None:
+    """Serve ``workspace``'s memory over MCP until the client goes away (stdio) or the task is
+    cancelled (``http=(host, port)``: Streamable HTTP at ``/mcp``; a host that is not loopback
+    needs ``token``). ``engine`` / ``config`` choose how ``memory_generate`` and
+    ``memory_forget`` consolidate, as for ``sandmem.memory.generate``."""
+    from sandmem.memory._api import generate_config
+
+    options = ServerOptions(
+        workspace=os.fspath(workspace),
+        layout=layout or MemoryLayoutConfig(),
+        config=generate_config(config, engine),
+        read_only=read_only,
+        allow_forget=allow_forget,
+        allow_generate=allow_generate,
+        conversation_id=conversation_id,
+        lock_timeout=lock_timeout,
+    )
+    server = MemoryMCPServer(options)
+    if http is None:
+        await server.run_stdio()
+    else:
+        await server.run_http(http[0], http[1], token=token)

@@ -1,0 +1,440 @@
+"""The memory tools an MCP client calls: their arguments (pydantic models, from which the
+JSON schemas are generated), their descriptions, and what each does, over the public memory
+API (``status``, ``list_conversations``, ``search``, ``generate``, ``forget``), the segment
+recorder (``MemoryGenerationManager.record``) and the live-edit path (``live_edit``).
+
+Nothing here imports the ``mcp`` SDK: ``_server`` turns these into MCP tools. A tool that
+cannot do what it was asked raises ``ToolRefused`` with a message for the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandmem._errors import MemoryLockedError, SandboxError, SandmemError
+from sandmem.memory import _api as api
+from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.layout import MemoryPaths, read_text
+from sandmem.memory.live_edit import apply_live_edit, patch_targets, workspace_relative
+from sandmem.memory.rollouts import note_segment, validate_rollout_id
+from sandmem.redaction import Redactor
+from sandmem.tracing import span
+
+#: lines ``memory_read`` returns when no ``limit`` is given, and the most it returns at once
+READ_DEFAULT_LINES = 200
+READ_MAX_LINES = 2000
+#: the longest note ``memory_remember`` accepts
+NOTE_MAX_CHARS = 8000
+
+
+class ToolRefused(SandmemError):
+    """A tool call that cannot be done as asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who called a tool: the MCP client's name and version (from its handshake or request
+    metadata) and the session it gave (the HTTP session id; none on stdio)."""
+
+    client: str = "unknown client"
+    version: str | None = None
+    session: str | None = None
+    transport: str = "stdio"
+
+    def source(self) -> dict[str, str]:
+        client = f"{self.client} {self.version}" if self.version else self.client
+        found = {"via": f"MCP ({self.transport})", "client": client}
+        if self.session:
+            found["session"] = self.session
+        return found
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchArgs(_Args):
+    query: Annotated[str, Field(min_length=1, description="A few keywords from the task.")]
+    limit: Annotated[int, Field(ge=1, le=50, description="The most hits to return.")] = 10
+
+
+class ReadArgs(_Args):
+    path: Annotated[
+        str,
+        Field(
+            min_length=1,
+            description="A memory file: `MEMORY.md`, `memory_summary.md`, "
+            "`rollout_summaries/<file>.md` or `skills/<name>/SKILL.md` (with or without the "
+            "memory directory in front, as search hits give it).",
+        ),
+    ]
+    offset: Annotated[int, Field(ge=1, description="The first line to return (1-based).")] = 1
+    limit: Annotated[
+        int, Field(ge=1, le=READ_MAX_LINES, description="How many lines to return.")
+    ] = READ_DEFAULT_LINES
+
+
+class ListArgs(_Args):
+    limit: Annotated[
+        int, Field(ge=1, le=1000, description="The most conversations to list, newest first.")
+    ] = 50
+
+
+class NoArgs(_Args):
+    pass
+
+
+NoteKind = Literal["preference", "fact", "procedure", "note"]
+
+
+class RememberArgs(_Args):
+    text: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=NOTE_MAX_CHARS,
+            description="The note, self-contained (it is read later without this conversation).",
+        ),
+    ]
+    kind: Annotated[
+        NoteKind,
+        Field(description="preference (how the user wants things done), fact, procedure, note."),
+    ] = "note"
+
+
+class UpdateArgs(_Args):
+    patch: Annotated[
+        str,
+        Field(
+            min_length=1,
+            description="A patch in the `*** Begin Patch` / `*** Update File: <path>` / `@@` / "
+            "`*** End Patch` format, touching only `MEMORY.md` or files under `skills/` of the "
+            "memory directory.",
+        ),
+    ]
+
+
+class ForgetArgs(_Args):
+    rollout_id: Annotated[
+        str, Field(min_length=1, description="The conversation to forget (from memory_list).")
+    ]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    args: type[_Args]
+    operation: str  # the OpenTelemetry GenAI memory operation of its span
+    writes: bool
+
+
+TOOL_SPECS: dict[str, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            "memory_search",
+            "Search the memory of earlier sessions (MEMORY.md, rollout summaries, skills) with "
+            "keywords. Returns the best-matching lines, best first, as `path:line [section] "
+            "text`; open a file with memory_read for detail.",
+            SearchArgs,
+            "search_memory",
+            False,
+        ),
+        ToolSpec(
+            "memory_read",
+            "Read a memory file (MEMORY.md, memory_summary.md, a rollout summary or a skill), "
+            "a page of lines at a time. Only files of the memory directory can be read.",
+            ReadArgs,
+            "search_memory",
+            False,
+        ),
+        ToolSpec(
+            "memory_list",
+            "List the conversations memory was made from, newest first: id, status (done, "
+            "pending, failed, skipped), last update, task and rollout summary file.",
+            ListArgs,
+            "search_memory",
+            False,
+        ),
+        ToolSpec(
+            "memory_status",
+            "The state of memory generation: conversations per status, the last "
+            "consolidation, file sizes and tokens spent.",
+            NoArgs,
+            "search_memory",
+            False,
+        ),
+        ToolSpec(
+            "memory_remember",
+            "Keep a note for later sessions: a preference the user stated, a durable fact "
+            "about the project, or a procedure that worked. It is recorded (secrets redacted) "
+            "and becomes part of memory at the next generation.",
+            RememberArgs,
+            "create_memory",
+            True,
+        ),
+        ToolSpec(
+            "memory_update",
+            "Correct memory now: apply a patch to MEMORY.md or a skill file when an entry "
+            "turned out to be wrong. Edit only the entries that are wrong.",
+            UpdateArgs,
+            "update_memory",
+            True,
+        ),
+        ToolSpec(
+            "memory_forget",
+            "Forget one conversation: delete what memory holds from it and consolidate again.",
+            ForgetArgs,
+            "delete_memory",
+            True,
+        ),
+        ToolSpec(
+            "memory_generate",
+            "Generate memory now from the conversations and notes recorded since the last "
+            "generation (extraction, then consolidation). Can take a while.",
+            NoArgs,
+            "update_memory",
+            True,
+        ),
+    )
+}
+
+
+@dataclass
+class ServerOptions:
+    """What the server serves and allows (``sandmem mcp``'s options)."""
+
+    workspace: str
+    layout: MemoryLayoutConfig
+    config: MemoryGenerateConfig
+    read_only: bool = False
+    allow_forget: bool = False
+    allow_generate: bool = False
+    #: the server's own conversation: notes from ``memory_remember`` are its segments
+    conversation_id: str = "mcp-notes"
+    #: how long a write waits for the layout's lock (a running consolidation)
+    lock_timeout: float = 30.0
+    tracing: bool = True
+
+    def __post_init__(self) -> None:
+        validate_rollout_id(self.conversation_id)
+
+    @property
+    def paths(self) -> MemoryPaths:
+        return MemoryPaths.of(self.layout)
+
+    def offered(self) -> list[ToolSpec]:
+        """The tools this server offers."""
+        names = ["memory_search", "memory_read", "memory_list", "memory_status"]
+        if not self.read_only:
+            names += ["memory_remember", "memory_update"]
+            if self.allow_forget:
+                names.append("memory_forget")
+            if self.allow_generate:
+                names.append("memory_generate")
+        return [TOOL_SPECS[name] for name in names]
+
+
+def memory_file(paths: MemoryPaths, given: str) -> str:
+    """The workspace-relative path of the memory file ``given`` names, or ``ToolRefused``:
+    only the summary, ``MEMORY.md``, rollout summaries and skill files are served."""
+    raw = given.strip()
+    if raw.startswith("memory://"):
+        raw = raw[len("memory://") :]
+    if os.path.isabs(raw) or "\\" in raw or "\x00" in raw:
+        raise _outside(given)
+    rel = posixpath.normpath(raw) if raw else "."
+    prefix = paths.memories_dir + "/"
+    if rel.startswith(prefix):
+        rel = rel[len(prefix) :]
+    parts = rel.split("/")
+    if rel.startswith("..") or any(part in ("", ".", "..") for part in parts):
+        raise _outside(given)
+    allowed = (
+        rel in ("MEMORY.md", "memory_summary.md")
+        or (len(parts) == 2 and parts[0] == "rollout_summaries" and rel.endswith(".md"))
+        or (len(parts) >= 3 and parts[0] == "skills" and not any(p.startswith(".") for p in parts))
+    )
+    if not allowed:
+        raise _outside(given)
+    return prefix + rel
+
+
+def _outside(given: str) -> ToolRefused:
+    return ToolRefused(
+        f"{given!r} is not a memory file this server serves: give MEMORY.md, "
+        "memory_summary.md, rollout_summaries/<file>.md or skills/<name>/<file> (paths inside "
+        "the memory directory only)"
+    )
+
+
+def page(path: str, text: str, offset: int, limit: int) -> str:
+    """Lines ``offset`` .. ``offset + limit - 1`` of ``text``, numbered, with a header and a
+    pointer to the next page."""
+    lines = text.splitlines()
+    total = len(lines)
+    if total == 0:
+        return f"{path} is empty."
+    if offset > total:
+        raise ToolRefused(f"{path} has {total} lines; offset {offset} is past its end")
+    end = min(total, offset + limit - 1)
+    body = "\n".join(f"{n:>5}  {lines[n - 1]}" for n in range(offset, end + 1))
+    head = f"{path}: lines {offset}-{end} of {total}"
+    if end < total:
+        head += f" (call memory_read with offset={end + 1} for more)"
+    return f"{head}\n{body}"
+
+
+class MemoryTools:
+    """The tools of one server, each ``async (args, caller) -> text``."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.paths = options.paths
+        #: called after a tool changed memory files (the server then looks for changes)
+        self.on_change: Callable[[], Awaitable[object]] | None = None
+
+    async def call(self, name: str, arguments: dict[str, Any], caller: Caller) -> str:
+        """Run tool ``name``; ``ToolRefused`` when it is not offered or the arguments are bad
+        (the message names the fields)."""
+        spec = next((s for s in self.options.offered() if s.name == name), None)
+        if spec is None:
+            raise ToolRefused(_not_offered(name, self.options))
+        from pydantic import ValidationError
+
+        try:
+            args = spec.args.model_validate(arguments)
+        except ValidationError as exc:
+            raise ToolRefused(f"bad arguments for {name}: {_problems(exc)}") from None
+        attributes = {
+            "gen_ai.operation.name": spec.operation,
+            "gen_ai.tool.name": name,
+            "gen_ai.memory.store.name": self.paths.memories_dir,
+            "mcp.client.name": caller.client,
+        }
+        with span(f"{spec.operation} {name}", attributes, enabled=self.options.tracing):
+            handler: Callable[[Any, Caller], Awaitable[str]] = getattr(self, "_" + name)
+            try:
+                result = await handler(args, caller)
+            except MemoryLockedError as exc:
+                raise ToolRefused(
+                    f"{exc}; memory was not changed. Try again in a minute."
+                ) from None
+            except ToolRefused:
+                raise
+            except SandmemError as exc:
+                raise ToolRefused(f"{name} failed: {exc}") from None
+        if spec.writes and self.on_change is not None:
+            await self.on_change()
+        return result
+
+    @property
+    def _target(self) -> str:
+        return self.options.workspace
+
+    async def _memory_search(self, args: SearchArgs, caller: Caller) -> str:
+        found = await api.search(self._target, args.query, args.limit, layout=self.options.layout)
+        if not found.hits:
+            return f"No memory matches {args.query!r}."
+        lines = []
+        for hit in found.hits:
+            section = f" [{hit.heading}]" if hit.heading else ""
+            lines.append(f"{hit.path}:{hit.line}{section} {hit.snippet}")
+        return "\n".join(lines)
+
+    async def _memory_read(self, args: ReadArgs, caller: Caller) -> str:
+        path = memory_file(self.paths, args.path)
+        async with api._opened(self._target, self.options.layout) as (session, _paths, _):
+            text = await read_text(session, path)
+        if text is None:
+            raise ToolRefused(f"{path} does not exist; memory_search or memory_list find files")
+        return page(path, text, args.offset, args.limit)
+
+    async def _memory_list(self, args: ListArgs, caller: Caller) -> str:
+        found = await api.list_conversations(self._target, layout=self.options.layout)
+        keep = ("rollout_id", "status", "updated_at", "task", "summary_file")
+        rows = [c.model_dump(include=set(keep)) for c in found[: args.limit]]
+        more = len(found) - len(rows)
+        text = json.dumps(rows, ensure_ascii=False, indent=1)
+        return text + (f"\n({more} older conversations not shown)" if more > 0 else "")
+
+    async def _memory_status(self, args: NoArgs, caller: Caller) -> str:
+        found = await api.status(self._target, layout=self.options.layout)
+        return found.model_dump_json(indent=1)
+
+    async def _memory_remember(self, args: RememberArgs, caller: Caller) -> str:
+        rid = self.options.conversation_id
+        segment = note_segment(rid, args.text, kind=args.kind, source=caller.source())
+        async with api._opened(self._target, self.options.layout) as (session, paths, _owned):
+            manager = api._manager(session, paths, self.options.config, detach=True)
+            try:
+                await manager.record(segment)
+            except SandboxError as exc:
+                raise api._locked(exc) from exc
+        return (
+            f"Recorded as a segment of conversation {rid} ({self.paths.rollout_file(rid)}). "
+            "It becomes memory at the next generation."
+        )
+
+    async def _memory_update(self, args: UpdateArgs, caller: Caller) -> str:
+        async with api._opened(self._target, self.options.layout) as (session, paths, _):
+            targets = patch_targets(args.patch)
+            if targets is None:
+                targets = []  # apply_live_edit reports what is wrong with the patch
+            for target in targets:
+                _editable(paths, workspace_relative(session, target), target)
+            guards = [(paths.memories_dir, Redactor(self.options.config.redact_patterns))]
+            try:
+                result = await apply_live_edit(
+                    session, args.patch, guards, lock_timeout=self.options.lock_timeout
+                )
+            except SandboxError as exc:
+                raise api._locked(exc) from exc
+        return result.render()
+
+    async def _memory_forget(self, args: ForgetArgs, caller: Caller) -> str:
+        found = await api.forget(
+            self._target, args.rollout_id, layout=self.options.layout, config=self.options.config
+        )
+        return found.model_dump_json(indent=1)
+
+    async def _memory_generate(self, args: NoArgs, caller: Caller) -> str:
+        report = await api.generate(
+            self._target, layout=self.options.layout, config=self.options.config
+        )
+        return report.model_dump_json(indent=1)
+
+
+def _editable(paths: MemoryPaths, rel: str, given: str) -> None:
+    inside = rel == paths.memory_md or rel.startswith(paths.skills_dir + "/")
+    if not inside:
+        raise ToolRefused(
+            f"memory_update edits only {paths.memory_md} and files under {paths.skills_dir}/; "
+            f"the patch touches {given!r}, so nothing was changed"
+        )
+
+
+def _not_offered(name: str, options: ServerOptions) -> str:
+    if name in TOOL_SPECS:
+        if options.read_only:
+            return f"{name} is not available: this memory server is read-only (--read-only)"
+        flag = "--allow-forget" if name == "memory_forget" else "--allow-generate"
+        return f"{name} is not available: the server was started without {flag}"
+    offered = ", ".join(s.name for s in options.offered())
+    return f"there is no tool {name!r}; this server offers {offered}"
+
+
+def _problems(exc: Any) -> str:
+    found = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "arguments"
+        found.append(f"{where}: {err['msg']}")
+    return "; ".join(found)
