@@ -4,11 +4,13 @@ deadline, and returns a handle whose ``stop()`` ends exactly the process it star
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,11 +62,12 @@ class RedisServer:
         _stop(self.proc)
 
 
-def start_redis(workdir: Path) -> RedisServer:
+def start_redis(workdir: Path, port: int | None = None) -> RedisServer:
+    """A Redis server without persistence (``port`` to restart one where it was: empty)."""
     binary = find_binary("redis-server")
     if binary is None:
         raise ServiceError("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [
             binary,
@@ -95,6 +98,65 @@ def start_redis(workdir: Path) -> RedisServer:
             _stop(proc)
             raise ServiceError("redis-server did not start")
         time.sleep(0.05)
+
+
+class FreezableProxy:
+    """A TCP forwarder to ``127.0.0.1:target`` that can be frozen: while frozen it still
+    accepts connections and reads what clients send, but forwards nothing and answers nothing
+    (a service that hangs without closing); ``thaw()`` lets the held bytes through."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self._open = threading.Event()
+        self._open.set()
+        self._sockets: list[socket.socket] = []
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def freeze(self) -> None:
+        self._open.clear()
+
+    def thaw(self) -> None:
+        self._open.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            self._sockets += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                self._open.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._open.set()
+        self._listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 @dataclass

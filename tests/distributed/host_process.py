@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sandmem import Filesystem, Memory, RunConfig, Runner, SandboxAgent, SandboxRunConfig, Shell
-from sandmem.distributed import CeleryScheduler, S3MemoryStore
+from sandmem.distributed import RedisScheduler, S3MemoryStore
 from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.models import ModelRequest
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
@@ -33,7 +33,7 @@ def _agent(store: S3MemoryStore, broker: str, rollout: str) -> SandboxAgent:
         phase_one_model_settings=None,
         phase_two_model="fake-memory",
         phase_two_model_settings=None,
-        schedule=CeleryScheduler(
+        schedule=RedisScheduler(
             broker, queue=os.environ["SANDMEM_TEST_QUEUE"], visibility_timeout_s=4
         ),
     )

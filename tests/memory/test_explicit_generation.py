@@ -70,7 +70,9 @@ async def test_the_stop_generates_nothing_and_still_redacts(tmp_path: Path) -> N
 class _RemoteStore(MemoryStore):
     """A remote store the run must refuse before using it."""
 
-    async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
+    async def put_segment(
+        self, sessions_dir: str, rollout_id: str, data: bytes, *, sequence: str | None = None
+    ) -> str:
         raise AssertionError("never used")
 
     async def segments(self, sessions_dir: str) -> dict[str, list[bytes]]:

@@ -79,7 +79,7 @@ class Memory(Capability):
     async def on_run_start(self, ctx: SandboxRunContext) -> None:
         """Resolve the rollout id, check the layout and prepare it, and read the summary once —
         all before the first model call, so misuse surfaces at once."""
-        from sandmem.memory.generation import check_schedule, get_manager
+        from sandmem.memory.generation import check_schedule, get_manager, resume_pending
         from sandmem.memory.rollouts import resolve_rollout_id
 
         slot = self._slot(ctx)
@@ -93,6 +93,7 @@ class Memory(Capability):
             check_schedule(self.generate, store)
             slot.manager = get_manager(self.session, self.paths, self.generate, store)
             await slot.manager.prepare()
+            await resume_pending(slot.manager)  # work an earlier stop could not hand over
         if self.layout.store is not None and self.layout.store.remote:
             from sandmem.memory.store import pull
 

@@ -1,17 +1,30 @@
-"""``sandmem worker``: a Celery worker that generates memory for layouts in an S3 store."""
+"""``sandmem worker``: runs deferred memory generation jobs for layouts in an S3 store."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import signal
 import socket
+from typing import TYPE_CHECKING
 
 import click
 
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 
+if TYPE_CHECKING:
+    from sandmem.distributed._worker import Worker
+
 
 @click.command("worker")
-@click.option("--broker", required=True, help="Celery broker URL, e.g. redis://host:6379/0.")
+@click.option(
+    "--broker",
+    envvar="SANDMEM_BROKER_URL",
+    required=True,
+    help="Redis URL, e.g. redis://:PASSWORD@host:6379/0 or rediss:// for TLS "
+    "[$SANDMEM_BROKER_URL, which keeps a password off the command line].",
+)
 @click.option("--store", "store_url", required=True, help="s3://bucket/prefix the jobs are in.")
 @click.option(
     "--endpoint-url",
@@ -24,15 +37,28 @@ from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 @click.option("--engine", type=click.Choice([EXTRACTIVE]), default=None, help="Model-free.")
 @click.option("--queue", default="sandmem-memory", show_default=True)
 @click.option(
+    "--concurrency", "-c", default=8, show_default=True, help="Jobs at once (one event loop)."
+)
+@click.option(
     "--lease-ttl", default=30.0, show_default=True, help="Seconds; renewed by the holder."
 )
 @click.option(
     "--visibility-timeout",
-    default=3600.0,
+    default=30.0,
     show_default=True,
-    help="Seconds before an unacknowledged job is redelivered (a killed worker's job).",
+    help="Seconds without a heartbeat before a job is given to another worker.",
 )
-@click.option("--name", default=None, help="Worker node name [sandmem@HOST-PID].")
+@click.option(
+    "--sweep-interval",
+    default=300.0,
+    show_default=True,
+    help="Seconds between sweeps of the store's pending marks (and their minimum age).",
+)
+@click.option("--max-attempts", default=8, show_default=True, help="Runs of a failing job.")
+@click.option("--retry-cap", default=300.0, show_default=True, help="Longest retry delay (s).")
+@click.option("--s3-connect-timeout", default=5.0, show_default=True, help="Seconds.")
+@click.option("--s3-read-timeout", default=20.0, show_default=True, help="Seconds.")
+@click.option("--name", default=None, help="Worker name in its banner [sandmem@HOST-PID].")
 def worker_command(
     broker: str,
     store_url: str,
@@ -42,19 +68,27 @@ def worker_command(
     phase_two_model: str | None,
     engine: str | None,
     queue: str,
+    concurrency: int,
     lease_ttl: float,
     visibility_timeout: float,
+    sweep_interval: float,
+    max_attempts: int,
+    retry_cap: float,
+    s3_connect_timeout: float,
+    s3_read_timeout: float,
     name: str | None,
 ) -> None:
     """Run a worker that executes deferred memory generation jobs.
 
     Sessions whose layout has an S3MemoryStore and MemoryGenerateConfig(schedule=
-    CeleryScheduler(...)) push their rollouts at stop and enqueue a job; this worker runs it
+    RedisScheduler(...)) push their rollouts at stop and enqueue a job; this worker runs it
     with the same two-phase pipeline, retry state, redaction and verification as inline
-    generation. Run as many as you like, on any host: a lease per layout keeps one writer.
+    generation, up to --concurrency jobs at once. Run as many as you like, on any host: a
+    lease per layout keeps one writer. SIGTERM lets running jobs finish, then exits.
     """
-    from sandmem.distributed._celery import worker_app
+    from sandmem.distributed._queue import RedisQueue, redact_url
     from sandmem.distributed._s3 import S3MemoryStore
+    from sandmem.distributed._worker import Worker
 
     one = engine or phase_one_model or model
     two = engine or phase_two_model or model
@@ -64,32 +98,40 @@ def worker_command(
     if two:
         fields |= {"phase_two_model": two, "phase_two_model_settings": None}
     config = MemoryGenerateConfig.model_validate(fields)
-    root = S3MemoryStore.from_url(store_url, endpoint_url=endpoint_url)
-    app = worker_app(
-        broker,
+    root = S3MemoryStore.from_url(
+        store_url,
+        endpoint_url=endpoint_url,
+        max_parallel=max(16, 4 * concurrency),
+        connect_timeout_s=s3_connect_timeout,
+        read_timeout_s=s3_read_timeout,
+    )
+    worker = Worker(
+        RedisQueue(broker, queue, visibility_timeout_s=visibility_timeout),
         root,
         config,
-        queue=queue,
+        concurrency=concurrency,
         lease_ttl_s=lease_ttl,
-        visibility_timeout_s=visibility_timeout,
+        sweep_interval_s=sweep_interval,
+        max_attempts=max_attempts,
+        retry_cap_s=retry_cap,
     )
+    level = os.environ.get("SANDMEM_WORKER_LOGLEVEL", "WARNING").upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node = name or f"sandmem@{socket.gethostname()}-{os.getpid()}"
     click.echo(
-        f"sandmem worker {node}: jobs from {broker} (queue {queue}), memory in "
-        f"{root.describe()}; phase one {config.phase_one_model}, phase two "
-        f"{config.phase_two_model}",
+        f"sandmem worker {node}: jobs from {redact_url(broker)} (queue {queue}, concurrency "
+        f"{concurrency}), memory in {root.describe()}; phase one {config.phase_one_model}, "
+        f"phase two {config.phase_two_model}",
         err=True,
     )
-    app.worker_main(
-        [
-            "worker",
-            "-P",
-            "solo",
-            "-Q",
-            queue,
-            "-n",
-            node,
-            "--loglevel",
-            os.environ.get("SANDMEM_WORKER_LOGLEVEL", "WARNING"),
-        ]
-    )
+    asyncio.run(_serve(worker, node))
+
+
+async def _serve(worker: Worker, node: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await worker.warm()
+    click.echo(f"sandmem worker {node} ready.", err=True)
+    await worker.run(stop)

@@ -1,19 +1,20 @@
-"""Distributed memory: layouts in S3-compatible storage, generation on a Celery worker pool.
+"""Distributed memory: layouts in S3-compatible storage, generation on a pool of workers.
 
-    from sandmem.distributed import CeleryScheduler, S3MemoryStore
+    from sandmem.distributed import RedisScheduler, S3MemoryStore
 
     store = S3MemoryStore("agent-memory", "team-a", endpoint_url="http://127.0.0.1:8333")
     Memory(
         layout=MemoryLayoutConfig(store=store),
-        generate=MemoryGenerateConfig(schedule=CeleryScheduler("redis://127.0.0.1:6379/0")),
+        generate=MemoryGenerateConfig(schedule=RedisScheduler("redis://127.0.0.1:6379/0")),
     )
 
 and on each worker host ``sandmem worker --broker redis://... --store s3://agent-memory/team-a``.
-Needs the ``distributed`` extra (``pip install 'sandmem[distributed]'``: boto3, celery,
-redis); the names below import their libraries only when used. ``docs/scale-out.md`` has the
+Needs the ``distributed`` extra (``pip install 'sandmem[distributed]'``: boto3, redis); the
+names below import their libraries only when used. ``docs/scale-out.md`` has the
 architecture and the guarantees.
 
-Owns scale-out only: the S3 memory store, the Celery scheduler and worker, Redis leases.
+Owns scale-out only: the S3 memory store, the Redis job queue, scheduler and worker, Redis
+leases.
 May import ``memory``, ``sandboxes`` and the floors below; nothing in the core imports it
 (``sandmem.distributed.S3SnapshotSpec`` is defined in ``sandboxes``).
 """
@@ -23,27 +24,40 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sandmem.distributed._celery import CeleryScheduler
     from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease
+    from sandmem.distributed._queue import RedisQueue
     from sandmem.distributed._s3 import S3MemoryStore
+    from sandmem.distributed._scheduler import CeleryScheduler, RedisScheduler
+    from sandmem.distributed._worker import Worker
+    from sandmem.memory.store._base import MemoryStoreConflict, MemoryStoreError
     from sandmem.sandboxes._s3_snapshot import S3SnapshotSpec
 
 __all__ = [
     "CeleryScheduler",
     "LeaseBusy",
     "LeaseLost",
+    "MemoryStoreConflict",
+    "MemoryStoreError",
     "RedisLease",
+    "RedisQueue",
+    "RedisScheduler",
     "S3MemoryStore",
     "S3SnapshotSpec",
+    "Worker",
 ]
 
 _WHERE = {
-    "CeleryScheduler": "sandmem.distributed._celery",
+    "CeleryScheduler": "sandmem.distributed._scheduler",
     "LeaseBusy": "sandmem.distributed._lease",
     "LeaseLost": "sandmem.distributed._lease",
+    "MemoryStoreConflict": "sandmem.memory.store._base",
+    "MemoryStoreError": "sandmem.memory.store._base",
     "RedisLease": "sandmem.distributed._lease",
+    "RedisQueue": "sandmem.distributed._queue",
+    "RedisScheduler": "sandmem.distributed._scheduler",
     "S3MemoryStore": "sandmem.distributed._s3",
     "S3SnapshotSpec": "sandmem.sandboxes._s3_snapshot",
+    "Worker": "sandmem.distributed._worker",
 }
 
 

@@ -3,12 +3,23 @@
 Built on ``boto3`` (the ``distributed`` extra): it is the reference S3 client, speaks to AWS
 and to every S3-compatible server (MinIO, SeaweedFS, Ceph, R2), and sends the conditional
 writes (``IfMatch`` / ``IfNoneMatch`` on ``put_object``) that the version switch relies on.
-Its calls block, so each runs in a worker thread.
+Its calls block, so each runs in a worker thread. Every request is bounded: a connect timeout,
+a read timeout and a number of attempts (botocore's ``standard`` retry mode, which backs off
+with jitter on network errors, 5xx and throttling), all settings of the store.
+
+Errors are translated at one boundary (``_call``) into the store's exception tree::
+
+    MemoryStoreConflict      412 / 409: another writer made a version first
+    FileNotFoundError        a missing key
+    MemoryStoreError         retryable=True: network errors, timeouts, 5xx, throttling
+                             retryable=False: every other 4xx (bad request, access denied, a
+                             missing bucket): trying again cannot help
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any
@@ -27,6 +38,32 @@ from sandmem.memory.store._base import (
 
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+#: 4xx codes that mean "later may work" (throttling, a request that timed out at the server)
+_RETRYABLE_CODES = {
+    "Throttling",
+    "ThrottlingException",
+    "SlowDown",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "InternalError",
+    "ServiceUnavailable",
+}
+_PENDING_DIR = "pending"
+
+
+def is_retryable(code: str, status: str) -> bool:
+    """The retry rule for an S3 error response: throttling, server-side timeouts and 5xx may
+    pass later; every other 4xx is permanent (conflicts and missing keys are told apart before
+    this rule is asked)."""
+    if code in _RETRYABLE_CODES or status in {"429", "408"}:
+        return True
+    if status.isdigit():
+        return not 400 <= int(status) < 500
+    return not code  # no status and no code: not an answer from the server
 
 
 class S3MemoryStore(MemoryStore):
@@ -44,6 +81,9 @@ class S3MemoryStore(MemoryStore):
         aws_access_key_id: str | None = None,
         aws_secret_access_key: str | None = None,
         max_parallel: int = 16,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 20.0,
+        max_attempts: int = 3,
     ) -> None:
         if not bucket or "/" in bucket:
             raise UserError(f"S3MemoryStore needs a bucket name, got {bucket!r}")
@@ -57,6 +97,10 @@ class S3MemoryStore(MemoryStore):
             "aws_secret_access_key": aws_secret_access_key,
         }
         self._max_parallel = max_parallel
+        #: bounds of every request: botocore's connect and read timeouts and total attempts
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.max_attempts = max_attempts
         #: one boto3 client shared by this store and its children (boto3 clients are
         #: thread-safe); created in a worker thread on first use, never on the event loop
         self._shared: dict[str, Any] = {}
@@ -94,7 +138,10 @@ class S3MemoryStore(MemoryStore):
             if "client" not in self._shared:
                 boto3 = require("boto3")
                 config = require("botocore.config").Config(
-                    max_pool_connections=self._max_parallel, retries={"mode": "standard"}
+                    max_pool_connections=self._max_parallel,
+                    connect_timeout=self.connect_timeout_s,
+                    read_timeout=self.read_timeout_s,
+                    retries={"mode": "standard", "total_max_attempts": self.max_attempts},
                 )
                 args = {k: v for k, v in self._client_args.items() if v is not None}
                 self._shared["client"] = boto3.session.Session().client("s3", config=config, **args)
@@ -116,9 +163,15 @@ class S3MemoryStore(MemoryStore):
                 status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
                 if code in _CONFLICT_CODES or status in {"412", "409"}:
                     raise MemoryStoreConflict(f"{self.describe()}: {code}") from exc
+                if code == "NoSuchBucket":
+                    raise MemoryStoreError(
+                        f"{self.describe()}: the bucket does not exist", retryable=False
+                    ) from exc
                 if code in _MISSING_CODES or status == "404":
                     raise FileNotFoundError(kwargs.get("Key", "")) from exc
-                raise MemoryStoreError(f"{self.describe()}: {code or exc}") from exc
+                raise MemoryStoreError(
+                    f"{self.describe()}: {code or exc}", retryable=is_retryable(code, status)
+                ) from exc
             except botocore.BotoCoreError as exc:
                 raise MemoryStoreError(f"{self.describe()} is unreachable: {exc}") from exc
 
@@ -147,6 +200,11 @@ class S3MemoryStore(MemoryStore):
             batch = [{"Key": key} for key in keys[start : start + 1000]]
             await self._call("delete_objects", Delete={"Objects": batch})
 
+    async def warm(self) -> None:
+        """Make the client and open a connection now (a worker does this before its first
+        job)."""
+        await self._call("head_bucket")
+
     async def ensure_bucket(self) -> None:
         """Create the bucket when it does not exist (for tests and first use)."""
         try:
@@ -156,8 +214,10 @@ class S3MemoryStore(MemoryStore):
 
     # -- the store seam --------------------------------------------------------------------
 
-    async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
-        key = self._key(sessions_dir, rollout_id, f"{new_sequence()}.jsonl")
+    async def put_segment(
+        self, sessions_dir: str, rollout_id: str, data: bytes, *, sequence: str | None = None
+    ) -> str:
+        key = self._key(sessions_dir, rollout_id, f"{sequence or new_sequence()}.jsonl")
         await self._put(key, data, IfNoneMatch="*")
         return key
 
@@ -227,3 +287,51 @@ class S3MemoryStore(MemoryStore):
         ]
         if stale:
             await self._delete(stale)
+
+    # -- pending marks (the sweeper's index of layouts with work no job has seen) ----------
+
+    async def mark_pending(self, memories_dir: str, sessions_dir: str) -> None:
+        body = {"prefix": self.prefix, "memories_dir": memories_dir, "sessions_dir": sessions_dir}
+        key = self._key(memories_dir, _PENDING_DIR, f"{new_sequence()}.json")
+        await self._put(key, json.dumps(body).encode(), IfNoneMatch="*")
+
+    async def pending_marks(self, memories_dir: str) -> list[str]:
+        return await self._list(self._key(memories_dir, _PENDING_DIR))
+
+    async def clear_marks(self, memories_dir: str, marks: list[str]) -> None:
+        root = self._key(memories_dir, _PENDING_DIR) + "/"
+        mine = [key for key in marks if key.startswith(root)]
+        if mine:
+            await self._delete(mine)
+
+    async def find_pending(self) -> list[tuple[str, float, bytes]]:
+        """Every pending mark under this store's prefix: its key, its age in seconds (from the
+        sequence in its name) and its body. One listing of the whole prefix (1,000 keys a
+        request): the sweeper calls it at a worker's start and every sweep interval."""
+        now = time.time_ns()
+        marks: list[tuple[str, float]] = []
+        for key in await self._list(self.prefix) if self.prefix else await self._list_all():
+            parts = key.rsplit("/", 2)
+            if len(parts) == 3 and parts[1] == _PENDING_DIR and parts[2].endswith(".json"):
+                stamp = parts[2].split("-", 1)[0]
+                age = (now - int(stamp)) / 1e9 if stamp.isdigit() else 0.0
+                marks.append((key, age))
+        out = []
+        for key, age in marks:
+            try:
+                body, _ = await self._get(key)
+            except FileNotFoundError:
+                continue  # a job cleared it meanwhile
+            out.append((key, age, body))
+        return out
+
+    async def _list_all(self) -> list[str]:
+        keys: list[str] = []
+        token: str | None = None
+        while True:
+            extra = {"ContinuationToken": token} if token else {}
+            page = await self._call("list_objects_v2", **extra)
+            keys += [str(item["Key"]) for item in page.get("Contents", [])]
+            if not page.get("IsTruncated"):
+                return sorted(keys)
+            token = page.get("NextContinuationToken")

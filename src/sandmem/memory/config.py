@@ -115,7 +115,7 @@ class MemoryGenerateConfig(BaseModel):
     #: when memory is generated: ``"inline"`` (in the session's stop); ``"explicit"`` (only
     #: when the application calls ``sandmem.memory.generate``: the stop records and redacts,
     #: and generates nothing); or a scheduler that defers it to workers
-    #: (``sandmem.distributed.CeleryScheduler``; needs a remote store)
+    #: (``sandmem.distributed.RedisScheduler``; needs a remote store)
     schedule: Literal["inline", "explicit"] | GenerationScheduler = "inline"
     #: review mode: a consolidation's result becomes a proposal in the inbox (``sandmem memory
     #: inbox``); memory changes only when it is approved

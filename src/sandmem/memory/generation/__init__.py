@@ -11,7 +11,7 @@ above. Callers outside memory use the names re-exported here.
 from __future__ import annotations
 
 from sandmem.memory.generation._attach import get_manager
-from sandmem.memory.generation._stop import check_schedule, on_stop_read_only
+from sandmem.memory.generation._stop import check_schedule, on_stop_read_only, resume_pending
 from sandmem.memory.generation.manager import FlushReport, MemoryGenerationManager
 
 __all__ = [
@@ -20,4 +20,5 @@ __all__ = [
     "check_schedule",
     "get_manager",
     "on_stop_read_only",
+    "resume_pending",
 ]

@@ -6,12 +6,23 @@ the session API, like any workspace), and commits the result as a new version (p
 artifacts first, so a job that dies in phase two never extracts a rollout version again). A
 commit that loses the race re-stages from the newer version, keeps its phase-one artifacts,
 and runs phase two again: no update is lost, no rollout version extracted twice.
+
+Every file the pipeline reads back travels with the version, including the dot-file
+``.consolidated_MEMORY.md`` (``MEMORY.md`` as the last consolidation left it): with it a
+worker's consolidation sees a live edit as an edit, as a local one does. The journal's
+backup and the lock stay behind (they only make sense inside one workspace).
+
+The layout's pending marks seen at the start are removed once a job ran with nothing left to
+retry, so the sweeper does not enqueue the layout again. ``record_job_failure`` puts a job's
+permanent failure into the layout's ``generation_log.jsonl``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,11 +67,15 @@ async def run_job(
     """Generate memory for one layout of ``store`` (see the module docstring)."""
     inline = config.model_copy(update={"schedule": "inline"})
     carry: dict[str, bytes] = {}
+    marks = await store.pending_marks(paths.memories_dir)
     for _ in range(_COMMIT_ATTEMPTS):
         with tempfile.TemporaryDirectory(prefix="sandmem-job-") as tmp:
             job = _Job(Path(tmp) / "workspace", store, paths, lease)
             try:
-                return await job.run(inline, carry, retry_failed)
+                report = await job.run(inline, carry, retry_failed)
+                if marks and not (report.failed or report.deferred or report.timed_out):
+                    await store.clear_marks(paths.memories_dir, marks)
+                return report
             except MemoryStoreConflict:
                 carry.update(job.phase_one_files)
                 logger.info("memory of %s moved during the job; running again", store.describe())
@@ -89,6 +104,10 @@ class _Job:
     async def _collect(self) -> dict[str, bytes]:
         assert self._session is not None
         files = await walk_files(self._session, self.paths.memories_dir)
+        baseline = self.paths.consolidated_memory_md
+        if await self._session.exists(baseline):
+            data = await self._session.read(baseline)
+            files[baseline.rsplit("/", 1)[-1]] = data if isinstance(data, bytes) else data.read()
         self.phase_one_files = {
             name: data for name, data in files.items() if name.startswith(PHASE_ONE_DIRS)
         }
@@ -127,3 +146,31 @@ class _Job:
             self._session = None
             await client.delete(session)
         return report
+
+
+async def record_job_failure(store: MemoryStore, paths: MemoryPaths, error: str) -> bool:
+    """Append a failed-job record to the layout's ``generation_log.jsonl`` in the store (a new
+    version); False when even that could not be written (the worker's log has it)."""
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "phase": "job",
+        "status": "failed",
+        "error": error,
+        "retryable": False,
+    }
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    name = paths.log_jsonl.rsplit("/", 1)[-1]
+    for _ in range(_COMMIT_ATTEMPTS):
+        try:
+            current, files = await read_current(store, paths.memories_dir)
+            files[name] = files.get(name, b"") + line
+            await store.commit(
+                paths.memories_dir, current, files, fence=current.fence if current else 0
+            )
+            return True
+        except MemoryStoreConflict:
+            continue
+        except Exception:
+            logger.exception("could not record the failed job in %s", store.describe())
+            return False
+    return False

@@ -3,9 +3,12 @@
 The one stop path, read top to bottom::
 
     on_stop(manager)
-      ├── with a remote store: push (segments, live edits)
-      │     ├── schedule "inline": run the generation job in the store, pull its result
-      │     └── a scheduler: enqueue the job for workers
+      ├── with a remote store, schedule "inline": push, run the generation job in the store,
+      │     pull its result
+      ├── with a remote store and a scheduler (deferred), all within its stop_timeout_s:
+      │     pending record in the workspace → pending mark in the store → push → enqueue
+      │     → the workspace record removed; past the bound or on an error the stop returns,
+      │     and says the work waits for the next stop, run start or a worker's sweep
       ├── else, schedule "inline": flush in the workspace
       ├── else, schedule "explicit": nothing (the application calls sandmem.memory.generate)
       └── always, last: the stop-time redaction of every changed memory file
@@ -19,6 +22,7 @@ with the layout's store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -29,7 +33,8 @@ from sandmem.memory.store._sync import pull, push_edits, push_segments
 if TYPE_CHECKING:
     from sandmem.memory.config import MemoryGenerateConfig
     from sandmem.memory.generation.manager import MemoryGenerationManager
-    from sandmem.memory.store._base import MemoryStore
+    from sandmem.memory.layout import MemoryPaths
+    from sandmem.memory.store._base import GenerationScheduler, MemoryStore
     from sandmem.redaction import Redactor
     from sandmem.sandboxes._session import SandboxSession
 
@@ -69,18 +74,68 @@ async def on_stop(manager: MemoryGenerationManager) -> None:
 
 async def _with_store(manager: MemoryGenerationManager, store: MemoryStore) -> None:
     session, paths, config = manager.session, manager.paths, manager.config
+    schedule = config.schedule
+    if not isinstance(schedule, str):
+        await defer(session, paths, store, schedule)
+        return
     try:
         await push_segments(session, paths, store)
         await push_edits(session, paths, store)
-        schedule = config.schedule
-        if schedule == "inline":
+        if schedule == "inline":  # "explicit" is refused by check_schedule
             report = await run_job(store, paths, config)
             logger.info("memory generated in the store: %s", report)
             await pull(session, paths, store)
-        elif schedule != "explicit":  # "explicit" is refused by check_schedule
-            await schedule.enqueue(store, paths)
     except Exception:
         logger.exception("memory push to %s failed", store.describe())
+
+
+def _pending_record(paths: MemoryPaths) -> str:
+    """The workspace's note that deferred work did not reach the store and the queue."""
+    return f"{paths.memories_dir}/.store/pending"
+
+
+async def defer(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    store: MemoryStore,
+    schedule: GenerationScheduler,
+) -> bool:
+    """Hand the layout's new work to workers, within ``schedule.stop_timeout_s``: True when it
+    was enqueued. Otherwise the workspace keeps a pending record (the next stop or run start
+    tries again) and, if the mark reached the store, a worker's sweep enqueues it."""
+    record = _pending_record(paths)
+    await session.write(record, b"pending\n")
+
+    async def hand_over() -> None:
+        await store.mark_pending(paths.memories_dir, paths.sessions_dir)
+        await push_segments(session, paths, store)
+        await push_edits(session, paths, store)
+        await schedule.enqueue(store, paths)
+
+    bound = schedule.stop_timeout_s
+    try:
+        await asyncio.wait_for(hand_over(), timeout=bound)
+    except Exception as exc:
+        reason = f"no answer within {bound:g} s" if isinstance(exc, TimeoutError) else repr(exc)
+        logger.warning(
+            "memory of %s was not handed to the workers (%s): it waits for the next stop or "
+            "run start of this workspace, or a worker's sweep if its pending mark reached %s",
+            paths.memories_dir,
+            reason,
+            store.describe(),
+        )
+        return False
+    await session.remove(record)
+    return True
+
+
+async def resume_pending(manager: MemoryGenerationManager) -> None:
+    """At a run start: hand over the work an earlier stop could not (bounded like a stop)."""
+    schedule, store = manager.config.schedule, manager.store
+    if store is None or isinstance(schedule, str):
+        return
+    if await manager.session.exists(_pending_record(manager.paths)):
+        await defer(manager.session, manager.paths, store, schedule)
 
 
 async def _flush(manager: MemoryGenerationManager) -> None:

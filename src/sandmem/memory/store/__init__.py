@@ -5,7 +5,7 @@
 The seam is part of memory's core (``MemoryLayoutConfig`` names it) and imports only the
 foundation; ``_sync`` may import memory's core modules and the floors below. Nothing here
 imports ``memory.generation``, ``memory.views``, the memory API or anything above; S3 and
-Celery live in ``sandmem.distributed``.
+the Redis queue live in ``sandmem.distributed``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ files in object storage, so sessions on many hosts share one memory:
   and made current by one conditional write of ``<memories_dir>/CURRENT`` (``If-Match`` the
   version it was based on, ``If-None-Match: *`` for the first). A writer that lost the race
   gets ``MemoryStoreConflict`` and never overwrites: ``MEMORY.md``, ``memory_summary.md`` and
-  ``skills/`` change together or not at all, for every reader.
+  ``skills/`` change together or not at all, for every reader;
+- **pending marks** (``<memories_dir>/pending/<sequence>.json``): a stop that defers generation
+  writes one before it pushes, naming the layout; the job that processed the layout removes the
+  marks it saw when it started. A mark left behind (a lost enqueue, a broker restarted empty)
+  is what a worker's sweeper finds and enqueues again.
 
 This module holds the store seam and the pure helpers; it imports no client library.
 """
@@ -92,8 +96,12 @@ class MemoryStore(abc.ABC):
     remote: ClassVar[bool] = True
 
     @abc.abstractmethod
-    async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
-        """Store one rollout segment (whole JSON lines) as a new object; return its key."""
+    async def put_segment(
+        self, sessions_dir: str, rollout_id: str, data: bytes, *, sequence: str | None = None
+    ) -> str:
+        """Store one rollout segment (whole JSON lines) as a new object; return its key.
+        ``sequence`` (from ``new_sequence``) names it; a segment already stored under it
+        raises ``MemoryStoreConflict`` (a retried push)."""
 
     @abc.abstractmethod
     async def segments(self, sessions_dir: str) -> dict[str, list[bytes]]:
@@ -121,6 +129,20 @@ class MemoryStore(abc.ABC):
         """Make ``files`` the new current version if ``base`` is still current; raise
         ``MemoryStoreConflict`` otherwise. Files unchanged since ``base`` may be reused."""
 
+    # optional: pending marks (a store without them relies on the enqueue alone)
+
+    async def mark_pending(self, memories_dir: str, sessions_dir: str) -> None:
+        """Record that the layout may have work no job has seen yet (a new object each)."""
+        return None
+
+    async def pending_marks(self, memories_dir: str) -> list[str]:
+        """The layout's pending marks (their keys)."""
+        return []
+
+    async def clear_marks(self, memories_dir: str, marks: list[str]) -> None:
+        """Remove ``marks`` (those a finished job saw when it started)."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__
 
@@ -132,7 +154,9 @@ class LocalMemoryStore(MemoryStore):
 
     remote: ClassVar[bool] = False
 
-    async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
+    async def put_segment(
+        self, sessions_dir: str, rollout_id: str, data: bytes, *, sequence: str | None = None
+    ) -> str:
         raise MemoryStoreError("LocalMemoryStore keeps rollouts in the workspace", retryable=False)
 
     async def segments(self, sessions_dir: str) -> dict[str, list[bytes]]:
@@ -159,7 +183,11 @@ class LocalMemoryStore(MemoryStore):
 
 class GenerationScheduler(abc.ABC):
     """Defers memory generation: at a session's stop (after the push) ``enqueue`` asks for one
-    generation job for the layout; workers run it (``sandmem.distributed.CeleryScheduler``)."""
+    generation job for the layout; workers run it (``sandmem.distributed.RedisScheduler``).
+    ``stop_timeout_s`` bounds the whole deferred stop (pending mark, push, enqueue): past it
+    the stop returns and leaves the work to the next stop, run start or a worker's sweep."""
+
+    stop_timeout_s: float = 10.0
 
     @abc.abstractmethod
     async def enqueue(self, store: MemoryStore, paths: Any) -> None:

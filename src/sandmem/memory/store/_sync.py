@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sandmem.memory.layout import READ_DIRS, READ_FILES, is_read_file
 from sandmem.memory.store._base import (
@@ -29,6 +29,7 @@ from sandmem.memory.store._base import (
     MemoryStoreConflict,
     MemoryStoreError,
     MemoryVersion,
+    new_sequence,
     sha256,
 )
 
@@ -40,6 +41,8 @@ logger = logging.getLogger("sandmem.memory.store")
 
 STATE_DIR = ".store"
 _PUSHED = ".store-pushed.json"
+#: the segment being pushed per rollout file: [start, end, sequence] (see push_segments)
+_INFLIGHT = "~inflight"
 _COMMIT_ATTEMPTS = 6
 
 
@@ -166,10 +169,15 @@ async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) 
 
 
 async def push_segments(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> int:
-    """Push what each rollout file gained since the last push; return the segment count."""
+    """Push what each rollout file gained since the last push; return the segment count.
+
+    Each segment's key is chosen and recorded in the workspace before it is sent, so a push
+    cut short (a stop past its bound, a killed process) sends the same bytes under the same
+    key next time: the store refuses the duplicate and no rollout line is pushed twice."""
     offsets_path = f"{paths.sessions_dir}/{_PUSHED}"
     raw = await _read(session, offsets_path)
-    offsets: dict[str, int] = json.loads(raw) if raw else {}
+    offsets: dict[str, Any] = json.loads(raw) if raw else {}
+    inflight: dict[str, list[Any]] = offsets.setdefault(_INFLIGHT, {})
     pushed = 0
     if not await session.exists(paths.sessions_dir):
         return 0
@@ -179,12 +187,25 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
         if not name.endswith(".jsonl") or name.startswith("."):
             continue
         data = await _read(session, f"{paths.sessions_dir}/{name}") or b""
-        start = offsets.get(name, 0)
-        end = data.rfind(b"\n", start) + 1  # whole lines only
-        if end <= start:
-            continue
-        await store.put_segment(paths.sessions_dir, name[: -len(".jsonl")], data[start:end])
+        start = int(offsets.get(name, 0))
+        began = inflight.get(name)
+        if began and int(began[0]) == start and int(began[1]) <= len(data):
+            end, sequence = int(began[1]), str(began[2])
+        else:
+            end = data.rfind(b"\n", start) + 1  # whole lines only
+            if end <= start:
+                continue
+            sequence = new_sequence()
+            inflight[name] = [start, end, sequence]
+            await session.write(offsets_path, json.dumps(offsets).encode())
+        try:
+            await store.put_segment(
+                paths.sessions_dir, name[: -len(".jsonl")], data[start:end], sequence=sequence
+            )
+        except MemoryStoreConflict:
+            pass  # an earlier push sent it under this key before it was cut short
         offsets[name] = end
+        inflight.pop(name, None)
         pushed += 1
         await session.write(offsets_path, json.dumps(offsets).encode())
     return pushed
