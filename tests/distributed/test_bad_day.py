@@ -105,6 +105,14 @@ async def _memory_citing(store: S3MemoryStore, rollout: str, within: float = 30.
     raise AssertionError(f"MEMORY.md never cited {rollout}:\n{memory}")
 
 
+async def _dead_letter(queue: RedisQueue, within: float = 30.0) -> None:
+    """Wait until the dead-letter list has an entry."""
+    for _ in range(int(within * 10)):
+        if await queue.dead():
+            return
+        await asyncio.sleep(0.1)
+
+
 @contextlib.asynccontextmanager
 async def _worker(
     url: str, s3: S3Server, prefix: str, queue: str, **options: Any
@@ -221,9 +229,7 @@ async def test_a_permanent_s3_error_fails_the_job_once(
     redis = RedisQueue(redis_server.url, queue)
     await redis.enqueue(job.layout_id, job.encode())
     async with _worker(redis_server.url, s3_server, prefix, queue, retry_base_s=0.1) as worker:
-        deadline = time.monotonic() + 30
-        while not await redis.dead() and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        await _dead_letter(redis)
         await asyncio.sleep(1.0)  # a retry would have come by now (base 0.1 s)
     dead = await redis.dead()
     await redis.aclose()
@@ -243,7 +249,9 @@ async def test_garbage_on_the_queue_is_set_aside_and_the_worker_goes_on(
     await client.lpush(keys["ready"], "0123456789abcdef:x")
     await client.hset(keys["body"], "0123456789abcdef:y", '{"store": {"bucket": 1}}')
     await client.lpush(keys["ready"], "0123456789abcdef:y")
-    session = await _run(tmp_path / "ws", store, RedisScheduler(redis_server.url, queue=queue), "g1")
+    session = await _run(
+        tmp_path / "ws", store, RedisScheduler(redis_server.url, queue=queue), "g1"
+    )
     await session.stop()  # a real job, behind the garbage
     async with _worker(redis_server.url, s3_server, prefix, queue):
         await _memory_citing(store, "g1")
@@ -271,9 +279,7 @@ async def test_a_job_outside_the_workers_store_is_refused_once(
     redis = RedisQueue(redis_server.url, queue)
     await redis.enqueue(job.layout_id, job.encode())
     async with _worker(redis_server.url, s3_server, prefix, queue) as worker:
-        deadline = time.monotonic() + 20
-        while not await redis.dead() and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        await _dead_letter(redis)
     dead = await redis.dead()
     await redis.aclose()
     assert len(dead) == 1 and "outside" in dead[0]["reason"]
