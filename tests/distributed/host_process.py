@@ -33,9 +33,7 @@ def _agent(store: S3MemoryStore, broker: str, rollout: str) -> SandboxAgent:
         phase_one_model_settings=None,
         phase_two_model="fake-memory",
         phase_two_model_settings=None,
-        schedule=RedisScheduler(
-            broker, queue=os.environ["SANDMEM_TEST_QUEUE"], visibility_timeout_s=4
-        ),
+        schedule=RedisScheduler(broker, queue=os.environ["SANDMEM_TEST_QUEUE"]),
     )
     return SandboxAgent(
         name="host-agent",

@@ -24,6 +24,7 @@ from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 from sandmem.distributed import S3MemoryStore
 from sandmem.memory.store._sync import read_current
 
+VISIBILITY_S = 4
 _ID = re.compile(r"\bh\d+-r\d+\b")
 HERE = Path(__file__).parent
 
@@ -36,6 +37,8 @@ class MemoryModel:
     def __init__(self) -> None:
         self.phase_one: Counter[str] = Counter()
         self.phase_two = 0
+        #: when each phase-two conversation began (time.monotonic())
+        self.phase_two_at: list[float] = []
         self.hold = threading.Event()
         self.hold.set()
         self.holding = threading.Event()
@@ -59,6 +62,7 @@ class MemoryModel:
             return FakeReply(text="Memory updated.")
         with self.lock:
             self.phase_two += 1
+            self.phase_two_at.append(time.monotonic())
         if not self.hold.is_set():
             self.holding.set()
             self.hold.wait(timeout=60)
@@ -147,7 +151,7 @@ class Cluster:
                 "--lease-ttl",
                 "4",
                 "--visibility-timeout",
-                "4",
+                str(VISIBILITY_S),
                 "--queue",
                 self.queue,
             ],
@@ -158,6 +162,14 @@ class Cluster:
         log.close()  # the worker has its own descriptor
         self.workers.append(proc)
         return proc
+
+    def wait_ready(self, count: int, within: float = 60.0) -> None:
+        """Wait until ``count`` workers printed their ready line."""
+        for _ in range(int(within * 10)):
+            if self.log.exists() and self.log.read_text(errors="replace").count(" ready.") >= count:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"workers not ready:\n{self.log.read_text(errors='replace')}")
 
     async def wait_for(self, ids: list[str], within: float = 90.0) -> str:
         """MEMORY.md in the store once it cites every id."""
@@ -210,7 +222,7 @@ async def test_stops_defer_and_two_workers_extract_each_rollout_once(
     assert dict(memory_model.phase_one) == dict.fromkeys(ids, 1), cluster.log.read_text()
 
 
-async def test_a_worker_killed_mid_job_loses_nothing(
+async def test_a_worker_killed_mid_job_loses_nothing_and_its_job_returns_on_time(
     cluster: Cluster, memory_model: MemoryModel, tmp_path: Path
 ) -> None:
     ids = ["h7-r0", "h7-r1", "h7-r2"]
@@ -218,12 +230,17 @@ async def test_a_worker_killed_mid_job_loses_nothing(
     cluster.hosts(tmp_path, {"host7": ids})
     doomed = cluster.worker()
     assert memory_model.holding.wait(timeout=60), "the worker never reached phase two"
+    cluster.worker()  # idle and warm before the kill
+    cluster.wait_ready(2)
     doomed.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
     doomed.wait(timeout=30)
     memory_model.hold.set()
-    cluster.worker()
     memory = await cluster.wait_for(ids)
     assert all(i in memory for i in ids)
     # phase one was committed before phase two: the redelivered job extracted nothing again
     assert dict(memory_model.phase_one) == dict.fromkeys(ids, 1), cluster.log.read_text()
     assert memory_model.phase_two >= 2
+    # redelivered within the visibility timeout (4 s) + the tick (1 s) + staging the job
+    redelivered = memory_model.phase_two_at[1] - killed_at
+    assert redelivered < VISIBILITY_S + 3, f"redelivered after {redelivered:.1f} s"
