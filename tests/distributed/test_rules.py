@@ -51,7 +51,7 @@ def test_job_errors_are_classified() -> None:
     [None, b"", b"garbage", b"[1, 2]", b'"text"', b'{"store": {"bucket": 1}}', b'{"store": {}}'],
 )
 def test_anything_but_a_job_is_a_poison_message(raw: bytes | None) -> None:
-    with pytest.raises(PoisonMessage, match="not a memory job|no body"):
+    with pytest.raises(PoisonMessage, match=r"not a memory job|no body"):
         parse_job(raw)
 
 
