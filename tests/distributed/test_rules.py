@@ -96,3 +96,16 @@ def test_the_worker_banner_and_errors_never_show_the_broker_password() -> None:
     assert result.exit_code != 0  # nothing listens on port 1
     assert "redis://:***@127.0.0.1:1/0" in result.output
     assert "s3cret" not in result.output + repr(result.exception)
+
+
+async def test_a_rediss_url_connects_over_tls_with_its_password_and_bounds() -> None:
+    from sandmem.distributed import RedisQueue
+
+    queue = RedisQueue("rediss://:pw@redis.example:6380/2?ssl_ca_certs=/etc/ssl/ca.pem")
+    pool = queue.client().connection_pool
+    assert pool.connection_class.__name__ == "SSLConnection"
+    kwargs = pool.connection_kwargs
+    assert kwargs["password"] == "pw" and kwargs["ssl_ca_certs"] == "/etc/ssl/ca.pem"
+    assert kwargs["db"] == 2
+    assert kwargs["socket_timeout"] == 5.0 and kwargs["socket_connect_timeout"] == 3.0
+    await queue.aclose()
