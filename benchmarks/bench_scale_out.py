@@ -113,6 +113,19 @@ async def _done(s3: Any, prefix: str, layouts: int, rollouts: int) -> int:
     return sum(await asyncio.gather(*(one(n) for n in range(layouts))))
 
 
+def _queue_idle(url: str, queue: str) -> bool:
+    """No job waiting, running or due for a retry on ``queue``."""
+    import redis
+
+    from sandmem.distributed import RedisQueue
+
+    keys = RedisQueue(url, queue).keys
+    with redis.Redis.from_url(url) as client:
+        pipe = client.pipeline()
+        pipe.llen(keys["ready"]).zcard(keys["running"]).zcard(keys["delayed"])
+        return not any(pipe.execute())
+
+
 def _workers(
     count: int,
     concurrency: int,
@@ -199,14 +212,15 @@ def _throughput(
         cpu_before = {k: sum(_cpu_s(p) for p in v) for k, v in pids.items()}
         started = time.perf_counter()
         asyncio.run(_enqueue(s3, prefix, layouts, redis.url, queue))
-        done = 0
-        while done < layouts:
-            time.sleep(0.5)
+        done, elapsed = 0, 0.0
+        cpu: dict[str, float] = {}
+        while done < layouts and time.perf_counter() - started < 3600:
+            time.sleep(0.1)
+            if not _queue_idle(redis.url, queue):
+                continue  # cheap: three Redis commands, not one S3 request per layout
+            elapsed = time.perf_counter() - started
+            cpu = {k: sum(_cpu_s(p) for p in v) - cpu_before[k] for k, v in pids.items()}
             done = asyncio.run(_done(s3, prefix, layouts, rollouts))
-            if time.perf_counter() - started > 3600:
-                break
-        elapsed = time.perf_counter() - started
-        cpu = {k: sum(_cpu_s(p) for p in v) - cpu_before[k] for k, v in pids.items()}
         return elapsed, done, cpu
     finally:
         for proc in procs:

@@ -137,6 +137,9 @@ class Worker:
         try:
             while not stop.is_set():
                 await slots.acquire()
+                if stop.is_set():
+                    slots.release()
+                    break
                 try:
                     claimed = await self.queue.claim()
                 except Exception as exc:  # the broker is away: wait, then try again
