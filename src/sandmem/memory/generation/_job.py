@@ -19,8 +19,10 @@ permanent failure into the layout's ``generation_log.jsonl``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -69,16 +71,18 @@ async def run_job(
     carry: dict[str, bytes] = {}
     marks = await store.pending_marks(paths.memories_dir)
     for _ in range(_COMMIT_ATTEMPTS):
-        with tempfile.TemporaryDirectory(prefix="sandmem-job-") as tmp:
-            job = _Job(Path(tmp) / "workspace", store, paths, lease)
-            try:
-                report = await job.run(inline, carry, retry_failed)
-                if marks and not (report.failed or report.deferred or report.timed_out):
-                    await store.clear_marks(paths.memories_dir, marks)
-                return report
-            except MemoryStoreConflict:
-                carry.update(job.phase_one_files)
-                logger.info("memory of %s moved during the job; running again", store.describe())
+        tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix="sandmem-job-")
+        job = _Job(Path(tmp) / "workspace", store, paths, lease)
+        try:
+            report = await job.run(inline, carry, retry_failed)
+            if marks and not (report.failed or report.deferred or report.timed_out):
+                await store.clear_marks(paths.memories_dir, marks)
+            return report
+        except MemoryStoreConflict:
+            carry.update(job.phase_one_files)
+            logger.info("memory of %s moved during the job; running again", store.describe())
+        finally:  # off the event loop: removing a workspace is many slow unlinks
+            await asyncio.to_thread(shutil.rmtree, tmp, True)
     raise MemoryStoreConflict(
         f"memory of {store.describe()} changed under the job {_COMMIT_ATTEMPTS} times; the "
         "job will run again"
