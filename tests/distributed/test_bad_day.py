@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RedisServer, S3Server
-from services import FreezableProxy, start_redis
+from services import FreezableProxy, RedisServer, S3Server, start_redis
 
 from sandmem import Filesystem, Memory, RunConfig, Runner, SandboxAgent, SandboxRunConfig, Shell
 from sandmem.distributed import RedisQueue, RedisScheduler, S3MemoryStore, Worker

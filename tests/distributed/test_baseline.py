@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from conftest import RedisServer, S3Server
 from fake_openai import FakeOpenAIServer
+from services import RedisServer, S3Server
 from test_bad_day import EXTRACT, _memory_citing, _worker
 from test_workers import MemoryModel
 
