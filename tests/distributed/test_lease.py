@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 import pytest
-from conftest import RedisServer
+from services import RedisServer
 
 from sandmem.distributed import LeaseBusy, LeaseLost, RedisLease
 

@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from conftest import S3Server
+from services import S3Server
 
 from sandmem.sandboxes import Manifest, SandboxSessionState, UnixLocalSandboxClient
 from sandmem.sandboxes._s3_snapshot import S3SnapshotSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import S3Server
+from services import S3Server
 
 from sandmem.distributed import S3MemoryStore
 from sandmem.memory.store._base import MemoryStoreConflict

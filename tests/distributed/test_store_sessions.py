@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from conftest import S3Server
+from services import S3Server
 
 from sandmem import Filesystem, Memory, RunConfig, Runner, SandboxAgent, SandboxRunConfig, Shell
 from sandmem.distributed import S3MemoryStore

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import RedisServer, S3Server
 from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
+from services import RedisServer, S3Server
 
 from sandmem.distributed import S3MemoryStore
 from sandmem.memory.store._sync import read_current
