@@ -232,7 +232,7 @@ def codex_session_two(root: Path) -> Expected:
     sid = "0199a1b2-0000-7e5f-8a9b-111111111111"
     task = "Deploy the docs site with make deploy-docs"
     retry = "Use the staging profile, not prod"
-    final = "Deployed to staging after the prod profile was refused."
+    final = "Deployed to staging after the prod profile (password=Hunter2-Sup3rS3cret) was refused."
     rows = [
         _cx(
             "11:00:00.000",
@@ -486,7 +486,7 @@ def claude_session_one(root: Path) -> Expected:
     final = "Validation fixed in web/forms.py: empty emails are rejected; ruff and tests pass."
     c = _Claude(sid, "/home/ana/webapp")
     c.rows.append(
-        {"type": "summary", "summary": "Signup email validation fix", "leafUuid": "x-leaf"}
+        {"type": "summary", "summary": f"Signup fix, token {GITHUB_TOKEN}", "leafUuid": "x-leaf"}
     )
     c.entry("user", task)
     c.entry(
@@ -534,7 +534,7 @@ def claude_session_one(root: Path) -> Expected:
             }
         ],
     )
-    c.entry("user", "Find where email validators live", side=True)
+    c.entry("user", f"Find where email validators live (key {AWS_KEY})", side=True)
     c.entry(
         "assistant",
         [
@@ -581,7 +581,7 @@ def claude_session_one(root: Path) -> Expected:
                 "input": {
                     "file_path": "/home/ana/webapp/web/forms.py",
                     "old_string": "required=False",
-                    "new_string": "required=True",
+                    "new_string": f"required=True  # {JWT}",
                 },
             }
         ],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -357,3 +358,46 @@ def test_codex_output_status_lines(output: str, body: str, code: int | None) -> 
     from sandmem.memory.ingestion._codex import _output
 
     assert _output(output) == (body, code)
+
+
+def test_a_secret_in_a_session_id_names_no_file(tmp_path: Path) -> None:
+    from ingest_fixtures import OPENAI_KEY, agents_items_one
+
+    db = tmp_path / "keyed.db"
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "CREATE TABLE agent_messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, "
+        "message_data TEXT, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)"
+    )
+    for item in agents_items_one()[0]:
+        conn.execute(
+            "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
+            (f"user:{OPENAI_KEY}", json.dumps(item)),
+        )
+    conn.commit()
+    conn.close()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    first = ingest_sync(workspace, [db]).sources[0]
+    assert first.status == "recorded" and first.rollout_id is not None
+    assert OPENAI_KEY not in first.rollout_id
+    for path in workspace.rglob("*"):
+        assert OPENAI_KEY not in path.name
+        if path.is_file():
+            assert OPENAI_KEY not in path.read_text(encoding="utf-8", errors="replace")
+    assert ingest_sync(workspace, [db]).recorded_segments == 0  # still incremental
+
+
+def test_a_turn_never_starts_inside_a_line() -> None:
+    from sandmem.memory.ingestion._model import Event
+    from sandmem.memory.ingestion._segments import drafts
+
+    user = {"type": "message", "role": "user", "content": "go"}
+    out = {"type": "function_call_output", "call_id": "c", "output": "ok"}
+    events = [
+        Event(0, user, turn=True),
+        Event(1, out),
+        Event(1, user, turn=True),
+        Event(2, user, turn=True),
+    ]
+    assert [(len(d.input), len(d.generated)) for d in drafts(events)] == [(1, 2), (1, 0)]

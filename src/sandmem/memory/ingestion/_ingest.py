@@ -255,8 +255,19 @@ class Ingestor:
     # ------------------------------------------------------------ bookkeeping and recording
 
     def _stream(self, path: Path, fmt: str, session_id: str, suffix: str) -> _Stream:
-        rollout_id, key = conversation_rollout_id(f"{PREFIX[fmt]}-{session_id}")
-        return _Stream(path, fmt, session_id, f"{fmt}:{session_id}{suffix}", rollout_id, key)
+        """The source stream and its conversation. A session id holding a secret never
+        names a file: its rollout id is then the prefix and 16 hex of its SHA-256, and what
+        is written of it (``conversation_key``, ``stream``) is redacted."""
+        key_text = f"{PREFIX[fmt]}-{session_id}"
+        redact = self.manager.redactor.redact
+        key: str | None
+        if redact(key_text) != key_text:
+            digest = hashlib.sha256(key_text.encode("utf-8", "surrogatepass")).hexdigest()
+            rollout_id, key = f"{PREFIX[fmt]}-{digest[:16]}", redact(key_text)
+        else:
+            rollout_id, key = conversation_rollout_id(key_text)
+        stream = redact(f"{fmt}:{session_id}{suffix}")
+        return _Stream(path, fmt, session_id, stream, rollout_id, key)
 
     async def _through(self, stream: _Stream) -> dict[str, Any] | None:
         """How far the last segment recorded from this source reached, or ``None``."""
@@ -299,7 +310,7 @@ class Ingestor:
         return IngestedSource(
             path=str(stream.path),
             format=stream.format,
-            session_id=meta.session_id or stream.session_id,
+            session_id=self.manager.redactor.redact(meta.session_id or stream.session_id),
             rollout_id=stream.rollout_id,
             status="recorded" if recorded else "unchanged",
             segments=recorded,

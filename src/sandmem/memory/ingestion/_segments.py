@@ -60,10 +60,14 @@ class Draft:
 
 
 def drafts(events: Iterable[Event]) -> list[Draft]:
-    """One draft per user turn: a user message after the agent has acted starts a new one."""
+    """One draft per user turn: a user message after the agent has acted starts a new one
+    (unless it shares its source position with what came before)."""
     found: list[Draft] = []
     for event in events:
-        if not found or (event.turn and found[-1].generated):
+        # a turn starts only on a position of its own: the position an ingest records up to
+        # is a whole line (or row), so two segments never share one
+        new_turn = event.turn and found and found[-1].generated and event.pos != found[-1].last_pos
+        if not found or new_turn:
             found.append(Draft())
         found[-1].add(event)
     return found
