@@ -20,6 +20,7 @@ import bench_extractive  # noqa: E402
 import bench_first_request  # noqa: E402
 import bench_flush  # noqa: E402
 import bench_history  # noqa: E402
+import bench_ingest  # noqa: E402
 import bench_input_size  # noqa: E402
 import bench_noop  # noqa: E402
 import bench_selection  # noqa: E402
@@ -158,3 +159,11 @@ def test_run_writes_a_report_with_the_machine_line(
     assert "`python benchmarks/run.py --only selection`" in text
     with pytest.raises(SystemExit):
         bench_run.main(["--only", "nope"])
+
+
+def test_ingest_figure_records_once_and_then_only_the_appended_turn() -> None:
+    figure = bench_ingest.run(turns=5, output_bytes=2_000)
+    assert figure.data["first_segments"] == 5
+    assert figure.data["again_segments"] == 0
+    assert figure.data["append_segments"] == 1
+    assert figure.data["generated"]
