@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -204,3 +205,14 @@ async def test_sqlite_session_concurrent_adds_are_all_kept() -> None:
     session = SQLiteSession("c")
     await asyncio.gather(*(session.add_items([text(f"m{i}")]) for i in range(50)))
     assert len(await session.get_items()) == 50
+
+
+async def test_usage_has_one_entry_per_request() -> None:
+    def fn(request: ModelRequest) -> Any:
+        return "done" if tool_outputs(request) else [tool_call("add", {"a": 1, "b": 2})]
+
+    result = await Runner.run(Agent(name="u", model=FunctionModel(fn), tools=[add]), "go")
+    entries = result.usage.request_usage_entries
+    assert len(entries) == result.usage.requests == 2
+    assert sum(e.input_tokens for e in entries) == result.usage.input_tokens
+    assert sum(e.total_tokens for e in entries) == result.usage.total_tokens

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from sandmem import Agent, Runner, function_tool
 from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
@@ -46,7 +47,8 @@ async def test_default_asks_the_model_again_after_tools() -> None:
 
 
 async def test_stop_on_first_tool_returns_the_first_tools_output() -> None:
-    assert await _run("stop_on_first_tool") == ("3", 1)
+    # the tool's own value (an int here), as in the reference; the model would have seen "3"
+    assert await _run("stop_on_first_tool") == (3, 1)
 
 
 async def test_stop_at_tool_names_stops_only_when_one_of_them_ran() -> None:
@@ -69,3 +71,26 @@ async def test_a_function_decides_from_the_turns_results() -> None:
 def test_other_values_are_refused() -> None:
     with pytest.raises(TypeError, match="tool_use_behavior"):
         Agent(name="a", tool_use_behavior="stop")  # type: ignore[arg-type]
+
+
+class Weather(BaseModel):
+    city: str
+
+
+@function_tool
+def weather(city: str) -> Weather:
+    """The weather."""
+    return Weather(city=city)
+
+
+async def test_results_carry_the_tools_own_value() -> None:
+    async def decide(ctx: Any, results: list[FunctionToolResult]) -> ToolsToFinalOutputResult:
+        value = results[0].output
+        assert isinstance(value, Weather)
+        # the model-facing item holds the JSON text
+        assert results[0].run_item["output"] == '{"city":"Oslo"}'
+        return ToolsToFinalOutputResult(True, f"in {value.city}")
+
+    model = FunctionModel(lambda r: [tool_call("weather", {"city": "Oslo"})])
+    agent = Agent(name="a", model=model, tools=[weather], tool_use_behavior=decide)
+    assert (await Runner.run(agent, "go")).final_output == "in Oslo"

@@ -40,6 +40,7 @@ from sandmem._settings import ModelSettings, Reasoning
 from sandmem._usage import Usage
 from sandmem._version import __version__ as __version__
 from sandmem.agent._agent import Agent
+from sandmem.agent._agent_tool import AgentToolStreamEvent
 from sandmem.agent._context import RunContextWrapper, ToolContext
 from sandmem.agent._hooks import AgentHooks, RunHooks
 from sandmem.agent._run_config import RunConfig, SandboxRunConfig
@@ -58,7 +59,11 @@ from sandmem.agent._stream_events import (
     RunItemStreamEvent,
     StreamEvent,
 )
-from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
+from sandmem.agent._tool_use import (
+    FunctionToolResult,
+    ToolsToFinalOutputFunction,
+    ToolsToFinalOutputResult,
+)
 from sandmem.agent._tools import FunctionTool, default_tool_error_function, function_tool, tool
 from sandmem.capabilities import Capability, Filesystem, Memory, Shell
 from sandmem.capabilities._sandbox_agent import SandboxAgent
@@ -86,6 +91,7 @@ from sandmem.sandboxes import (
     UnixLocalSandboxClient,
 )
 from sandmem.sandboxes._types import FileMode, Permissions
+from sandmem.tracing import trace
 
 if TYPE_CHECKING:
     from sandmem.models import OpenAIChatCompletionsModel, OpenAIProvider, OpenAIResponsesModel
@@ -93,6 +99,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Agent",
     "AgentHooks",
+    "AgentToolStreamEvent",
     "AgentUpdatedStreamEvent",
     "BubblewrapSandboxClient",
     "Capability",
@@ -158,6 +165,7 @@ __all__ = [
     "ToolCallOutputItem",
     "ToolContext",
     "ToolTimeoutError",
+    "ToolsToFinalOutputFunction",
     "ToolsToFinalOutputResult",
     "UnixLocalSandboxClient",
     "Usage",
@@ -169,6 +177,7 @@ __all__ = [
     "default_tool_error_function",
     "function_tool",
     "tool",
+    "trace",
     "validate_rollout_id",
 ]
 

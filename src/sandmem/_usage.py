@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RequestUsage:
+    """The tokens of one model request (``Usage.request_usage_entries``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
 
 @dataclass
@@ -12,6 +24,8 @@ class Usage:
     requests: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    #: one entry per model request, in order (the reference's field of the same name)
+    request_usage_entries: list[RequestUsage] = field(default_factory=list, compare=False)
 
     @property
     def total_tokens(self) -> int:
@@ -21,3 +35,4 @@ class Usage:
         self.requests += other.requests
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.request_usage_entries.extend(other.request_usage_entries)

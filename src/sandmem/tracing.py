@@ -49,6 +49,7 @@ __all__ = [
     "is_available",
     "span",
     "start_span",
+    "trace",
     "traced_call",
 ]
 
@@ -198,6 +199,28 @@ def span(
                 {"exception.type": type(exc).__name__, "exception.message": redact(str(exc))},
             )
             raise
+
+
+@contextlib.contextmanager
+def trace(
+    workflow_name: str,
+    trace_id: str | None = None,
+    group_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    disabled: bool = False,
+) -> Iterator[Span]:
+    """The reference's ``with trace("My workflow"):``, grouping the runs inside it: a span
+    named after the workflow (runs started inside nest under it), a no-op without
+    OpenTelemetry or with ``disabled``."""
+    attributes: dict[str, Any] = {"sandmem.workflow_name": workflow_name}
+    if trace_id:
+        attributes["sandmem.trace_id"] = trace_id
+    if group_id:
+        attributes["sandmem.group_id"] = group_id
+    for key, value in (metadata or {}).items():
+        attributes[f"sandmem.metadata.{key}"] = str(value)
+    with span(workflow_name, attributes, enabled=not disabled) as handle:
+        yield handle
 
 
 @contextlib.asynccontextmanager

@@ -8,14 +8,22 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
+from sandmem._errors import UserError
 from sandmem._settings import ModelSettings
 from sandmem.agent._tool_use import ToolUseBehavior, check_tool_use_behavior
-from sandmem.agent._tools import FunctionTool
+from sandmem.agent._tools import (
+    EnabledFunction,
+    FunctionTool,
+    ToolErrorFunction,
+    default_tool_error_function,
+)
 from sandmem.models._base import Model
 
 if TYPE_CHECKING:
+    from sandmem.agent._agent_tool import AgentToolStreamEvent
     from sandmem.agent._context import RunContextWrapper
-    from sandmem.agent._hooks import AgentHooks
+    from sandmem.agent._hooks import AgentHooks, RunHooks
+    from sandmem.agent._run_config import RunConfig
 
 #: dynamic instructions: ``(ctx, agent) -> str``, sync or async
 InstructionsFunction = Callable[["RunContextWrapper[Any]", "Agent"], str | Awaitable[str]]
@@ -86,3 +94,45 @@ class Agent:
 
     # the reference's name for the same thing
     get_system_prompt = get_instructions
+
+    def as_tool(
+        self,
+        tool_name: str | None = None,
+        tool_description: str | None = None,
+        custom_output_extractor: Callable[[Any], Awaitable[Any]] | None = None,
+        is_enabled: bool | EnabledFunction = True,
+        on_stream: Callable[[AgentToolStreamEvent], Any] | None = None,
+        run_config: RunConfig | None = None,
+        max_turns: int | None = None,
+        hooks: RunHooks[Any] | None = None,
+        failure_error_function: ToolErrorFunction | None = default_tool_error_function,
+        parameters: type[Any] | None = None,
+        **unsupported: Any,
+    ) -> FunctionTool:
+        """This agent as a tool another agent can call: each call is a nested run (its own
+        turns, usage counted in the calling run, items recorded in the calling run's memory
+        segment); the model gets its final output, or ``custom_output_extractor(result)``.
+        ``parameters`` (a pydantic model or dataclass) replaces the single ``input`` string
+        argument; the nested run's input is then the arguments as JSON."""
+        from sandmem.agent._agent_tool import agent_as_tool
+
+        ignored = {k for k, v in unsupported.items() if v not in (None, False)}
+        ignored -= {"include_input_schema", "on_stream_max_pending_events"}
+        if ignored:
+            raise UserError(
+                f"as_tool does not support {sorted(ignored)} (see docs/porting.md); leave them "
+                "unset"
+            )
+        return agent_as_tool(
+            self,
+            tool_name,
+            tool_description,
+            custom_output_extractor=custom_output_extractor,
+            is_enabled=is_enabled,
+            on_stream=on_stream,
+            run_config=run_config,
+            max_turns=max_turns,
+            hooks=hooks,
+            failure_error_function=failure_error_function,
+            parameters=parameters,
+        )

@@ -8,6 +8,7 @@ outcome after.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -74,11 +75,13 @@ class RunContextWrapper(Generic[TContext]):
 @dataclass(eq=False)
 class ToolContext(RunContextWrapper[TContext]):
     """The run context as one function-tool call sees it: also the call's name, id and raw
-    JSON arguments."""
+    JSON arguments. ``run_nested`` (set by the run loop) runs another agent as a nested run of
+    this call, for ``Agent.as_tool``."""
 
     tool_name: str = ""
     tool_call_id: str = ""
     tool_arguments: str = ""
+    run_nested: Callable[..., Awaitable[Any]] | None = field(default=None, kw_only=True, repr=False)
 
     @classmethod
     def for_call(

@@ -112,9 +112,10 @@ class FunctionTool:
         return self._spec
 
     async def on_invoke(self, arguments: str, context: Any = None) -> Any:
-        """Call the tool outside a run (tests, scripts): ``context`` is wrapped for it."""
+        """Call the tool outside a run (tests, scripts): ``context`` is wrapped for it; the
+        result is the text (or content parts) the model would see."""
         ctx: ToolContext[Any] = ToolContext(context, tool_name=self.name, tool_arguments=arguments)
-        return await self.on_invoke_tool(ctx, arguments)
+        return to_tool_output(await self.on_invoke_tool(ctx, arguments))
 
     async def enabled_for(self, ctx: RunContextWrapper[Any], agent: Agent) -> bool:
         if isinstance(self.is_enabled, bool):
@@ -232,11 +233,11 @@ def _make_tool(fn: Callable[..., Any], options: _ToolOptions) -> FunctionTool:
             "plain function cannot be interrupted)"
         )
 
-    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> ToolOutput:
+    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> Any:
+        # the function's own value: ``tool_use_behavior`` sees it, the model sees its text
         kwargs = parse_arguments(params, arguments)
         args = (ctx,) if takes_context else ()
-        result = await fn(*args, **kwargs) if is_async else fn(*args, **kwargs)
-        return to_tool_output(result)
+        return await fn(*args, **kwargs) if is_async else fn(*args, **kwargs)
 
     return FunctionTool(
         name=options.name or fn.__name__,

@@ -32,7 +32,7 @@ from sandmem._errors import MaxTurnsExceeded, ModelBehaviorError, ToolTimeoutErr
 from sandmem._items import Item, item_kind, message_text, normalize_input
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._settings import ModelSettings
-from sandmem._usage import Usage
+from sandmem._usage import RequestUsage, Usage
 from sandmem.agent._agent import Agent
 from sandmem.agent._capability import (
     Capability,
@@ -73,6 +73,11 @@ from sandmem.run._tracing import run_tracer
 
 logger = logging.getLogger("sandmem.run")
 
+#: the event types ``stream_events()`` and ``as_tool(on_stream=...)`` pass on
+STREAM_EVENT_TYPES = frozenset(
+    {"raw_response_event", "run_item_stream_event", "agent_updated_stream_event"}
+)
+
 #: receives every event of a run, in order; may be async-only (awaited before the run goes on)
 Listener = Callable[[RunEvent], Awaitable[None]]
 
@@ -98,6 +103,8 @@ class RunSpec:
     #: model calls use ``Model.stream_response`` (raw events are emitted)
     stream: bool = False
     listeners: list[Listener] = field(default_factory=list)
+    #: builds the result of a nested run (``Agent.as_tool``): ``(spec, progress, final)``
+    result_factory: Callable[[RunSpec, RunProgress, Any], Any] | None = None
 
 
 @dataclass
@@ -112,6 +119,20 @@ class RunProgress:
     final_output: Any = None
     has_final_output: bool = False
     cancel_after_turn: bool = False
+    #: the items of nested runs (``Agent.as_tool``), by the call id of the tool call
+    nested_items: dict[str, list[Item]] = field(default_factory=dict)
+
+    def recorded_items(self) -> list[Item]:
+        """``new_items`` with each nested run's items placed just before its tool's output:
+        what memory records (the model sees ``new_items`` only)."""
+        if not self.nested_items:
+            return list(self.new_items)
+        items: list[Item] = []
+        for item in self.new_items:
+            if item_kind(item) == "function_call_output":
+                items.extend(self.nested_items.get(str(item.get("call_id", "")), []))
+            items.append(item)
+        return items
 
     @property
     def usage(self) -> Usage:
@@ -343,6 +364,9 @@ class _Turns:
         usage.requests += 1
         usage.input_tokens += response.usage.input_tokens
         usage.output_tokens += response.usage.output_tokens
+        usage.request_usage_entries.append(
+            RequestUsage(response.usage.input_tokens, response.usage.output_tokens)
+        )
         self.progress.raw_responses.append(response)
         if self.previous_response_id is not None and response.response_id:
             self.previous_response_id = response.response_id
@@ -373,9 +397,10 @@ class _Turns:
         """The output items of ``calls`` (run concurrently), and the results of the calls to
         known tools (for ``tool_use_behavior``)."""
         tools = {t.name: t for t in self.prep.tools if await t.enabled_for(self.ctx, self.agent)}
-        outputs = await asyncio.gather(*(self._invoke_tool(tools, call) for call in calls))
+        done = await asyncio.gather(*(self._invoke_tool(tools, call) for call in calls))
+        outputs = [output for output, _ in done]
         results = []
-        for call, output in zip(calls, outputs, strict=True):
+        for call, (output, value) in zip(calls, done, strict=True):
             item = as_run_item(output, self.agent)
             self.progress.new_items.append(item)
             event = run_item_event(self.agent, item)
@@ -383,10 +408,56 @@ class _Turns:
                 await self.emit(event)
             tool = tools.get(str(call.get("name", "")))
             if tool is not None:
-                results.append(FunctionToolResult(tool, item["output"], item))
-        return list(outputs), results
+                results.append(FunctionToolResult(tool, value, item))
+        return outputs, results
 
-    async def _invoke_tool(self, tools: dict[str, FunctionTool], call: Item) -> Item:
+    def _nested_runner(self, call_id: str) -> Callable[..., Awaitable[Any]]:
+        """The function an agent tool calls to run its agent as a nested run of this call."""
+
+        async def run_nested(
+            agent: Agent,
+            input: str | list[Item],
+            *,
+            max_turns: int | None = None,
+            run_config: RunConfig | None = None,
+            hooks: RunHooks[Any] | None = None,
+            on_stream: Listener | None = None,
+        ) -> Any:
+            listeners: list[Listener] = []
+            if on_stream is not None:
+                forward = on_stream
+
+                async def only_stream_events(event: RunEvent) -> None:
+                    if event.type in STREAM_EVENT_TYPES:
+                        await forward(event)
+
+                listeners.append(only_stream_events)
+            spec = RunSpec(
+                agent=agent,
+                input=input,
+                context=self.ctx.context,
+                max_turns=max_turns if max_turns is not None else 10,
+                hooks=hooks,
+                run_config=run_config or self.spec.run_config,
+                stream=on_stream is not None,
+                listeners=listeners,
+                result_factory=self.spec.result_factory,
+            )
+            progress = RunProgress(RunContextWrapper(self.ctx.context), agent)
+            try:
+                final = await execute(spec, progress)
+            finally:
+                self.ctx.usage.add(progress.usage)
+                recorded = [dict(item) for item in progress.recorded_items()]
+                self.progress.nested_items.setdefault(call_id, []).extend(recorded)
+            if spec.result_factory is None:
+                return final
+            return spec.result_factory(spec, progress, final)
+
+        return run_nested
+
+    async def _invoke_tool(self, tools: dict[str, FunctionTool], call: Item) -> tuple[Item, Any]:
+        """The output item of ``call``, and the tool's own return value (or the error text)."""
         name, call_id = str(call.get("name", "")), str(call.get("call_id", ""))
         arguments = str(call.get("arguments") or "{}")
         tool = tools.get(name)
@@ -395,12 +466,14 @@ class _Turns:
             output: Any = (
                 f"Error: UnknownTool: there is no tool named {name!r}; available: {available}"
             )
-            return {"type": "function_call_output", "call_id": call_id, "output": output}
+            return {"type": "function_call_output", "call_id": call_id, "output": output}, output
         tool_ctx = ToolContext.for_call(self.ctx, name, call_id, arguments)
+        tool_ctx.run_nested = self._nested_runner(call_id)
         await self.emit(ToolStartEvent(tool_ctx, self.agent, tool))
         error: Exception | None = None
         try:
-            output = to_tool_output(await tool.invoke(tool_ctx, arguments))
+            value = await tool.invoke(tool_ctx, arguments)
+            output = to_tool_output(value)
         except ToolTimeoutError:
             raise
         except Exception as exc:
@@ -411,9 +484,9 @@ class _Turns:
             output = tool.failure_error_function(tool_ctx, exc)
             if inspect.isawaitable(output):
                 output = await output
-            output = to_tool_output(output)
+            output = value = to_tool_output(output)
         await self.emit(ToolEndEvent(tool_ctx, self.agent, tool, output, error))
-        return {"type": "function_call_output", "call_id": call_id, "output": output}
+        return {"type": "function_call_output", "call_id": call_id, "output": output}, value
 
 
 async def _finish(prep: _Prepared, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
@@ -451,12 +524,12 @@ async def execute(spec: RunSpec, progress: RunProgress) -> Any:
         try:
             final = await turns.run([*history, *input_items], input_items)
         except BaseException as exc:
-            outcome = RunOutcome(list(progress.new_items), _terminal_state(exc), exception=exc)
+            outcome = RunOutcome(progress.recorded_items(), _terminal_state(exc), exception=exc)
             await _finish(prep, ctx, outcome)
             await _emit_end(emitter, progress, spec.agent, outcome)
             raise
         outcome = RunOutcome(
-            list(progress.new_items),
+            progress.recorded_items(),
             "completed",
             final_output=_stored(final),
             has_final_output=True,

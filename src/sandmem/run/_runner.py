@@ -22,13 +22,15 @@ from sandmem.agent._run_config import RunConfig
 from sandmem.agent._session import Session
 from sandmem.agent._stream_events import RunEvent, StreamEvent
 from sandmem.models._base import ModelResponse
-from sandmem.run._loop import RunProgress, RunSpec, TurnCancelled, execute
+from sandmem.run._loop import (
+    STREAM_EVENT_TYPES,
+    RunProgress,
+    RunSpec,
+    TurnCancelled,
+    execute,
+)
 
 T = TypeVar("T")
-
-_STREAM_EVENT_TYPES = frozenset(
-    {"raw_response_event", "run_item_stream_event", "agent_updated_stream_event"}
-)
 
 
 class _ResultMixin:
@@ -86,7 +88,7 @@ class RunResultStreaming(_ResultMixin):
         self._task.add_done_callback(self._task_done)
 
     async def _listen(self, event: RunEvent) -> None:
-        if event.type in _STREAM_EVENT_TYPES:
+        if event.type in STREAM_EVENT_TYPES:
             self._queue.put_nowait(cast(StreamEvent, event))
 
     async def _drive(self, spec: RunSpec) -> None:
@@ -197,7 +199,21 @@ def _spec(
         input=input,
         max_turns=max_turns,
         run_config=run_config or RunConfig(),
+        result_factory=_result,
         **rest,
+    )
+
+
+def _result(spec: RunSpec, progress: RunProgress, final: Any) -> RunResult:
+    """The ``RunResult`` of a finished run (also of a nested run, for ``Agent.as_tool``)."""
+    return RunResult(
+        input=spec.input,
+        new_items=progress.new_items,
+        final_output=final,
+        last_agent=progress.current_agent,
+        usage=progress.usage,
+        raw_responses=progress.raw_responses,
+        context_wrapper=progress.context_wrapper,
     )
 
 
@@ -244,16 +260,7 @@ class Runner:
             session=session,
         )
         progress = _progress(spec)
-        final = await execute(spec, progress)
-        return RunResult(
-            input=spec.input,
-            new_items=progress.new_items,
-            final_output=final,
-            last_agent=progress.current_agent,
-            usage=progress.usage,
-            raw_responses=progress.raw_responses,
-            context_wrapper=progress.context_wrapper,
-        )
+        return _result(spec, progress, await execute(spec, progress))
 
     @staticmethod
     def run_sync(
