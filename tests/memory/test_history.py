@@ -384,3 +384,15 @@ async def test_the_viewer_shows_the_history_with_attribution_and_diffs(tmp_path:
     assert "live_edit" in section and "run deploy-notes" in section
     assert "consolidation" in section and "extractive" in section and "+invoice-fix" in section
     assert '<span class="add">+- Correction: the staging cluster is called blue-7' in section
+
+
+async def test_an_ingest_that_generates_makes_one_version_of_kind_ingest(tmp_path: Path) -> None:
+    from ingest_fixtures import write_input_list
+
+    await consolidated(tmp_path, ["invoice-fix"])
+    write_input_list(tmp_path / "incoming" / "run.json")
+    report = await api.ingest(tmp_path, [tmp_path / "incoming"], generate_now=True, config=EXTRACT)
+    assert report.generation is not None and report.generation.phase_two == "done"
+    found = await api.log(tmp_path)
+    assert [v.kind for v in found] == ["ingest", "consolidation"]
+    assert found[0].engine == "extractive" and found[0].rollouts_added

@@ -276,6 +276,30 @@ class S3MemoryStore(MemoryStore):
             await self._prune(memories_dir, older_than=base.version)
         return MemoryVersion(vid, version.files, fence, etag, version.updated_at)
 
+    # -- the history mirror: <memories_dir>/history/<name> -------------------------------
+
+    async def put_history(self, memories_dir: str, files: dict[str, bytes]) -> None:
+        await asyncio.gather(
+            *(self._put(self._key(memories_dir, "history", n), d) for n, d in files.items())
+        )
+
+    async def history_names(self, memories_dir: str) -> list[str]:
+        root = self._key(memories_dir, "history")
+        return [key[len(root) + 1 :] for key in await self._list(root)]
+
+    async def read_history(self, memories_dir: str, names: list[str]) -> dict[str, bytes]:
+        async def one(name: str) -> tuple[str, bytes | None]:
+            try:
+                return name, (await self._get(self._key(memories_dir, "history", name)))[0]
+            except FileNotFoundError:
+                return name, None
+
+        found = await asyncio.gather(*(one(n) for n in names))
+        return {name: data for name, data in found if data is not None}
+
+    async def delete_history(self, memories_dir: str, names: list[str]) -> None:
+        await self._delete([self._key(memories_dir, "history", n) for n in names])
+
     async def _prune(self, memories_dir: str, older_than: str) -> None:
         """Remove versions older than the one just replaced: a reader may still be on that one,
         and a newer id may be another writer's upload in progress."""

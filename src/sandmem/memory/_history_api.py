@@ -19,6 +19,7 @@ from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
 from sandmem.memory.history import Attribution, Version, unified
 from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.store._history_sync import replace_mirror, sync_history
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
@@ -124,6 +125,16 @@ def _info(version: Version, parent: Version | None) -> VersionInfo:
     )
 
 
+async def _sync(
+    session: SandboxSession, paths: MemoryPaths, layout: MemoryLayoutConfig | None
+) -> None:
+    """With a remote store: bring the store's history mirror and the workspace's together
+    (versions made by workers and other hosts)."""
+    store = layout.store if layout is not None else None
+    if store is not None and store.remote:
+        await sync_history(session, paths, store)
+
+
 # ---------------------------------------------------------------- log, diff, restore
 
 
@@ -132,6 +143,7 @@ async def log(
 ) -> list[VersionInfo]:
     """The layout's versions, newest first, with their attribution. Reads only."""
     async with _opened(target, layout) as (session, paths, _owned):
+        await _sync(session, paths, layout)
         found = await history.versions(session, paths)
     by_seq = {v.seq: v for v in found}
     infos = [_info(v, by_seq.get(v.parent) if v.parent else None) for v in found]
@@ -149,6 +161,7 @@ async def diff(
     Neither given: the last change (the newest version against its parent); only ``old``:
     that version against the newest."""
     async with _opened(target, layout) as (session, paths, _owned):
+        await _sync(session, paths, layout)
         found = await history.versions(session, paths)
         if old is None and new is None:
             b = history.resolve("head", found)
@@ -189,6 +202,7 @@ async def restore(
                     session, paths, files, attribution, selection=selection
                 )
                 head = made or await history.Store(session, paths).head()
+            await _sync(session, paths, layout)
         except SandboxError as exc:
             raise _locked(exc) from exc
     assert head is not None
@@ -219,6 +233,9 @@ async def redact_history(
                 changed = await _history_prune.redact_history(session, paths, redactor.redact)
                 rewritten = await _redact_tree(session, paths.memories_dir, redactor)
                 still = await _matching(session, paths.sessions_dir, redactor)
+            store = layout.store if layout is not None else None
+            if store is not None and store.remote:
+                await replace_mirror(session, paths, store)
         except SandboxError as exc:
             raise _locked(exc) from exc
     return RedactResult(versions=changed, files=rewritten, still_in=still)
@@ -337,6 +354,7 @@ async def approve(
                 )
                 await proposals.remove(session, paths, proposal)
                 head = made or await history.Store(session, paths).head()
+            await _sync(session, paths, layout)
         except SandboxError as exc:
             raise _locked(exc) from exc
     assert head is not None

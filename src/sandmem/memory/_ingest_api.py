@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from sandmem._errors import MemoryNotFoundError, SandboxError, UserError
+from sandmem.memory import journal
 from sandmem.memory._api import (
     Engine,
     MemoryTarget,
@@ -25,6 +26,7 @@ from sandmem.memory._api import (
     generate_config,
 )
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.history import Attribution
 from sandmem.memory.ingestion._detect import FORMATS
 from sandmem.memory.ingestion._hooks import claude_hook_paths, codex_notify_paths
 from sandmem.memory.ingestion._ingest import MAX_INGEST_BYTES, Ingestor
@@ -108,8 +110,9 @@ async def ingest(
             report = await ingestor.run(paths)
         except SandboxError as exc:
             raise _locked(exc) from exc
-        if generate_now:
-            report.generation = await generate(session, layout=layout, config=cfg)
+        if generate_now:  # the consolidation's version says it came from an ingest
+            with journal.attributed(Attribution("ingest", client="ingest")):
+                report.generation = await generate(session, layout=layout, config=cfg)
     return report
 
 

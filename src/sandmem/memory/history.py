@@ -232,6 +232,9 @@ async def make_version(
     head = await store.head()
     hashes = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     selection_hash = None if selection is None else hashlib.sha256(selection).hexdigest()
+    if selection is None and head is not None:
+        # no conversations state here (a host's workspace of a store-backed layout): unchanged
+        selection_hash = head.selection
     if head is not None and head.files == hashes and head.selection == selection_hash:
         return None
     if head is None and selection is None and not any(d.strip() for d in files.values()):

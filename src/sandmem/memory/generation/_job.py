@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from sandmem.memory.generation.manager import MemoryGenerationManager
 from sandmem.memory.layout import PHASE_ONE_DIRS
 from sandmem.memory.store._base import MemoryStore, MemoryStoreConflict, MemoryVersion
+from sandmem.memory.store._history_sync import sync_history
 from sandmem.memory.store._sync import _COMMIT_ATTEMPTS, Lease, read_current, walk_files
 from sandmem.sandboxes._local import UnixLocalSandboxClient
 from sandmem.sandboxes._manifest import Manifest
@@ -139,12 +140,14 @@ class _Job:
         try:
             await session.start()
             self.base, self.committed = await _stage(session, self.store, self.paths)
+            await sync_history(session, self.paths, self.store, full=False)
             for name, data in carry.items():
                 await session.write(f"{self.paths.memories_dir}/{name}", data)
             manager = MemoryGenerationManager(session, self.paths, config)
             manager.after_phase_one = self._commit
             report = await manager.flush(retry_failed=retry_failed)
             await self._commit()
+            await sync_history(session, self.paths, self.store, full=False)
             await session.stop()
         finally:
             self._session = None

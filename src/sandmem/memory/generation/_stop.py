@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from sandmem._errors import UserError
 from sandmem.memory.generation._job import run_job
+from sandmem.memory.store._history_sync import sync_history
 from sandmem.memory.store._sync import pull, push_edits, push_segments
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ async def _with_store(manager: MemoryGenerationManager, store: MemoryStore) -> N
     try:
         await push_segments(session, paths, store)
         await push_edits(session, paths, store)
+        await sync_history(session, paths, store)  # this host's versions, for every host
         if schedule == "inline":  # "explicit" is refused by check_schedule
             report = await run_job(store, paths, config)
             logger.info("memory generated in the store: %s", report)

@@ -143,6 +143,25 @@ class MemoryStore(abc.ABC):
         """Remove ``marks`` (those a finished job saw when it started)."""
         return None
 
+    # -- the history mirror (optional: a store without it keeps history per workspace) ------
+
+    async def put_history(self, memories_dir: str, files: dict[str, bytes]) -> None:
+        """Store files of the layout's memory history (names like ``versions/...`` and
+        ``objects/<sha256>``, see ``memory.history``); replaces files of the same name."""
+        return None
+
+    async def history_names(self, memories_dir: str) -> list[str]:
+        """The names of the history files stored."""
+        return []
+
+    async def read_history(self, memories_dir: str, names: list[str]) -> dict[str, bytes]:
+        """The contents of history files (a missing one is left out)."""
+        return {}
+
+    async def delete_history(self, memories_dir: str, names: list[str]) -> None:
+        """Remove history files (pruned versions, redacted or unreferenced objects)."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__
 

@@ -147,6 +147,9 @@ async def read_current(
 async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:
     """Bring the current version's read files into the workspace; False when there was
     nothing new or the workspace has unpushed live edits (kept; merged at stop)."""
+    from sandmem.memory.store._history_sync import sync_history
+
+    await sync_history(session, paths, store)  # versions made elsewhere, before their files
     current = await store.current(paths.memories_dir)
     pulled = await _pulled(session, paths)
     if current is None or (pulled is not None and pulled.version == current.version):

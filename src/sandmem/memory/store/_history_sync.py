@@ -1,0 +1,145 @@
+"""Memory history across hosts: a remote store keeps a mirror of every layout's history
+(``<memories_dir>/history/`` in the store: the same ``versions/`` records and ``objects/``
+blobs as ``memory.history`` keeps in a workspace).
+
+``sync_history`` brings a workspace's history and the store's mirror together: versions made
+elsewhere (a worker's consolidation, another host's live edit) that are at least as new as
+the workspace's newest are downloaded with their objects, and the workspace's versions the
+store lacks are uploaded (objects first, records last, like a local version). Pulls, pushes
+and generation jobs call it, so ``sandmem memory log`` on any host shows every host's and
+worker's versions. The mirror is pruned by the retention from its names alone (numbers and
+times are in them), in the same batches as a workspace.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from sandmem.memory import history
+from sandmem.memory._json import loads_bounded
+from sandmem.memory.history import DEFAULT_RETENTION, Retention, Version, _version_name
+from sandmem.memory.store._base import MemoryStore
+
+if TYPE_CHECKING:
+    from sandmem.memory.layout import MemoryPaths
+    from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory.store")
+
+
+def _blobs_of(version: Version) -> set[str]:
+    return set(version.files.values()) | ({version.selection} if version.selection else set())
+
+
+async def sync_history(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    store: MemoryStore,
+    *,
+    full: bool = True,
+    retention: Retention = DEFAULT_RETENTION,
+) -> int:
+    """Download the store's newer versions and upload the workspace's new ones; returns how
+    many were downloaded. ``full=False`` (a generation job's fresh workspace) downloads only
+    the newest version when the workspace has none."""
+    if not store.remote:
+        return 0
+    md = paths.memories_dir
+    local = history.Store(session, paths)
+    names = set(await store.history_names(md))
+    remote_versions = {n[9:] for n in names if n.startswith("versions/") and _version_name(n[9:])}
+    remote_objects = {n[8:] for n in names if n.startswith("objects/")}
+    local_versions = await local.version_names()
+    head = _version_name(local_versions[-1]) if local_versions else None
+    wanted = sorted(
+        (n for n in remote_versions - set(local_versions)), key=lambda n: _version_name(n) or (0, 0)
+    )
+    if head is not None:
+        wanted = [n for n in wanted if (_version_name(n) or (0, 0))[0] >= head[0]]
+    elif not full:
+        wanted = wanted[-1:]
+    records = await store.read_history(md, [f"versions/{n}" for n in wanted])
+    for name in wanted:
+        raw = records.get(f"versions/{name}")
+        if raw is None:
+            continue
+        version = Version.from_json(loads_bounded(raw))
+        missing = [d for d in _blobs_of(version) if not await session.exists(local.object_path(d))]
+        blobs = await store.read_history(md, [f"objects/{d}" for d in missing])
+        for key, data in blobs.items():
+            await session.write(local.object_path(key[8:]), data)
+        await session.write(f"{local.root}/versions/{name}", raw)
+    uploaded = 0
+    for name in local_versions:
+        if name in remote_versions:
+            continue
+        version = await local.read_version(name)
+        new = sorted(_blobs_of(version) - remote_objects)
+        if new:
+            await store.put_history(
+                md, {f"objects/{d}": data for d, data in (await local.blobs(new)).items()}
+            )
+            remote_objects.update(new)
+        raw = (await session.read_many([f"{local.root}/versions/{name}"]))[
+            f"{local.root}/versions/{name}"
+        ]
+        if raw is not None:
+            await store.put_history(md, {f"versions/{name}": raw})
+            remote_versions.add(name)
+            uploaded += 1
+    await _prune_mirror(store, md, remote_versions, remote_objects, retention)
+    if wanted or uploaded:
+        logger.debug("history of %s: %d down, %d up", md, len(wanted), uploaded)
+    return len(wanted)
+
+
+async def _prune_mirror(
+    store: MemoryStore,
+    md: str,
+    versions: set[str],
+    objects: set[str],
+    retention: Retention,
+) -> None:
+    ordered = sorted(versions, key=lambda n: _version_name(n) or (0, 0))
+    if len(ordered) <= 1:
+        return
+    now = time.time()
+    limit_s = retention.keep_days * 86400.0
+    slack = max(1, retention.keep_versions // 20)
+    oldest = (_version_name(ordered[0]) or (0, 0))[1]
+    if len(ordered) <= retention.keep_versions + slack and now - oldest <= limit_s + 86400.0:
+        return
+    drop = ordered[: max(0, len(ordered) - retention.keep_versions)]
+    drop += [n for n in ordered[len(drop) : -1] if now - (_version_name(n) or (0, 0))[1] > limit_s]
+    kept = [n for n in ordered if n not in set(drop)]
+    records = await store.read_history(md, [f"versions/{n}" for n in kept])
+    referenced: set[str] = set()
+    for raw in records.values():
+        referenced |= _blobs_of(Version.from_json(loads_bounded(raw)))
+    await store.delete_history(md, [f"versions/{n}" for n in drop])
+    await store.delete_history(md, [f"objects/{d}" for d in sorted(objects - referenced)])
+
+
+async def replace_mirror(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> None:
+    """Make the store's mirror equal the workspace's history (after ``redact-history``):
+    every record uploaded again, then every name the workspace lacks deleted."""
+    if not store.remote:
+        return
+    md = paths.memories_dir
+    local = history.Store(session, paths)
+    names = await local.version_names()
+    objects = {d for n in names for d in _blobs_of(await local.read_version(n))}
+    await store.put_history(
+        md, {f"objects/{d}": data for d, data in (await local.blobs(sorted(objects))).items()}
+    )
+    for name in names:
+        raw = (await session.read_many([f"{local.root}/versions/{name}"]))[
+            f"{local.root}/versions/{name}"
+        ]
+        if raw is not None:
+            await store.put_history(md, {f"versions/{name}": raw})
+    keep = {f"versions/{n}" for n in names} | {f"objects/{d}" for d in objects}
+    stale = [n for n in await store.history_names(md) if n not in keep]
+    await store.delete_history(md, stale)

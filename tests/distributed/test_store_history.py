@@ -1,0 +1,64 @@
+"""Memory history with a remote store: versions made by generation jobs (the code
+``sandmem worker`` runs) and by other hosts show in ``memory log`` on any host; a pulled
+version is not mistaken for a live edit; redact-history rewrites the store's mirror too."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from conftest import S3Server
+from test_store_sessions import _EXTRACTIVE, _host_run
+
+from sandmem import memory as api
+from sandmem.distributed import S3MemoryStore
+from sandmem.memory import MemoryLayoutConfig
+from sandmem.memory.generation._job import run_job
+from sandmem.memory.layout import MemoryPaths
+
+
+def _store(s3: S3Server) -> S3MemoryStore:
+    return S3MemoryStore(s3.bucket, f"hist-{uuid.uuid4().hex[:8]}", endpoint_url=s3.endpoint_url)
+
+
+async def test_versions_made_by_jobs_and_other_hosts_show_on_every_host(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    store = _store(s3_server)
+    layout = MemoryLayoutConfig(store=store)
+    await _host_run(tmp_path / "host-a", store, "host-a-r1", "echo built > out.txt")
+    names = await store.history_names("memories")
+    versions = [n for n in names if n.startswith("versions/")]
+    assert len(versions) == 1 and versions[0].startswith("versions/00000001-")
+    await _host_run(tmp_path / "host-b", store, "host-b-r1", "echo again > out.txt")
+
+    # a worker's job, on a conversation no host has seen
+    line = (tmp_path / "host-a/sessions/host-a-r1.jsonl").read_text().splitlines()[0]
+    segment = json.loads(line) | {"rollout_id": "worker-r1"}
+    await store.put_segment("sessions", "worker-r1", (json.dumps(segment) + "\n").encode())
+    await run_job(store, MemoryPaths("memories", "sessions"), _EXTRACTIVE)
+
+    for host in ("host-a", "host-b"):
+        found = await api.log(tmp_path / host, layout=layout)
+        assert [(v.version, v.kind) for v in found] == [
+            (3, "consolidation"),
+            (2, "consolidation"),
+            (1, "consolidation"),
+        ], host
+        assert [v.rollouts_added for v in found] == [["worker-r1"], ["host-b-r1"], ["host-a-r1"]]
+    text = (await api.diff(tmp_path / "host-a", 2, 3, layout=layout)).diff
+    assert "+" in text and "worker-r1" in text
+
+
+async def test_redact_history_rewrites_the_store_mirror(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    store = _store(s3_server)
+    layout = MemoryLayoutConfig(store=store)
+    await _host_run(tmp_path / "host-a", store, "host-a-r1", "echo PELICAN-4471 > out.txt")
+    result = await api.redact_history(tmp_path / "host-a", r"PELICAN-\d+", layout=layout)
+    assert result.versions == [1]
+    names = await store.history_names("memories")
+    stored = await store.read_history("memories", names)
+    assert stored and not [n for n, data in stored.items() if b"PELICAN-4471" in data]
