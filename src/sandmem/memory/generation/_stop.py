@@ -128,6 +128,10 @@ async def defer(
         )
         return False
     await session.remove(record)
+    try:  # this host's versions (its runs' live edits), for every host; best effort
+        await asyncio.wait_for(sync_history(session, paths, store), timeout=bound)
+    except Exception as exc:
+        logger.warning("memory history of %s not synced to the store: %r", paths.memories_dir, exc)
     return True
 
 
