@@ -57,6 +57,32 @@ async def stdio_session(workspace: Path, *args: str) -> AsyncIterator[ClientSess
         yield session
 
 
+@asynccontextmanager
+async def served(transport: str, workspace: Path, *args: str) -> AsyncIterator[ClientSession]:
+    """A client session on ``sandmem mcp`` over ``transport`` ("stdio", or "http": a server
+    process on a free loopback port with a bearer token, stopped afterwards)."""
+    if transport == "stdio":
+        async with stdio_session(workspace, *args) as session:
+            yield session
+        return
+    port = _free_port()
+    argv = [SANDMEM, "mcp", "-w", str(workspace), "--http", f"127.0.0.1:{port}", *args]
+    argv += ["--token-env", "MCP_TEST_TOKEN"]
+    env = {**os.environ, "MCP_TEST_TOKEN": TOKEN, "OPENAI_API_KEY": ""}
+    proc = await anyio.to_thread.run_sync(_spawn, argv, env, port)
+    try:
+        async with http_session(f"http://127.0.0.1:{port}/mcp") as session:
+            yield session
+    finally:
+        proc.terminate()
+        await anyio.to_thread.run_sync(proc.wait, 10)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
+
+
 def _seed(workspace: Path, lines: int = 30) -> None:
     memories = workspace / "memories"
     (memories / "skills" / "deploy").mkdir(parents=True)
@@ -67,10 +93,11 @@ def _seed(workspace: Path, lines: int = 30) -> None:
     (memories / "skills" / "deploy" / "SKILL.md").write_text("# Deploy\n\nRun make deploy.\n")
 
 
-async def test_stdio_tools_resources_paging_and_confinement(tmp_path: Path) -> None:
+@TRANSPORTS
+async def test_tools_resources_paging_and_confinement(tmp_path: Path, transport: str) -> None:
     _seed(tmp_path)
     (tmp_path / "outside.txt").write_text("not memory")
-    async with stdio_session(tmp_path) as session:
+    async with served(transport, tmp_path) as session:
         names = {t.name for t in (await session.list_tools()).tools}
         assert names == {
             "memory_search",
@@ -113,9 +140,10 @@ async def test_stdio_tools_resources_paging_and_confinement(tmp_path: Path) -> N
         assert result.is_error and "bogus" in _text(result)
 
 
-async def test_remember_generate_update_and_instructions(tmp_path: Path) -> None:
+@TRANSPORTS
+async def test_remember_generate_update_and_read_only(tmp_path: Path, transport: str) -> None:
     args = ("--engine", "extractive", "--allow-generate")
-    async with stdio_session(tmp_path, *args) as session:
+    async with served(transport, tmp_path, *args) as session:
         result = await session.call_tool(
             "memory_remember", {"text": f"{NOTE} The key is {SECRET}.", "kind": "preference"}
         )
@@ -135,6 +163,11 @@ async def test_remember_generate_update_and_instructions(tmp_path: Path) -> None
         assert not result.is_error, _text(result)
         edited = (tmp_path / "memories" / "MEMORY.md").read_text()
         assert "make ship" in edited and SECRET not in edited and "[REDACTED" in edited
+        from sandmem.memory import log
+
+        newest = (await log(tmp_path))[0]
+        assert newest.kind == "mcp_write"
+        assert newest.client is not None and newest.client.startswith("sandmem-test 9.9")
 
         outside = "*** Begin Patch\n*** Add File: notes.txt\n+hello\n*** End Patch\n"
         result = await session.call_tool("memory_update", {"patch": outside})
@@ -146,9 +179,12 @@ async def test_remember_generate_update_and_instructions(tmp_path: Path) -> None
     rollout = (tmp_path / "sessions" / "mcp-notes.jsonl").read_text()
     segment = json.loads(rollout.splitlines()[0])
     assert segment["source"]["client"] == "sandmem-test 9.9"
+    assert segment["source"]["via"] == f"MCP ({transport})"
+    if transport == "http":  # the session the client was given is named too
+        assert len(segment["source"]["session"]) >= 16
     assert SECRET not in rollout and NOTE in rollout
 
-    async with stdio_session(tmp_path, "--read-only") as session:
+    async with served(transport, tmp_path, "--read-only") as session:
         init_text = (await session.list_tools()).tools
         assert {t.name for t in init_text} == {
             "memory_search",
@@ -182,6 +218,17 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _spawn(argv: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+    try:
+        _wait_listening(port, proc)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -320,3 +367,28 @@ def test_a_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "not a loopback address, without a bearer token" in done.stderr
+
+
+async def test_each_tool_call_is_a_genai_memory_span(tmp_path: Path, otel_spans: Any) -> None:
+    from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
+    from sandmem.memory.mcp import ServerOptions
+    from sandmem.memory.mcp._tools import Caller, MemoryTools
+
+    _seed(tmp_path)
+    options = ServerOptions(str(tmp_path), MemoryLayoutConfig(), MemoryGenerateConfig())
+    tools = MemoryTools(options)
+    caller = Caller(client="probe")
+    await tools.call("memory_search", {"query": "invoice"}, caller)
+    await tools.call("memory_remember", {"text": NOTE}, caller)
+    patch = (
+        "*** Begin Patch\n*** Update File: memories/MEMORY.md\n@@\n # Memory\n+- x\n*** End Patch\n"
+    )
+    await tools.call("memory_update", {"patch": patch}, caller)
+    spans = {s.name: dict(s.attributes) for s in otel_spans.get_finished_spans()}
+    assert set(spans) == {
+        "search_memory memory_search",
+        "create_memory memory_remember",
+        "update_memory memory_update",
+    }
+    assert spans["create_memory memory_remember"]["gen_ai.operation.name"] == "create_memory"
+    assert spans["search_memory memory_search"]["mcp.client.name"] == "probe"

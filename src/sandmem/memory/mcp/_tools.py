@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandmem._errors import MemoryLockedError, SandboxError, SandmemError
 from sandmem.memory import _api as api
+from sandmem.memory import journal
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.history import Attribution
 from sandmem.memory.layout import MemoryPaths, read_text
 from sandmem.memory.live_edit import apply_live_edit, patch_targets, workspace_relative
 from sandmem.memory.rollouts import note_segment, validate_rollout_id
@@ -47,6 +49,11 @@ class Caller:
     version: str | None = None
     session: str | None = None
     transport: str = "stdio"
+
+    def label(self) -> str:
+        """The client as one string: its name and version, and its session when it gave one."""
+        client = f"{self.client} {self.version}" if self.version else self.client
+        return f"{client} (session {self.session})" if self.session else client
 
     def source(self) -> dict[str, str]:
         client = f"{self.client} {self.version}" if self.version else self.client
@@ -391,11 +398,16 @@ class MemoryTools:
                 targets = []  # apply_live_edit reports what is wrong with the patch
             for target in targets:
                 _editable(paths, workspace_relative(session, target), target)
-            guards = [(paths.memories_dir, Redactor(self.options.config.redact_patterns))]
+            redactor = Redactor(self.options.config.redact_patterns)
+            guards = [(paths.memories_dir, redactor)]
             try:
                 result = await apply_live_edit(
                     session, args.patch, guards, lock_timeout=self.options.lock_timeout
                 )
+                # one memory version, attributed to the client (`sandmem memory log`)
+                attribution = Attribution("mcp_write", client=caller.label(), note="memory_update")
+                async with session.lock(paths.lock, timeout=self.options.lock_timeout):
+                    await journal.notice(session, paths, attribution, redactor=redactor)
             except SandboxError as exc:
                 raise api._locked(exc) from exc
         return result.render()
