@@ -133,6 +133,15 @@ async def test_tools_resources_paging_and_confinement(tmp_path: Path, transport:
             assert result.is_error and "not a memory file" in _text(result)
         with pytest.raises(mcp.MCPError):
             await session.read_resource("memory://../outside.txt")
+        # a symlink planted in the layout is never followed
+        (tmp_path / "memories" / "skills" / "evil").mkdir()
+        (tmp_path / "memories" / "skills" / "evil" / "SKILL.md").symlink_to(
+            tmp_path / "outside.txt"
+        )
+        result = await session.call_tool("memory_read", {"path": "skills/evil/SKILL.md"})
+        assert result.is_error and "not memory" not in _text(result)
+        with pytest.raises(mcp.MCPError):
+            await session.read_resource("memory://skills/evil/SKILL.md")
 
         result = await session.call_tool("memory_read", {"path": "MEMORY.md", "limit": 0})
         assert result.is_error and "limit" in _text(result)

@@ -236,11 +236,22 @@ class MemoryMCPServer:
     # ------------------------------------------------------------ change notifications
 
     async def _snapshot(self) -> dict[str, str]:
+        """Each served file's size and modification time (one ``stat`` each, nothing read);
+        a file whose backend gives no time is hashed instead."""
+        paths = await self.resource_paths()
+        if not paths:
+            return {}
         found: dict[str, str] = {}
-        for path in await self.resource_paths():
-            text = await self._text(path)
-            if text is not None:
-                found[self.uri(path)] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        async with api._opened(self.options.workspace, self.options.layout) as (session, _, _o):
+            stats = await session.stat_many(paths)
+            for path, stat in stats.items():
+                if stat is None:
+                    continue
+                key = f"{stat.size}:{stat.mtime_ns}"
+                if stat.mtime_ns is None:
+                    text = await read_text(session, path) or ""
+                    key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+                found[self.uri(path)] = key
         return found
 
     async def check_changes(self) -> list[str]:
