@@ -924,6 +924,39 @@ def write_chat(path: Path) -> Expected:
     return Expected(path, "chat", path.stem, [task], [final], [], ["utils/dates.py"])
 
 
+def write_chat_jsonl(path: Path) -> Expected:
+    """Chat Completions messages one a line, with a failed tool call and a correction."""
+    task = "Why is the nightly backup job in ops/backup.sh slow?"
+    fix = "Do not suggest rsync --delete here; the archive must keep old files."
+    final = "ops/backup.sh compresses twice; drop the gzip step (rsync already compresses)."
+    messages = [
+        {"role": "user", "content": task},
+        {
+            "role": "assistant",
+            "content": "Let me time it.",
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {
+                        "name": "shell",
+                        "arguments": json.dumps({"cmd": "time ops/backup.sh"}),
+                    },
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "t1",
+            "content": "exit_code: 1\nops/backup.sh: line 9: gzip: Broken pipe",
+        },
+        {"role": "user", "content": fix},
+        {"role": "assistant", "content": final},
+    ]
+    _jsonl(path, messages)
+    return Expected(path, "chat", path.stem, [task, fix], [final], [], ["ops/backup.sh"])
+
+
 def write_responses_jsonl(path: Path) -> Expected:
     task = "Summarise CHANGELOG.md for the 2.0 release"
     final = "2.0 drops Python 3.9 and adds the async client (see CHANGELOG.md)."
@@ -955,5 +988,6 @@ def write_all(root: Path) -> list[Expected]:
         *write_agents_db(root / "agents" / "conversations.db"),
         write_input_list(root / "agents" / "support-run.json"),
         write_chat(root / "plain" / "chat-dates.json"),
+        write_chat_jsonl(root / "plain" / "chat-backup.jsonl"),
         write_responses_jsonl(root / "plain" / "changelog.jsonl"),
     ]
