@@ -93,3 +93,40 @@ def test_required_capabilities() -> None:
     assert Memory().required_capability_types() == {Shell, Filesystem}
     assert Memory(read=MemoryReadConfig(live_update=False)).required_capability_types() == {Shell}
     assert Memory(read=None).required_capability_types() == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("/abs", "must be relative"),
+        ("../up", "must not escape root"),
+        ("", "must be non-empty"),
+        (".", "must be non-empty"),
+    ],
+)
+@pytest.mark.parametrize("field", ["memories_dir", "sessions_dir"])
+def test_layout_errors_use_the_reference_wording(field: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"{field} {message}"):
+        MemoryLayoutConfig(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("cap", "message"),
+    [(0, "must be greater than 0"), (4097, "must be less than or equal to 4096")],
+)
+def test_raw_memory_cap_errors_use_the_reference_wording(cap: int, message: str) -> None:
+    with pytest.raises(
+        ValueError, match=f"MemoryGenerateConfig.max_raw_memories_for_consolidation {message}"
+    ):
+        MemoryGenerateConfig(max_raw_memories_for_consolidation=cap)
+
+
+@pytest.mark.parametrize("field", ["phase_one_model_settings", "phase_two_model_settings"])
+def test_model_settings_of_the_wrong_type_are_a_type_error(field: str) -> None:
+    with pytest.raises(TypeError, match=f"MemoryGenerateConfig.{field} must be a ModelSettings"):
+        MemoryGenerateConfig(**{field: "fast"})
+
+
+def test_memory_without_read_and_generate_names_both() -> None:
+    with pytest.raises(ValueError, match="requires at least one of `read` or `generate`"):
+        Memory(read=None, generate=None)

@@ -54,7 +54,8 @@ class Memory(Capability):
         self.generate = MemoryGenerateConfig() if generate is _DEFAULT else generate
         if self.read is None and self.generate is None:
             raise ValueError(
-                "Memory needs read or generate (or both); got read=None, generate=None"
+                "Memory requires at least one of `read` or `generate`; got read=None, "
+                "generate=None"
             )
         self.paths = MemoryPaths.of(self.layout)
 

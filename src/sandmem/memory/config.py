@@ -18,15 +18,19 @@ EXTRACTIVE = "extractive"
 def normalize_dir(value: str, field: str) -> str:
     """A layout directory as a normalised relative POSIX path; ``ValueError`` otherwise."""
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{field} must be a non-empty relative path")
+        raise ValueError(f"{field} must be non-empty: a directory inside the workspace")
     path = PurePosixPath(value.strip().replace("\\", "/"))
     if path.is_absolute():
         raise ValueError(f"{field} must be relative to the workspace, got {value!r}")
     parts = [p for p in path.parts if p not in ("", ".")]
     if ".." in parts:
-        raise ValueError(f"{field} must not contain '..', got {value!r}")
+        raise ValueError(
+            f"{field} must not escape root: it must not contain '..', got {value!r}"
+        )
     if not parts:
-        raise ValueError(f"{field} must name a directory inside the workspace, got {value!r}")
+        raise ValueError(
+            f"{field} must be non-empty: a directory inside the workspace, got {value!r}"
+        )
     return "/".join(parts)
 
 
@@ -94,7 +98,7 @@ class MemoryGenerateConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    max_raw_memories_for_consolidation: int = Field(default=256, gt=0, le=4096)
+    max_raw_memories_for_consolidation: int = 256
     phase_one_model: str | Model = "gpt-5.4-mini"
     phase_one_model_settings: ModelSettings | None = Field(default_factory=_default_settings)
     phase_two_model: str | Model = "gpt-5.5"
@@ -124,10 +128,28 @@ class MemoryGenerateConfig(BaseModel):
     history_keep_versions: int = Field(default=1000, ge=1)
     history_keep_days: float = Field(default=365.0, gt=0)
 
+    @field_validator("max_raw_memories_for_consolidation")
+    @classmethod
+    def _cap(cls, value: int) -> int:
+        # the reference's messages, so tests written for it match
+        name = "MemoryGenerateConfig.max_raw_memories_for_consolidation"
+        if value <= 0:
+            raise ValueError(f"{name} must be greater than 0")
+        if value > 4096:
+            raise ValueError(f"{name} must be less than or equal to 4096")
+        return value
+
     @field_validator("phase_one_model_settings", "phase_two_model_settings", mode="before")
     @classmethod
-    def _settings(cls, value: Any) -> ModelSettings | None:
-        return None if value is None else ModelSettings.coerce(value)
+    def _settings(cls, value: Any, info: Any) -> ModelSettings | None:
+        if value is None:
+            return None
+        if not isinstance(value, ModelSettings | dict):
+            raise TypeError(
+                f"MemoryGenerateConfig.{info.field_name} must be a ModelSettings instance or a "
+                f"dict of its fields, got {type(value).__name__}"
+            )
+        return ModelSettings.coerce(value)
 
     @field_validator("phase_one_model", "phase_two_model")
     @classmethod
