@@ -2,6 +2,7 @@
 
     SandmemError
     ├── UserError                 misuse by the developer calling sandmem
+    │   └── CapabilityNotBoundError   a capability used before ``bind(session)`` (also ValueError)
     ├── MaxTurnsExceeded          a run hit its turn limit (carries the partial items)
     ├── ModelBehaviorError        the model answered with something unusable
     ├── ModelRequestError         a model request failed after the client's retries
@@ -42,6 +43,10 @@ class SandmemError(Exception):
 
 class UserError(SandmemError):
     """The developer used sandmem in a way it does not support; the message says how to fix it."""
+
+
+class CapabilityNotBoundError(UserError, ValueError):
+    """A capability was asked for its instructions before it was bound to a sandbox session."""
 
 
 class MaxTurnsExceeded(SandmemError):

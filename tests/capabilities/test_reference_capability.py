@@ -90,3 +90,24 @@ async def test_requirements_named_by_type_are_checked() -> None:
                 agent, "go", run_config=RunConfig(sandbox=SandboxRunConfig(session=sandbox))
             )
     await client.delete(sandbox)
+
+
+async def test_memory_instructions_in_the_reference_form() -> None:
+    from sandmem import Memory
+    from sandmem._errors import CapabilityNotBoundError
+    from sandmem.testing import InMemorySandboxClient
+
+    memory = Memory(generate=None)
+    with pytest.raises(ValueError, match="not bound to a SandboxSession") as info:
+        await memory.instructions(Manifest())
+    assert isinstance(info.value, CapabilityNotBoundError) and isinstance(info.value, UserError)
+    session = await InMemorySandboxClient().create()
+    async with session:
+        memory.bind(session)
+        assert await memory.instructions(session.state.manifest) is None  # no summary yet
+        await session.mkdir("memories")
+        await session.write("memories/memory_summary.md", b"")
+        assert await memory.instructions(session.state.manifest) is None  # empty summary
+        await session.write("memories/memory_summary.md", b"uses pytest -q")
+        prompt = await memory.instructions(session.state.manifest)
+        assert prompt is not None and "uses pytest -q" in prompt

@@ -7,8 +7,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandmem._errors import UserError
+from sandmem._errors import CapabilityNotBoundError, UserError
 from sandmem.agent._capability import Capability
+from sandmem.agent._context import SandboxRunContext
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS as SUMMARY_MAX_TOKENS
@@ -16,9 +17,10 @@ from sandmem.memory.read_prompt import memory_read_prompt as memory_read_prompt
 from sandmem.memory.read_prompt import read_prompt_for
 
 if TYPE_CHECKING:
-    from sandmem.agent._context import RunOutcome, SandboxRunContext
+    from sandmem.agent._context import RunOutcome
     from sandmem.memory.generation.manager import MemoryGenerationManager
     from sandmem.redaction import Redactor
+    from sandmem.sandboxes._manifest import Manifest
 
 _DEFAULT: Any = object()
 logger = logging.getLogger("sandmem.memory")
@@ -54,8 +56,7 @@ class Memory(Capability):
         self.generate = MemoryGenerateConfig() if generate is _DEFAULT else generate
         if self.read is None and self.generate is None:
             raise ValueError(
-                "Memory requires at least one of `read` or `generate`; got read=None, "
-                "generate=None"
+                "Memory requires at least one of `read` or `generate`; got read=None, generate=None"
             )
         self.paths = MemoryPaths.of(self.layout)
 
@@ -122,8 +123,19 @@ class Memory(Capability):
         if self.generate is None:
             on_stop_read_only(self.session, self.paths.memories_dir, redactor)
 
-    async def instructions(self, ctx: SandboxRunContext) -> str | None:
-        return self._slot(ctx).prompt
+    async def instructions(self, ctx: SandboxRunContext | Manifest) -> str | None:
+        """The memory prompt of this run. Also the reference's form: called with a manifest on
+        a capability bound with ``bind(session)``, it reads the summary from that session."""
+        if isinstance(ctx, SandboxRunContext):
+            return self._slot(ctx).prompt
+        if self._session is None:
+            raise CapabilityNotBoundError(
+                "Memory capability is not bound to a SandboxSession; call bind(session) first, "
+                "or run it through a SandboxAgent"
+            )
+        if self.read is None:
+            return None
+        return await read_prompt_for(self.session, self.paths, live_update=self.read.live_update)
 
     async def on_run_end(self, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
         from sandmem.memory.rollouts import build_segment

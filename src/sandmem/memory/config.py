@@ -24,9 +24,7 @@ def normalize_dir(value: str, field: str) -> str:
         raise ValueError(f"{field} must be relative to the workspace, got {value!r}")
     parts = [p for p in path.parts if p not in ("", ".")]
     if ".." in parts:
-        raise ValueError(
-            f"{field} must not escape root: it must not contain '..', got {value!r}"
-        )
+        raise ValueError(f"{field} must not escape root: it must not contain '..', got {value!r}")
     if not parts:
         raise ValueError(
             f"{field} must be non-empty: a directory inside the workspace, got {value!r}"
