@@ -89,6 +89,13 @@ def _cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent busy so far (every process, ours or not)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 async def _enqueue(s3: Any, prefix: str, layouts: int, broker: str, queue: str) -> None:
     from sandmem.distributed import RedisScheduler
     from sandmem.memory.layout import MemoryPaths
@@ -210,6 +217,7 @@ def _throughput(
     }
     try:
         cpu_before = {k: sum(_cpu_s(p) for p in v) for k, v in pids.items()}
+        machine_before = _machine_busy_s()
         started = time.perf_counter()
         asyncio.run(_enqueue(s3, prefix, layouts, redis.url, queue))
         done, elapsed = 0, 0.0
@@ -220,6 +228,7 @@ def _throughput(
                 continue  # cheap: three Redis commands, not one S3 request per layout
             elapsed = time.perf_counter() - started
             cpu = {k: sum(_cpu_s(p) for p in v) - cpu_before[k] for k, v in pids.items()}
+            cpu[_MACHINE] = _machine_busy_s() - machine_before
             done = asyncio.run(_done(s3, prefix, layouts, rollouts))
         return elapsed, done, cpu
     finally:
@@ -317,6 +326,10 @@ def run(
     return _figure(layouts, rollouts, delay_s, stop_samples, stops, results)
 
 
+#: the key of the whole machine's busy CPU seconds in a result's CPU split
+_MACHINE = "machine"
+
+
 def _label(shape: tuple[int, int]) -> str:
     count, concurrency = shape
     return f"{count} process{'es' if count > 1 else ''} x concurrency {concurrency}"
@@ -334,7 +347,8 @@ def _figure(
     base = min(results)
     cores = os.cpu_count() or 1
     rows = []
-    for shape, (elapsed, done, cpu) in results.items():
+    for shape, (elapsed, done, cpu_all) in results.items():
+        cpu = {k: v for k, v in cpu_all.items() if k != _MACHINE}
         total = sum(cpu.values())
         rows.append(
             [
@@ -344,6 +358,8 @@ def _figure(
                 round(per_minute[shape], 1),
                 f"{per_minute[shape] / per_minute[base]:.2f}x",
                 f"{total / elapsed / cores:.0%}",
+                f"{cpu_all.get(_MACHINE, 0.0) / elapsed / cores:.0%}",
+                f"{cpu.get('workers', 0.0) / max(done, 1) * 1000:.0f} ms",
                 ", ".join(f"{name} {v / total:.0%}" for name, v in cpu.items() if total),
             ]
         )
@@ -351,8 +367,10 @@ def _figure(
         f"{layouts} layouts x {rollouts} rollouts, the fake model server at "
         f"{delay_s * 1000:.0f} ms per request, Redis and SeaweedFS on loopback, one job per "
         "layout enqueued after the workers were ready (warm: imports, model and S3 clients and "
-        f"connections made before the first job). CPU is the share of this machine's {cores} "
-        "cores used during the run, and how it split between the processes.\n\n"
+        f'connections made before the first job). "CPU used" is the share of this machine\'s '
+        f'{cores} cores that these processes used during the run, "machine busy" the share '
+        'every process on the machine used (other work included); "worker CPU a job" is the '
+        "workers' CPU time over the jobs done.\n\n"
         + table(
             [
                 "workers",
@@ -361,6 +379,8 @@ def _figure(
                 "jobs per minute",
                 "vs solo",
                 "CPU used",
+                "machine busy",
+                "worker CPU a job",
                 "where the CPU went",
             ],
             rows,
@@ -377,12 +397,12 @@ def _figure(
     one = (1, 16)
     ratio = per_minute.get(one, 0.0) / per_minute[base]
     top = max(results)
-    top_cpu = sum(results[top][2].values()) / results[top][0] / cores
+    top_cpu = results[top][2].get(_MACHINE, 0.0) / results[top][0] / cores
     meaning = (
         f"One worker process at concurrency 16 ran {per_minute.get(one, 0.0):.1f} jobs per minute "
         f"against {per_minute[base]:.1f} for a solo worker ({ratio:.2f}x): its jobs wait on the "
         f"model together on one event loop. {_label(top)} ran {per_minute[top]:.1f} jobs per "
-        f"minute using {top_cpu:.0%} of the CPU: "
+        f"minute with the machine's CPU {top_cpu:.0%} busy: "
         + (
             "CPU-bound, not latency-bound, on this machine."
             if top_cpu >= 0.8
