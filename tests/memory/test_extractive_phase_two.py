@@ -182,7 +182,8 @@ def test_summary_puts_preferences_first_then_tips_then_index(
         '- "And please use click instead of argparse for new options." (rollout user_correction)',
     ]
     assert "- Did not work: `make deploy-docs` failed (exit 2" in summary
-    assert "last outcome: failed (ModelRequestError" in summary
+    assert "last outcome: failed (model-server or settings error" in summary
+    assert "ModelRequestError" not in summary and "HTTP 503" not in summary
 
 
 def test_secrets_in_raw_memories_are_redacted() -> None:

@@ -17,11 +17,13 @@ from sandmem import (
     SQLiteSession,
     UserError,
 )
+from sandmem._errors import ModelRequestError
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
-from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.layout import MemoryPaths, parse_header
+from sandmem.models import ModelRequest
 from sandmem.sandboxes import (
     BubblewrapSandboxClient,
     File,
@@ -246,7 +248,9 @@ async def test_missing_capability_refused_and_nothing_recorded() -> None:
 async def test_failed_run_is_recorded() -> None:
     client = UnixLocalSandboxClient()
 
-    def broken(request: object) -> str:
+    def broken(request: ModelRequest) -> object:
+        if not any(i.get("type") == "function_call_output" for i in request.input):
+            return [tool_call("exec_command", {"cmd": "cat src/app.py"})]
         raise RuntimeError("model exploded")
 
     agent = dev_agent(Memory(generate=generate_config()), FunctionModel(broken))
@@ -262,6 +266,59 @@ async def test_failed_run_is_recorded() -> None:
         "has_final_output": False,
     }
     assert (sandbox.root / "memories/raw_memories/f.md").exists()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ModelRequestError("HTTP 401 Incorrect API key sk-wrong", status_code=401),
+        ModelRequestError("HTTP 500 server on fire", status_code=500, retryable=True),
+        RuntimeError("model exploded"),
+    ],
+    ids=["401", "500", "crash"],
+)
+async def test_run_without_a_model_reply_records_nothing(error: Exception) -> None:
+    """Issue 29: a run that never got a model reply is no conversation: nothing is recorded,
+    so nothing is distilled and no error text reaches memory."""
+
+    def broken(request: ModelRequest) -> str:
+        raise error
+
+    agent = dev_agent(Memory(generate=generate_config()), FunctionModel(broken))
+    sandbox = await UnixLocalSandboxClient().create(manifest=MANIFEST)
+    async with sandbox:
+        with pytest.raises(type(error)):
+            await Runner.run(agent, "do it", run_config=run_config(sandbox), conversation_id="f")
+    assert not (sandbox.root / "sessions/f.jsonl").exists()
+    assert not (sandbox.root / "memories/raw_memories").exists() or not list(
+        (sandbox.root / "memories/raw_memories").iterdir()
+    )
+
+
+async def test_infrastructure_error_after_work_is_recorded_without_its_text() -> None:
+    """A run the server stopped after some work keeps its transcript; the error is marked
+    as infrastructure and its text stays out of every memory file."""
+
+    def flaky(request: ModelRequest) -> object:
+        if not any(i.get("type") == "function_call_output" for i in request.input):
+            return [tool_call("exec_command", {"cmd": "cat src/app.py"})]
+        raise ModelRequestError("HTTP 401 Incorrect API key sk-wrong", status_code=401)
+
+    config = generate_config().model_copy(
+        update={"phase_one_model": EXTRACTIVE, "phase_two_model": EXTRACTIVE}
+    )
+    agent = dev_agent(Memory(generate=config), FunctionModel(flaky))
+    sandbox = await UnixLocalSandboxClient().create(manifest=MANIFEST)
+    async with sandbox:
+        with pytest.raises(ModelRequestError):
+            await Runner.run(agent, "do it", run_config=run_config(sandbox), conversation_id="f")
+    segment = json.loads((sandbox.root / "sessions/f.jsonl").read_text())
+    assert segment["terminal_metadata"]["error_origin"] == "infrastructure"
+    memory_files = [p for p in (sandbox.root / "memories").rglob("*.md") if p.is_file()]
+    assert any(p.name == "memory_summary.md" for p in memory_files)
+    for path in memory_files:
+        text = path.read_text()
+        assert "Incorrect API key" not in text and "401" not in text, path
 
 
 async def test_phase_one_failure_stays_pending_then_retried() -> None:

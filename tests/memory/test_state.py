@@ -90,6 +90,14 @@ def test_rollout_failures_count_toward_max_attempts() -> None:
     assert not is_due(entry, NOW) and is_due(entry, NOW, retry_failed=True)
 
 
+def test_configuration_failures_use_no_attempt_and_set_no_retry_time() -> None:
+    entry = RolloutState()
+    for _ in range(5):
+        entry = fail(entry, "configuration")
+    assert (entry.status, entry.attempts, entry.next_retry_at) == ("pending", 0, None)
+    assert entry.failure_kind == "configuration" and is_due(entry, NOW)
+
+
 @pytest.mark.parametrize(
     ("exc", "kind"),
     [
@@ -97,6 +105,19 @@ def test_rollout_failures_count_toward_max_attempts() -> None:
         (ModelRequestError("HTTP 429", status_code=429, retryable=True), "environment"),
         (ModelRequestError("HTTP 503", status_code=503, retryable=True), "environment"),
         (ModelRequestError("context_length_exceeded", status_code=400), "rollout"),
+        (ModelRequestError("HTTP 401 Incorrect API key", status_code=401), "configuration"),
+        (ModelRequestError("HTTP 403 forbidden", status_code=403), "configuration"),
+        (ModelRequestError("HTTP 404 not found", status_code=404), "configuration"),
+        (
+            ModelRequestError("HTTP 400: model 'qwen9' not found, try pulling it", status_code=400),
+            "configuration",
+        ),
+        (
+            ModelRequestError("HTTP 400: The model `gpt-x` does not exist", status_code=400),
+            "configuration",
+        ),
+        (ModelRequestError("HTTP 400: Invalid model name passed", status_code=400), "configuration"),
+        (ModelRequestError("HTTP 400: messages must not be empty", status_code=400), "rollout"),
         (ConnectionRefusedError("refused"), "environment"),
         (TimeoutError("timed out"), "environment"),
         (OSError("Name or service not known"), "environment"),

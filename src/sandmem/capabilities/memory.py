@@ -138,12 +138,14 @@ class Memory(Capability):
         return await read_prompt_for(self.session, self.paths, live_update=self.read.live_update)
 
     async def on_run_end(self, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
-        from sandmem.memory.rollouts import build_segment
+        from sandmem.memory.rollouts import build_segment, records_work
 
         slot = self._slot(ctx)
         await self._version_edits(ctx, slot)
         if slot.manager is None or slot.rollout_id is None:
             return
+        if not records_work(outcome):
+            return  # no model reply came (a refused key, a dead server): nothing to remember
         segment = build_segment(ctx, outcome, slot.rollout_id, slot.conversation_key)
         await slot.manager.record(segment)
 

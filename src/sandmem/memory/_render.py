@@ -33,6 +33,7 @@ from sandmem.memory._render_text import (
 from sandmem.memory.rollouts import (
     ParsedRollout,
     RolloutSegment,
+    exception_text,
     keep_item,
     parse_rollout,
     strip_encrypted,
@@ -249,10 +250,9 @@ def _segment_header(segment: RolloutSegment, number: int, total: int) -> str:
             if isinstance(source.get(key), str) and source[key]
         ]
         header += "\ningested from " + " | ".join(described)
-    meta = segment.terminal_metadata
-    if meta.get("exception_type") or meta.get("exception_message"):
-        exc_type = meta.get("exception_type") or "error"
-        header += f"\nexception: {exc_type}: {meta.get('exception_message') or ''}"
+    error = exception_text(segment.terminal_metadata)
+    if error:
+        header += f"\nexception: {error}"
     return header
 
 

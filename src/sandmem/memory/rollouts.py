@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -143,6 +144,45 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: ``terminal_metadata.error_origin`` of a run stopped by the model server or the settings
+#: (see ``memory.state.classify``), not by anything in the task
+INFRASTRUCTURE = "infrastructure"
+#: what memory says of such an error instead of its text (a key, a URL, a status line are no
+#: learning about the workspace)
+INFRASTRUCTURE_TEXT = "model-server or settings error, not part of the task"
+
+
+def records_work(outcome: RunOutcome) -> bool:
+    """Whether a run is worth recording for memory: it completed, or it produced model output
+    (items or a final output) before it failed or was cancelled. A run that never got a model
+    reply (HTTP 401/404/5xx, a timeout, a cancel before the first reply) records nothing."""
+    if outcome.terminal_state == "completed" or outcome.has_final_output:
+        return True
+    return bool(filter_items(outcome.new_items))
+
+
+def error_origin(exc: BaseException | None) -> str | None:
+    """``"infrastructure"`` for an error the model server or the settings caused, else None."""
+    from sandmem.memory.state import classify
+
+    if exc is None or isinstance(exc, asyncio.CancelledError):
+        return None
+    return INFRASTRUCTURE if classify(exc) in ("environment", "configuration") else None
+
+
+def exception_text(meta: dict[str, Any]) -> str:
+    """The error a segment's ``terminal_metadata`` records, as memory may show it: ``Type:
+    message``, or ``INFRASTRUCTURE_TEXT`` for a model-server or configuration error (also for
+    segments recorded before ``error_origin`` existed: a ``ModelRequestError``); "" when the
+    run raised nothing."""
+    exc_type, message = meta.get("exception_type"), meta.get("exception_message")
+    if not exc_type and not message:
+        return ""
+    if meta.get("error_origin") == INFRASTRUCTURE or exc_type == "ModelRequestError":
+        return INFRASTRUCTURE_TEXT
+    return f"{exc_type or 'Error'}: {message or ''}".strip()
+
+
 def build_segment(
     ctx: SandboxRunContext,
     outcome: RunOutcome,
@@ -169,6 +209,9 @@ def build_segment(
         "exception_message": str(exc) if exc is not None else None,
         "has_final_output": outcome.has_final_output,
     }
+    origin = error_origin(exc)
+    if origin is not None:
+        segment["terminal_metadata"]["error_origin"] = origin
     return segment
 
 

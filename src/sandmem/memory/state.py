@@ -15,8 +15,11 @@ retry. This module owns the rules both the manager and ``maintenance`` apply:
 - ``record_failure`` — what a failure does to a rollout: an ``environment`` failure (the
   model server unreachable, timing out, rate limiting or failing with 5xx, or the flush
   timeout) never consumes an attempt; it sets an exponential, capped, jittered
-  ``next_retry_at``. A ``rollout`` failure (bad output after retries, context too long, a
-  refusal) counts toward ``max_attempts``.
+  ``next_retry_at``. A ``configuration`` failure (HTTP 401, 403 or 404, or a reply saying
+  the model does not exist: a wrong key, URL or model name) never consumes an attempt either
+  and sets no retry time: the backlog stays pending until the setting is fixed. A ``rollout``
+  failure (bad output after retries, context too long, a refusal) counts toward
+  ``max_attempts``.
 
 ``parse_state`` never raises: a file of the wrong shape is rebuilt (an empty state that
 ``reconcile`` fills from the files), and a bad entry is dropped alone; each problem is
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -51,7 +55,7 @@ from sandmem.sandboxes._session import SandboxSession
 
 STATE_VERSION = 1
 
-FailureKind = Literal["environment", "rollout"]
+FailureKind = Literal["environment", "configuration", "rollout"]
 RolloutStatus = Literal["pending", "done", "failed", "skipped"]
 PhaseTwoStatus = Literal["done", "incomplete", "proposed", "failed", "skipped", "not_run"]
 
@@ -303,7 +307,9 @@ def record_failure(
         "last_attempt_at": format_time(now),
         "failure_kind": kind,
     }
-    if kind == "environment":
+    if kind == "configuration":  # the settings are wrong, not the rollout: retried once fixed
+        update.update(status="pending", next_retry_at=None)
+    elif kind == "environment":
         failures = entry.environment_failures + 1
         delay = backoff_delay(failures, backoff_s, backoff_max_s, rng)
         update.update(
@@ -334,15 +340,37 @@ def record_success(
     )
 
 
+#: HTTP statuses that mean the request's settings are wrong (key, permissions, URL or model)
+CONFIGURATION_STATUSES = frozenset({401, 403, 404})
+_MODEL_MISSING = re.compile(
+    r"model\b.{0,120}?\b(not found|does not exist|not exist|unknown|not available|"
+    r"no such|invalid model)|(unknown|invalid|unsupported) model|no model named",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def is_configuration_error(exc: ModelRequestError) -> bool:
+    """Whether a failed model request says the settings are wrong rather than the request:
+    HTTP 401/403/404, or a 4xx whose message says the model does not exist."""
+    status = exc.status_code
+    if status in CONFIGURATION_STATUSES:
+        return True
+    return status is not None and 400 <= status < 500 and bool(_MODEL_MISSING.search(str(exc)))
+
+
 def classify(exc: BaseException) -> FailureKind:
     """``environment`` for failures the rollout did not cause (connection refused, DNS,
-    timeouts, HTTP 408/409/429/5xx, an unreadable reply, the flush timeout), ``rollout``
-    for the rest (invalid output after retries, context too long, a refusal, HTTP 4xx)."""
+    timeouts, HTTP 408/409/429/5xx, an unreadable reply, the flush timeout),
+    ``configuration`` for a wrong key, URL or model name (``is_configuration_error``),
+    ``rollout`` for the rest (invalid output after retries, context too long, a refusal,
+    other HTTP 4xx)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, ModelRequestError):
+            if is_configuration_error(current):
+                return "configuration"
             return "environment" if current.retryable else "rollout"
         if isinstance(current, SandboxError | MaxTurnsExceeded):
             return "rollout"  # the rollout's own files or the consolidation's own turns

@@ -45,6 +45,20 @@ def is_retryable_status(status: int) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
+def _status_hint(status: int, model: str) -> str:
+    """What to fix after a refused request (a 4xx that trying again would not change)."""
+    if status == 401:
+        return "the server refused the API key: check OPENAI_API_KEY (and OPENAI_BASE_URL)"
+    if status == 403:
+        return f"the key may not use {model!r}: check OPENAI_API_KEY and the model name"
+    if status == 404:
+        return (
+            f"the server has no model {model!r} (or OPENAI_BASE_URL is wrong): name a model "
+            "it serves with --model / SANDMEM_MODEL"
+        )
+    return "check the model name, key and request"
+
+
 @contextmanager
 def translated_errors(model: str, api: str) -> Iterator[None]:
     """Turn ``openai`` client errors raised inside the block into ``ModelRequestError``."""
@@ -53,8 +67,8 @@ def translated_errors(model: str, api: str) -> Iterator[None]:
         yield
     except openai.APITimeoutError as exc:
         raise ModelRequestError(
-            f"{where} timed out after the client's retries; raise the provider's timeout or "
-            "try again later",
+            f"{where} timed out after the client's retries; raise the timeout "
+            "(OpenAIProvider(timeout=...), or --timeout / SANDMEM_TIMEOUT) or try again later",
             retryable=True,
         ) from exc
     except openai.APIConnectionError as exc:
@@ -66,7 +80,7 @@ def translated_errors(model: str, api: str) -> Iterator[None]:
     except openai.APIStatusError as exc:
         status = exc.status_code
         retryable = is_retryable_status(status)
-        hint = "try again later" if retryable else "check the model name, key and request"
+        hint = "try again later" if retryable else _status_hint(status, model)
         raise ModelRequestError(
             f"{where} failed with HTTP {status}: {exc.message}; {hint}",
             status_code=status,

@@ -10,6 +10,7 @@ from typing import Any
 
 from sandmem._items import Item, content_text, item_kind
 from sandmem.memory._render import ParsedRollout, RolloutSegment
+from sandmem.memory.rollouts import exception_text
 from sandmem.memory.extractive._patches import PatchChange, patch_changes
 from sandmem.memory.extractive._shell import (
     describe_content,
@@ -168,9 +169,7 @@ class _Walker:
         if not answer and final is not None:
             answer = final if isinstance(final, str) else json.dumps(final, default=str)
         meta = self.redactor.redact_obj(segment.terminal_metadata)
-        exc = ""
-        if meta.get("exception_type") or meta.get("exception_message"):
-            exc = f"{meta.get('exception_type') or 'Error'}: {meta.get('exception_message') or ''}"
+        exc = exception_text(meta)
         self.facts.outcomes.append(
             Outcome(number, segment.terminal_state, clip(exc.strip(), 240), answer.strip())
         )
