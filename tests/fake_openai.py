@@ -15,7 +15,8 @@ The same ``FakeReply`` renders as a valid reply of either API, and as a server-s
 stream of either API when the request asks for ``stream: true`` (Responses: ``response.created``
 ... ``response.output_text.delta`` ... ``response.completed``; Chat Completions: chunks, then
 ``[DONE]``, with a usage chunk when ``stream_options.include_usage``). ``FakeReply.chunks``
-chooses the text deltas (default: the text split after each space). Faults are switched on with
+chooses the text deltas (default: the text split after each space). ``GET /v1/models`` lists
+``server.models`` (``["gpt-5.4-mini"]`` unless changed; 404 while it is ``None``). Faults are switched on with
 ``server.inject(...)`` (HTTP status, slow reply, malformed body) for the next ``times``
 requests. Every request is recorded in ``server.requests``; ``server.in_flight`` and
 ``server.max_in_flight`` count concurrent requests. A handler that raises answers HTTP 400
@@ -218,6 +219,9 @@ class FakeOpenAIServer:
         self.handler_errors: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        #: what ``GET /v1/models`` lists (``None``: that path answers 404, as some servers do);
+        #: one model by default, so a CLI run that names none uses it
+        self.models: list[str] | None = ["gpt-5.4-mini"]
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -372,6 +376,14 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
+
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] != "/v1/models" or server.models is None:
+                self._send(404, {}, _error_body(404, f"unknown path {self.path}"))
+                return
+            data = [{"id": name, "object": "model", "owned_by": "fake"} for name in server.models]
+            body = json.dumps({"object": "list", "data": data}).encode()
+            self._send(200, {"content-type": "application/json"}, body)
 
         def do_POST(self) -> None:
             received_at = time.perf_counter()

@@ -65,3 +65,23 @@ def readable_warnings() -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         logger.propagate = saved
+
+
+def command_name() -> str:
+    """How a hint should spell the ``sandmem`` command so that it runs as printed: ``sandmem``
+    when the running script is the ``sandmem`` that ``PATH`` finds (or sandmem runs inside
+    another program), else the path it was started by (``.venv/bin/sandmem`` after
+    ``make demo``, whose venv is not activated)."""
+    import os
+    import shutil
+    import sys
+
+    script = sys.argv[0] if sys.argv else ""
+    if os.path.basename(script) != "sandmem" or not os.path.exists(script):
+        return "sandmem"
+    found = shutil.which("sandmem")
+    if found and os.path.samefile(found, script):
+        return "sandmem"
+    path = os.path.abspath(script)
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") and os.sep in relative else path

@@ -114,9 +114,18 @@ def interrupt(proc: subprocess.Popen[str]) -> tuple[str, str]:
 def test_sigint_during_the_run_exits_130_and_names_the_recorded_rollout(
     tmp_path: Path, fake_openai: FakeOpenAIServer
 ) -> None:
-    fake_openai.handler = lambda req: FakeReply(text="late", delay_s=30)
+    def handler(req: FakeRequest) -> FakeReply:  # a reply first, then a hang
+        if req.tool_outputs():
+            return FakeReply(text="late", delay_s=30)
+        return FakeReply(tool_calls=[("exec_command", {"cmd": "true"}, "c1")])
+
+    fake_openai.handler = handler
     proc = start_run(tmp_path, fake_openai, "--engine", "extractive", "--session", "s1", "hi")
-    wait_for(lambda: fake_openai.in_flight > 0, proc, "the agent's model request")
+    wait_for(
+        lambda: fake_openai.in_flight > 0 and len(fake_openai.requests) >= 2,
+        proc,
+        "the agent's second model request",
+    )
     out, err = interrupt(proc)
     assert proc.returncode == 130, err
     assert out == ""

@@ -87,7 +87,7 @@ def test_text_and_tool_lines_appear_before_the_run_ends(
     err = b"".join(d for _, s, d in reads if s == "err").decode()
     assert proc.returncode == 0, err
     assert out == ANSWER + "\n"  # streamed, and not printed a second time
-    assert "→ exec_command: echo hi\n" in err and "  ← exit 0, " in err
+    assert "→ exec_command: echo hi\n" in err and "  ← exit 0: hi (" in err
     agent = [r for r in fake_openai.requests if "exec_command" in r.tool_names()]
     second_turn = next(r for r in agent if r.tool_outputs()).received_at
     phase_one = min(r.received_at for r in fake_openai.requests if r.wants_json())
@@ -137,6 +137,9 @@ def test_summaries() -> None:
     assert call_summary("apply_patch", json.dumps({"patch": patch})) == "a.py, b.py"
     assert call_summary("view_image", json.dumps({"path": "x.png"})) == 'path="x.png"'
     assert len(call_summary("exec_command", json.dumps({"cmd": "y" * 500}))) == 80
-    assert output_summary("Exit code: 3\nOutput:\nboom\n") == "exit 3, 26 B"
+    assert output_summary("Exit code: 3\nOutput:\nboom\n") == "exit 3: boom (26 B)"
+    shell = "Exit code: 0\nWall time: 0.1 s\nOutput:\ncollected 3\n...\n3 passed in 0.02s\n"
+    assert output_summary(shell) == "exit 0: 3 passed in 0.02s (72 B)"
+    assert output_summary("Exit code: 0\nWall time: 0.0 s\nOutput: (none)") == "exit 0, 44 B"
     assert output_summary("Error: ValueError: bad") == "Error: ValueError: bad"
     assert output_summary("x" * 2048) == "2.0 KB"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from pathlib import Path
 
+import pytest
 from cli_workspaces import DEPLOY, INVOICE, build_workspace, failing_phase_one
 from rich.console import Console
 
+from sandmem.cli import _live
 from sandmem.cli._output import (
     incomplete_error,
     incomplete_text,
@@ -19,6 +22,7 @@ from sandmem.cli._output import (
 from sandmem.memory import (
     EXTRACTIVE,
     FileSize,
+    GenerationProgress,
     GenerationReport,
     GenerationUsage,
     MemoryGenerateConfig,
@@ -140,6 +144,19 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     assert "memory: " in out.getvalue()  # the live display was drawn (then cleared)
 
 
-def test_no_progress_display_off_a_terminal() -> None:
-    with progress_display(Console(file=io.StringIO())) as progress:
-        assert progress is None
+def test_off_a_terminal_progress_is_a_heartbeat_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_live, "HEARTBEAT_S", 0.05)
+    out = io.StringIO()
+    with progress_display(Console(file=out)) as progress:
+        assert progress is not None
+        progress(GenerationProgress(0, 2, "extracting"))
+        assert out.getvalue() == ""  # no line for a step that just began
+        time.sleep(0.06)
+        progress(GenerationProgress(0, 2, "extracting"))
+        progress(GenerationProgress(2, 2, "consolidating"))
+        time.sleep(0.06)
+        progress(GenerationProgress(2, 2, "consolidating"))
+    assert out.getvalue().splitlines() == [
+        "… memory: still extracting conversations (0/2) (0 s)",
+        "… memory: still consolidating (0 s)",
+    ]

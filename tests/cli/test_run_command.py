@@ -146,9 +146,13 @@ def test_run_failure_is_recorded_and_one_line(
         env=env,
     )
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[-1].startswith(
+    lines = result.stderr.splitlines()
+    error = next(i for i, line in enumerate(lines) if line.startswith("Error: "))
+    assert lines[error].startswith(
         "Error: the run failed (recorded in sessions/loop.jsonl): the run reached max_turns=2"
     )
+    assert error < lines.index("memory (memories/):")  # the run's own error comes first
+    assert sum(line.startswith("Error: ") for line in lines) == 1
     segment = json.loads((tmp_path / "sessions/loop.jsonl").read_text())
     assert segment["terminal_metadata"]["terminal_state"] == "max_turns_exceeded"
     assert (tmp_path / "memories/raw_memories/loop.md").exists()  # failures are remembered

@@ -22,6 +22,8 @@ from sandmem.run._runner import Runner, RunResultStreaming
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _SPIN_S = 0.1
+#: off a terminal, a line this often (seconds) while the run waits on the model or a tool
+HEARTBEAT_S = 5.0
 _ARG_CHARS = 80
 _TEXT_DELTA = "response.output_text.delta"
 
@@ -53,12 +55,18 @@ def call_summary(name: str, arguments: str) -> str:
 
 
 def output_summary(output: Any) -> str:
-    """A tool result in a few words: the exit code (shell) or the error, and the size."""
+    """A tool result in a few words: the exit code (shell), the last line the command printed
+    (as the demo shows it: for tests, the summary) and the size; or the tool's error."""
     text = output if isinstance(output, str) else json.dumps(output, default=str)
     size = human_size(len(text.encode()))
     first = text.split("\n", 1)[0]
     if first.startswith("Exit code:"):
-        return f"exit {first.removeprefix('Exit code:').strip()}, {size}"
+        _, _, body = text.partition("\nOutput:\n")
+        head = _short(body.strip().rsplit("\n", 1)[-1], 60) if body.strip() else ""
+        code = first.removeprefix("Exit code:").strip()
+        return f"exit {code}: {head} ({size})" if head else f"exit {code}, {size}"
+    if first.startswith("Command timed out"):
+        return _short(first, 100)
     if text.startswith("Error:"):
         return _short(first, 100)
     return size
@@ -88,15 +96,24 @@ def _jsonable(value: Any) -> Any:  # pragma: no cover - defensive for unknown pa
 class LiveView:
     """Follows one streamed run. ``text`` streams the model's text to stdout (off for
     ``--quiet``, where only the final answer is printed); ``tools`` prints the tool lines;
-    ``spinner`` animates a waiting line on stderr (only meaningful on a terminal)."""
+    ``spinner`` animates a waiting line on stderr (only meaningful on a terminal);
+    ``heartbeat`` prints a line every ``HEARTBEAT_S`` seconds of waiting instead (for a pipe
+    or a log, where a spinner cannot be drawn)."""
 
     def __init__(
-        self, *, text: bool = True, tools: bool = True, spinner: bool = False, as_json: bool = False
+        self,
+        *,
+        text: bool = True,
+        tools: bool = True,
+        spinner: bool = False,
+        heartbeat: bool = False,
+        as_json: bool = False,
     ) -> None:
         self.text = text and not as_json
         self.tools = tools and not as_json
         self.as_json = as_json
         self.spinner = spinner and not as_json
+        self.heartbeat = heartbeat and not self.spinner and not as_json
         self.streamed: list[str] = []  # the text of the current message, as streamed
         self._last_message = ""
         self._mid_line = False
@@ -136,11 +153,24 @@ class LiveView:
             click.echo(f"\r\033[K{frame} {self._waiting} {elapsed:.0f}s", nl=False, err=True)
             self._spin_shown = True
 
+    async def _beat(self) -> None:
+        since, due = self._since, HEARTBEAT_S
+        while True:
+            await asyncio.sleep(HEARTBEAT_S / 5)
+            if self._since != since:  # a new wait began: count from its start
+                since, due = self._since, HEARTBEAT_S
+            elapsed = time.monotonic() - since
+            if self._waiting is not None and elapsed >= due:
+                self._err_line(f"… still {self._waiting} ({elapsed:.0f} s)")
+                due += HEARTBEAT_S
+
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Around the event loop of one run: the spinner task, and clean lines at the end."""
+        """Around the event loop of one run: the spinner (or heartbeat) task, and clean lines
+        at the end."""
         self._wait("waiting for the model")
-        task = asyncio.ensure_future(self._spin()) if self.spinner else None
+        ticker = self._spin() if self.spinner else self._beat() if self.heartbeat else None
+        task = asyncio.ensure_future(ticker) if ticker is not None else None
         try:
             yield
         finally:

@@ -5,21 +5,38 @@ phases use ``--memory-model`` / ``SANDMEM_MEMORY_MODEL`` when given, else the ag
 whenever the user chose it (flag or environment) or ``OPENAI_BASE_URL`` names a server that is
 not OpenAI's (where the OpenAI default names would not exist), else the documented defaults of
 ``MemoryGenerateConfig``.
+
+A server that is not OpenAI's has no ``gpt-5.4-mini``: when no model is named anywhere, the
+server is asked (``GET /models``) and its model is used when it lists exactly one; otherwise
+the command stops with one line naming ``--model`` / ``SANDMEM_MODEL``
+(``server_model``).
+
+``client_options`` adds ``--timeout``, ``--max-retries`` and ``-v/--debug`` to every command
+that calls a model; they configure the process's default provider.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import socket
+import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
 
 from sandmem._errors import ModelRequestError, UserError
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
-from sandmem.models._provider import DEFAULT_MODEL, OpenAIProvider
+from sandmem.models._provider import DEFAULT_MODEL, OpenAIProvider, default_provider
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: the offline agent of ``run`` / ``chat`` (``--model scripted``): no server, extractive memory
+SCRIPTED = "scripted"
 
 OPENAI_URL = "https://api.openai.com/v1"
 #: how long the start-up check waits for the server to accept a connection
@@ -83,7 +100,12 @@ class ModelChoice:
 
 
 def choose_models(agent_flag: str | None, memory_flag: str | None, engine: str) -> ModelChoice:
-    """Apply the rule of the module docstring. ``engine == "extractive"`` wins for memory."""
+    """Apply the rule of the module docstring. ``engine == "extractive"`` wins for memory;
+    ``--model scripted`` is the offline agent with the extractive engine."""
+    if agent_flag == SCRIPTED:
+        if memory_flag:
+            raise click.UsageError("--model scripted generates memory offline: drop --memory-model")
+        return ModelChoice(SCRIPTED, "--model", EXTRACTIVE, "--model scripted")
     if agent_flag:
         agent, agent_source = agent_flag, "--model"
     elif _env("SANDMEM_MODEL"):
@@ -157,3 +179,123 @@ def check_server(timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         f"cannot reach the model server at {url} ({problem}); start it, or {where}",
         retryable=True,
     )
+
+
+def _listed_models(url: str, timeout_s: float) -> list[str]:
+    """The model ids ``GET {url}/models`` lists (raises ``OSError`` / ``ValueError``)."""
+    request = urllib.request.Request(url.rstrip("/") + "/models")
+    key = _env("OPENAI_API_KEY")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        data = json.loads(reply.read(1 << 20))
+    return sorted(
+        {str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and m.get("id")}
+    )
+
+
+def server_model(choice: ModelChoice, timeout_s: float = CONNECT_TIMEOUT_S) -> ModelChoice:
+    """``choice`` with a model the server really has, when no model was named and the server
+    is not OpenAI's: the one model ``GET /models`` lists; ``UserError`` (one line naming
+    ``--model`` / ``SANDMEM_MODEL``) when it lists none or several, or cannot say."""
+    url = server_url()
+    if choice.agent_source != "default" or is_openai_server(url):
+        return choice
+    try:
+        models = _listed_models(url, timeout_s)
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        reason = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else str(exc)
+        raise UserError(
+            f"no model named, and the server at {url} did not list its models ({reason}): "
+            "pass --model M or set SANDMEM_MODEL (and SANDMEM_MEMORY_MODEL for memory)"
+        ) from None
+    if len(models) != 1:
+        shown = ", ".join(models[:8]) + (", ..." if len(models) > 8 else "")
+        found = f"serves {len(models)} models ({shown})" if models else "lists no model"
+        raise UserError(
+            f"no model named, and the server at {url} {found}: pass --model M or set "
+            "SANDMEM_MODEL (and SANDMEM_MEMORY_MODEL for memory)"
+        )
+    source = f"the only model at {url}"
+    memory = choice.memory
+    memory_source = choice.memory_source
+    if memory not in (EXTRACTIVE,) and choice.memory_source.startswith("the agent's model"):
+        memory, memory_source = models[0], "the agent's model"
+    return replace(
+        choice, agent=models[0], agent_source=source, memory=memory, memory_source=memory_source
+    )
+
+
+def memory_model_for_server(flag: str | None) -> str | None:
+    """The memory model of ``memory generate`` / ``forget``: ``--model``, else
+    ``SANDMEM_MEMORY_MODEL``, else ``SANDMEM_MODEL``, else (a server that is not OpenAI's)
+    the one model it lists; ``None``: the ``MemoryGenerateConfig`` defaults."""
+    named = flag or _env("SANDMEM_MEMORY_MODEL") or _env("SANDMEM_MODEL")
+    if named or is_openai_server(server_url()):
+        return named
+    choice = ModelChoice(DEFAULT_MODEL, "default", DEFAULT_MODEL, "the agent's model")
+    return server_model(choice).agent
+
+
+# ---------------------------------------------------------------- client options
+
+
+def _set_timeout(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
+    default_provider().timeout = value
+
+
+def _set_retries(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    default_provider().max_retries = value
+
+
+class _DebugLines(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"sandmem debug: {record.getMessage()}", err=True)
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value:
+        return
+    logger = logging.getLogger("sandmem.http")
+    handler = _DebugLines()
+    saved = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+
+    def restore() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)
+
+    ctx.call_on_close(restore)
+
+
+def client_options(fn: F) -> F:
+    """``--timeout S`` (``SANDMEM_TIMEOUT``), ``--max-retries N`` (``SANDMEM_MAX_RETRIES``) and
+    ``-v`` / ``--debug`` (``SANDMEM_DEBUG``: one line per HTTP request on stderr: method, URL,
+    status, time; never the key) for a command that calls a model."""
+    fn = click.option(
+        "--debug",
+        "-v",
+        is_flag=True,
+        envvar="SANDMEM_DEBUG",
+        expose_value=False,
+        callback=_set_debug,
+        help="Print each model request (method, URL, status, time; never the key) on stderr.",
+    )(fn)
+    fn = click.option(
+        "--max-retries",
+        type=click.IntRange(min=0),
+        metavar="N",
+        expose_value=False,
+        callback=_set_retries,
+        help="Retries of a failed model request (408/409/429/5xx, connection errors) "
+        "[env SANDMEM_MAX_RETRIES; default 3].",
+    )(fn)
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="SECONDS",
+        expose_value=False,
+        callback=_set_timeout,
+        help="Seconds each model request may take [env SANDMEM_TIMEOUT; default 60].",
+    )(fn)

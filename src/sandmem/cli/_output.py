@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,6 @@ import click
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     SpinnerColumn,
     TextColumn,
@@ -160,31 +160,62 @@ def incomplete_error(report: GenerationReport) -> MemoryGenerationError:
 def progress_display(
     console: Console,
 ) -> Iterator[Callable[[GenerationProgress], None] | None]:
-    """A progress callback for ``sandmem.memory.generate`` that draws a bar on ``console``
-    (``None`` when it is not a terminal): one step per conversation extracted, then a spinner
-    while phase two consolidates."""
+    """A progress callback for ``sandmem.memory.generate``. On a terminal it draws a bar on
+    ``console``: one step per conversation extracted (``1/3``), then a pulsing bar while phase
+    two consolidates. Elsewhere (a pipe, a log) it prints a heartbeat line every
+    ``HEARTBEAT_S`` seconds that one step lasts."""
     if not console.is_terminal:
-        yield None
+        yield _progress_lines(console)
         return
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TextColumn("{task.fields[count]}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("memory: extracting conversations", total=None)
+        task = bar.add_task("memory: starting", total=None, count="")
 
         def update(step: GenerationProgress) -> None:
-            description = (
-                "memory: consolidating"
-                if step.phase == "consolidating"
-                else "memory: extracting conversations"
+            if step.phase == "consolidating":
+                bar.update(task, total=None, description="memory: consolidating", count="")
+                return
+            bar.update(
+                task,
+                total=step.total,
+                completed=step.extracted,
+                description="memory: extracting conversations",
+                count=f"{step.extracted}/{step.total}",
             )
-            bar.update(task, total=step.total, completed=step.extracted, description=description)
 
         yield update
+
+
+def _progress_lines(console: Console) -> Callable[[GenerationProgress], None]:
+    from sandmem.cli._live import HEARTBEAT_S
+
+    seen: dict[str, Any] = {"step": None, "since": 0.0, "due": HEARTBEAT_S}
+
+    def update(step: GenerationProgress) -> None:
+        key = (step.phase, step.extracted)
+        now = time.monotonic()
+        what = (
+            "consolidating"
+            if step.phase == "consolidating"
+            else f"extracting conversations ({step.extracted}/{step.total})"
+        )
+        if key != seen["step"]:
+            seen.update(step=key, since=now, due=HEARTBEAT_S)
+        elif now - seen["since"] >= seen["due"]:
+            seen["due"] += HEARTBEAT_S
+            console.print(
+                f"… memory: still {what} ({now - seen['since']:.0f} s)",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+    return update
 
 
 class Out:
@@ -196,6 +227,7 @@ class Out:
     def __init__(self, *, quiet: bool = False, as_json: bool = False) -> None:
         self.quiet = quiet
         self.as_json = as_json
+        self._printed: set[str] = set()
 
     def event(self, data: dict[str, Any]) -> None:
         click.echo(json.dumps(data, ensure_ascii=False, default=str))
@@ -230,6 +262,7 @@ class Out:
             text=not self.quiet,
             tools=not self.quiet,
             spinner=not self.quiet and sys.stderr.isatty(),
+            heartbeat=not self.quiet and not sys.stderr.isatty(),
             as_json=self.as_json,
         )
 
@@ -251,8 +284,14 @@ class Out:
             self.event({"type": "interrupted", "message": text})
         click.echo(text, err=True)
 
+    def error(self, problem: str) -> None:
+        """Print one problem now (``Error: ...`` on stderr); ``finish`` does not repeat it."""
+        self._printed.add(problem)
+        click.echo(f"Error: {problem}", err=True)
+
     def finish(self, problems: list[str]) -> None:
         if self.as_json:
             self.event({"type": "end", "exit_code": 1 if problems else 0, "problems": problems})
         for problem in problems:
-            click.echo(f"Error: {problem}", err=True)
+            if problem not in self._printed:
+                click.echo(f"Error: {problem}", err=True)

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from sandmem._errors import MemoryNotFoundError, SandmemError, UserError
+from sandmem._errors import MemoryNotFoundError, ModelRequestError, SandmemError, UserError
 from sandmem._items import Item, item_kind
+from sandmem._log_lines import command_name
 from sandmem.agent._capability import Capability
 from sandmem.agent._run_config import RunConfig, SandboxRunConfig
 from sandmem.capabilities._sandbox_agent import SandboxAgent
@@ -37,19 +38,29 @@ from sandmem.cli._common import (
     workspace_option,
 )
 from sandmem.cli._live import stream_run
-from sandmem.cli._models import ModelChoice, check_server, choose_models
+from sandmem.cli._models import (
+    SCRIPTED,
+    ModelChoice,
+    check_server,
+    choose_models,
+    client_options,
+    server_model,
+)
 from sandmem.cli._output import Out, incomplete_text, progress_display, usage_dict
+from sandmem.cli._scripted import scripted_model
 from sandmem.memory import (
     GenerationReport,
     MemoryGenerateConfig,
     MemoryLayoutConfig,
     MemoryReadConfig,
+    failure_kind,
     generate,
     new_rollout_id,
     rollout_items,
     show,
     validate_rollout_id,
 )
+from sandmem.models import Model
 from sandmem.run._runner import RunResultStreaming
 from sandmem.sandboxes import SandboxSession, _hostfs
 
@@ -132,6 +143,8 @@ class RunState:
     error: SandmemError | None = None
     report: GenerationReport | None = None
     problems: list[str] = field(default_factory=list)
+    #: why memory generation was skipped after the run (the server just failed)
+    skipped: str | None = None
 
 
 def generate_config(opts: RunOptions) -> MemoryGenerateConfig:
@@ -150,7 +163,30 @@ def build_agent(opts: RunOptions) -> SandboxAgent:
             generate=generate_config(opts) if opts.generate else None,
         )
         capabilities.insert(0, memory)
-    return SandboxAgent(name="sandmem", model=opts.models.agent, capabilities=capabilities)
+    model: str | Model = scripted_model() if opts.models.agent == SCRIPTED else opts.models.agent
+    return SandboxAgent(name="sandmem", model=model, capabilities=capabilities)
+
+
+def server_failure(opts: RunOptions, error: BaseException | None) -> str | None:
+    """Why memory generation would fail the same way right now: the run just failed on the
+    model server (down, timing out, refusing the key or the model) and memory uses that server
+    too. ``None``: generating is worth trying."""
+    if error is None or opts.models.memory == "extractive":
+        return None
+    kind = failure_kind(error)
+    if kind not in ("environment", "configuration") or not _from_server(error):
+        return None
+    status = getattr(_from_server(error), "status_code", None)
+    return f"HTTP {status}" if status else "no answer"
+
+
+def _from_server(error: BaseException) -> ModelRequestError | None:
+    current: BaseException | None = error
+    while current is not None:
+        if isinstance(current, ModelRequestError):
+            return current
+        current = current.__cause__
+    return None
 
 
 async def _segments(sandbox: SandboxSession, opts: RunOptions) -> int:
@@ -204,7 +240,16 @@ async def execute(opts: RunOptions, state: RunState, out: Out) -> None:
             state.recorded = opts.generate and await _segments(sandbox, opts) > before
         shown = state.result is not None and view.answer_shown(state.result.final_output)
         out.answer(result_event(opts, state), None if shown else state.result)
-        if opts.generate:
+        if state.error is not None:  # the run's own cause comes first, before any memory line
+            out.error(run_problem(opts, state))
+        failure = server_failure(opts, state.error)
+        if opts.generate and failure is not None:
+            state.skipped = (
+                f"memory generation skipped: the model server just failed the run ({failure}); "
+                f"generate later with `{command_name()} memory generate -w {opts.workspace}`"
+            )
+            out.note(state.skipped)
+        elif opts.generate:
             state.stage = "memory"
             state.report = await generate_memory(sandbox, opts, out)
             if state.report is not None:
@@ -216,7 +261,8 @@ def interrupted_text(opts: RunOptions, state: RunState) -> str:
     """What an interrupt left behind, for people."""
     ws, rid = opts.workspace, opts.rollout_id
     rollout = rollout_file(opts.layout, rid)
-    generate = f"`sandmem memory generate -w {ws}` (or the next `sandmem run` there)"
+    name = command_name()
+    generate = f"`{name} memory generate -w {ws}` (or the next `{name} run` there)"
     if state.stage == "starting":
         return "interrupted before the run started; nothing was saved"
     if state.stage == "running":
@@ -234,17 +280,28 @@ def interrupted_text(opts: RunOptions, state: RunState) -> str:
     )
 
 
+def run_problem(opts: RunOptions, state: RunState) -> str:
+    """The run's error, for people (printed as soon as the run ends)."""
+    if not state.recorded:
+        where = " (nothing recorded: no model reply came)" if opts.generate else ""
+    else:
+        where = f" (recorded in {rollout_file(opts.layout, opts.rollout_id)})"
+    return f"the run failed{where}: {state.error}"
+
+
 def _problems(opts: RunOptions, state: RunState) -> list[str]:
+    """What went wrong, after what was already printed: the run's error (printed when the
+    run ended) is listed for ``--json`` and the exit status, not printed again."""
     problems = []
     if state.error is not None:
-        where = f" (recorded in {rollout_file(opts.layout, opts.rollout_id)})"
-        problems.append(f"the run failed{where if state.recorded else ''}: {state.error}")
+        problems.append(run_problem(opts, state))
     if state.report is not None:
         text = incomplete_text(state.report)
         if text:
             problems.append(
                 f"memory generation did not complete: {text}; the run is recorded and its "
-                f"memory stays pending: retry with `sandmem memory generate -w {opts.workspace}`"
+                f"memory stays pending: retry with `{command_name()} memory generate -w "
+                f"{opts.workspace}`"
             )
     return problems
 
@@ -258,6 +315,19 @@ def result_event(opts: RunOptions, state: RunState) -> dict[str, Any]:
         "error": None if state.error is None else f"{type(state.error).__name__}: {state.error}",
         "usage": None if result is None else usage_dict(result.usage),
     }
+
+
+def ready_models(models: ModelChoice) -> ModelChoice:
+    """Check the model server answers (``ModelRequestError`` when not), then settle which
+    model it serves when none was named (a configuration error, exit 2, when that is not
+    clear); ``--model scripted`` needs no server."""
+    if models.agent == SCRIPTED:
+        return models
+    try:
+        check_server()
+        return server_model(models)
+    except UserError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _prompt_text(prompt: tuple[str, ...]) -> str:
@@ -311,13 +381,15 @@ def agent_options(*, recorded: str, turns: str) -> Callable[[F], F]:
 
 
 @click.command("run")
-@workspace_option(required=True)
+@workspace_option(required=False)
 @click.option(
     "--model",
     "-m",
     metavar="MODEL",
-    help="The agent's model (default: $SANDMEM_MODEL, else gpt-5.4-mini); memory uses it too "
-    "unless --memory-model or --engine extractive says otherwise.",
+    help="The agent's model (default: $SANDMEM_MODEL, else gpt-5.4-mini; on a server that is "
+    "not OpenAI's, the one model it lists); memory uses it too unless --memory-model or "
+    "--engine extractive says otherwise. `scripted`: an offline deterministic agent (no "
+    "server) with extractive memory.",
 )
 @click.option(
     "--memory-model",
@@ -337,6 +409,7 @@ def agent_options(*, recorded: str, turns: str) -> Callable[[F], F]:
 @agent_options(recorded="this run", turns="the agent run")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the answer and errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line.")
+@client_options
 @click.argument("prompt", nargs=-1, required=True)
 @click.pass_context
 def run_command(
@@ -379,10 +452,7 @@ def run_command(
         max_turns=max_turns,
     )
     out = Out(quiet=quiet, as_json=as_json)
-    try:
-        check_server()
-    except UserError as exc:
-        raise ConfigError(str(exc)) from None
+    opts.models = ready_models(opts.models)
     fresh = not _hostfs.exists(workspace, opts.layout.memories_dir)
     out.start(opts.models, opts.rollout_id, workspace, memory=opts.generate)
     state = RunState()
@@ -397,7 +467,7 @@ def run_command(
         tip = git_tip(workspace, opts.layout)
         if tip:
             out.note(tip)
-    if opts.generate:
+    if opts.generate and (state.recorded or opts.resume):
         rid = opts.rollout_id
         out.note(f"conversation: {rid} (continue it with --session {rid})")
     problems = _problems(opts, state)

@@ -35,6 +35,7 @@ from sandmem import (
     UnixLocalSandboxClient,
     UserError,
 )
+from sandmem._log_lines import command_name
 from sandmem.capabilities.memory import memory_read_prompt
 from sandmem.demo._policy import scripted_engineer
 from sandmem.demo._report import indent, print_steps, tree_lines, wrap
@@ -151,7 +152,7 @@ def _header(setup: _Setup) -> None:
     else:
         setup.write(
             f"Workspaces: {setup.base} (temporary: removed when the demo ends; "
-            "`sandmem demo --keep DIR` keeps them)."
+            f"`{command_name()} demo --keep DIR` keeps them)."
         )
     if setup.offline:
         setup.write(_OFFLINE_NOTICE)
@@ -254,7 +255,7 @@ async def _keep(setup: _Setup, session: SandboxSession) -> Path:
     shutil.copytree(session.root, target, symlinks=True)
     setup.write(
         f"\nKept: {setup.base / 'run1-workspace'} (after run 1) and {target} (after run 2). "
-        f"Look inside with: sandmem memory tree --workspace {target}"
+        f"Look inside with: {command_name()} memory tree --workspace {target}"
     )
     return await _write_viewer(target, setup.base / "memory-view.html")
 

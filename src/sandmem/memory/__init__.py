@@ -96,6 +96,7 @@ from sandmem.memory.config import (
 from sandmem.memory.ingestion._report import IngestedSource, IngestReport
 from sandmem.memory.mcp import MemoryMCPServer, serve_mcp
 from sandmem.memory.rollouts import new_rollout_id, rollout_items, validate_rollout_id
+from sandmem.memory.state import classify as failure_kind
 
 __all__ = [
     "EXTRACTIVE",
@@ -135,6 +136,7 @@ __all__ = [
     "diff_sync",
     "dismiss",
     "dismiss_sync",
+    "failure_kind",
     "forget",
     "forget_sync",
     "generate",

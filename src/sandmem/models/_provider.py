@@ -5,7 +5,12 @@ Environment (read when a request needs a client, so a provider can be built befo
 - ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` — credentials and server; a local server given by
   ``OPENAI_BASE_URL`` needs no key;
 - ``SANDMEM_OPENAI_API`` — ``responses`` (default) or ``chat_completions``;
-- ``SANDMEM_MODEL`` — the model used when an agent names none (default ``gpt-5.4-mini``).
+- ``SANDMEM_MODEL`` — the model used when an agent names none (default ``gpt-5.4-mini``);
+- ``SANDMEM_TIMEOUT`` / ``SANDMEM_MAX_RETRIES`` — seconds per HTTP request (default 60) and
+  the client's retry count (default 3), when the provider is given none.
+
+Requests are logged to the ``sandmem.http`` logger at DEBUG level (method, URL, status, time;
+never a header, so never the key) when that level is enabled as the client is created.
 
 Clients are the expensive part: building an ``AsyncOpenAI`` client loads the TLS certificates
 (tens of milliseconds of blocking work) and each client keeps its own connection pool. So a
@@ -23,10 +28,12 @@ The ``openai`` package is imported only when a client is created.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import time
 import weakref
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sandmem._errors import UserError
 from sandmem.models._base import Model, ModelProvider
@@ -41,8 +48,11 @@ DEFAULT_MODEL = "gpt-5.4-mini"
 #: sent as the key to servers given by base URL only (local servers ignore it)
 PLACEHOLDER_API_KEY = "sandmem-no-key"
 
-#: (api key, base URL) a client was built for
-_ClientKey = tuple[str | None, str | None]
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_RETRIES = 3
+#: (api key, base URL, timeout, retries, request log on) a client was built for
+_ClientKey = tuple[str | None, str | None, float, int, bool]
+http_logger = logging.getLogger("sandmem.http")
 
 
 class _LoopClients:
@@ -78,16 +88,12 @@ class OpenAIProvider(ModelProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         api: ApiName | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 3,
+        timeout: float | None = None,
+        max_retries: int | None = None,
         openai_client: AsyncOpenAI | None = None,
     ) -> None:
         if api is not None:
             _check_api(api, source="api")
-        if timeout <= 0:
-            raise UserError(f"timeout must be positive seconds, got {timeout!r}")
-        if max_retries < 0:
-            raise UserError(f"max_retries must be >= 0, got {max_retries!r}")
         self._api_key = api_key
         self._base_url = base_url
         self._api = api
@@ -97,6 +103,32 @@ class OpenAIProvider(ModelProvider):
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = (
             weakref.WeakKeyDictionary()
         )
+
+    @property
+    def timeout(self) -> float:
+        """Seconds per HTTP request: the argument, else ``SANDMEM_TIMEOUT``, else 60."""
+        if self._timeout is not None:
+            return self._timeout
+        return _env_number("SANDMEM_TIMEOUT", DEFAULT_TIMEOUT_S, float, minimum=None)
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        if value is not None and not value > 0:
+            raise UserError(f"timeout must be positive seconds, got {value!r}")
+        self._timeout = value
+
+    @property
+    def max_retries(self) -> int:
+        """The client's retries: the argument, else ``SANDMEM_MAX_RETRIES``, else 3."""
+        if self._max_retries is not None:
+            return self._max_retries
+        return int(_env_number("SANDMEM_MAX_RETRIES", DEFAULT_MAX_RETRIES, int, minimum=0))
+
+    @max_retries.setter
+    def max_retries(self, value: int | None) -> None:
+        if value is not None and value < 0:
+            raise UserError(f"max_retries must be >= 0, got {value!r}")
+        self._max_retries = value
 
     @property
     def api(self) -> ApiName:
@@ -190,18 +222,62 @@ class OpenAIProvider(ModelProvider):
                 "OPENAI_BASE_URL (for an OpenAI-compatible server such as Ollama or vLLM), "
                 "or pass api_key/base_url to OpenAIProvider"
             )
-        return api_key, base_url
+        debug = http_logger.isEnabledFor(logging.DEBUG)
+        return api_key, base_url, self.timeout, self.max_retries, debug
 
     def _new_client(self, key: _ClientKey) -> AsyncOpenAI:
         from openai import AsyncOpenAI
 
-        api_key, base_url = key
+        api_key, base_url, timeout, max_retries, debug = key
         return AsyncOpenAI(
             api_key=api_key or PLACEHOLDER_API_KEY,
             base_url=base_url,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
+            timeout=timeout,
+            max_retries=max_retries,
+            http_client=_logging_http_client(timeout) if debug else None,
         )
+
+
+def _logging_http_client(timeout: float) -> Any:
+    """The ``openai`` default HTTP client with hooks that log each request on
+    ``sandmem.http``: method, URL, status and time (never headers: the key is one)."""
+    from openai import DefaultAsyncHttpx2Client
+
+    started: dict[int, float] = {}
+
+    async def on_request(request: Any) -> None:
+        started[id(request)] = time.monotonic()
+        http_logger.debug("%s %s", request.method, request.url)
+
+    async def on_response(response: Any) -> None:
+        request = response.request
+        took = time.monotonic() - started.pop(id(request), time.monotonic())
+        http_logger.debug(
+            "%s %s -> HTTP %s in %.2f s", request.method, request.url, response.status_code, took
+        )
+
+    return DefaultAsyncHttpx2Client(
+        timeout=timeout, event_hooks={"request": [on_request], "response": [on_response]}
+    )
+
+
+def _env_number(
+    name: str, default: float, kind: type[float] | type[int], *, minimum: float | None
+) -> float:
+    """A positive (or ``>= minimum``) number from the environment, else ``default``."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    ok = value is not None and (value > 0 if minimum is None else value >= minimum)
+    if not ok:
+        need = "a positive number of seconds" if minimum is None else f"an integer >= {minimum}"
+        raise UserError(f"{name} must be {need}, got {raw!r}")
+    assert value is not None
+    return value
 
 
 async def _close_at_loop_shutdown(slot: _LoopClients) -> AsyncGenerator[None, None]:
