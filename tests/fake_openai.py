@@ -197,6 +197,7 @@ class _Fault:
     malformed: bool
     retry_after_s: float | None
     times: int
+    message: str = "injected fault"
 
 
 def echo_handler(req: FakeRequest) -> FakeReply:
@@ -282,6 +283,7 @@ class FakeOpenAIServer:
         delay_s: float = 0.0,
         malformed: bool = False,
         retry_after_s: float | None = 0.01,
+        message: str = "injected fault",
     ) -> None:
         """Apply a fault to the next ``times`` requests (faults queue up in order).
 
@@ -289,11 +291,12 @@ class FakeOpenAIServer:
         the reply back. ``malformed``: answer 200 with a body that is not JSON.
         ``retry_after_s`` is sent as ``retry-after-ms`` with an error status so the client's
         backoff stays short in tests; ``None`` leaves the client's own backoff (~0.5 s+).
+        ``message`` is the error body's message (a server's "model not found", say).
         """
         if times < 1:
             raise ValueError("times must be >= 1")
         with self._lock:
-            self._faults.append(_Fault(status, delay_s, malformed, retry_after_s, times))
+            self._faults.append(_Fault(status, delay_s, malformed, retry_after_s, times, message))
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -341,7 +344,7 @@ class FakeOpenAIServer:
             headers = {}
             if fault.retry_after_s is not None:
                 headers["retry-after-ms"] = str(int(fault.retry_after_s * 1000))
-            return fault.status, headers, _error_body(fault.status, "injected fault")
+            return fault.status, headers, _error_body(fault.status, fault.message)
         if fault is not None and fault.malformed:
             return 200, {}, b'{"id": "broken", "output": [ this is not json'
         try:

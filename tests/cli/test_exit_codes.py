@@ -137,6 +137,22 @@ def test_sigint_during_the_run_exits_130_and_names_the_recorded_rollout(
     assert segment["terminal_metadata"]["terminal_state"] == "cancelled"
 
 
+def test_sigint_before_the_first_reply_records_nothing(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    """Issue 29: a run cancelled before any model reply is no conversation."""
+    fake_openai.handler = lambda req: FakeReply(text="late", delay_s=30)
+    proc = start_run(tmp_path, fake_openai, "-m", "m", "--session", "s0", "hi")
+    wait_for(lambda: fake_openai.in_flight > 0, proc, "the agent's model request")
+    out, err = interrupt(proc)
+    assert proc.returncode == 130, err
+    assert "interrupted: the run was stopped; nothing was recorded" in err
+    assert not (tmp_path / "sessions/s0.jsonl").exists()
+    assert all(not r.wants_json() for r in fake_openai.requests)  # no memory request
+    for path in (tmp_path / "memories").rglob("*"):
+        assert not path.is_file() or "late" not in path.read_text()
+
+
 def test_sigint_during_memory_generation_keeps_the_answer(
     tmp_path: Path, fake_openai: FakeOpenAIServer
 ) -> None:

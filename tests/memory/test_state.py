@@ -116,7 +116,10 @@ def test_configuration_failures_use_no_attempt_and_set_no_retry_time() -> None:
             ModelRequestError("HTTP 400: The model `gpt-x` does not exist", status_code=400),
             "configuration",
         ),
-        (ModelRequestError("HTTP 400: Invalid model name passed", status_code=400), "configuration"),
+        (
+            ModelRequestError("HTTP 400: Invalid model name passed", status_code=400),
+            "configuration",
+        ),
         (ModelRequestError("HTTP 400: messages must not be empty", status_code=400), "rollout"),
         (ConnectionRefusedError("refused"), "environment"),
         (TimeoutError("timed out"), "environment"),

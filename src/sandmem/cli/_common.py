@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import signal
 import subprocess
@@ -16,7 +15,8 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from sandmem.cli._models import require_model_server
+from sandmem._errors import UserError
+from sandmem.cli._models import client_options, memory_model_for_server, require_model_server
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
@@ -83,8 +83,9 @@ def engine_options(fn: F) -> F:
         "--model",
         "-m",
         metavar="MODEL",
-        help="Model name for both memory phases (default: $SANDMEM_MEMORY_MODEL, else the "
-        "configured phase models).",
+        help="Model name for both memory phases (default: $SANDMEM_MEMORY_MODEL, else "
+        "$SANDMEM_MODEL, else on a server that is not OpenAI's the one model it lists, else "
+        "the configured phase models).",
     )(fn)
     fn = click.option(
         "--engine",
@@ -93,7 +94,7 @@ def engine_options(fn: F) -> F:
         show_default=True,
         help="'extractive': deterministic memory generation without a model.",
     )(fn)
-    return fn
+    return client_options(fn)
 
 
 def layout_config(memories_dir: str, sessions_dir: str) -> MemoryLayoutConfig:
@@ -115,16 +116,20 @@ def generate_config(engine: str, model: str | None) -> MemoryGenerateConfig:
     """The generate config of the memory commands for ``--engine`` / ``--model``.
 
     ``--engine extractive`` runs both phases without a model. ``--model M`` (else
-    ``SANDMEM_MEMORY_MODEL``) uses ``M`` for both phases with the server's default settings
-    (so it works for reasoning and non-reasoning models alike); neither gives the configured
-    defaults.
+    ``SANDMEM_MEMORY_MODEL``, else ``SANDMEM_MODEL``, else on a server that is not OpenAI's
+    the one model it lists) uses ``M`` for both phases with the server's default settings
+    (so it works for reasoning and non-reasoning models alike); none of them gives the
+    configured defaults. A missing or unclear setting is a ``ConfigError`` (exit 2).
     """
     if engine == EXTRACTIVE:
         if model is not None:
             raise click.UsageError("use either --engine extractive or --model, not both")
         return MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
-    require_model_server("; or pass --engine extractive to generate memory without a model")
-    model = model or os.environ.get("SANDMEM_MEMORY_MODEL", "").strip() or None
+    try:
+        require_model_server("; or pass --engine extractive to generate memory without a model")
+        model = memory_model_for_server(model)
+    except UserError as exc:
+        raise ConfigError(str(exc)) from None
     if model is None:
         return MemoryGenerateConfig()
     return MemoryGenerateConfig(

@@ -204,7 +204,10 @@ def server_model(choice: ModelChoice, timeout_s: float = CONNECT_TIMEOUT_S) -> M
     try:
         models = _listed_models(url, timeout_s)
     except (OSError, ValueError, KeyError, AttributeError) as exc:
-        reason = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else str(exc)
+        reason = str(exc)
+        if isinstance(exc, urllib.error.HTTPError):
+            reason = f"HTTP {exc.code}"
+            exc.close()  # it holds the connection
         raise UserError(
             f"no model named, and the server at {url} did not list its models ({reason}): "
             "pass --model M or set SANDMEM_MODEL (and SANDMEM_MEMORY_MODEL for memory)"

@@ -98,10 +98,18 @@ def report_lines(report: GenerationReport) -> list[str]:
     conversation, then the consolidation and the tokens."""
     lines = [f"  ✓ {rid}: extracted" for rid in report.processed]
     lines += [f"  - {rid}: skipped (nothing worth remembering)" for rid in report.skipped]
+    settings = [r for r in report.failed if report.failure_kinds.get(r) == "configuration"]
     lines += [
         f"  ✗ {rid}: {error}" + _kind_note(report.failure_kinds.get(rid))
         for rid, error in report.failed.items()
+        if rid not in settings
     ]
+    if settings:  # one cause for all of them: said once, with what to fix
+        lines.append(
+            f"  ✗ {len(settings)} conversation(s) not extracted: the model server refused the "
+            f"memory model's settings: {report.failed[settings[0]]} (no attempt used: they "
+            "stay pending until the key, URL or model name is fixed)"
+        )
     lines += [f"  … {rid}: not reached, still pending" for rid in report.not_reached]
     lines += [f"  … {rid}: waiting to retry after a server problem" for rid in report.deferred]
     lines += [f"  ! {path}: left out: {reason}" for path, reason in report.problems.items()]
@@ -136,8 +144,16 @@ def incomplete_text(report: GenerationReport) -> str:
     if report.complete:
         return ""
     problems = []
-    if report.failed:
-        problems.append(f"{len(report.failed)} conversation(s) failed: {', '.join(report.failed)}")
+    settings = [r for r in report.failed if report.failure_kinds.get(r) == "configuration"]
+    failed = [r for r in report.failed if r not in settings]
+    if failed:
+        problems.append(f"{len(failed)} conversation(s) failed: {', '.join(failed)}")
+    if settings:
+        problems.append(
+            f"{len(settings)} conversation(s) not extracted: the model server refused the "
+            "memory model's settings (fix the key, OPENAI_BASE_URL or the model name: --model "
+            "/ SANDMEM_MEMORY_MODEL)"
+        )
     if report.phase_two == "incomplete":
         missing = ", ".join(report.phase_two_missing)
         problems.append(f"consolidation incomplete (what was written is kept; pending: {missing})")
