@@ -218,3 +218,59 @@ def test_scripted_runs_offline(tmp_path: Path) -> None:
     assert "→ exec_command: ls -A" in result.stderr and "← exit 0: " in result.stderr
     assert "notes.txt" in result.stdout
     assert (tmp_path / "memories/memory_summary.md").read_text().strip()
+
+
+# ---------------------------------------------------------------- point 9 and PATH
+
+
+def test_view_open_without_a_browser_says_so(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import webbrowser
+
+    monkeypatch.setattr(webbrowser, "open", lambda url: False)
+    result = invoke("memory", "view", "-w", workspace, "--open")
+    assert result.exit_code == 1
+    assert "Error: no web browser found to open the page" in result.stderr
+
+
+def test_generate_without_a_server_setting_exits_2(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    for args in (("generate",), ("forget", "invoice-fix", "--yes")):
+        result = invoke("memory", *args, "-w", workspace)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert result.stderr.startswith("Error: no model server configured")
+
+
+def test_run_defaults_to_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run", "--model", "scripted", "hi", env={})
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "memories/memory_summary.md").exists()
+
+
+def test_hints_spell_the_command_as_it_was_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `make demo` the venv is not activated: a hint says `.venv/bin/sandmem ...`."""
+    import sys
+
+    from sandmem._log_lines import command_name
+
+    script = tmp_path / ".venv/bin/sandmem"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(script), "demo"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert command_name() == ".venv/bin/sandmem"
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
+    assert command_name() == "sandmem"
+    monkeypatch.setattr(sys, "argv", ["-c"])  # inside another program
+    assert command_name() == "sandmem"

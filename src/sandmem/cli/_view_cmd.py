@@ -54,9 +54,12 @@ def view_command(
     """
     layout = layout_config(memories_dir, sessions_dir)
     path = write_view(workspace, layout, out)
-    if open_page:
-        webbrowser.open(path.as_uri())
+    opened = webbrowser.open(path.as_uri()) if open_page else False
     if as_json:
         emit_json({"path": str(path)})
     else:
         click.echo(f"wrote {path}")
+    if open_page and not opened:
+        raise click.ClickException(
+            f"no web browser found to open the page (set BROWSER, or open {path} yourself)"
+        )

@@ -322,7 +322,7 @@ async def run_demo(
         if workdir is not None:
             _check_workdir(workdir)
     except UserError as exc:
-        stream.write(f"error: {exc}\n")
+        stream.write(f"Error: {exc}\n")
         return 2
     with tempfile.TemporaryDirectory(prefix="sandmem-demo-") as tmp:
         setup = _Setup(offline_mode, stream, workdir or Path(tmp), keep=workdir is not None)
