@@ -390,3 +390,42 @@ def test_one_popular_file_does_not_chain_everything_into_one_group() -> None:
     out = consolidate(replace(inputs([]), selected=many))
     sizes = sorted(text.count("- rollout_summaries/") for text in groups(out.memory_md).values())
     assert sizes == [1] * 10 + [2, 8]  # the ten that share main.py: capped at 8 a group
+
+
+def _as(name: str, rollout_id: str, updated_at: str) -> SelectedMemory:
+    memory = selected(name)
+    ref = replace(memory.ref, rollout_id=rollout_id, updated_at=updated_at)
+    return replace(memory, ref=ref, raw_memory=memory.raw_memory.replace(name, rollout_id))
+
+
+def test_a_one_off_edit_is_no_general_tip_until_two_conversations_use_it() -> None:
+    """Issue 29: ``... > reports/x.tsv`` worked once; that is a fact of one task (kept in
+    MEMORY.md), not advice for every run. Two conversations make it a tip."""
+    command = "`mkdir -p reports && python scripts/aov.py data/orders.csv > reports/aov_by_region"
+    once = consolidate(inputs(["data_analysis"]))
+    assert command in once.memory_md
+    tips = once.memory_summary_md.split("## General tips", 1)[-1].split("\n## ", 1)[0]
+    assert command not in tips
+    twice = consolidate(
+        replace(
+            inputs([]),
+            selected=[
+                _as("data_analysis", "run-" + "a" * 32, "2025-06-10T00:00:00Z"),
+                _as("data_analysis", "run-" + "b" * 32, "2025-06-11T00:00:00Z"),
+            ],
+        )
+    )
+    tips = twice.memory_summary_md.split("## General tips", 1)[-1].split("\n## ", 1)[0]
+    assert command in tips
+
+
+def test_the_summary_cites_long_rollout_ids_short() -> None:
+    ids = [f"run-{i:x}" + "0123456789abcdef" * 2 for i in range(10, 15)]
+    chosen = [
+        _as("bugfix_invoice", rid, f"2025-06-{10 + n:02d}T00:00:00Z") for n, rid in enumerate(ids)
+    ]
+    out = consolidate(replace(inputs([]), selected=chosen))
+    summary = out.memory_summary_md
+    assert not any(rid in summary for rid in ids)  # no 32-hex id in the summary
+    assert "(rollouts run-e0123456, run-d0123456, run-c0123456 and 2 more)" in summary
+    assert all(rid in out.memory_md for rid in ids)  # MEMORY.md keeps them whole

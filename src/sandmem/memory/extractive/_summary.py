@@ -1,5 +1,12 @@
 """``memory_summary.md`` of the extractive engine: user preferences, then general tips
-(commands that work, and ones that did not), then an index of the task groups."""
+(commands that work, and ones that did not), then an index of the task groups.
+
+A general tip is advice for every later run, so it needs more than one lucky command: a command
+that edits files in place (``sed -i``, ``perl -pi``, a redirect into a file, a heredoc, ``tee``,
+``patch``) is a tip only when two or more conversations used it; other commands (a test run, a
+build) are tips from one. Rollout ids are cited short (``run-1a2b3c4d`` for
+``run-1a2b3c4d...``: still a prefix to search ``MEMORY.md`` with), at most three per line, so
+the summary's budget goes to what was learned."""
 
 from __future__ import annotations
 
@@ -30,9 +37,39 @@ _HEAD = (
 )
 
 
+_LONG_HEX = re.compile(r"^(.*?[^0-9a-f])?([0-9a-f]{16,})$")
+_EDITS_IN_PLACE = re.compile(
+    r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i|(^|[^>&\d])>>?\s*(?!/dev/null)[^\s&>]|<<|\btee\b|\bpatch\b"
+)
+MAX_CITED = 3
+
+
+def short_id(rollout_id: str) -> str:
+    """``rollout_id`` with a long hex tail cut to 8 digits (a prefix of the real id)."""
+    match = _LONG_HEX.match(rollout_id)
+    if match is None:
+        return rollout_id
+    return (match.group(1) or "") + match.group(2)[:8]
+
+
+_ID_IN_TEXT = re.compile(r"\b[A-Za-z0-9][A-Za-z0-9._-]*?[0-9a-f]{16,}\b")
+
+
+def shorten_ids(text: str) -> str:
+    """``text`` with every id that ends in a long hex tail cited short (``short_id``)."""
+    return _ID_IN_TEXT.sub(lambda m: short_id(m.group(0)), text)
+
+
+def edits_in_place(command: str) -> bool:
+    """Whether a shell command edits files (a one-off change, not a way of working)."""
+    return bool(_EDITS_IN_PLACE.search(command))
+
+
 def _cite(rollouts: list[str]) -> str:
     label = "rollout" if len(rollouts) == 1 else "rollouts"
-    return f"({label} {', '.join(rollouts)})"
+    shown = ", ".join(short_id(r) for r in rollouts[:MAX_CITED])
+    more = f" and {len(rollouts) - MAX_CITED} more" if len(rollouts) > MAX_CITED else ""
+    return f"({label} {shown}{more})"
 
 
 def _all(blocks: list[Block], kind: str) -> list[Learning]:
@@ -53,8 +90,9 @@ def preference_lines(blocks: list[Block]) -> list[str]:
 
 
 def tip_lines(blocks: list[Block]) -> list[str]:
-    """Commands that worked (tests, builds, linters, scripts: most supported first), then a few
-    that failed and were not recovered."""
+    """Commands that worked (tests, builds, linters, scripts: most supported first; an edit in
+    place only when two or more conversations used it), then a few that failed and were not
+    recovered."""
     works: dict[str, tuple[str, list[str], int]] = {}
     for learning in _all(blocks, "works"):
         spans = code_spans(learning.text)
@@ -65,6 +103,9 @@ def tip_lines(blocks: list[Block]) -> list[str]:
         _, rollouts, age = works.get(command, ("", [], learning.age))
         merged = rollouts + [r for r in learning.rollouts if r not in rollouts]
         works[command] = (kind.group(1) if kind else "run", merged, min(age, learning.age))
+    works = {
+        cmd: entry for cmd, entry in works.items() if len(entry[1]) >= 2 or not edits_in_place(cmd)
+    }
     ranked = sorted(
         works.items(),
         key=lambda kv: (_KIND_ORDER.index(kv[1][0]), -len(kv[1][1]), kv[1][2], kv[0]),
@@ -83,7 +124,7 @@ def index_lines(blocks: list[Block]) -> list[str]:
     lines = []
     for block in blocks:
         rollouts = [m.rollout_id for m in block.group.members]
-        line = f"- **{block.heading}** {_cite(rollouts)}"
+        line = f"- **{shorten_ids(block.heading)}** {_cite(rollouts)}"
         paths = block.group.paths[:4]
         if paths:
             line += " — files: " + ", ".join(code(p) for p in paths)
