@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,89 @@ async def test_the_bwrap_backend_runs_the_same_cells(tmp_path: Path) -> None:
     report = await run_eval("builtin", options)
     assert [cell.condition for cell in report.cells] == ["memory", "no-memory"]
     assert all(step.success for cell in report.cells for step in cell.steps)
+
+
+# ---------------------------------------------------------------- the HTML report in a browser
+
+#: measures the page once laid out, and writes what it found into <body data-check="...">
+_MEASURE = """<script>
+window.addEventListener("load", () => {
+  const found = {cut: [], overlaps: [], tables: [], raw_markdown: false};
+  document.querySelectorAll("svg").forEach((svg) => {
+    const box = svg.getBoundingClientRect();
+    const texts = [...svg.querySelectorAll("text")].map((t) => [t.textContent, t.getBBox()]);
+    for (const [text, b] of texts) {
+      if (b.x < -0.5 || b.y < -0.5 || b.x + b.width > box.width + 0.5
+          || b.y + b.height > box.height + 0.5) found.cut.push(text);
+    }
+    for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++) {
+      const [ta, a] = texts[i], [tb, b] = texts[j];
+      if (a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height
+          && b.y < a.y + a.height) found.overlaps.push(ta + " / " + tb);
+    }
+  });
+  document.querySelectorAll("table").forEach((table) => {
+    const rows = [...table.rows].filter((r) => r.getBoundingClientRect().height > 0);
+    const cols = Math.max(...rows.map((r) => r.cells.length));
+    found.tables.push([rows.length, cols, table.getBoundingClientRect().width]);
+  });
+  found.raw_markdown = document.body.innerText.includes("|---");
+  document.body.setAttribute("data-check", JSON.stringify(found));
+});
+</script>"""
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _headless(browser: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_html_report_renders_tables_and_uncut_labels_in_chromium(
+    aware: tuple[EvalReport, Path], tmp_path: Path
+) -> None:
+    """Issue 29: headless Chromium lays the page out; no chart label or value leaves its
+    drawing or overlaps another, the figures are real tables (no Markdown as text), and a
+    screenshot is taken."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed")
+    _, out = aware
+    page = (out / "report.html").read_text()
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", _MEASURE + "</body>"))
+    dumped = _headless(browser, "--window-size=1280,2000", "--dump-dom", probe.as_uri())
+    match = re.search(r'data-check="([^"]*)"', dumped.stdout)
+    assert match, dumped.stdout[-2000:] + dumped.stderr[-2000:]
+    found = json.loads(html.unescape(match.group(1)))
+    assert found["cut"] == [] and found["overlaps"] == []
+    assert not found["raw_markdown"]
+    tasks = len({c["task"] for c in json.loads((out / "report.json").read_text())["cells"]})
+    assert [t[:2] for t in found["tables"]] == [[3, 11], [2 * tasks + 1, 12]]
+    shot = tmp_path / "report.png"
+    taken = _headless(browser, "--window-size=1280,2000", f"--screenshot={shot}", probe.as_uri())
+    assert shot.is_file() and shot.stat().st_size > 10_000, taken.stderr[-2000:]
+
+
+async def test_a_rerun_says_it_reuses_cells_and_fresh_runs_them_again(tmp_path: Path) -> None:
+    lines: list[str] = []
+    options = EvalOptions(out=tmp_path, tasks=("memory-irrelevant",), progress=lines.append)
+    await run_eval("builtin", options)
+    assert not any(line.startswith("reusing") for line in lines)
+    lines.clear()
+    await run_eval("builtin", options)
+    assert lines == [
+        f"reusing 2 finished cell(s) from {tmp_path / 'cells'} (an earlier eval there); "
+        "pass --fresh to run them again"
+    ]
+    lines.clear()
+    options.fresh = True
+    await run_eval("builtin", options)
+    assert lines and not any(line.startswith("reusing") for line in lines)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from sandmem.cli._models import client_options
 from sandmem.eval import BUILTIN, CONDITIONS, SCRIPTED, EvalOptions, load_suite, run_eval
 
 
@@ -48,6 +49,10 @@ def _conditions(value: str) -> tuple[str, ...]:
     show_default=True,
     help="Report directory; finished cells kept there let a rerun resume.",
 )
+@click.option(
+    "--fresh", is_flag=True, help="Run every cell again, ignoring finished cells in --out."
+)
+@client_options
 def eval_command(
     suite: str,
     model: str,
@@ -58,11 +63,13 @@ def eval_command(
     conditions: str,
     tasks: tuple[str, ...],
     out: Path,
+    fresh: bool,
 ) -> None:
     """Run SUITE (a .toml file, or `builtin`) with and without memory and compare.
 
     Writes report.json, report.md and report.html into --out. An interrupted eval resumes
-    where it stopped when rerun with the same --out.
+    where it stopped when rerun with the same --out (it says how many cells it reuses;
+    --fresh runs them all again).
     """
     try:
         chosen = _conditions(conditions)
@@ -79,6 +86,7 @@ def eval_command(
         conditions=chosen,  # type: ignore[arg-type]
         progress=lambda line: click.echo(line),
         tasks=tasks or None,
+        fresh=fresh,
     )
     if model == SCRIPTED:
         click.echo("Model: scripted (offline deterministic policy + extractive memory engine).")

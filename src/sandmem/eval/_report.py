@@ -188,41 +188,55 @@ def render_markdown(report: EvalReport) -> str:
 _PALETTE = {"memory": "#2b7a4b", "no-memory": "#9a3b3b", "full-history": "#3b5e9a"}
 
 
+#: the chart's geometry (px): one row per (task, condition), labels left, values right of bars
+_ROW, _BAR_W, _CHAR_W, _PAD = 18, 260, 8.4, 8
+
+
 def _chart(report: EvalReport, metric: str) -> str:
-    tasks = list(dict.fromkeys(s.task for s in report.summaries))
-    conditions = list(report.totals)
-    values = {(s.task, s.condition): s.metrics[metric].median for s in report.summaries}
-    top = max([*values.values(), 1.0])
-    bar, gap, height = 14, 10, 120
-    width = len(tasks) * (len(conditions) * bar + gap) + 40
+    """A horizontal bar chart: every label and value on its own row, inside the drawing
+    (its width is computed from the longest label, so none is cut or overlaps a number)."""
+    rows = [(s.task, s.condition, s.metrics[metric].median) for s in report.summaries]
+    top = max([value for _, _, value in rows] + [1.0])
+    labels = [f"{task} · {condition}" for task, condition, _ in rows]
+    label_w = round(max([len(label) for label in labels] + [4]) * _CHAR_W) + _PAD
+    value_w = round(max([len(f"{v:g}") for _, _, v in rows] + [1]) * _CHAR_W) + 2 * _PAD
+    width, height = label_w + _BAR_W + value_w, len(rows) * _ROW + 2 * _PAD
     parts = [
         f'<svg role="img" aria-label="{html.escape(METRICS[metric])}" width="{width}" '
-        f'height="{height + 70}" xmlns="http://www.w3.org/2000/svg">'
+        f'height="{height}" viewBox="0 0 {width} {height}" font-size="12" '
+        'font-family="monospace" xmlns="http://www.w3.org/2000/svg">'
     ]
-    x = 30
-    for task in tasks:
-        for condition in conditions:
-            value = values.get((task, condition), 0.0)
-            h = round(value / top * height, 1)
-            parts.append(
-                f'<rect x="{x}" y="{height - h + 20}" width="{bar - 2}" height="{h}" '
-                f'fill="{_PALETTE.get(condition, "#777")}"><title>{html.escape(task)} '
-                f"{html.escape(condition)}: {value:g}</title></rect>"
-                f'<text x="{x + (bar - 2) / 2}" y="{height - h + 7}" font-size="8" '
-                f'text-anchor="middle">{value:g}</text>'
-            )
-            x += bar
-        label = html.escape(task[:14])
+    for n, ((_, condition, value), label) in enumerate(zip(rows, labels, strict=True)):
+        y = _PAD + n * _ROW
+        w = round(value / top * _BAR_W, 1)
+        fill = _PALETTE.get(condition, "#777")
         parts.append(
-            f'<text x="{x - len(conditions) * bar}" y="{height + 36}" font-size="9" '
-            f'transform="rotate(30 {x - len(conditions) * bar} {height + 36})">{label}</text>'
+            f'<text x="{label_w - _PAD}" y="{y + 13}" text-anchor="end">{html.escape(label)}'
+            f'</text><rect x="{label_w}" y="{y + 3}" width="{w}" height="{_ROW - 6}" '
+            f'fill="{fill}"><title>{html.escape(label)}: {value:g}</title></rect>'
+            f'<text x="{label_w + w + _PAD / 2}" y="{y + 13}">{value:g}</text>'
         )
-        x += gap
     parts.append("</svg>")
     return "".join(parts)
 
 
+def _table(header: list[str], rows: list[list[str]], numeric_from: int) -> str:
+    def cell(tag: str, n: int, text: str) -> str:
+        align = ' class="num"' if n >= numeric_from else ""
+        return f"<{tag}{align}>{html.escape(text)}</{tag}>"
+
+    head = "".join(cell("th", n, text) for n, text in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(cell("td", n, text) for n, text in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
 def render_html(report: EvalReport) -> str:
+    """The report as one page: the savings, charts, and the figures as real tables (the same
+    content as ``render_markdown``)."""
+    names = list(METRICS)
     legend = " ".join(
         f'<span style="color:{_PALETTE.get(c, "#777")}">&#9632; {html.escape(c)}</span>'
         for c in report.totals
@@ -230,15 +244,42 @@ def render_html(report: EvalReport) -> str:
     charts = "".join(
         f"<section><h3>{html.escape(METRICS[m])}</h3>{_chart(report, m)}</section>" for m in CHARTED
     )
-    markdown = html.escape(render_markdown(report))
+    about = (
+        f"Model <code>{html.escape(report.model)}</code>, memory model "
+        f"<code>{html.escape(report.memory_model or 'same as the agent')}</code>, "
+        f"{report.repeat} repeat(s), backend {html.escape(report.backend)}, "
+        f"{html.escape(report.generated_at)}. Figures are medians over repeats (min-max when "
+        "they differ)."
+    )
+    label = f"<blockquote>{html.escape(report.label)}</blockquote>" if report.label else ""
+    saved = _savings(report)
+    savings = ""
+    if saved:
+        items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in saved if line[:2] == "- ")
+        savings = f"<h2>{html.escape(saved[0][3:])}</h2><ul>{items}</ul>"
+    totals = _table(
+        ["condition", *(METRICS[n] for n in names)],
+        [[c, *(_fmt(m[n]) for n in names)] for c, m in report.totals.items()],
+        numeric_from=1,
+    )
+    per_task = _table(
+        ["task", "condition", *(METRICS[n] for n in names)],
+        [[s.task, s.condition, *(_fmt(s.metrics[n]) for n in names)] for s in report.summaries],
+        numeric_from=2,
+    )
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>sandmem eval: {html.escape(report.suite)}</title><style>"
-        "body{font:14px system-ui,sans-serif;margin:2em;max-width:70em}"
+        "body{font:14px system-ui,sans-serif;margin:2em;max-width:80em}"
         "section{display:inline-block;margin:0 2em 1em 0;vertical-align:top}"
-        "pre{background:#f4f4f4;padding:1em;overflow:auto}</style></head><body>"
-        f"<h1>sandmem eval: {html.escape(report.suite)}</h1><p>{legend}</p>{charts}"
-        f"<h2>Figures</h2><pre>{markdown}</pre></body></html>\n"
+        "table{border-collapse:collapse;margin:0 0 1.5em}"
+        "th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}"
+        "th{background:#f4f4f4}.num{text-align:right}"
+        "blockquote{border-left:4px solid #ccc;margin:1em 0;padding:.2em 1em;color:#444}"
+        "</style></head><body>"
+        f"<h1>sandmem eval: {html.escape(report.suite)}</h1><p>{about}</p>{label}{savings}"
+        f"<p>{legend}</p>{charts}<h2>Suite totals</h2>{totals}<h2>Per task</h2>{per_task}"
+        "</body></html>\n"
     )
 
 

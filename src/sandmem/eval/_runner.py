@@ -89,6 +89,8 @@ class EvalOptions:
     tasks: tuple[str, ...] | None = None
     #: keep each cell's final workspace in ``out/work/<cell>/workspace`` (default: removed)
     keep_workspaces: bool = False
+    #: ignore (and replace) the finished cells of an earlier eval in ``out/cells``
+    fresh: bool = False
 
     def check(self, suite: Suite) -> None:
         if self.repeat < 1:
@@ -331,12 +333,25 @@ def _write_cell(cells_dir: Path, cell: CellResult) -> None:
 
 
 async def run_suite(suite: Suite, options: EvalOptions) -> list[CellResult]:
-    """Run every (task, condition, repeat) cell not already finished in ``options.out``."""
+    """Run every (task, condition, repeat) cell not already finished in ``options.out`` (all
+    of them with ``options.fresh``); the progress callback is told how many are reused."""
     options.check(suite)
     cells_dir = options.out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
-    done = _load_done(cells_dir)
+    done = {} if options.fresh else _load_done(cells_dir)
     tasks = [t for t in suite.tasks if options.tasks is None or t.id in options.tasks]
+    wanted = {
+        cell_key(t.id, c, r)
+        for t in tasks
+        for c in options.conditions
+        for r in range(options.repeat)
+    }
+    reused = len(wanted & done.keys())
+    if reused and options.progress is not None:
+        options.progress(
+            f"reusing {reused} finished cell(s) from {cells_dir} (an earlier eval there); "
+            "pass --fresh to run them again"
+        )
     todo = [
         _Cell(suite, task, condition, repeat, options, options.out / "work" / key)
         for task in tasks
