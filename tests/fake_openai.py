@@ -15,9 +15,10 @@ The same ``FakeReply`` renders as a valid reply of either API, and as a server-s
 stream of either API when the request asks for ``stream: true`` (Responses: ``response.created``
 ... ``response.output_text.delta`` ... ``response.completed``; Chat Completions: chunks, then
 ``[DONE]``, with a usage chunk when ``stream_options.include_usage``). ``FakeReply.chunks``
-chooses the text deltas (default: the text split after each space). ``GET /v1/models`` lists
-``server.models`` (``["gpt-5.4-mini"]`` unless changed; 404 while it is ``None``). Faults are switched on with
-``server.inject(...)`` (HTTP status, slow reply, malformed body) for the next ``times``
+chooses the text deltas (default: the text split after each space). ``GET /v1/models``
+lists ``server.models`` (``["gpt-5.4-mini"]`` unless changed; 404 while it is ``None``).
+Faults are switched on with ``server.inject(...)`` (HTTP status and message, slow reply,
+malformed body) for the next ``times``
 requests. Every request is recorded in ``server.requests``; ``server.in_flight`` and
 ``server.max_in_flight`` count concurrent requests. A handler that raises answers HTTP 400
 (not retried) and is recorded in ``server.handler_errors``; the ``fake_openai`` fixture fails

@@ -146,6 +146,7 @@ def test_sigint_before_the_first_reply_records_nothing(
     wait_for(lambda: fake_openai.in_flight > 0, proc, "the agent's model request")
     out, err = interrupt(proc)
     assert proc.returncode == 130, err
+    assert out == ""
     assert "interrupted: the run was stopped; nothing was recorded" in err
     assert not (tmp_path / "sessions/s0.jsonl").exists()
     assert all(not r.wants_json() for r in fake_openai.requests)  # no memory request

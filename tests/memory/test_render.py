@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from sandmem._truncate import estimate_tokens
-from sandmem.memory.rollouts import INFRASTRUCTURE_TEXT
 from sandmem.memory._render import (
     ParsedRollout,
     parse_rollout,
     render_rollout,
     rollout_terminal_summary,
 )
+from sandmem.memory.rollouts import INFRASTRUCTURE_TEXT
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "rollouts"

@@ -10,7 +10,6 @@ from typing import Any
 
 from sandmem._items import Item, content_text, item_kind
 from sandmem.memory._render import ParsedRollout, RolloutSegment
-from sandmem.memory.rollouts import exception_text
 from sandmem.memory.extractive._patches import PatchChange, patch_changes
 from sandmem.memory.extractive._shell import (
     describe_content,
@@ -22,6 +21,7 @@ from sandmem.memory.extractive._shell import (
     viewed_file,
 )
 from sandmem.memory.extractive._text import clip, one_line, sentences
+from sandmem.memory.rollouts import exception_text
 from sandmem.redaction import Redactor
 
 _PREFERENCE = re.compile(
