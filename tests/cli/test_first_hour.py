@@ -229,9 +229,11 @@ def test_view_open_without_a_browser_says_so(
     import webbrowser
 
     monkeypatch.setattr(webbrowser, "open", lambda url: False)
-    result = invoke("memory", "view", "-w", workspace, "--open")
+    page = workspace.parent / "view.html"
+    result = invoke("memory", "view", "-w", workspace, "--open", "--out", page)
     assert result.exit_code == 1
     assert "Error: no web browser found to open the page" in result.stderr
+    assert page.is_file()
 
 
 def test_generate_without_a_server_setting_exits_2(
