@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import logging
 from dataclasses import dataclass
@@ -138,7 +139,8 @@ class Memory(Capability):
         return await read_prompt_for(self.session, self.paths, live_update=self.read.live_update)
 
     async def on_run_end(self, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
-        from sandmem.memory.rollouts import build_segment, records_work
+        from sandmem.memory.rollouts import INFRASTRUCTURE, build_segment, records_work
+        from sandmem.memory.state import classify
 
         slot = self._slot(ctx)
         await self._version_edits(ctx, slot)
@@ -146,7 +148,19 @@ class Memory(Capability):
             return
         if not records_work(outcome):
             return  # no model reply came (a refused key, a dead server): nothing to remember
-        segment = build_segment(ctx, outcome, slot.rollout_id, slot.conversation_key)
+        exc = outcome.exception
+        infrastructure = (
+            exc is not None
+            and not isinstance(exc, asyncio.CancelledError)
+            and classify(exc) in ("environment", "configuration")
+        )
+        segment = build_segment(
+            ctx,
+            outcome,
+            slot.rollout_id,
+            slot.conversation_key,
+            error_origin=INFRASTRUCTURE if infrastructure else None,
+        )
         await slot.manager.record(segment)
 
     async def _version_edits(self, ctx: SandboxRunContext, slot: _RunMemory) -> None:

@@ -344,6 +344,7 @@ def chat_command(
     """
     if resume and session_id:
         raise click.UsageError("use either --resume or --session, not both")
+    workspace = workspace.absolute()  # the default is "."
     rollout_id, continued = _chat_id(workspace, session_id, resume)
     opts = RunOptions(
         workspace=workspace,

@@ -440,6 +440,7 @@ def run_command(
     generation failed, 2 usage error, 130 interrupted. Reference: `sandmem docs cli`.
     """
     text = _prompt_text(prompt)
+    workspace = workspace.absolute()  # the default is "."
     opts = RunOptions(
         workspace=workspace,
         prompt=text,

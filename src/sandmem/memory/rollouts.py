@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import json
@@ -161,15 +160,6 @@ def records_work(outcome: RunOutcome) -> bool:
     return bool(filter_items(outcome.new_items))
 
 
-def error_origin(exc: BaseException | None) -> str | None:
-    """``"infrastructure"`` for an error the model server or the settings caused, else None."""
-    from sandmem.memory.state import classify
-
-    if exc is None or isinstance(exc, asyncio.CancelledError):
-        return None
-    return INFRASTRUCTURE if classify(exc) in ("environment", "configuration") else None
-
-
 def exception_text(meta: dict[str, Any]) -> str:
     """The error a segment's ``terminal_metadata`` records, as memory may show it: ``Type:
     message``, or ``INFRASTRUCTURE_TEXT`` for a model-server or configuration error (also for
@@ -190,8 +180,11 @@ def build_segment(
     conversation_key: str | None,
     *,
     updated_at: str | None = None,
+    error_origin: str | None = None,
 ) -> dict[str, Any]:
-    """One run segment as recorded in ``<sessions_dir>/<rollout-id>.jsonl``."""
+    """One run segment as recorded in ``<sessions_dir>/<rollout-id>.jsonl``; ``error_origin``
+    is ``INFRASTRUCTURE`` when a model-server or settings error stopped the run (the caller
+    classifies it: ``memory.state.classify``)."""
     exc = outcome.exception
     segment: dict[str, Any] = {
         "updated_at": updated_at or utc_now(),
@@ -209,9 +202,8 @@ def build_segment(
         "exception_message": str(exc) if exc is not None else None,
         "has_final_output": outcome.has_final_output,
     }
-    origin = error_origin(exc)
-    if origin is not None:
-        segment["terminal_metadata"]["error_origin"] = origin
+    if error_origin is not None and exc is not None:
+        segment["terminal_metadata"]["error_origin"] = error_origin
     return segment
 
 
