@@ -186,6 +186,8 @@ class Memory(Capability):
         overlay = ctx.extras.get(MEMORY_PROPOSALS, {}).get(self.paths.memories_dir)
         if self.read.live_update == "propose" and not overlay:
             return
+        if not overlay and not await journal.unversioned(self.session, self.paths):
+            return  # nothing edited: no lock taken, no wait for a running consolidation
         try:
             async with self.session.lock(self.paths.lock, timeout=60.0):
                 if overlay:

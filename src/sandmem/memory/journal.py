@@ -376,6 +376,20 @@ async def notice(
     return await _version(session, paths, attribution, redactor=redactor, retention=retention)
 
 
+async def unversioned(session: SandboxSession, paths: MemoryPaths) -> bool:
+    """Whether the live set differs from the newest version (a cheap check without the
+    lock: a run's end takes the lock only when it has something to version)."""
+    head = await history.Store(session, paths).head()
+    files: dict[str, bytes] = {}
+    for path in await live_files(session, paths):
+        data = await _read(session, path)
+        if data is not None:
+            files[_name(paths, path)] = data
+    if head is None:
+        return any(data.strip() for data in files.values())
+    return {name: digest(data) for name, data in files.items()} != head.files
+
+
 async def write_files(
     session: SandboxSession,
     paths: MemoryPaths,
