@@ -396,3 +396,15 @@ async def test_an_ingest_that_generates_makes_one_version_of_kind_ingest(tmp_pat
     found = await api.log(tmp_path)
     assert [v.kind for v in found] == ["ingest", "consolidation"]
     assert found[0].engine == "extractive" and found[0].rollouts_added
+
+
+async def test_a_model_consolidation_names_its_engine_and_model(tmp_path: Path) -> None:
+    from memory_doubles import phase_one_model, phase_two_model
+
+    config = MemoryGenerateConfig(
+        phase_one_model=phase_one_model(), phase_two_model=phase_two_model()
+    )
+    await consolidated(tmp_path, ["invoice-fix"], config=config)
+    [version] = await api.log(tmp_path)
+    assert (version.kind, version.engine, version.model) == ("consolidation", "model", "phase-two")
+    assert version.rollouts_added == ["invoice-fix"]

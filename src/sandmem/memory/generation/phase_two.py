@@ -565,7 +565,13 @@ async def consolidate(
 def consolidation_attribution(config: MemoryGenerateConfig, p: Plan) -> Attribution:
     """What a consolidation's version says about it: engine, model, conversations."""
     model = config.phase_two_model
-    name = model if isinstance(model, str) else str(getattr(model, "model", type(model).__name__))
+    name = (
+        model
+        if isinstance(model, str)
+        else str(
+            getattr(model, "model", None) or getattr(model, "name", None) or type(model).__name__
+        )
+    )
     return Attribution(
         "consolidation",
         engine="extractive" if model == EXTRACTIVE else "model",
