@@ -5,8 +5,9 @@ function ``journal._version``. This figure times that function (wrapped with a t
 the two common writers — a consolidation (``sandmem.memory.generate`` with the extractive
 engine, one new conversation each) and a live edit (an agent run whose one tool call is
 ``apply_patch`` on ``MEMORY.md``) — and measures the bytes the history directory grows by,
-first on a fresh layout and then on one with 1,000 versions already stored (made with
-``journal.write_files``, each changing one line of a ~16 KB ``MEMORY.md``).
+first on a layout with one version stored and then on one with 1,000 (made with
+``journal.write_files``, each changing one line of a ~16 KB ``MEMORY.md``), so the two differ
+only in the number of versions.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ async def _live_edits(session: SandboxSession, repeat: int) -> dict[str, float]:
 
 async def _measure(versions: int, repeat: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    for label, count in (("fresh", 0), (f"{versions} versions", versions)):
+    for label, count in (("1 version", 1), (f"{versions} versions", versions)):
         async with workspace() as session:
             await session.mkdir(PATHS.memories_dir, parents=True)
             await _fill(session, count)
