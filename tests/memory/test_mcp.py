@@ -31,7 +31,7 @@ SANDMEM = str(Path(sys.executable).with_name("sandmem"))
 SECRET = "sk-proj-" + "Q7x" * 16
 NOTE = "Always run the tests with make test-fast before every commit."
 TOKEN = "t0ken-" + "a" * 32
-HTTP_FLAGS = ("--token-env", "MCP_TEST_TOKEN", "--lock-timeout", "2")
+HTTP_FLAGS = ("--token-env", "MCP_TEST_TOKEN", "--lock-timeout", "1")
 
 
 def _text(result: Any) -> str:
@@ -356,9 +356,9 @@ async def test_a_write_waits_for_the_lock_and_a_client_may_vanish_mid_call(
             async with http_session(url) as session:
                 await session.call_tool("memory_update", {"patch": patch})
     # the abandoned call either goes on when the lock is free or is cancelled: the edit is
-    # applied whole and once, or not at all (the server's lock wait ends after 2 s)
+    # applied whole and once, or not at all (the server's lock wait ends after 1 s)
     edited = before.replace("# Memory\n", "# Memory\n- Written while locked.\n", 1)
-    await anyio.sleep(3)
+    await anyio.sleep(1.5)
     assert memory_md.read_text() in (before, edited)
     async with http_session(url) as session:
         result = await session.call_tool("memory_read", {"path": "MEMORY.md", "limit": 3})
