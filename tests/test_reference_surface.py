@@ -182,3 +182,11 @@ async def test_after_turn_then_immediate_while_streaming_ends_the_stream() -> No
     await asyncio.wait_for(consumer, 5)
     assert result.is_complete
     result.cancel("immediate")  # a finished run ignores further cancels
+
+
+def test_reference_type_names_are_aliases() -> None:
+    import sandmem
+
+    assert sandmem.AgentBase is Agent
+    assert sandmem.AgentHookContext is RunContextWrapper
+    assert sandmem.Tool is sandmem.FunctionTool

@@ -40,8 +40,10 @@ from sandmem._settings import ModelSettings, Reasoning
 from sandmem._usage import Usage
 from sandmem._version import __version__ as __version__
 from sandmem.agent._agent import Agent
+from sandmem.agent._agent import Agent as AgentBase
 from sandmem.agent._agent_tool import AgentToolStreamEvent
 from sandmem.agent._context import RunContextWrapper, ToolContext
+from sandmem.agent._context import RunContextWrapper as AgentHookContext
 from sandmem.agent._hooks import AgentHooks, RunHooks
 from sandmem.agent._run_config import RunConfig, SandboxRunConfig
 from sandmem.agent._run_items import (
@@ -65,6 +67,7 @@ from sandmem.agent._tool_use import (
     ToolsToFinalOutputResult,
 )
 from sandmem.agent._tools import FunctionTool, default_tool_error_function, function_tool, tool
+from sandmem.agent._tools import FunctionTool as Tool
 from sandmem.capabilities import Capability, Filesystem, Memory, Shell
 from sandmem.capabilities._sandbox_agent import SandboxAgent
 from sandmem.memory import (
@@ -73,7 +76,7 @@ from sandmem.memory import (
     MemoryReadConfig,
     validate_rollout_id,
 )
-from sandmem.models import Model, ModelProvider
+from sandmem.models import Model, ModelProvider, ModelResponse
 from sandmem.run._runner import Runner, RunResult, RunResultStreaming
 from sandmem.sandboxes import (
     BubblewrapSandboxClient,
@@ -98,6 +101,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Agent",
+    "AgentBase",
+    "AgentHookContext",
     "AgentHooks",
     "AgentToolStreamEvent",
     "AgentUpdatedStreamEvent",
@@ -131,6 +136,7 @@ __all__ = [
     "ModelBehaviorError",
     "ModelProvider",
     "ModelRequestError",
+    "ModelResponse",
     "ModelSettings",
     "OpenAIChatCompletionsModel",
     "OpenAIProvider",
@@ -161,6 +167,7 @@ __all__ = [
     "Shell",
     "StreamEvent",
     "TResponseInputItem",
+    "Tool",
     "ToolCallItem",
     "ToolCallOutputItem",
     "ToolContext",
