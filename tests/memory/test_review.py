@@ -90,6 +90,18 @@ async def test_review_consolidation_is_a_proposal_until_approved(tmp_path: Path)
     assert report.phase_two == "skipped" and await api.inbox(tmp_path) == []
 
 
+async def test_a_dismissed_consolidation_is_regenerated_by_the_next_generate(
+    tmp_path: Path,
+) -> None:
+    await consolidated(tmp_path, ["invoice-fix"], config=REVIEW)
+    [first] = await api.inbox(tmp_path)
+    await api.dismiss(tmp_path, first.id)
+    report = await api.generate(tmp_path, config=REVIEW)
+    assert report.phase_two == "proposed"
+    [again] = await api.inbox(tmp_path)
+    assert again.id != first.id and again.kind == "consolidation"
+
+
 async def test_a_newer_consolidation_proposal_supersedes_the_older(tmp_path: Path) -> None:
     await consolidated(tmp_path, ["invoice-fix"], config=REVIEW)
     [first] = await api.inbox(tmp_path)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sandmem._errors import SandboxError, UserError
 from sandmem.memory import _history_prune, history, journal, proposals
+from sandmem.memory import state as gen_state
 from sandmem.memory._api import MemoryTarget, _locked, _opened, _run_sync
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
@@ -361,6 +362,15 @@ async def approve(
     return _info(head, None)
 
 
+async def _replan(session: SandboxSession, paths: MemoryPaths) -> None:
+    """The next generation consolidates again (a dismissed consolidation proposal is
+    regenerated, instead of being skipped as "nothing changed")."""
+    state, _problems = await gen_state.load(session, paths)
+    if state.phase_two.inputs_digest is not None:
+        state.phase_two = state.phase_two.model_copy(update={"inputs_digest": None})
+        await gen_state.save(session, paths, state)
+
+
 async def dismiss(
     target: MemoryTarget, proposal_id: str, *, layout: MemoryLayoutConfig | None = None
 ) -> ProposalInfo:
@@ -372,6 +382,8 @@ async def dismiss(
                 info = await _proposal_info(session, paths, proposal)
                 await proposals.remove(session, paths, proposal)
                 await _history_prune.collect_garbage(session, paths)
+                if proposal.attribution.kind == "consolidation":
+                    await _replan(session, paths)
         except SandboxError as exc:
             raise _locked(exc) from exc
     return info
