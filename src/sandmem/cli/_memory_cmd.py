@@ -23,6 +23,7 @@ from sandmem.memory import (
     MemoryStatus,
     list_conversations,
     list_files,
+    reindex,
     search,
     show,
     status,
@@ -80,15 +81,35 @@ def _conversation_line(row: ConversationInfo) -> str:
 @workspace_option(required=False)
 @layout_options
 @click.option("--json", "as_json", is_flag=True, help="Print the conversations as JSON.")
-def list_command(workspace: Path, memories_dir: str, sessions_dir: str, as_json: bool) -> None:
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Print at most this many conversations (default: all).",
+)
+@click.option(
+    "--offset",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Skip this many of the most recent conversations first.",
+)
+def list_command(
+    workspace: Path,
+    memories_dir: str,
+    sessions_dir: str,
+    as_json: bool,
+    limit: int | None,
+    offset: int,
+) -> None:
     """List the recorded conversations, most recent first.
 
     One line each: ROLLOUT_ID, status (done, pending, failed, skipped), the date of its
     last run (UTC), and its task (the first user message); then its rollout summary file
-    when it has one.
+    when it has one. --limit and --offset page through them.
     """
     layout = layout_config(memories_dir, sessions_dir)
-    rows = run_async(list_conversations(workspace, layout=layout))
+    rows = run_async(list_conversations(workspace, layout=layout, limit=limit, offset=offset))
     if as_json:
         emit_model(rows)
         return
@@ -306,3 +327,28 @@ def status_command(workspace: Path, memories_dir: str, sessions_dir: str, as_jso
         return
     for line in status_lines(data):
         click.echo(line)
+
+
+# ---------------------------------------------------------------- reindex
+
+
+@memory_group.command("reindex")
+@workspace_option(required=False)
+@layout_options
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def reindex_command(workspace: Path, memories_dir: str, sessions_dir: str, as_json: bool) -> None:
+    """Rebuild the memory index from the files.
+
+    The index (<memories_dir>/.index.sqlite) makes status, list, show and search fast; it
+    is derived from the files, checked against them on every use and rebuilt for what
+    differs, so this is never needed for correct answers. Run it to pay the whole cost now.
+    """
+    layout = layout_config(memories_dir, sessions_dir)
+    report = run_async(reindex(workspace, layout=layout))
+    if as_json:
+        emit_model(report)
+        return
+    click.echo(
+        f"indexed {report.conversations} conversations, {report.files} files "
+        f"({report.sections} sections) into {report.path} ({human_size(report.bytes)})"
+    )

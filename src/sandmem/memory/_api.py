@@ -30,6 +30,7 @@ from sandmem.memory._results import (
     ForgetResult,
     GenerationReport,
     GenerationUsage,
+    IndexReport,
     MemoryFile,
     MemoryFileKind,
     MemoryStatus,
@@ -42,7 +43,7 @@ from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.generation.manager import FlushReport, MemoryGenerationManager
 from sandmem.memory.layout import MemoryPaths, read_text
 from sandmem.memory.views import _maintenance as maintenance
-from sandmem.memory.views._search import search_layout
+from sandmem.memory.views._index import opened_index, rebuild_index
 from sandmem.models._base import Model
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.sandboxes._session import SandboxSession
@@ -148,12 +149,25 @@ async def status(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = No
 
 
 async def list_conversations(
-    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
+    target: MemoryTarget,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> list[ConversationInfo]:
     """Every recorded conversation, most recently updated first: its status, dates, task
-    (first user message) and rollout summary file."""
+    (first user message) and rollout summary file. ``offset`` and ``limit`` take one page
+    (``limit=None``: all the rest)."""
     async with _opened(target, layout) as (session, paths, _):
-        return await maintenance.conversations(session, paths)
+        return await maintenance.conversations(session, paths, limit=limit, offset=offset)
+
+
+async def reindex(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None) -> IndexReport:
+    """Rebuild the layout's index (``<memories_dir>/.index.sqlite``) from the files. Never
+    needed for correctness (every read checks the index against the files and derives again
+    what differs); it is the way to pay the full cost up front, or to start over."""
+    async with _opened(target, layout) as (session, paths, _):
+        return await rebuild_index(session, paths)
 
 
 async def list_files(
@@ -245,8 +259,11 @@ async def search(
     """Ranked search (BM25, stemmed) over the sections of ``MEMORY.md``, the rollout
     summaries and the skills; at most ``limit`` hits, best first. Any word of ``query`` may
     match; a query with no words or no match gives no hits."""
+    if limit < 1:
+        raise UserError(f"the search limit must be at least 1, got {limit}")
     async with _opened(target, layout) as (session, paths, _):
-        hits = await search_layout(session, paths, query, limit)
+        async with opened_index(session, paths, search=True) as index:
+            hits = index.search(query, limit)
     return SearchResults(
         query=query,
         hits=[
@@ -477,10 +494,19 @@ def status_sync(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = Non
 
 
 def list_conversations_sync(
-    target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
+    target: MemoryTarget,
+    *,
+    layout: MemoryLayoutConfig | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> list[ConversationInfo]:
     """``list_conversations``, blocking."""
-    return _run_sync(list_conversations(target, layout=layout))
+    return _run_sync(list_conversations(target, layout=layout, limit=limit, offset=offset))
+
+
+def reindex_sync(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None) -> IndexReport:
+    """``reindex``, blocking."""
+    return _run_sync(reindex(target, layout=layout))
 
 
 def list_files_sync(

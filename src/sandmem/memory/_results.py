@@ -318,3 +318,18 @@ class ForgetResult(_Result):
     ``memory_summary.md`` were (would be) emptied rather than re-consolidated."""
     report: GenerationReport | None
     """The re-consolidation that followed (``None`` for a dry run)."""
+
+
+class IndexReport(_Result):
+    """What ``reindex`` built: the layout index file and what it holds."""
+
+    path: str
+    """Workspace-relative path of the index (``<memories_dir>/.index.sqlite``)."""
+    conversations: int
+    """Conversations indexed."""
+    files: int
+    """Searchable files indexed (``MEMORY.md``, rollout summaries, skills)."""
+    sections: int
+    """Search sections (a file is split at its headings)."""
+    bytes: int
+    """Size of the index file."""

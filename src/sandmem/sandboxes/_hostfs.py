@@ -450,6 +450,19 @@ def open_lock_file(root: Path, path: PathArg) -> int:
         return _open_regular(loc, os.O_RDWR | os.O_CREAT, "lock", path)
 
 
+def open_regular_rw(root: Path, path: PathArg) -> int:
+    """Open (creating it and its parents, mode 0600) the regular file ``path`` read-write and
+    return its descriptor: never through a symlink, never a special file (a derived file
+    that a library opens as ``/proc/self/fd/N``, such as the memory index)."""
+    with (
+        translate_errors("open", path),
+        _located(root, path, "open", create_parents=True) as loc,
+    ):
+        fd = _open_regular(loc, os.O_RDWR | os.O_CREAT, "open", path)
+        os.fchmod(fd, 0o600)
+        return fd
+
+
 def workdir(root: Path, path: PathArg) -> Path:
     """The host path of the directory ``path`` (inner symlinks expanded), for a command's
     working directory; ``SandboxError`` when it is not a directory in the workspace."""

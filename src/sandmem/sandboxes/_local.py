@@ -199,6 +199,10 @@ class UnixLocalSandboxSession(SandboxSession):
         self._check_not_deleted("mkdir")
         await asyncio.to_thread(_hostfs.mkdir, self.root, self._local(path), parents)
 
+    async def open_host_fd(self, path: str) -> int | None:
+        self._check_not_deleted("open")
+        return await asyncio.to_thread(_hostfs.open_regular_rw, self.root, self._local(path))
+
     async def ls(self, path: str | os.PathLike[str] = ".") -> list[FileEntry]:
         self._check_not_deleted("ls")
         rel, found = await asyncio.to_thread(_hostfs.scan, self.root, self._local(path))
@@ -211,6 +215,7 @@ class UnixLocalSandboxSession(SandboxSession):
                 group=str(st.st_gid),
                 size=st.st_size,
                 kind=entry_kind(st.st_mode),
+                mtime_ns=st.st_mtime_ns,
             )
             for name, st in found
         ]

@@ -560,6 +560,14 @@ class SandboxSession(abc.ABC):
                 raise
             raise translated from exc
 
+    async def open_host_fd(self, path: str) -> int | None:
+        """A read-write descriptor of the regular file ``path`` (created, with its parents,
+        when missing), opened through the host-filesystem layer without following a symlink;
+        the caller closes it. ``None`` on a backend whose files are not host files (then use
+        ``read_bytes`` / ``write``). For derived files a library such as SQLite must open
+        itself (as ``/proc/self/fd/N``): the descriptor pins the file that was checked."""
+        return None
+
     @abc.abstractmethod
     async def ls(self, path: str | os.PathLike[str] = ".") -> list[FileEntry]:
         """The directory's entries sorted by name, each a ``FileEntry`` (path as commands see

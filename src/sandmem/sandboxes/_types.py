@@ -69,7 +69,9 @@ class EntryKind(enum.StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class FileEntry:
     """One entry of ``session.ls(path)``. ``path`` is the entry's path as commands in the
-    sandbox see it (the workspace root joined with the listed directory and the name)."""
+    sandbox see it (the workspace root joined with the listed directory and the name).
+    ``mtime_ns`` is the entry's modification time in nanoseconds where the backend knows it
+    (the local backends), else ``None``."""
 
     path: str
     permissions: Permissions
@@ -77,6 +79,7 @@ class FileEntry:
     group: str
     size: int
     kind: EntryKind = EntryKind.FILE
+    mtime_ns: int | None = None
 
     @property
     def name(self) -> str:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
-from sandmem._items import content_text
 from sandmem.memory import journal
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
@@ -31,24 +30,31 @@ from sandmem.memory._results import (
     TokensPerPhase,
 )
 from sandmem.memory.config import MemoryGenerateConfig
-from sandmem.memory.generation import phase_one
 from sandmem.memory.generation._attach import get_manager
-from sandmem.memory.generation._scoped_tools import ScopedFiles
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, FlushReport
-from sandmem.memory.generation.phase_two import load_raw_memories, read_isolated
+from sandmem.memory.generation.phase_two import load_raw_memories
 from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
     RAW_DIR,
     SKILLS_DIR,
     SUMMARIES_DIR,
     MemoryPaths,
-    fingerprint,
     parse_header,
     read_text,
 )
-from sandmem.memory.rollouts import parse_segment, utc_now, validate_rollout_id
+from sandmem.memory.rollouts import utc_now, validate_rollout_id
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import GenerationState, read_log
+from sandmem.memory.views._index import (
+    MAX_DEPTH,
+    Conversation,
+    LayoutIndex,
+    Listing,
+    list_files,
+    opened_index,
+    summary_name,
+)
+from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 #: a conversation's task is cut to this many characters
@@ -63,19 +69,15 @@ class FileEntry:
     size: int
 
 
-async def _walk(session: SandboxSession, top: str) -> list[str]:
-    if not await session.exists(top):
-        return []
-    return await ScopedFiles(session, top).walk(top)
-
-
 async def layout_files(session: SandboxSession, paths: MemoryPaths) -> list[FileEntry]:
     """Every visible file under ``memories_dir`` and ``sessions_dir`` (hidden files such as
-    the lock and phase two's journal are left out), sorted by path."""
+    the lock, phase two's journal and the index are left out), sorted by path. Sizes come
+    from directory listings; nothing is read."""
     found: list[FileEntry] = []
-    for top in (paths.memories_dir, paths.sessions_dir):
-        for path in await _walk(session, top):
-            found.append(FileEntry(path, len(await session.read_bytes(path))))
+    with no_symlinks():
+        for top in (paths.memories_dir, paths.sessions_dir):
+            for path, (size, _mtime) in (await list_files(session, top, MAX_DEPTH)).items():
+                found.append(FileEntry(path, size))
     return sorted(found, key=lambda entry: entry.path)
 
 
@@ -87,67 +89,56 @@ async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
 
-def first_segment(data: bytes) -> tuple[str | None, str | None]:
-    """``updated_at`` of a rollout file's first segment and its first user message (on one
-    line, cut to ``TASK_CHARS``); ``None`` for what cannot be read."""
-    segment = parse_segment(data.split(b"\n", 1)[0])
-    if segment is None:
-        return None, None
-    started = segment.updated_at
-    task = None
-    for item in segment.input:
-        if item.get("role") == "user":
-            text = " ".join(content_text(item.get("content"), sep=" ").split())
-            if text:
-                task = text if len(text) <= TASK_CHARS else text[: TASK_CHARS - 1] + "…"
-                break
-    return (str(started) if started else None), task
+def _info(
+    paths: MemoryPaths, model: GenerationState, row: Conversation, summaries: set[str]
+) -> ConversationInfo:
+    entry = gen_state.reconcile(
+        model.rollouts.get(row.rollout_id), row.segments, row.updated_at, row.up_to_date
+    )
+    name = row.summary_name
+    summary = f"{paths.memories_dir}/{name}" if name is not None else None
+    return ConversationInfo(
+        rollout_id=row.rollout_id,
+        status=entry.status,
+        attempts=entry.attempts,
+        failure_kind=entry.failure_kind if entry.status != "done" else None,
+        next_retry_at=entry.next_retry_at if entry.status == "pending" else None,
+        last_error=entry.last_error,
+        last_attempt_at=entry.last_attempt_at,
+        segments=row.segments,
+        started_at=row.started_at,
+        updated_at=row.updated_at,
+        terminal_state=row.terminal_state,
+        task=row.task,
+        summary_file=summary if summary in summaries else None,
+        raw_memory_file=paths.raw_memory_file(row.rollout_id) if row.raw_present else None,
+    )
 
 
 async def conversations(
-    session: SandboxSession, paths: MemoryPaths, state: GenerationState | None = None
+    session: SandboxSession,
+    paths: MemoryPaths,
+    state: GenerationState | None = None,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    index: LayoutIndex | None = None,
 ) -> list[ConversationInfo]:
     """Each recorded conversation and the state of its memory (see ``ConversationInfo``),
-    most recently updated first."""
+    most recently updated first; ``offset`` and ``limit`` take one page of them. The files'
+    facts come from the layout index (``_index``), refreshed for what changed."""
+    if (limit is not None and limit < 0) or offset < 0:
+        raise UserError(f"limit and offset must not be negative, got {limit} and {offset}")
     model = state if state is not None else (await gen_state.load(session, paths))[0]
-    summaries = set(await _walk(session, paths.summaries_dir))
-    rows = []
-    for rid in await rollout_ids(session, paths):
-        found, _bad = await read_isolated(session, [paths.rollout_file(rid)])
-        data = found.get(paths.rollout_file(rid))
-        if data is None:  # unreadable (a directory, a symlink leaving the workspace)
-            continue
-        fp = fingerprint(data)
-        started_at, task = first_segment(data)
-        del data
-        raws, _bad = await read_isolated(session, [paths.raw_memory_file(rid)])
-        raw_data = raws.get(paths.raw_memory_file(rid))
-        raw = raw_data.decode("utf-8", "replace") if raw_data is not None else None
-        up = phase_one.is_up_to_date(raw, fp)
-        entry = gen_state.reconcile(model.rollouts.get(rid), fp.segments, fp.updated_at, up)
-        name = _summary_name(raw)
-        summary = f"{paths.memories_dir}/{name}" if name is not None else None
-        rows.append(
-            ConversationInfo(
-                rollout_id=rid,
-                status=entry.status,
-                attempts=entry.attempts,
-                failure_kind=entry.failure_kind if entry.status != "done" else None,
-                next_retry_at=entry.next_retry_at if entry.status == "pending" else None,
-                last_error=entry.last_error,
-                last_attempt_at=entry.last_attempt_at,
-                segments=fp.segments,
-                started_at=started_at,
-                updated_at=fp.updated_at,
-                terminal_state=fp.terminal_state,
-                task=task,
-                summary_file=summary if summary in summaries else None,
-                raw_memory_file=paths.raw_memory_file(rid) if raw is not None else None,
+    if index is None:
+        async with opened_index(session, paths) as opened:
+            return await conversations(
+                session, paths, model, limit=limit, offset=offset, index=opened
             )
-        )
-    rows.sort(key=lambda row: row.rollout_id)
-    rows.sort(key=lambda row: row.updated_at, reverse=True)
-    return rows
+    rows = index.conversations()
+    page = rows[offset:] if limit is None else rows[offset : offset + limit]
+    summaries = set(index.listing.summaries)
+    return [_info(paths, model, row, summaries) for row in page]
 
 
 async def rollout_statuses(
@@ -202,39 +193,36 @@ def _last_consolidation(
     )
 
 
-async def _sizes(
-    session: SandboxSession, paths: MemoryPaths
-) -> tuple[dict[str, FileSize], dict[str, DirSize]]:
+def _sizes(paths: MemoryPaths, listing: Listing) -> tuple[dict[str, FileSize], dict[str, DirSize]]:
     files = {}
     for path in (paths.memory_md, paths.summary_md, paths.raw_memories_md):
-        data = await session.read_bytes(path) if await session.exists(path) else None
-        files[path.rsplit("/", 1)[1]] = FileSize(
-            path=path, bytes=None if data is None else len(data)
-        )
+        stat = listing.memories.get(path)
+        files[path.rsplit("/", 1)[1]] = FileSize(path=path, bytes=None if stat is None else stat[0])
     dirs = {}
-    for name, top in (
-        (RAW_DIR, paths.raw_dir),
-        (SUMMARIES_DIR, paths.summaries_dir),
-        (SKILLS_DIR, paths.skills_dir),
-        ("sessions", paths.sessions_dir),
+    for name, top, found in (
+        (RAW_DIR, paths.raw_dir, listing.raw),
+        (SUMMARIES_DIR, paths.summaries_dir, listing.summaries),
+        (SKILLS_DIR, paths.skills_dir, listing.skills),
+        ("sessions", paths.sessions_dir, listing.sessions),
     ):
-        walked = await _walk(session, top)
-        size = sum([len(await session.read_bytes(p)) for p in walked])
-        dirs[name] = DirSize(path=top, files=len(walked), bytes=size)
+        size = sum(stat[0] for stat in found.values())
+        dirs[name] = DirSize(path=top, files=len(found), bytes=size)
     return files, dirs
 
 
 async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemoryStatus:
     """Everything ``status()`` reports: the conversations and their state (attempts, last
     error), the last consolidation, file sizes, and tokens spent per phase (from
-    ``generation_log.jsonl``)."""
+    ``generation_log.jsonl``). The files' facts come from the layout index."""
     state = (await gen_state.load(session, paths))[0]
-    rows = await conversations(session, paths, state)
+    async with opened_index(session, paths) as index:
+        rows = await conversations(session, paths, state, index=index)
+        listing = index.listing
     records = await read_log(session, paths)
     counts = dict.fromkeys(("done", "pending", "failed", "skipped"), 0)
     for row in rows:
         counts[row.status] += 1
-    files, dirs = await _sizes(session, paths)
+    files, dirs = _sizes(paths, listing)
     return MemoryStatus(
         workspace=str(session.root),
         memories_dir=paths.memories_dir,
@@ -253,23 +241,13 @@ async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemorySt
 # ---------------------------------------------------------------- showing and forgetting
 
 
-def _summary_name(raw_memory_text: str | None) -> str | None:
-    """The ``rollout_summaries/...`` file a raw memory points to (``None`` when unsafe)."""
-    if raw_memory_text is None:
-        return None
-    name = parse_header(raw_memory_text)[0].get("rollout_summary_file", "")
-    if not name.startswith(f"{SUMMARIES_DIR}/") or ".." in name.split("/"):
-        return None
-    return name
-
-
 async def rollout_summary_files(
     session: SandboxSession, paths: MemoryPaths, rollout_id: str
 ) -> list[str]:
     """The rollout summary files of a conversation: the one its raw memory names, plus any
     other whose header says ``session_id: <rollout_id>`` (left over from an older slug)."""
     found: list[str] = []
-    name = _summary_name(await read_text(session, paths.raw_memory_file(rollout_id)))
+    name = summary_name(await read_text(session, paths.raw_memory_file(rollout_id)))
     if name is not None and await session.exists(f"{paths.memories_dir}/{name}"):
         found.append(f"{paths.memories_dir}/{name}")
     if await session.exists(paths.summaries_dir):
