@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import posixpath
+import stat
 import tempfile
 import uuid
 import weakref
@@ -49,7 +50,7 @@ from sandmem.sandboxes._snapshot import (
     restore_into_root,
     restore_snapshot,
 )
-from sandmem.sandboxes._types import FileEntry, Permissions, entry_kind
+from sandmem.sandboxes._types import EntryKind, FileEntry, Permissions, entry_kind
 
 #: ``PATH`` given to commands when the host's is not inherited
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -74,6 +75,14 @@ def _check_env(env: Mapping[str, str] | None, what: str) -> dict[str, str]:
         return validate_env(dict(env or {}))
     except ValueError as exc:
         raise UserError(f"{what}: {exc}") from None
+
+
+#: ``entry_kind`` as one lookup (``stat_dir`` classifies tens of thousands of entries)
+_KINDS = {
+    stat.S_IFDIR: EntryKind.DIRECTORY,
+    stat.S_IFREG: EntryKind.FILE,
+    stat.S_IFLNK: EntryKind.SYMLINK,
+}
 
 
 class UnixLocalSandboxSession(SandboxSession):
@@ -202,6 +211,16 @@ class UnixLocalSandboxSession(SandboxSession):
     async def open_host_fd(self, path: str) -> int | None:
         self._check_not_deleted("open")
         return await asyncio.to_thread(_hostfs.open_regular_rw, self.root, self._local(path))
+
+    async def stat_dir(self, path: str) -> list[tuple[str, EntryKind, int, int | None]]:
+        self._check_not_deleted("ls")
+        _rel, found = await asyncio.to_thread(_hostfs.scan, self.root, self._local(path))
+        kinds = _KINDS
+        other = EntryKind.OTHER
+        return [
+            (name, kinds.get(stat.S_IFMT(st.st_mode), other), st.st_size, st.st_mtime_ns)
+            for name, st in found
+        ]
 
     async def ls(self, path: str | os.PathLike[str] = ".") -> list[FileEntry]:
         self._check_not_deleted("ls")

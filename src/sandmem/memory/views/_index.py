@@ -178,18 +178,16 @@ async def list_files(session: SandboxSession, top: str, depth: int) -> dict[str,
     while pending:
         directory, level = pending.pop()
         try:
-            entries = await session.ls(directory)
+            entries = await session.stat_dir(directory)
         except SandboxError:
             continue  # missing, or not a directory
-        for entry in entries:
-            if entry.name.startswith("."):
+        for name, kind, size, mtime in entries:
+            if name.startswith("."):
                 continue
-            path = f"{directory}/{entry.name}"
-            if entry.kind == EntryKind.DIRECTORY:
-                if level < depth:
-                    pending.append((path, level + 1))
-            elif entry.kind == EntryKind.FILE:
-                found[path] = (entry.size, entry.mtime_ns)
+            if kind == EntryKind.FILE:
+                found[f"{directory}/{name}"] = (size, mtime)
+            elif kind == EntryKind.DIRECTORY and level < depth:
+                pending.append((f"{directory}/{name}", level + 1))
     return found
 
 
@@ -456,14 +454,16 @@ class LayoutIndex:
                 ),
             )
 
-    def conversations(self) -> list[Conversation]:
-        """Every indexed conversation, most recently updated first (then by id)."""
+    def conversations(self, limit: int | None = None, offset: int = 0) -> list[Conversation]:
+        """The indexed conversations, most recently updated first (then by id): ``limit``
+        of them (all when ``None``) after the first ``offset``."""
         return [
             Conversation(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), bool(r[7]), r[8])
             for r in self.conn.execute(
                 "SELECT rid, segments, updated_at, terminal_state, started_at, task, "
                 "up_to_date, raw_present, summary_name FROM conversations "
-                "ORDER BY updated_at DESC, rid"
+                "ORDER BY updated_at DESC, rid LIMIT ? OFFSET ?",
+                (-1 if limit is None else limit, offset),
             )
         ]
 

@@ -135,8 +135,7 @@ async def conversations(
             return await conversations(
                 session, paths, model, limit=limit, offset=offset, index=opened
             )
-    rows = index.conversations()
-    page = rows[offset:] if limit is None else rows[offset : offset + limit]
+    page = index.conversations(limit, offset)
     summaries = set(index.listing.summaries)
     return [_info(paths, model, row, summaries) for row in page]
 
