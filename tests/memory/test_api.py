@@ -268,7 +268,13 @@ async def test_search(tmp_path: Path, kind: str, name: str) -> None:
 
 
 def files_of(root: Path) -> dict[Path, bytes]:
-    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    """Every file under ``root`` but the derived layout index (``.index.sqlite`` and its
+    lock), which reading commands keep up to date."""
+    return {
+        p: p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and p.name not in (".index.sqlite", ".index.lock")
+    }
 
 
 @both

@@ -257,18 +257,32 @@ def _open_file(fd: int) -> tuple[sqlite3.Connection, bool]:
     host-filesystem layer checked, whatever the path names now) and whether it is new. An
     unusable file is truncated and built again. The rollback journal stays in memory (no
     side file is created by name); a crash mid-update is caught by the ``dirty`` mark."""
-    conn = sqlite3.connect(f"/proc/self/fd/{fd}")
-    conn.execute("PRAGMA journal_mode = MEMORY")
-    conn.execute("PRAGMA synchronous = FULL")
-    if os.fstat(fd).st_size and _usable(conn):
-        return conn, False
+    conn = _file_connection(fd)
+    try:
+        if os.fstat(fd).st_size and _usable(conn):
+            return conn, False
+    except sqlite3.DatabaseError as exc:
+        logger.warning("memory index unreadable (%s): rebuilding it", exc)
     conn.close()
     os.ftruncate(fd, 0)
-    conn = sqlite3.connect(f"/proc/self/fd/{fd}")
-    conn.execute("PRAGMA journal_mode = MEMORY")
-    conn.execute("PRAGMA synchronous = FULL")
+    conn = _file_connection(fd)
     _create(conn)
     return conn, True
+
+
+def _file_connection(fd: int) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"/proc/self/fd/{fd}")
+    try:
+        conn.execute("PRAGMA journal_mode = MEMORY")
+        conn.execute("PRAGMA synchronous = FULL")
+    except sqlite3.DatabaseError:
+        if os.fstat(fd).st_size == 0:
+            conn.close()
+            raise
+        conn.close()
+        os.ftruncate(fd, 0)  # not a database: start it again
+        return _file_connection(fd)
+    return conn
 
 
 def _trusted(stat: Stat | None, started_ns: int) -> tuple[int | None, int | None]:
@@ -304,8 +318,12 @@ class LayoutIndex:
         paths: MemoryPaths,
         conn: sqlite3.Connection,
         fd: int | None = None,
+        *,
+        keep: bool = True,
     ) -> None:
         self.session = session
+        #: ``False``: an index for this call only (nowhere safe to keep it)
+        self.keep = keep
         self.paths = paths
         self.conn = conn
         self.fd = fd
@@ -324,12 +342,12 @@ class LayoutIndex:
         path = f"{paths.memories_dir}/{INDEX_NAME}"
         with no_symlinks():
             if not await session.exists(paths.memories_dir):
-                return cls(session, paths, _connect(None))  # nothing to keep it in
+                return cls(session, paths, _connect(None), keep=False)  # nowhere to keep it
             try:
                 fd = await session.open_host_fd(path)
             except SandboxError as exc:  # a symlink or special file planted there
                 logger.warning("memory index %s not used: %s", path, exc)
-                return cls(session, paths, _connect(None))
+                return cls(session, paths, _connect(None), keep=False)
             if fd is not None:
                 try:
                     conn, _new = _open_file(fd)
@@ -355,7 +373,7 @@ class LayoutIndex:
     async def save(self) -> None:
         """Commit what changed; a failed write is logged and forgotten: the next reader
         derives again what it lacks."""
-        if not self.changed:
+        if not self.changed or not self.keep:
             return
         if self.fd is not None:
             self.conn.commit()
