@@ -5,7 +5,7 @@
     python benchmarks/run.py --only noop,exec        # several
 
 Figures: flush (1), first-request (2), append (3), noop (4), selection (5), input-size (6),
-exec (7), extractive (8), scale-out (9), history (10), ingest (11). Each figure module is
+exec (7), extractive (8), scale-out (9), history (10), ingest (11), scale (12). Each figure module is
 ``benchmarks/bench_*.py`` with a ``run()`` that returns a ``bench_common.Figure``; every number
 and every comparison in the report is printed from a measurement of the same run. Nothing here
 (or in the test suite) asserts a timing: the Done-when verdicts are reported, not enforced.
@@ -29,6 +29,7 @@ import bench_history
 import bench_ingest
 import bench_input_size
 import bench_noop
+import bench_scale
 import bench_scale_out
 import bench_selection
 from bench_common import Figure, load_line, machine_line
@@ -45,6 +46,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "scale-out": bench_scale_out.run,
     "history": bench_history.run,
     "ingest": bench_ingest.run,
+    "scale": bench_scale.run,
 }
 
 

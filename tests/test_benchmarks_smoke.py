@@ -23,6 +23,7 @@ import bench_history  # noqa: E402
 import bench_ingest  # noqa: E402
 import bench_input_size  # noqa: E402
 import bench_noop  # noqa: E402
+import bench_scale  # noqa: E402
 import bench_selection  # noqa: E402
 from bench_common import CORPUS_DIR, Figure, machine_line  # noqa: E402
 
@@ -167,3 +168,11 @@ def test_ingest_figure_records_once_and_then_only_the_appended_turn() -> None:
     assert figure.data["again_segments"] == 0
     assert figure.data["append_segments"] == 1
     assert figure.data["generated"]
+
+
+def test_scale_figure_runs_on_tiny_layouts() -> None:
+    figure = bench_scale.run(counts=(4, 8), repeat=1)
+    check_section(figure, "scale")
+    results = figure.data["results"]
+    assert [r["count"] for r in results] == [4, 8]
+    assert all(r["view_bytes"] > 0 and r["index_bytes"] > 0 for r in results)
