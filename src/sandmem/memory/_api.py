@@ -152,7 +152,7 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
 async def status(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None) -> MemoryStatus:
     """The state of a layout's memory: every conversation (status, attempts, failure class,
     next retry, last error), the last consolidation, file sizes, and tokens spent per phase.
-    Reads only; changes nothing."""
+    Changes no memory file (only the derived layout index)."""
     async with _opened(target, layout) as (session, paths, _):
         return await maintenance.memory_status(session, paths)
 
@@ -293,7 +293,7 @@ async def view_html(
     conversation, the last consolidation's selection, the generation runs and the memory's
     size over time. It loads nothing from the network and escapes all text; a file that
     cannot be read is left out and named on the page. ``title`` labels the page (default:
-    the workspace's path). Reads only; changes nothing."""
+    the workspace's path). Changes no memory file (only the derived layout index)."""
     from sandmem.memory.views._viewer_html import build_page
 
     async with _opened(target, layout) as (session, paths, _):
