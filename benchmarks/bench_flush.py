@@ -30,7 +30,10 @@ REPEAT = 5
 #: repetitions of cells whose flush takes longer than SLOW_CELL_S
 SLOW_REPEAT = 3
 SLOW_CELL_S = 3.0
-DEFAULT_CONCURRENCY = MemoryGenerateConfig().phase_one_concurrency
+#: the key of the default cells: phase one's adaptive concurrency (``phase_one_concurrency``
+#: unset), which starts at ``phase_one_max_concurrency``
+DEFAULT_CONCURRENCY = 0
+CEILING = MemoryGenerateConfig().phase_one_max_concurrency
 
 Cell = dict[str, Any]
 
@@ -38,7 +41,9 @@ Cell = dict[str, Any]
 async def flush_once(server: Any, provider: OpenAIProvider, n: int, concurrency: int) -> Cell:
     """One timed flush of ``n`` pending rollouts: seconds, requests and tokens by phase."""
     texts = list(corpus().items())
-    config = MemoryGenerateConfig(model_provider=provider, phase_one_concurrency=concurrency)
+    config = MemoryGenerateConfig(
+        model_provider=provider, phase_one_concurrency=concurrency or None
+    )
     async with workspace() as session:
         for i in range(n):
             name, text = texts[i % len(texts)]
@@ -71,7 +76,7 @@ async def flush_once(server: Any, provider: OpenAIProvider, n: int, concurrency:
 
 
 def _concurrencies(n: int) -> list[int]:
-    return [DEFAULT_CONCURRENCY] if n <= DEFAULT_CONCURRENCY else [DEFAULT_CONCURRENCY, n]
+    return [DEFAULT_CONCURRENCY] if n <= 1 else [DEFAULT_CONCURRENCY, n]
 
 
 async def _measure(
@@ -100,7 +105,7 @@ async def _measure(
 
 
 def _row(delay: float, n: int, c: int, cell: Cell) -> list[object]:
-    c_label = f"{c} (default)" if c == DEFAULT_CONCURRENCY else f"{c} (= N)"
+    c_label = "adaptive (default)" if c == DEFAULT_CONCURRENCY else f"{c} (= N)"
     requests = int(cell["p1_requests"] + cell["p2_requests"])
     return [
         f"{delay * 1000:.0f} ms",
@@ -164,9 +169,9 @@ def _meaning(cells: dict[tuple[float, int, int], Cell]) -> str:
     for (delay, n, c), cell in sorted(slow.items()):
         if n <= 1 or c != DEFAULT_CONCURRENCY:
             continue
-        waves = -(-n // c) + int(cell["p2_requests"])
+        waves = -(-n // min(n, CEILING)) + int(cell["p2_requests"])
         parts.append(
-            f"at N = {n}, concurrency {c}: {waves} request waves x {delay * 1000:.0f} ms = "
+            f"at N = {n}, adaptive concurrency: {waves} request waves x {delay * 1000:.0f} ms = "
             f"{secs(waves * delay)} of waiting, measured {secs(cell['seconds'])}"
         )
     fixed = [
@@ -203,6 +208,14 @@ def _status(cells: dict[tuple[float, int, int], Cell]) -> str | None:
         lines.append(
             f"{what} at 300 ms per request: {secs(cell['seconds'])} (target <= "
             f"{target:.2f} s): **{verdict}**"
+        )
+    default, pinned = cells.get((0.3, 16, DEFAULT_CONCURRENCY)), cells.get((0.3, 16, 16))
+    if default is not None and pinned is not None:
+        ratio = default["seconds"] / pinned["seconds"]
+        verdict = "met" if ratio <= 1.2 else "MISSED"
+        lines.append(
+            f"default (adaptive) flush of 16 against pinned `phase_one_concurrency=16`: "
+            f"{ratio:.2f}x (target <= 1.2x): **{verdict}**"
         )
     counted = [
         (n, int(cell["p1_requests"] + cell["p2_requests"])) for (_, n, _), cell in cells.items()

@@ -206,7 +206,7 @@ def run(counts: tuple[int, ...] = COUNTS, repeat: int = REPEAT) -> Figure:
     )
     return Figure(
         "scale",
-        10,
+        12,
         "Memory commands at 1,000 / 3,000 / 10,000 conversations",
         body,
         meaning,

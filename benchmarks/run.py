@@ -5,10 +5,11 @@
     python benchmarks/run.py --only noop,exec        # several
 
 Figures: flush (1), first-request (2), append (3), noop (4), selection (5), input-size (6),
-exec (7), extractive (8), scale-out (9), history (10), ingest (11), scale (12). Each figure module is
-``benchmarks/bench_*.py`` with a ``run()`` that returns a ``bench_common.Figure``; every number
-and every comparison in the report is printed from a measurement of the same run. Nothing here
-(or in the test suite) asserts a timing: the Done-when verdicts are reported, not enforced.
+exec (7), extractive (8), scale-out (9), history (10), ingest (11), scale (12),
+adaptive (13). Each figure module is ``benchmarks/bench_*.py`` with a ``run()`` that returns a
+``bench_common.Figure``; every number and every comparison in the report is printed from a
+measurement of the same run. Nothing here (or in the test suite) asserts a timing: the
+Done-when verdicts are reported, not enforced.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import bench_adaptive
 import bench_append
 import bench_exec
 import bench_extractive
@@ -47,6 +49,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "history": bench_history.run,
     "ingest": bench_ingest.run,
     "scale": bench_scale.run,
+    "adaptive": bench_adaptive.run,
 }
 
 

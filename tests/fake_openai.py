@@ -224,6 +224,10 @@ class FakeOpenAIServer:
         #: what ``GET /v1/models`` lists (``None``: that path answers 404, as some servers do);
         #: one model by default, so a CLI run that names none uses it
         self.models: list[str] | None = ["gpt-5.4-mini"]
+        #: ``limit_in_flight(n)``: a request arriving while ``n`` are in flight gets HTTP 429
+        self.in_flight_limit: int | None = None
+        #: the requests answered 429 by that limit (``received_at`` of each, in order)
+        self.rate_limited: list[float] = []
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -299,6 +303,13 @@ class FakeOpenAIServer:
         with self._lock:
             self._faults.append(_Fault(status, delay_s, malformed, retry_after_s, times, message))
 
+    def limit_in_flight(self, limit: int | None) -> None:
+        """Answer HTTP 429 (``rate_limit_exceeded``) to a request that arrives while
+        ``limit`` others are in flight, like a server with a concurrency quota (``None``: no
+        limit). Rejections are recorded in ``rate_limited``."""
+        with self._lock:
+            self.in_flight_limit = limit
+
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
@@ -309,6 +320,7 @@ class FakeOpenAIServer:
             self.requests.clear()
             self.handler_errors.clear()
             self._faults.clear()
+            self.rate_limited.clear()
             self.max_in_flight = self.in_flight
 
     def requests_for(self, api: Api) -> list[FakeRequest]:
@@ -326,11 +338,17 @@ class FakeOpenAIServer:
                 self._faults.pop(0)
             return fault
 
-    def _enter(self, req: FakeRequest) -> None:
+    def _enter(self, req: FakeRequest) -> bool:
+        """Count the request in; ``False`` when the in-flight limit rejects it."""
         with self._lock:
             self.requests.append(req)
+            if self.in_flight_limit is not None and self.in_flight >= self.in_flight_limit:
+                self.rate_limited.append(req.received_at)
+                self.in_flight += 1
+                return False
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return True
 
     def _leave(self) -> None:
         with self._lock:
@@ -404,9 +422,12 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
                 return
             headers = {key.lower(): value for key, value in self.headers.items()}
             req = FakeRequest(api, body, headers, received_at, len(raw), self.path)
-            server._enter(req)
+            admitted = server._enter(req)
             try:
-                status, headers, data = server._respond(req)
+                if admitted:
+                    status, headers, data = server._respond(req)
+                else:
+                    status, headers, data = 429, {}, _error_body(429, "too many requests in flight")
             finally:
                 server._leave()  # before sending: the client may count on it once it has the reply
             self._send(status, headers, data)

@@ -14,6 +14,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
     sys.path.insert(0, str(BENCHMARKS))
 
+import bench_adaptive  # noqa: E402
 import bench_append  # noqa: E402
 import bench_exec  # noqa: E402
 import bench_extractive  # noqa: E402
@@ -176,3 +177,10 @@ def test_scale_figure_runs_on_tiny_layouts() -> None:
     results = figure.data["results"]
     assert [r["count"] for r in results] == [4, 8]
     assert all(r["view_bytes"] > 0 and r["index_bytes"] > 0 for r in results)
+
+
+def test_adaptive_figure_runs_small() -> None:
+    figure = bench_adaptive.run(n=2, big=8, repeat=1)
+    check_section(figure, "adaptive")
+    limited = figure.data["limited"]
+    assert limited["processed"] == 8 and limited["attempts"] == 0

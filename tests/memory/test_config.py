@@ -18,7 +18,8 @@ def test_defaults() -> None:
     assert config.phase_one_model_settings == ModelSettings(reasoning={"effort": "medium"})
     assert config.phase_two_model_settings == ModelSettings(reasoning={"effort": "medium"})
     assert config.extra_prompt is None
-    assert config.phase_one_concurrency == 4
+    assert config.phase_one_concurrency is None  # adaptive
+    assert config.phase_one_max_concurrency == 16
     assert config.max_attempts == 3
     assert config.flush_timeout_s == 600
     layout = MemoryLayoutConfig()

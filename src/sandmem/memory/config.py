@@ -102,7 +102,8 @@ class MemoryGenerateConfig(BaseModel):
     phase_two_model: str | Model = "gpt-5.5"
     phase_two_model_settings: ModelSettings | None = Field(default_factory=_default_settings)
     extra_prompt: str | None = None
-    phase_one_concurrency: int = Field(default=4, ge=1)
+    phase_one_concurrency: int | None = Field(default=None, ge=1)
+    phase_one_max_concurrency: int = Field(default=16, ge=1)
     max_attempts: int = Field(default=3, ge=1)
     retry_backoff_s: float = Field(default=30.0, ge=0)
     retry_backoff_max_s: float = Field(default=3600.0, ge=0)

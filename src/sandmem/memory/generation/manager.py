@@ -29,6 +29,7 @@ from sandmem.memory import journal
 from sandmem.memory import state as gen_state
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.generation import _trace, phase_one, phase_two
+from sandmem.memory.generation._gate import AdaptiveGate, FixedGate, Gate
 from sandmem.memory.generation._redact_pass import MemoryRedactionPass
 from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
@@ -46,6 +47,7 @@ from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import FileStat, SandboxSession
+from sandmem.sandboxes._types import EntryKind
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -79,13 +81,20 @@ class _Scan:
 
 
 class _Slots:
-    """Phase one's two limits: ``request`` bounds the model requests in flight
-    (``phase_one_concurrency``); ``prepare`` bounds the rollouts read and rendered at once
-    (twice that), so rendering overlaps the requests without holding every rollout."""
+    """Phase one's two limits: ``request`` runs the model requests, pinned at
+    ``phase_one_concurrency`` or, by default, adapted to the server under
+    ``phase_one_max_concurrency`` (``_gate``); ``prepare`` bounds the rollouts read and
+    rendered at once (twice the most requests), so rendering overlaps the requests without
+    holding every rollout."""
 
-    def __init__(self, concurrency: int) -> None:
-        self.request = asyncio.Semaphore(concurrency)
-        self.prepare = asyncio.Semaphore(2 * concurrency)
+    def __init__(self, config: MemoryGenerateConfig) -> None:
+        pinned = config.phase_one_concurrency
+        self.request: Gate = (
+            FixedGate(pinned)
+            if pinned is not None
+            else AdaptiveGate(config.phase_one_max_concurrency)
+        )
+        self.prepare = asyncio.Semaphore(2 * (pinned or config.phase_one_max_concurrency))
 
 
 def _stat_pair(found: FileStat | None) -> tuple[int, int] | None:
@@ -106,6 +115,28 @@ async def _stat_isolated(session: SandboxSession, paths: list[str]) -> dict[str,
         except SandboxError:
             found.update(dict.fromkeys(batch))
     return found
+
+
+async def _listed_stats(
+    session: SandboxSession, directories: list[str]
+) -> tuple[dict[str, FileStat | None], set[str]]:
+    """The regular files of ``directories`` with their size and mtime, from one listing
+    each (``stat_dir``: a layout of 10,000 conversations is two listings, not 20,000
+    ``stat`` calls), and the directories listed. Other entries (symlinks, special files) are
+    ``None``: read and checked the slow way. A directory that cannot be listed adds nothing
+    (its files are ``stat``-ed one by one)."""
+    found: dict[str, FileStat | None] = {}
+    listed: set[str] = set()
+    for directory in directories:
+        try:
+            entries = await session.stat_dir(directory)
+        except SandboxError:
+            continue
+        listed.add(directory)
+        for name, kind, size, mtime in entries:
+            path = f"{directory}/{name}"
+            found[path] = FileStat(size, mtime) if kind == EntryKind.FILE else None
+    return found, listed
 
 
 @dataclass
@@ -163,6 +194,8 @@ class MemoryGenerationManager:
         self._layout_ready = False
         #: the current flush's pending scan (rollout bytes kept for phase one)
         self._prefetched: _Scan | None = None
+        #: the request gate of the last phase one (its ``limit`` and ``rejections``)
+        self.last_gate: Gate | None = None
         #: the pre-stop hook ``get_manager`` registered (``memory.generation._stop``)
         self.stop_hook: Callable[[], Awaitable[None]] | None = None
 
@@ -291,7 +324,15 @@ class MemoryGenerationManager:
         scan = _Scan(await self.rollout_ids())
         rollout_files = [self.paths.rollout_file(r) for r in scan.ids]
         raw_files = [self.paths.raw_memory_file(r) for r in scan.ids]
-        stats = await _stat_isolated(self.session, [*rollout_files, *raw_files])
+        stats, listed = await _listed_stats(
+            self.session, [self.paths.sessions_dir, self.paths.raw_dir]
+        )
+        unlisted = [
+            p
+            for p in [*rollout_files, *raw_files]
+            if p not in stats and p.rsplit("/", 1)[0] not in listed
+        ]
+        stats.update(await _stat_isolated(self.session, unlisted) if unlisted else {})
         changed: list[str] = []
         for rid, path, raw_path in zip(scan.ids, rollout_files, raw_files, strict=True):
             scan.stats[rid] = (_stat_pair(stats.get(path)), _stat_pair(stats.get(raw_path)))
@@ -383,7 +424,8 @@ class MemoryGenerationManager:
         environment failure are tried too once this flush shows the server answers (one of
         them is sent first as a probe when nothing else is due); while it does not, they wait,
         so an outage costs one request per flush rather than one per rollout."""
-        semaphore = _Slots(self.config.phase_one_concurrency)
+        semaphore = _Slots(self.config)
+        self.last_gate = semaphore.request
         waiting = sorted(report.deferred, key=lambda r: (state.rollouts[r].next_retry_at or "", r))
         first = due or waiting[:1]
         rest = [r for r in waiting if r not in first]

@@ -8,7 +8,6 @@ an untrusted transcript and must not be able to act on the workspace.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import re
@@ -29,6 +28,7 @@ from sandmem.memory._render import (
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import PhaseOneArtifacts
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory.generation._gate import Gate
 from sandmem.memory.generation._metering import MeteredModel
 from sandmem.memory.layout import (
     MemoryPaths,
@@ -123,11 +123,12 @@ async def call_model(
     provider: ModelProvider,
     omitted_bytes: int = 0,
     usage: Usage | None = None,
-    request_slot: contextlib.AbstractAsyncContextManager[Any] | None = None,
+    request_slot: Gate | None = None,
 ) -> PhaseOneArtifacts:
     """One structured-output model call, no tools. The request is added to ``usage`` even
-    when it fails or its answer is unusable. ``request_slot`` is held around the request
-    only (rendering happens before it is taken)."""
+    when it fails or its answer is unusable. ``request_slot`` runs the request only
+    (rendering happens before a slot is taken); an adaptive gate may send it again after a
+    429 (each request is counted)."""
     from sandmem.agent._schema import parse_structured_output
 
     model = MeteredModel(
@@ -144,8 +145,10 @@ async def call_model(
         settings=config.phase_one_model_settings or ModelSettings(),
     )
     try:
-        async with request_slot or contextlib.nullcontext():
+        if request_slot is None:
             response = await model.get_response(request)
+        else:
+            response = await request_slot.run(lambda: model.get_response(request))
     except ModelRequestError as exc:
         raise MemoryGenerationError(
             f"phase one request failed for rollout {rollout_id}: {exc}",
@@ -185,7 +188,7 @@ async def extract(
     provider: ModelProvider,
     omitted_bytes: int = 0,
     usage: Usage | None = None,
-    request_slot: contextlib.AbstractAsyncContextManager[Any] | None = None,
+    request_slot: Gate | None = None,
 ) -> PhaseOneArtifacts | None:
     """Run phase one for one rollout with the configured engine; model requests are added
     to ``usage`` as they are made (each inside ``request_slot`` when given)."""

@@ -53,6 +53,7 @@ from sandmem.memory.verify import Verification, follow_up_message, verify
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import FileStat, SandboxSession
+from sandmem.sandboxes._types import EntryKind
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -170,14 +171,18 @@ async def inputs_digest(session: SandboxSession, paths: MemoryPaths, cap: int) -
     """A digest of everything ``plan`` reads — every raw memory file's name, size and mtime,
     the selection file's, and ``cap`` — from ``stat`` alone (nothing is read). ``None`` when
     some file's stat cannot be trusted (no mtime, not a regular file): then ``plan`` runs."""
-    names = await session.listdir(paths.raw_dir) if await session.is_dir(paths.raw_dir) else []
-    files = [f"{paths.raw_dir}/{n}" for n in names if n.endswith(".md") and not n.startswith(".")]
     found: dict[str, FileStat | None] = {}
-    for start in range(0, len(files), _READ_BATCH * 2):
-        try:
-            found.update(await session.stat_many(files[start : start + _READ_BATCH * 2]))
+    if await session.is_dir(paths.raw_dir):
+        try:  # one listing with sizes and mtimes, not one stat per raw memory
+            entries = await session.stat_dir(paths.raw_dir)
         except SandboxError:
             return None
+        for name, kind, size, mtime in entries:
+            if not name.endswith(".md") or name.startswith("."):
+                continue
+            if kind != EntryKind.FILE:
+                return None
+            found[f"{paths.raw_dir}/{name}"] = FileStat(size, mtime)
     try:
         found.update(await session.stat_many([paths.selection_json]))
     except SandboxError:
