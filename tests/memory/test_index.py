@@ -328,3 +328,20 @@ async def test_a_backend_without_host_files_keeps_the_index_through_the_session(
         async with opened_index(session, PATHS) as index:
             assert index.fd is None
             assert {c.rollout_id for c in index.conversations()} == {r for r, _ in TOPICS[:3]}
+
+
+async def test_the_viewer_pages_a_large_layout(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    await build(root)
+    newest = [c.rollout_id for c in await api.list_conversations(root)]
+    whole = await api.view_html(root)  # 6 conversations: one page, as before
+    assert "Page 1 of" not in whole
+    pages = [await api.view_html(root, page=n, page_size=2) for n in (1, 2, 3)]
+    for number, page in enumerate(pages, start=1):
+        assert f"Page {number} of 3 (6 conversations" in page
+        table = page.split('id="conversations-table"', 1)[1].split("</table>", 1)[0]
+        shown = [rid for rid in newest if f">{rid}<" in table]
+        assert shown == newest[(number - 1) * 2 : number * 2]
+    assert len(pages[0]) < len(whole)
+    with pytest.raises(UserError):
+        await api.view_html(root, page=0)

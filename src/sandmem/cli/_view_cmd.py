@@ -14,11 +14,14 @@ from sandmem.memory import MemoryLayoutConfig, view_html
 DEFAULT_OUT = "memory-view.html"
 
 
-def write_view(workspace: Path, layout: MemoryLayoutConfig, out: Path) -> Path:
+def write_view(
+    workspace: Path, layout: MemoryLayoutConfig, out: Path, page_number: int = 1
+) -> Path:
     """Render the viewer page of ``workspace`` into ``out`` and return its absolute path.
     The default ``out`` is outside the memory files: the page is not memory, and agents
     should not find it when they search memory."""
-    page = run_async(view_html(workspace, layout=layout, title=str(workspace.resolve())))
+    title = str(workspace.resolve())
+    page = run_async(view_html(workspace, layout=layout, title=title, page=page_number))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out.resolve()
@@ -35,6 +38,14 @@ def write_view(workspace: Path, layout: MemoryLayoutConfig, out: Path) -> Path:
     show_default=True,
     help="Where to write the HTML page.",
 )
+@click.option(
+    "--page",
+    "page_number",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With more than 200 conversations: which page of them (newest first).",
+)
 @click.option("--open", "open_page", is_flag=True, help="Open the page in a web browser.")
 @click.option("--json", "as_json", is_flag=True, help="Print the page's path as JSON.")
 def view_command(
@@ -42,6 +53,7 @@ def view_command(
     memories_dir: str,
     sessions_dir: str,
     out: Path,
+    page_number: int,
     open_page: bool,
     as_json: bool,
 ) -> None:
@@ -50,10 +62,12 @@ def view_command(
     The page shows the summary as runs receive it, MEMORY.md with each task group linked to
     the rollout summaries it cites, every conversation (status, attempts, last error, tokens),
     the last consolidation's selection, the generation runs with tokens per phase, and memory
-    size over time. It loads nothing from the network; all text is escaped.
+    size over time. It loads nothing from the network; all text is escaped. Over 200
+    conversations it shows the newest 200 (--page N: the next ones) and only their rollout
+    summaries and runs, plus those MEMORY.md cites.
     """
     layout = layout_config(memories_dir, sessions_dir)
-    path = write_view(workspace, layout, out)
+    path = write_view(workspace, layout, out, page_number)
     opened = webbrowser.open(path.as_uri()) if open_page else False
     if as_json:
         emit_json({"path": str(path)})

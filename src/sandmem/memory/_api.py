@@ -44,6 +44,7 @@ from sandmem.memory.generation.manager import FlushReport, MemoryGenerationManag
 from sandmem.memory.layout import MemoryPaths, read_text
 from sandmem.memory.views import _maintenance as maintenance
 from sandmem.memory.views._index import opened_index, rebuild_index
+from sandmem.memory.views._viewer import PAGE_SIZE
 from sandmem.models._base import Model
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.sandboxes._session import SandboxSession
@@ -287,18 +288,25 @@ async def view_html(
     *,
     layout: MemoryLayoutConfig | None = None,
     title: str | None = None,
+    page: int = 1,
+    page_size: int | None = PAGE_SIZE,
 ) -> str:
     """One self-contained HTML page of the layout's memory (the page ``sandmem memory view``
     writes): the summary, ``MEMORY.md`` linked to the rollout summaries it cites, every
     conversation, the last consolidation's selection, the generation runs and the memory's
     size over time. It loads nothing from the network and escapes all text; a file that
     cannot be read is left out and named on the page. ``title`` labels the page (default:
-    the workspace's path). Changes no memory file (only the derived layout index)."""
+    the workspace's path). A layout with more than ``page_size`` conversations (default
+    200; ``None``: no limit) shows one page of them, newest first (``page``, 1-based), with
+    only the rollout summaries and runs of that page and those ``MEMORY.md`` cites. Changes
+    no memory file (only the derived layout index)."""
     from sandmem.memory.views._viewer_html import build_page
 
+    if page < 1 or (page_size is not None and page_size < 1):
+        raise UserError(f"page and page_size must be at least 1, got {page} and {page_size}")
     async with _opened(target, layout) as (session, paths, _):
         label = title if title is not None else str(session.root)
-        return await build_page(session, paths, workspace=label)
+        return await build_page(session, paths, workspace=label, page=page, page_size=page_size)
 
 
 # ---------------------------------------------------------------- changing
@@ -552,9 +560,11 @@ def view_html_sync(
     *,
     layout: MemoryLayoutConfig | None = None,
     title: str | None = None,
+    page: int = 1,
+    page_size: int | None = PAGE_SIZE,
 ) -> str:
     """``view_html``, blocking."""
-    return _run_sync(view_html(target, layout=layout, title=title))
+    return _run_sync(view_html(target, layout=layout, title=title, page=page, page_size=page_size))
 
 
 def generate_sync(

@@ -20,6 +20,7 @@ from sandmem.memory import state as gen_state
 from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_header
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import GenerationState
+from sandmem.memory.views._maintenance import rollout_ids
 from sandmem.memory.views._viewer_history import collect_history
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
@@ -74,6 +75,11 @@ class ViewerData:
     #: the newest versions of memory, newest first (``_viewer_history``)
     history: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: paging: this page (1-based) of ``pages``, over ``total`` conversations (``pages`` is 1
+    #: when every conversation is on the page)
+    page: int = 1
+    pages: int = 1
+    total: int = 0
 
 
 def error_class(error: Any) -> str | None:
@@ -119,10 +125,14 @@ class _Reader:
         return await self.guard(path, ls, [])
 
 
-async def _summaries(reader: _Reader, paths: MemoryPaths) -> list[Summary]:
+async def _summaries(
+    reader: _Reader, paths: MemoryPaths, only: set[str] | None = None
+) -> list[Summary]:
+    """The rollout summaries (``only``: those of these names relative to
+    ``memories_dir``)."""
     found = []
     for name in await reader.listing(paths.summaries_dir):
-        if not name.endswith(".md"):
+        if not name.endswith(".md") or (only is not None and f"{SUMMARIES_DIR}/{name}" not in only):
             continue
         text = await reader.text(f"{paths.summaries_dir}/{name}")
         if text is not None:
@@ -185,14 +195,21 @@ async def _raw_headers(
 
 
 async def _conversations(
-    reader: _Reader, session: SandboxSession, paths: MemoryPaths, log: list[dict[str, Any]]
+    reader: _Reader,
+    session: SandboxSession,
+    paths: MemoryPaths,
+    log: list[dict[str, Any]],
+    limit: int | None = None,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
-    """``maintenance.conversations`` (the public memory API's rows), with the error's class
-    and the phase-one tokens from the log; oldest first."""
+    """``maintenance.conversations`` (the public memory API's rows; ``limit``/``offset``:
+    one page of them, newest first), with the error's class and the phase-one tokens from the
+    log; oldest first."""
     from sandmem.memory.views._maintenance import conversations
 
     async def rows() -> list[dict[str, Any]]:
-        return [info.model_dump() for info in await conversations(session, paths)]
+        found = await conversations(session, paths, limit=limit, offset=offset)
+        return [info.model_dump() for info in found]
 
     empty: list[dict[str, Any]] = []
     tokens = _tokens_by_rollout(log)
@@ -248,10 +265,88 @@ def _size_points(
     return points
 
 
+#: the newest conversations a page shows by default (``view_html(page_size=...)``)
+PAGE_SIZE = 200
+#: at most this many points per series of the size chart on a paged view
+_MAX_POINTS = 400
+_CITED = re.compile(r"rollout_summaries/[^\s)\]`'\"<>]+\.md")
+
+
+async def _one_page(
+    reader: _Reader,
+    session: SandboxSession,
+    paths: MemoryPaths,
+    data: ViewerData,
+    page: int,
+    page_size: int,
+) -> None:
+    """Page ``page`` of a layout with more than ``page_size`` conversations: those
+    conversations, the rollout summaries they name or ``MEMORY.md`` cites, and the log's
+    consolidations and their phase-one runs; nothing else is read."""
+    data.pages = -(-data.total // page_size)
+    data.page = min(max(1, page), data.pages)
+    offset = (data.page - 1) * page_size
+    data.conversations = await _conversations(
+        reader, session, paths, data.log, limit=page_size, offset=offset
+    )
+    ids = {str(row.get("rollout_id")) for row in data.conversations}
+    wanted = set(_CITED.findall(data.memory_md))
+    prefix = f"{paths.memories_dir}/"
+    for row in data.conversations:
+        name = row.get("summary_file")
+        if isinstance(name, str):
+            wanted.add(name.removeprefix(prefix))
+    data.summaries = await _summaries(reader, paths, wanted)
+    data.log = [
+        r
+        for r in data.log
+        if r.get("phase") == "two"
+        or (isinstance(r.get("rollouts"), list) and ids.intersection(map(str, r["rollouts"])))
+    ]
+
+
+async def _indexed_sizes(
+    session: SandboxSession, paths: MemoryPaths, log: list[dict[str, Any]]
+) -> list[SizePoint]:
+    """``_size_points`` from the layout index (raw memory sizes from a listing, dates from
+    the index; nothing read), each series cut to ``_MAX_POINTS``."""
+    from sandmem.memory.views._index import opened_index
+
+    async with opened_index(session, paths) as index:
+        rows = index.conversations()
+        raw = index.listing.raw
+    dated = sorted(
+        (row.updated_at, raw[path][0])
+        for row in rows
+        if row.raw_present
+        and (path := paths.raw_memory_file(row.rollout_id)) in raw
+        and row.updated_at != "unknown"
+    )
+    points = _size_points(log, {})
+    total, series = 0, []
+    for when, size in dated:
+        total += size
+        series.append(SizePoint(when, "raw memories", total))
+    step = max(1, -(-len(series) // _MAX_POINTS))
+    kept = series[step - 1 :: step]
+    if series and (not kept or kept[-1] is not series[-1]):
+        kept.append(series[-1])
+    consolidated = points[-_MAX_POINTS:]
+    return consolidated + kept
+
+
 async def collect(
-    session: SandboxSession, paths: MemoryPaths, *, workspace: str, generated_at: str
+    session: SandboxSession,
+    paths: MemoryPaths,
+    *,
+    workspace: str,
+    generated_at: str,
+    page: int = 1,
+    page_size: int | None = None,
 ) -> ViewerData:
-    """Read everything the viewer shows for ``paths``; never raises for bad files."""
+    """Read everything the viewer shows for ``paths``; never raises for bad files. With
+    ``page_size``, a layout with more conversations than that shows one page of them
+    (``page``, newest first) and only what that page needs."""
     from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS, memory_read_prompt
 
     reader = _Reader(session, Redactor())
@@ -264,15 +359,28 @@ async def collect(
         )
         data.memory_prompt = memory_read_prompt(summary, paths.memories_dir, live_update=True) or ""
     data.memory_md = await reader.text(paths.memory_md) or ""
-    data.summaries = await _summaries(reader, paths)
     data.skills = await _skills(reader, paths)
     data.log = await _log(reader, paths)
-    raw = await _raw_headers(reader, paths)
-    data.conversations = await _conversations(reader, session, paths, data.log)
+    data.total = len(await reader.guard("sessions", lambda: rollout_ids(session, paths), []))
+    raw: dict[str, tuple[dict[str, str], int]] | None = None
+    if page_size is None or data.total <= page_size:
+        data.summaries = await _summaries(reader, paths)
+        raw = await _raw_headers(reader, paths)
+        data.conversations = await _conversations(reader, session, paths, data.log)
+    else:
+        await _one_page(reader, session, paths, data, page, page_size)
     data.selection, data.selection_updated_at = _selection(
         (await gen_state.load(session, paths))[0], await gen_state.load_selection(session, paths)
     )
-    data.sizes = _size_points(data.log, raw)
+    if raw is not None:
+        data.sizes = _size_points(data.log, raw)
+    else:
+        log = data.log
+
+        async def sizes() -> list[SizePoint]:
+            return await _indexed_sizes(session, paths, log)
+
+        data.sizes = await reader.guard("sizes", sizes, [])
     data.history = await reader.guard(
         "history", lambda: collect_history(session, paths, reader.redactor), []
     )

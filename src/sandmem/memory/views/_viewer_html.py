@@ -165,6 +165,12 @@ def _conversations(data: ViewerData) -> str:
         f"{len(rows)} conversation(s) in {_e(data.sessions_dir)}/, oldest first. "
         "pending: extracted at the next generation; failed: gave up after max_attempts."
     )
+    if data.pages > 1:
+        note += (
+            f" Page {data.page} of {data.pages} ({data.total} conversations, newest pages "
+            f"first): `sandmem memory view --page N` writes page N; this page holds only the "
+            "rollout summaries and runs of its conversations and those MEMORY.md cites."
+        )
     return _section("conversations", "Conversations", table, note)
 
 
@@ -397,7 +403,18 @@ def _script_hash(tail: str) -> str:
     return "sha256-" + base64.b64encode(digest).decode("ascii")
 
 
-async def build_page(session: SandboxSession, paths: MemoryPaths, *, workspace: str) -> str:
-    """The viewer page of ``paths`` in ``session``'s workspace (``workspace`` labels it)."""
+async def build_page(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    *,
+    workspace: str,
+    page: int = 1,
+    page_size: int | None = None,
+) -> str:
+    """The viewer page of ``paths`` in ``session``'s workspace (``workspace`` labels it);
+    ``page``/``page_size`` as ``collect``."""
     now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return render_page(await collect(session, paths, workspace=workspace, generated_at=now))
+    data = await collect(
+        session, paths, workspace=workspace, generated_at=now, page=page, page_size=page_size
+    )
+    return render_page(data)
