@@ -354,6 +354,14 @@ class FakeOpenAIServer:
         with self._lock:
             self.in_flight -= 1
 
+    def _answer(
+        self, req: FakeRequest, admitted: bool
+    ) -> tuple[int, dict[str, str], bytes | Iterable[bytes]]:
+        """``_respond``, or HTTP 429 for a request the in-flight limit rejected."""
+        if not admitted:
+            return 429, {}, _error_body(429, "too many requests in flight")
+        return self._respond(req)
+
     def _respond(self, req: FakeRequest) -> tuple[int, dict[str, str], bytes | Iterable[bytes]]:
         """(status, headers, body) for one request, faults applied."""
         fault = self._next_fault()
@@ -424,10 +432,7 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
             req = FakeRequest(api, body, headers, received_at, len(raw), self.path)
             admitted = server._enter(req)
             try:
-                if admitted:
-                    status, headers, data = server._respond(req)
-                else:
-                    status, headers, data = 429, {}, _error_body(429, "too many requests in flight")
+                status, headers, data = server._answer(req, admitted)
             finally:
                 server._leave()  # before sending: the client may count on it once it has the reply
             self._send(status, headers, data)
