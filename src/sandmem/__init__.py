@@ -68,7 +68,7 @@ from sandmem.agent._tool_use import (
 )
 from sandmem.agent._tools import FunctionTool, default_tool_error_function, function_tool, tool
 from sandmem.agent._tools import FunctionTool as Tool
-from sandmem.capabilities import Capability, Filesystem, Memory, Shell
+from sandmem.capabilities import Capability, Filesystem, Memory, Shell, Skills
 from sandmem.capabilities._sandbox_agent import SandboxAgent
 from sandmem.memory import (
     MemoryGenerateConfig,
@@ -165,6 +165,7 @@ __all__ = [
     "SandmemError",
     "Session",
     "Shell",
+    "Skills",
     "StreamEvent",
     "TResponseInputItem",
     "Tool",

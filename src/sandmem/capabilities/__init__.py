@@ -1,6 +1,6 @@
 """Capabilities: small units that add tools and instructions to a ``SandboxAgent``.
 
-Owns ``SandboxAgent`` and the ``Shell``, ``Filesystem`` and ``Memory`` capabilities (the
+Owns ``SandboxAgent`` and the ``Shell``, ``Filesystem``, ``Memory`` and ``Skills`` capabilities (the
 ``Capability`` base lives in ``sandmem.agent``). May import ``memory`` (through its folders'
 surfaces), ``run``, ``agent`` and the floors below; never ``distributed``, ``eval``, ``demo``
 or ``cli``.
@@ -12,10 +12,12 @@ from sandmem.agent._capability import Capability
 from sandmem.capabilities.filesystem import Filesystem
 from sandmem.capabilities.memory import Memory
 from sandmem.capabilities.shell import Shell
+from sandmem.capabilities.skills import Skills
 
 __all__ = [
     "Capability",
     "Filesystem",
     "Memory",
     "Shell",
+    "Skills",
 ]
