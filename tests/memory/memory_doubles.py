@@ -45,6 +45,12 @@ def phase_one_model(slug: str = "fix-the-bug") -> FunctionModel:
     return FunctionModel(fn, name="phase-one")
 
 
+def _sources_line(raw_memories: str) -> str:
+    """A ``Sources:`` line citing every rollout summary named in ``raw_memories.md``."""
+    found = re.findall(r"rollout_summaries/[A-Za-z0-9._-]+\.md", raw_memories)
+    return "Sources: " + ", ".join(dict.fromkeys(found)) + "\n"
+
+
 def phase_two_model(summary: str = "Summary: fixed src/app.py; run `pytest -q`.") -> FunctionModel:
     """Reads raw_memories.md, writes MEMORY.md and memory_summary.md, then answers."""
 
@@ -62,7 +68,8 @@ def phase_two_model(summary: str = "Summary: fixed src/app.py; run `pytest -q`."
                     "write_file",
                     {
                         "path": f"{memories_dir}/MEMORY.md",
-                        "content": f"## Task group\nKeywords: test\n{raw}\n",
+                        "content": f"## Task group\nKeywords: test\n{raw}\n"
+                        + _sources_line(raw),
                     },
                 ),
                 tool_call(

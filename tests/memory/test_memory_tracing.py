@@ -72,7 +72,7 @@ def phase_one_model(started: list[str], everyone: asyncio.Event, count: int) -> 
 
 
 #: cites every conversation, so the consolidation verifies as done
-MEMORY_MD = "## All\n- x (conversations r-alpha, r-beta, r-gamma)\n"
+MEMORY_MD = "## All\n- x\nSources (rollout ids): r-alpha, r-beta, r-gamma\n"
 
 
 def consolidation_model() -> FunctionModel:
