@@ -29,3 +29,25 @@ def render_prompt(template: str, **values: str) -> str:
     if missing or unused:
         raise KeyError(f"prompt placeholders missing {sorted(missing)}, unused {sorted(unused)}")
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+#: what may start a tag: "<" and the characters a model may read as one
+_TAG_OPEN = "<\uff1c\ufe64\u2039\u3008\u27e8"
+
+
+def escape_fence(text: str, tag: str) -> str:
+    """``text`` made safe to place between ``<tag>`` and ``</tag>``: every form of either tag
+    inside it (any case, spaces or slashes around the name, a full-width or other look-alike
+    ``<``, a JSON-escaped ``<\\/tag>``) has its ``<`` written ``&lt;``, so content cannot end
+    the block it is fenced in (or open a second one). Other text is unchanged."""
+    pattern = _fence_pattern(tag)
+    return pattern.sub(lambda m: "&lt;" + m.group(1), text)
+
+
+@functools.cache
+def _fence_pattern(tag: str) -> re.Pattern[str]:
+    name = re.escape(tag).replace("_", "[_ -]?")
+    return re.compile(
+        f"[{_TAG_OPEN}]" + r"((?:\s|\\)*/?(?:\s|\\|/)*" + name + r")(?![A-Za-z0-9])",
+        re.IGNORECASE,
+    )

@@ -65,6 +65,7 @@ def _placeholder(end: str, *, in_code: bool = True) -> str:
         r"\S{1,2}" + end,  # too short to be a credential
         r":?(?:[A-Za-z0-9]{1,8}[-_]){0,2}[xX*.#_-]{3,}" + end,  # xxxx  ****  sk-...  ghp_xxxx
         r"#[0-9A-Fa-f]{3,8}" + end,  # a colour: Token: "#cccccc"
+        r"[\w/+]*EXAMPLE(?:KEY)?" + end,  # AWS's documented example credentials
         r"[A-Z]+(?:_[A-Z0-9]+)+" + end,  # OPENAI_API_KEY: the name of an env var
         r"[A-Z]{1,15}" + end,  # TOKEN  REDACTED
         r"(?:[A-Z][a-z]+){2,}" + end,  # a type or class: client_secret: ClientSecret
@@ -100,7 +101,7 @@ def _value(*, after_spaced_equals: str = "") -> str:
         + r"|(?(q)[\s,]|[=(\[])"
         + code_word
         + ")"
-        + r"(?P<secret>(?(q)(?:(?!(?P=q))(?:[^\\\n]|\\.))+(?=(?P=q))|"
+        + r"(?P<secret>(?(q)(?:(?!(?P=q))(?:[^\\\n]|\\[^nr]))+(?=(?P=q))|"
         + _VCHAR
         + "++))"
     )
@@ -180,6 +181,8 @@ def _flag(anchor: str) -> str:
     return _lead("--") + "(?:[A-Za-z0-9]+-)*" + anchor + "(?:=|" + spaced_value + ")" + _value()
 
 
+#: after the "@" of URL credentials: a host, then the end of the authority
+_HOST_AFTER = r"""(?=[A-Za-z0-9\[][\w.:\[\]-]*(?:[/?#\s'"<>),;]|\Z))"""
 _TOKEN_CHARS = r"[\w.~+/=-]"
 # The credential after an auth scheme: 8+ token characters with a digit, or 20+ of them.
 _SCHEME_VALUE = (
@@ -203,10 +206,11 @@ def _inline_password(command: str) -> str:
     lead = _lead(command) + (r"[ \t]+login" if command == "docker" else "")
     return (
         lead
-        + r"\b(?:[ \t]+(?!-p)\S+)*?[ \t]+-p[ \t]*"
-        + r"""(?P<q>["'])?(?!"""
-        + _placeholder(r"""(?(q)(?P=q)|(?=[\s'"]|\Z))""", in_code=False)
-        + r""")(?P<secret>(?(q)[^\n"']+|[^\s'"]+))"""
+        # the command's own line only: a JSON-escaped line break ends it too
+        + r"\b(?:[ \t]+(?!-p)(?:(?!\\[nr])\S)+)*?[ \t]+-p[ \t]*"
+        + r"""(?P<q>\\{0,3}["'])?(?!"""
+        + _placeholder(r"""(?(q)(?P=q)|(?=[\s'"\\]|\Z))""", in_code=False)
+        + r""")(?P<secret>(?(q)[^\n"'\\]+|[^\s'"\\]+))"""
     )
 
 
@@ -254,12 +258,13 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     ("google-oauth", _lead(r"ya29\.") + r"[\w-]{20,}"),
     (
         "aws-access-key",
-        _lead("A", "[A-Za-z0-9]") + r"(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+        # not AWS's documented example key (AKIAIOSFODNN7EXAMPLE and others ending in EXAMPLE)
+        _lead("A", "[A-Za-z0-9]") + r"(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?<!EXAMPLE)(?![A-Za-z0-9])",
     ),
     (
         "aws-secret-key",  # needs its key name: a bare 40-char string may be a git sha
         _ANCHORS[0][1] + r"""(?:\\?["'])?\]?[ \t]*(?::=|[:= \t])[ \t]*(?:\\?["'])?"""
-        r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        r"(?P<secret>[A-Za-z0-9/+]{40})(?<!EXAMPLEKEY)(?![A-Za-z0-9/+=])",
     ),
     (
         "azure-storage-key",  # AccountKey=... in a connection string
@@ -283,9 +288,13 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     ("pypi-token", _lead("pypi-AgE") + r"[\w-]{60,}"),
     # -- context -----------------------------------------------------------------------------
     (
-        "url-password",  # scheme://user:password@host
+        # scheme://user:password@host; the password may hold reserved characters written
+        # unencoded ("@", ":", "!", "$", ...): as URL parsers read it, it runs to the last "@"
+        # of the authority (which ends at "/", "?" or "#"). A port (host:8080/...) is not one.
+        "url-password",
         r"""://(?<=[A-Za-z0-9]://)[^\s:/@?#'"<>\[\]]*:"""
-        r"(?!" + _placeholder("@") + r""")(?P<secret>[^\s/@?#'"<>]+)@""",
+        r"(?!" + _placeholder("@" + _HOST_AFTER) + r"""|[0-9]{1,5}(?:[/?#\s'"<>]|\Z))"""
+        r"""(?P<secret>[^\s/?#'"<>]{1,256})@""" + _HOST_AFTER,
     ),
     ("bearer-token", _lead(_ci("bearer")) + r"[ \t]+" + _SCHEME_VALUE),
     (
@@ -299,7 +308,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     ),
     (
         "password",  # curl -u user:password
-        _lead("curl") + r"""\b(?:(?!curl)[^\n])*?[ \t](?:-u|--user)[ \t]+["']?[^\s:'"]*:"""
+        _lead("curl") + r"""\b(?:(?!curl|\\[nr])[^\n])*?[ \t](?:-u|--user)[ \t]+["']?[^\s:'"]*:"""
         r"(?!" + _placeholder(r"""(?=[\s'"]|\Z)""") + r"""|[0-9]+(?=[\s'"]|\Z))"""
         r"""(?P<secret>[^\s'"]+)""",
     ),
@@ -356,6 +365,60 @@ def _compile(kind: str, pattern: str | re.Pattern[str]) -> re.Pattern[str]:
     return compiled
 
 
+#: how many levels of encoding are looked through (JSON inside JSON inside a URL...)
+_DECODE_LEVELS: Final = 6
+_ESCAPE: Final = re.compile(r"""\\(["\\/bfnrt'])|\\u([0-9A-Fa-f]{4})|%([0-9A-Fa-f]{2})""")
+_JSON_ESCAPES: Final = {
+    '"': '"',
+    "\\": "\\",
+    "/": "/",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "'": "'",
+}
+#: what a secret found in a decoded view is blanked with (same length: offsets stay valid)
+_FILLED: Final = re.compile(r"\[_*\]|_{1,2}")
+
+
+def _filler(size: int) -> str:
+    return "_" * size if size < 3 else "[" + "_" * (size - 2) + "]"
+
+
+def _decode(text: str) -> tuple[str, list[int] | None]:
+    """``text`` with its JSON string escapes and URL ``%XX`` escapes decoded, and for each
+    decoded character (and the end) the index in ``text`` where it starts; ``None`` when
+    nothing was decoded. A ``%XX`` above 0x7f and ``\\u`` escapes of surrogates are kept as
+    they are (secrets are ASCII)."""
+    out: list[str] = []
+    starts: list[int] = []
+    pos = 0
+    changed = False
+    for match in _ESCAPE.finditer(text):
+        simple, code, pct = match.groups()
+        if simple is not None:
+            char = _JSON_ESCAPES[simple]
+        else:
+            value = int(code if code is not None else pct, 16)
+            if (pct is not None and value > 0x7F) or 0xD800 <= value <= 0xDFFF:
+                continue
+            char = chr(value)
+        start = match.start()
+        out.append(text[pos:start])
+        starts.extend(range(pos, start))
+        out.append(char)
+        starts.append(start)
+        pos = match.end()
+        changed = True
+    if not changed:
+        return text, None
+    out.append(text[pos:])
+    starts.extend(range(pos, len(text) + 1))
+    return "".join(out), starts
+
+
 class Redactor:
     """Replaces secrets in text with ``[REDACTED:<kind>]``.
 
@@ -393,11 +456,84 @@ class Redactor:
         return self._rules
 
     def redact(self, text: str) -> str:
-        """Return ``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
+        """Return ``text`` with every secret replaced by ``[REDACTED:<kind>]``.
+
+        The rules run on the text as it is, then on what it decodes to (JSON string escapes
+        such as ``\\n`` or ``\\u0041``, URL ``%XX`` escapes, and up to six levels of
+        them): a secret found only in the decoded form is replaced where its encoded form
+        stands in ``text``."""
+        text = self._redact_plain(text)
+        if "\\" in text or "%" in text:
+            text = self._redact_encoded(text)
+        return text
+
+    def _redact_plain(self, text: str) -> str:
         for pattern, replace, needle in self._replacers:
             if needle is None or needle in text:
                 text = pattern.sub(replace, text)
         return text
+
+    def _redact_encoded(self, text: str) -> str:
+        found = self._encoded_spans(text, _DECODE_LEVELS)
+        if not found:
+            return text
+        pieces: list[str] = []
+        end = len(text)
+        for start, stop, kind in sorted(found, key=lambda f: (f[0], -f[1]), reverse=True):
+            if stop > end or stop <= start:
+                continue  # overlaps a span already replaced
+            pieces += [text[stop:end], f"{_MARKER}{kind}]"]
+            end = start
+        pieces.append(text[:end])
+        return "".join(reversed(pieces))
+
+    def _encoded_spans(self, text: str, levels: int) -> list[tuple[int, int, str]]:
+        """Secrets that only the decoded form of ``text`` shows, as spans of ``text``. Only
+        the lines that hold an escape are decoded (a secret hidden by an encoding is on the
+        line of its escape); each is looked through again for a further level."""
+        found: list[tuple[int, int, str]] = []
+        if levels <= 0:
+            return found
+        match = _ESCAPE.search(text)
+        while match is not None:
+            first = text.rfind("\n", 0, match.start()) + 1
+            last = text.find("\n", match.end())
+            last = len(text) if last < 0 else last
+            decoded, starts = _decode(text[first:last])
+            if starts is not None:
+                inner = self._spans(decoded) + self._encoded_spans(decoded, levels - 1)
+                found += [(first + starts[a], first + starts[b], kind) for a, b, kind in inner]
+            match = _ESCAPE.search(text, last)
+        return found
+
+    def _spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Where the rules find secrets in ``text``: ``(start, end, kind)``, in rule order
+        (each secret found is blanked out before the next rule runs, as ``redact`` replaces
+        it with its marker)."""
+        spans: list[tuple[int, int, str]] = []
+        for kind, pattern in self._rules:
+            needle = _NEEDLES.get(pattern.pattern)
+            if needle is not None and needle not in text:
+                continue
+            pieces: list[str] = []
+            pos = 0
+            for match in pattern.finditer(text):
+                has_group = "secret" in pattern.groupindex and match.start("secret") >= 0
+                start, stop = match.span("secret") if has_group else match.span()
+                value = text[start:stop]
+                if (
+                    stop <= start
+                    or value.startswith(_MARKER)
+                    or _FILLED.fullmatch(value)
+                    or _in_marker(text, match.start())
+                ):
+                    continue
+                spans.append((start, stop, kind))
+                pieces += [text[pos:start], _filler(stop - start)]
+                pos = stop
+            if pieces:
+                text = "".join(pieces) + text[pos:]
+        return spans
 
     def redact_obj(self, obj: _T) -> _T:
         """Return a copy of ``obj`` with every string inside dicts, lists and tuples redacted.
@@ -431,8 +567,17 @@ class Redactor:
         return redacted
 
 
+def _in_marker(text: str, pos: int) -> bool:
+    """Whether ``pos`` lies inside a ``[REDACTED:<kind>]`` marker (whose kind may end in a key
+    name such as ``api-key``: it is not the key of an assignment)."""
+    start = text.rfind(_MARKER, max(0, pos - 64), pos + 1)
+    return start >= 0 and text.find("]", start) >= pos
+
+
 def _replace(marker: str, match: re.Match[str]) -> str:
     whole = match.group(0)
+    if _in_marker(match.string, match.start()):
+        return whole
     if "secret" in match.re.groupindex and match.start("secret") >= 0:
         start, end = match.span("secret")
         offset = match.start()

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandmem._items import Item, item_kind
 from sandmem.models._base import Model, ModelRequest, ModelResponse
-from sandmem.redaction import redact
+from sandmem.redaction import Redactor, redact
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -79,17 +79,20 @@ def is_available() -> bool:
 
 def _clean(attributes: Mapping[str, Any]) -> dict[str, AttributeValue]:
     """Attribute values OpenTelemetry accepts: ``None`` dropped, lists of one primitive type
-    kept, anything else as its string."""
+    kept, anything else as its string. Every string is redacted here, the one place an
+    attribute enters a span (ids, names, messages: any of them may be secret-shaped)."""
     out: dict[str, AttributeValue] = {}
     for key, value in attributes.items():
         if value is None:
             continue
-        if isinstance(value, str | bool | int | float):
+        if isinstance(value, str):
+            out[key] = redact(value)
+        elif isinstance(value, bool | int | float):
             out[key] = value
         elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-            out[key] = [str(v) for v in value]
+            out[key] = [redact(str(v)) for v in value]
         else:
-            out[key] = str(value)
+            out[key] = redact(str(value))
     return out
 
 
@@ -281,7 +284,9 @@ def _finish_reasons(response: ModelResponse) -> list[str]:
 
 
 def _json(value: Any) -> str:
-    return redact(json.dumps(value, ensure_ascii=False, default=str))
+    """``value`` as JSON, its string values redacted *before* it is serialized (and the text
+    again in ``_clean``)."""
+    return json.dumps(Redactor().redact_obj(value), ensure_ascii=False, default=str)
 
 
 def request_attributes(model: Model, request: ModelRequest, sensitive: bool) -> dict[str, Any]:

@@ -68,8 +68,7 @@ def phase_two_model(summary: str = "Summary: fixed src/app.py; run `pytest -q`."
                     "write_file",
                     {
                         "path": f"{memories_dir}/MEMORY.md",
-                        "content": f"## Task group\nKeywords: test\n{raw}\n"
-                        + _sources_line(raw),
+                        "content": f"## Task group\nKeywords: test\n{raw}\n" + _sources_line(raw),
                     },
                 ),
                 tool_call(

@@ -30,9 +30,9 @@ def test_added_cited_by_summary_file_or_id_on_a_sources_line() -> None:
 
 
 def test_an_id_inside_a_longer_word_is_not_a_citation() -> None:
-    assert [r.rollout_id for r in verify("Sources: run-12, xrun-1", [ref("run-1")], []).missing] == [
-        "run-1"
-    ]
+    assert [
+        r.rollout_id for r in verify("Sources: run-12, xrun-1", [ref("run-1")], []).missing
+    ] == ["run-1"]
     assert verify("Sources: run-1.", [ref("run-1")], []).ok
 
 

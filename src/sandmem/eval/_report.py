@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from sandmem.eval._runner import SCRIPTED, CellResult, EvalOptions, StepMetrics
 from sandmem.eval._suite import Suite
+from sandmem.redaction import Redactor
 
 #: the per-cell totals the report aggregates, with their labels
 METRICS: dict[str, str] = {
@@ -286,6 +287,9 @@ def render_html(report: EvalReport) -> str:
 def write_report(report: EvalReport, out: Path) -> dict[str, Path]:
     """Write the three report files into ``out``; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
+    # every string of the report (error texts of model servers included) is redacted as a
+    # value, before any of the three forms is rendered
+    report = EvalReport.model_validate(Redactor().redact_obj(report.model_dump(mode="json")))
     paths = {
         "json": out / "report.json",
         "md": out / "report.md",

@@ -10,6 +10,7 @@ so an interrupted eval resumes where it stopped: finished cells are loaded, not 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import time
@@ -24,6 +25,7 @@ from sandmem._errors import SandmemError, UserError
 from sandmem._items import Item, item_kind
 from sandmem.eval._policy import scripted_policy
 from sandmem.eval._suite import CONDITIONS, AgentLayout, Condition, Step, Suite, Task
+from sandmem.redaction import Redactor, redact
 
 SCRIPTED = "scripted"
 Backend = Literal["local", "bwrap"]
@@ -221,7 +223,8 @@ class _StepRun:
                 conversation_id=f"{self.cell.task.id}-step{self.index}",
             )
         except SandmemError as exc:
-            self.metrics.error = f"{type(exc).__name__}: {exc}"
+            # a model server's error text may echo a key: redacted before it is stored
+            self.metrics.error = redact(f"{type(exc).__name__}: {exc}")
             self.metrics.tool_calls += _count_tool_calls(list(getattr(exc, "items", None) or []))
             return
         finally:
@@ -328,7 +331,7 @@ def _load_done(cells_dir: Path) -> dict[str, CellResult]:
 def _write_cell(cells_dir: Path, cell: CellResult) -> None:
     target = cells_dir / f"{cell.key}.json"
     temp = cells_dir / f".{cell.key}.{os.getpid()}.tmp"
-    temp.write_text(cell.model_dump_json(indent=2))
+    temp.write_text(json.dumps(Redactor().redact_obj(cell.model_dump(mode="json")), indent=2))
     os.replace(temp, target)
 
 

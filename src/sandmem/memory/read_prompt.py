@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from sandmem._prompts import load_prompt, render_prompt
+from sandmem._prompts import escape_fence, load_prompt, render_prompt
 from sandmem._truncate import truncate_head_tail
 from sandmem.memory.layout import MemoryPaths, read_text
 
@@ -37,7 +37,10 @@ def memory_read_prompt(
         load_prompt("sandmem.memory", "memory_read"),
         memories_dir=memories_dir,
         update_policy=policy.strip(),
-        summary=truncate_head_tail(summary.strip(), SUMMARY_MAX_TOKENS, what="memory summary"),
+        summary=escape_fence(
+            truncate_head_tail(summary.strip(), SUMMARY_MAX_TOKENS, what="memory summary"),
+            "memory_summary",
+        ),
     )
 
 

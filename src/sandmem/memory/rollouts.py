@@ -16,6 +16,7 @@ from sandmem._items import Item, item_kind
 from sandmem.agent._context import RunOutcome, SandboxRunContext
 from sandmem.memory._json import loads_bounded
 from sandmem.memory._text import safe_text
+from sandmem.redaction import redact
 
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SLUG_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -35,28 +36,33 @@ def validate_rollout_id(rollout_id: str) -> str:
     return value
 
 
-#: the shape of a mapped id: ``<slug>--<16 hex>``. A valid id of this shape is mapped too, so
-#: no valid id used as it is can equal another key's mapped form
-MAPPED_ID_PATTERN = re.compile(r"^.+--[0-9a-f]{16}$")
+#: the shape of a mapped id: ``<slug>--<16 hex>`` (8 hex in early versions), in either case
+#: (a case-insensitive file system would otherwise let ``X--ABC...`` share ``x--abc...``'s
+#: file). A valid id of this shape is mapped too, so no valid id used as it is can equal
+#: another key's mapped form
+MAPPED_ID_PATTERN = re.compile(r"^.+--[0-9a-f]{8}(?:[0-9a-f]{8})?$", re.IGNORECASE)
 
 
 def file_safe_rollout_id(key: str) -> str:
-    """Map a conversation key to a file-safe rollout id: a slug of it, ``--``, then 16 hex of
-    its SHA-256, so the same key always maps the same way and different keys get different
-    files (ids used as they are never have this shape: see ``MAPPED_ID_PATTERN``)."""
+    """Map a conversation key to a file-safe rollout id: a slug of it (of its redacted form:
+    a secret in a key never names a file), ``--``, then 16 hex of its SHA-256, so the same key
+    always maps the same way and different keys get different files (ids used as they are
+    never have this shape: see ``MAPPED_ID_PATTERN``)."""
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    slug = _SLUG_CHARS.sub("-", key.strip()).strip("-._")[:100].rstrip("-._") or "conversation"
+    shown = redact(key.strip())
+    slug = _SLUG_CHARS.sub("-", shown).strip("-._")[:100].rstrip("-._") or "conversation"
     return f"{slug}--{digest}"
 
 
 def conversation_rollout_id(key: str) -> tuple[str, str | None]:
     """The rollout id of a conversation key and, when it had to be mapped, the key: a valid
-    id is used as it is unless it has the mapped shape; anything else is mapped."""
+    id is used as it is unless it has the mapped shape or holds something secret-shaped
+    (it would name a file, a state key and span attributes); anything else is mapped."""
     try:
         value = validate_rollout_id(key)
     except ValueError:
         return file_safe_rollout_id(key), key
-    if MAPPED_ID_PATTERN.fullmatch(value):
+    if MAPPED_ID_PATTERN.fullmatch(value) or redact(value) != value:
         return file_safe_rollout_id(key), key
     return value, None
 

@@ -312,18 +312,32 @@ def write_atomic(
 
 
 def append(root: Path, path: PathArg, data: bytes | str) -> None:
+    """Append ``data`` to the file (created when missing). A file with more than one hard
+    link (another name of it may lie outside the workspace) is never written in place: its
+    bytes plus ``data`` replace it (``write_atomic``), which gives the name its own inode and
+    leaves every other link unchanged; a warning is logged."""
     payload = _as_bytes(data)
     with (
         translate_errors("append", path),
         _located(root, path, "append", create_parents=True) as loc,
     ):
-        fd = _open_regular(loc, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "append", path)
+        fd = _open_regular(loc, os.O_RDWR | os.O_CREAT | os.O_APPEND, "append", path)
         try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
+            if os.fstat(fd).st_nlink > 1:
+                logger.warning(
+                    "append %r: the file has other hard links; replaced it instead of writing "
+                    "through them",
+                    os.fspath(path),
+                )
+                payload = _read_fd(fd) + payload
+            else:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view) :]
+                return
         finally:
             os.close(fd)
+    write_atomic(root, path, payload)
 
 
 def mkdir(root: Path, path: PathArg, parents: bool = True) -> None:

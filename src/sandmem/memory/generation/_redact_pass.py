@@ -5,11 +5,13 @@ person's edit, a rollback) is redacted in place, whatever happened to memory gen
 It runs at every stop of the session: after the flush for a layout that generates memory
 (also when the flush failed or was skipped), and from its own pre-stop hook for a read-only
 layout. No symlink is followed; hidden files are included (only the lock file and in-flight
-write temps are left alone); a file that is not UTF-8 text is left as it is.
+write temps are left alone); every file is redacted whatever its size (large ones in a worker
+thread), and bytes that are not UTF-8 are kept as they are around the redacted text.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -20,8 +22,8 @@ from sandmem.sandboxes._session import FileStat, SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
 
-#: larger files are not redacted (memory files are far smaller; this bounds a stop's work)
-MAX_REDACT_BYTES = 16 * 1024 * 1024
+#: files at least this large are redacted in a worker thread (no size leaves one unredacted)
+_THREAD_BYTES = 256 * 1024
 _MAX_DEPTH = 16
 _BATCH = 256
 #: a stop waits this long for the layout's lock (held by a consolidation, which redacts its
@@ -69,17 +71,17 @@ class MemoryRedactionPass:
         return rewritten
 
     async def _redact_one(self, path: str, data: bytes) -> bool:
-        if len(data) > MAX_REDACT_BYTES:
-            return False
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return False
-        clean = self.redactor.redact(text)
+        # bytes that are not UTF-8 are carried through unchanged (surrogateescape), so one
+        # invalid byte cannot shield the secrets around it
+        text = data.decode("utf-8", "surrogateescape")
+        if len(data) >= _THREAD_BYTES:
+            clean = await asyncio.to_thread(self.redactor.redact, text)
+        else:
+            clean = self.redactor.redact(text)
         if clean == text:
             return False
         try:
-            await self.session.write(path, clean)
+            await self.session.write(path, clean.encode("utf-8", "surrogateescape"))
         except SandboxError as exc:
             logger.warning("could not redact %s: %s", path, exc)
             return False

@@ -17,7 +17,7 @@ from typing import Any
 from sandmem import tracing
 from sandmem._errors import MemoryGenerationError, ModelBehaviorError, ModelRequestError
 from sandmem._items import user_message
-from sandmem._prompts import load_prompt, render_prompt
+from sandmem._prompts import escape_fence, load_prompt, render_prompt
 from sandmem._settings import ModelSettings
 from sandmem._usage import Usage
 from sandmem.memory._render import (
@@ -59,7 +59,8 @@ def instructions(rollout_id: str, extra_prompt: str | None) -> str:
 
 def render_input(rollout_id: str, rollout_text: str, omitted_bytes: int = 0) -> str:
     """The user message of phase one: terminal metadata, then the compact transcript (capped
-    at 150,000 tokens, head and tail kept) fenced as untrusted data."""
+    at 150,000 tokens, head and tail kept) fenced as untrusted data: no tag inside it can end
+    the fence (``escape_fence``)."""
     parsed = parse_rollout(rollout_text)
     meta = rollout_terminal_summary(parsed)
     transcript = render_rollout(parsed, max_tokens=ROLLOUT_MAX_TOKENS)
@@ -74,7 +75,7 @@ def render_input(rollout_id: str, rollout_text: str, omitted_bytes: int = 0) -> 
         f"Terminal metadata (JSON): {json.dumps(meta, sort_keys=True, default=str)}\n"
         f"{note}\n"
         "<transcript>\n"
-        f"{transcript}\n"
+        f"{escape_fence(transcript, 'transcript')}\n"
         "</transcript>\n"
     )
 
