@@ -141,6 +141,8 @@ def memory_server_handler(answer: str = "All done.") -> Any:
                 )
             if len(outputs) == 1:
                 raw = str(outputs["read-1"])
+                cited = dict.fromkeys(re.findall(r"rollout_summaries/[\w.-]+\.md", raw))
+                raw += "\nSources: " + ", ".join(cited) + "\n"  # the citation verify reads
                 return FakeReply(
                     tool_calls=[
                         ("write_file", {"path": "memories/MEMORY.md", "content": raw}, "w-1"),

@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandmem._errors import UserError
 
@@ -24,6 +24,16 @@ class StoreSpec(BaseModel):
     bucket: str
     prefix: str = ""
     endpoint_url: str | None = None
+
+    @field_validator("prefix")
+    @classmethod
+    def _plain_prefix(cls, value: str) -> str:
+        """Plain components only: no empty, ``.`` or ``..`` one (a server may normalize it
+        away and so leave the worker's ``--store`` prefix), no backslash or NUL."""
+        parts = value.strip("/").split("/") if value.strip("/") else []
+        if any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+            raise ValueError(f"invalid store prefix {value!r}")
+        return value
 
 
 class JobMessage(BaseModel):
@@ -37,6 +47,15 @@ class JobMessage(BaseModel):
     enqueued_at: float = 0.0
     #: how many times this job has run and failed with a retryable error
     attempt: int = 0
+
+    @model_validator(mode="after")
+    def _valid_layout(self) -> JobMessage:
+        """The layout a valid ``MemoryLayoutConfig`` accepts: relative, normalized, no
+        ``..``, two separate directories (issue 25: a job names only valid layouts)."""
+        from sandmem.memory.config import MemoryLayoutConfig
+
+        MemoryLayoutConfig(memories_dir=self.memories_dir, sessions_dir=self.sessions_dir)
+        return self
 
     @property
     def layout(self) -> str:

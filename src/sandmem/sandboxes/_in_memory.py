@@ -290,6 +290,7 @@ class InMemorySandboxClient:
         )
         store = _Store()
         session = InMemorySandboxSession(state, store, self.exec_handler)
+        session._proven = True
         for rel in sorted(manifest.entries):
             await _write_entry(session, rel, manifest.entries[rel])
         self._stores[session_id] = store
@@ -302,7 +303,9 @@ class InMemorySandboxClient:
             raise UserError(
                 f"this InMemorySandboxClient has no workspace for session {state.session_id}"
             )
-        return InMemorySandboxSession(state, store, self.exec_handler)
+        session = InMemorySandboxSession(state, store, self.exec_handler)
+        session._proven = True
+        return session
 
     async def delete(self, session: SandboxSession, *, keep_snapshot: bool = False) -> None:
         await session._discard()

@@ -423,7 +423,7 @@ class UnixLocalSandboxClient:
             backend_settings=self._backend_settings(),
             workspace_owned=owned,
         )
-        return self._make_session(state)
+        return _proven(self._make_session(state))
 
     async def resume(self, state: SandboxSessionState | str | bytes) -> SandboxSession:
         """A session (not started) restored from ``state`` or its JSON text.
@@ -442,7 +442,7 @@ class UnixLocalSandboxClient:
                 operation="resume",
             )
         if state.snapshot is not None:
-            return self._make_session(await _restored_state(state, state.snapshot))
+            return _proven(self._make_session(await _restored_state(state, state.snapshot)))
         root_path = state.manifest.root
         if root_path is None or not await asyncio.to_thread(root_path.is_dir):
             raise WorkspaceRootNotFoundError(
@@ -453,9 +453,14 @@ class UnixLocalSandboxClient:
                 path=str(root_path),
             )
         real = await asyncio.to_thread(root_path.resolve)
-        manifest = state.manifest.model_copy(update={"root": real})
-        state = state.model_copy(update={"manifest": manifest})
-        return self._make_session(state)
+        if real != root_path:  # the proven root was replaced by a link to somewhere else
+            raise SandboxStateError(
+                f"cannot resume session {state.session_id}: its workspace {root_path} is no "
+                f"longer the directory sandmem recorded (it now leads to {real})",
+                operation="resume",
+                path=str(root_path),
+            )
+        return _proven(self._make_session(state))
 
     async def delete(self, session: SandboxSession, *, keep_snapshot: bool = False) -> None:
         """Stop ``session`` without hooks or snapshot, remove its workspace (only when sandmem
@@ -465,9 +470,34 @@ class UnixLocalSandboxClient:
         await session._discard()
         state = session.state
         if state.workspace_owned:
+            await asyncio.to_thread(_check_removable, session)
             await asyncio.to_thread(_hostfs.remove_tree, session.root)
         if state.snapshot is not None and not keep_snapshot:
             await asyncio.to_thread(delete_snapshot, state.snapshot, state.session_id)
+
+
+def _proven(session: UnixLocalSandboxSession) -> UnixLocalSandboxSession:
+    session._proven = True
+    return session
+
+
+def _check_removable(session: SandboxSession) -> None:
+    """``delete`` removes a workspace only when a proven state or ``create`` handed it over,
+    and only the directory sandmem made (``sandmem-ws-*``, not a symlink); else it refuses."""
+    root = session.root
+    why = None
+    if not session.proven:
+        why = "the session was not created or resumed by this client"
+    elif not root.name.startswith(WORKSPACE_PREFIX):
+        why = f"its name does not start with {WORKSPACE_PREFIX!r}"
+    elif root.is_symlink() or (root.exists() and os.path.realpath(root) != str(root)):
+        why = "it is no longer the directory sandmem created there"
+    if why is not None:
+        raise SandboxStateError(
+            f"delete: refusing to remove the workspace {root}: {why}; the directory is kept",
+            operation="delete",
+            path=str(root),
+        )
 
 
 async def _restored_state(

@@ -41,6 +41,7 @@ from sandmem._errors import (
     WorkspaceRootNotFoundError,
     WorkspaceWriteTypeError,
 )
+from sandmem.sandboxes import _ownership
 from sandmem.sandboxes._manifest import Manifest
 from sandmem.sandboxes._s3_snapshot import S3SnapshotSpec
 from sandmem.sandboxes._snapshot import (
@@ -157,7 +158,9 @@ class SandboxSessionState(BaseModel):
     ``client.resume(SandboxSessionState.model_validate_json(text))`` (or ``client.resume(text)``)
     restores the session. ``workspace_owned`` says whether sandmem created the workspace
     directory (``delete`` removes it) or the caller chose it with ``Manifest(root=...)``
-    (``delete`` leaves it).
+    (``delete`` leaves it). ``proof`` makes the state tamper-evident: a state whose root,
+    ownership, snapshot or any other field was changed after ``session.state`` wrote it is
+    refused by ``resume`` with ``SandboxStateError``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -169,6 +172,9 @@ class SandboxSessionState(BaseModel):
     snapshot: S3SnapshotSpec | LocalSnapshotSpec | None = None
     backend_settings: dict[str, Any] = Field(default_factory=dict)
     workspace_owned: bool = True
+    #: HMAC of the other fields under the host's state key (``sandboxes/_ownership.py``): set
+    #: by ``SandboxSession.state``, checked by every ``resume``
+    proof: str | None = None
 
     @field_validator("session_id")
     @classmethod
@@ -179,7 +185,15 @@ class SandboxSessionState(BaseModel):
 
 
 def parse_state(value: SandboxSessionState | str | bytes) -> SandboxSessionState:
-    """A state from a model or its JSON text; invalid input raises ``SandboxStateError``."""
+    """A state from a model or its JSON text, parsed and proven (``_ownership.verify``): the
+    one entry point of a state from outside the process. Invalid or changed input raises
+    ``SandboxStateError``."""
+    state = _parse_state(value)
+    _ownership.verify(state.model_dump(mode="json"), "resume")
+    return state
+
+
+def _parse_state(value: SandboxSessionState | str | bytes) -> SandboxSessionState:
     if isinstance(value, SandboxSessionState):
         return value
     if not isinstance(value, str | bytes):
@@ -262,6 +276,7 @@ class SandboxSession(abc.ABC):
             raise SandboxStateError("the session state has no workspace root", operation="init")
         self._state = state
         self._root = Path(state.manifest.root)
+        self._proven = False
         self._pre_stop_hook_timeout = pre_stop_hook_timeout
         self._pre_stop_hooks: list[tuple[PreStopHook, float]] = []
         self._running = False
@@ -279,8 +294,17 @@ class SandboxSession(abc.ABC):
 
     @property
     def state(self) -> SandboxSessionState:
-        """A copy of the session's state (``manifest.root`` is the workspace)."""
-        return self._state.model_copy(deep=True)
+        """A copy of the session's state (``manifest.root`` is the workspace), signed so that
+        ``client.resume`` can tell it from an edited one."""
+        state = self._state.model_copy(deep=True, update={"proof": None})
+        state.proof = _ownership.sign(state.model_dump(mode="json"))
+        return state
+
+    @property
+    def proven(self) -> bool:
+        """True when the session came from its client's ``create`` or from a ``resume`` of a
+        proven state: only then does ``client.delete`` remove a workspace it owns."""
+        return self._proven
 
     @property
     def session_id(self) -> str:

@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING
 
 from sandmem.memory.generation.manager import MemoryGenerationManager
 from sandmem.memory.layout import PHASE_ONE_DIRS
-from sandmem.memory.store._base import MemoryStore, MemoryStoreConflict, MemoryVersion
+from sandmem.memory.store._base import (
+    MemoryStore,
+    MemoryStoreConflict,
+    MemoryVersion,
+    checked_segments,
+)
 from sandmem.memory.store._history_sync import sync_history
 from sandmem.memory.store._sync import _COMMIT_ATTEMPTS, Lease, read_current, walk_files
 from sandmem.sandboxes._local import UnixLocalSandboxClient
@@ -54,7 +59,8 @@ async def _stage(
     for name, data in files.items():
         await session.write(f"{paths.memories_dir}/{name}", data)
     await session.mkdir(paths.sessions_dir, parents=True)
-    for rollout_id, segments in (await store.segments(paths.sessions_dir)).items():
+    found = checked_segments(await store.segments(paths.sessions_dir), store.describe())
+    for rollout_id, segments in found.items():
         await session.write(paths.rollout_file(rollout_id), b"".join(segments))
     return current, files
 

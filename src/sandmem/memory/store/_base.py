@@ -24,12 +24,16 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
+import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sandmem._errors import SandmemError
+
+logger = logging.getLogger("sandmem.memory.store")
 
 
 class MemoryStoreConflict(SandmemError):
@@ -44,17 +48,66 @@ class MemoryStoreError(SandmemError):
         self.retryable = retryable
 
 
+#: a version id and a rollout id as the store may name them (what sandmem itself writes)
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_MAX_NAME = 1024
+
+
+def safe_name(name: object) -> bool:
+    """Whether a file name that came from a store is a relative, normalized path inside the
+    layout: no empty, ``.`` or ``..`` component, not absolute, no backslash or NUL, no hidden
+    component (``.store/`` is the sync's own state), at most 1,024 characters."""
+    if not isinstance(name, str) or not name or len(name) > _MAX_NAME:
+        return False
+    if "\\" in name or "\0" in name or name.startswith("/"):
+        return False
+    return all(part and not part.startswith(".") for part in name.split("/"))
+
+
+def checked_segments(found: dict[str, list[bytes]], where: str) -> dict[str, list[bytes]]:
+    """A store's segments with every rollout whose id is not a valid rollout id left out
+    (logged): one hostile key never blocks the layout or names a file outside it."""
+    kept: dict[str, list[bytes]] = {}
+    for rollout_id, segments in found.items():
+        if isinstance(rollout_id, str) and _ID.fullmatch(rollout_id):
+            kept[rollout_id] = segments
+        else:
+            logger.warning(
+                "store %s: skipped segments of the invalid rollout id %r", where, rollout_id
+            )
+    return kept
+
+
 @dataclass(frozen=True)
 class MemoryVersion:
     """One committed set of memory files. ``files`` maps each path (relative to the
     memories dir) to its SHA-256; ``fence`` is the lease token of the writer (0 without a
-    lease); ``etag`` is the store's tag of the ``CURRENT`` object that named it."""
+    lease); ``etag`` is the store's tag of the ``CURRENT`` object that named it.
+
+    A version is where store data enters: a version id that is not a plain id raises
+    ``MemoryStoreError``; a file name that is not ``safe_name`` is left out of ``files``
+    (logged, and listed in ``skipped``), so one bad object is reported and never blocks a
+    pull, a job or a run start."""
 
     version: str
     files: dict[str, str]
     fence: int = 0
     etag: str = ""
     updated_at: float = 0.0
+    skipped: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.version, str) or not _ID.fullmatch(self.version):
+            raise MemoryStoreError(
+                f"the store's current memory version has an invalid id {self.version!r}",
+                retryable=False,
+            )
+        bad = tuple(name for name in self.files if not safe_name(name))
+        if bad:
+            logger.warning("memory version %s: skipped invalid file names %r", self.version, bad)
+            files = {k: v for k, v in self.files.items() if k not in bad}
+            object.__setattr__(self, "files", files)
+            object.__setattr__(self, "skipped", self.skipped + bad)
 
     def to_json(self) -> bytes:
         data = {

@@ -1,0 +1,172 @@
+"""What comes back from a memory store or a broker is untrusted (issue 25, class 4): names are
+checked where the data enters (``MemoryVersion``, ``checked_segments``, ``parse_job``); one bad
+object is skipped and reported, never written outside the layout, never blocks it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from sandmem import Manifest, UnixLocalSandboxClient
+from sandmem._errors import UserError
+from sandmem.distributed import S3MemoryStore
+from sandmem.distributed._jobs import PoisonMessage, parse_job
+from sandmem.distributed._worker import job_store
+from sandmem.memory.generation._job import _stage
+from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.store._base import (
+    MemoryStore,
+    MemoryStoreError,
+    MemoryVersion,
+    safe_name,
+    sha256,
+)
+from sandmem.memory.store._sync import pull
+
+HOSTILE = [
+    "../evil.md",
+    "../../../../tmp/evil.md",
+    "/etc/evil.md",
+    "skills/../../evil.md",
+    "skills//x.md",
+    "./MEMORY.md",
+    ".store/base/MEMORY.md",
+    "skills/.hidden/SKILL.md",
+    "a\\..\\b.md",
+    "nul\0.md",
+    "",
+    "x" * 2000,
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_file_name_is_skipped_where_a_version_enters(name: str) -> None:
+    assert not safe_name(name)
+    version = MemoryVersion("v1", {"MEMORY.md": "h", name: "h"})
+    assert version.files == {"MEMORY.md": "h"} and version.skipped == (name,)
+    raw = version.to_json()  # what a bucket would hold (the hostile name is not written back)
+    assert name not in MemoryVersion.from_json(raw, "e").files
+
+
+@pytest.mark.parametrize("version", ["../v", "v/../../x", "", "a b", "/v"])
+def test_a_hostile_version_id_is_refused(version: str) -> None:
+    with pytest.raises(MemoryStoreError, match="invalid id"):
+        MemoryVersion(version, {})
+
+
+def _found(root: Path, pattern: str) -> list[Path]:
+    return sorted(root.rglob(pattern))
+
+
+@dataclass
+class HostileStore(MemoryStore):
+    """A store whose current version and segments name files outside the layout."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    segs: dict[str, list[bytes]] = field(default_factory=dict)
+
+    async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
+        raise NotImplementedError
+
+    async def segments(self, sessions_dir: str) -> dict[str, list[bytes]]:
+        return self.segs
+
+    async def current(self, memories_dir: str) -> MemoryVersion | None:
+        return MemoryVersion("v1", {name: sha256(data) for name, data in self.files.items()})
+
+    async def read_files(
+        self, memories_dir: str, version: MemoryVersion, paths: list[str]
+    ) -> dict[str, bytes]:
+        return {path: self.files[path] for path in paths}
+
+    async def commit(
+        self, memories_dir: str, base: MemoryVersion | None, files: dict[str, bytes], *, fence=0
+    ) -> MemoryVersion:
+        raise NotImplementedError
+
+
+async def test_pull_skips_the_hostile_names_and_the_layout_still_starts(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = HostileStore(
+        files={"MEMORY.md": b"## ok\n", "memory_summary.md": b"sum\n"}
+        | {name: b"evil" for name in HOSTILE if name and "\0" not in name and len(name) < 100}
+    )
+    client = UnixLocalSandboxClient()
+    ws = outside / "ws"
+    session = await client.create(manifest=Manifest(root=ws))
+    async with session:
+        assert await pull(session, MemoryPaths("memories", "sessions"), store)
+    assert (ws / "memories/MEMORY.md").read_bytes() == b"## ok\n"
+    assert _found(tmp_path, "*evil*") == []
+    await client.delete(session)
+
+
+async def test_segments_of_hostile_rollout_ids_are_skipped_when_a_job_stages(
+    tmp_path: Path,
+) -> None:
+    store = HostileStore(
+        files={"MEMORY.md": b"x\n"},
+        segs={
+            "good": [b'{"a": 1}\n'],
+            "../../escape": [b"x\n"],
+            "a/b": [b"x\n"],
+            ".hidden": [b"x\n"],
+            "": [b"x\n"],
+        },
+    )
+    client = UnixLocalSandboxClient()
+    ws = tmp_path / "job" / "ws"
+    session = await client.create(manifest=Manifest(root=ws))
+    async with session:
+        await _stage(session, store, MemoryPaths("memories", "sessions"))
+    assert [p.name for p in _found(ws / "sessions", "*")] == ["good.jsonl"]
+    assert _found(tmp_path, "escape*") == []
+    await client.delete(session)
+
+
+ROOT = S3MemoryStore("bucket", "team")
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        {"store": {"bucket": "bucket", "prefix": "team/../other"}},
+        {"store": {"bucket": "bucket", "prefix": "team/./x"}},
+        {"store": {"bucket": "bucket", "prefix": "team//x"}},
+        {"store": "team"},
+        {"memories_dir": "../memories"},
+        {"memories_dir": "/abs"},
+        {"sessions_dir": "memories/sessions"},
+        {"sessions_dir": "memories"},
+        {"memories_dir": 7},
+    ],
+)
+def test_a_job_message_names_only_valid_layouts(job: dict[str, object]) -> None:
+    base = {"store": {"bucket": "bucket", "prefix": "team/a"}, "memories_dir": "memories"}
+    message = base | {"sessions_dir": "sessions"} | job
+    with pytest.raises(PoisonMessage):
+        parse_job(json.dumps(message))
+
+
+@pytest.mark.parametrize(
+    "store", [{"bucket": "bucket", "prefix": "teamx"}, {"bucket": "other", "prefix": "team"}]
+)
+def test_a_job_outside_the_workers_prefix_is_refused(store: dict[str, str]) -> None:
+    job = parse_job(json.dumps({"store": store, "memories_dir": "m", "sessions_dir": "s"}))
+    with pytest.raises(UserError, match="outside"):
+        job_store(ROOT, job)
+
+
+def test_a_valid_job_message_is_accepted() -> None:
+    raw = {
+        "store": {"bucket": "bucket", "prefix": "team/a"},
+        "memories_dir": "mem",
+        "sessions_dir": "ses",
+    }
+    job = parse_job(json.dumps(raw))
+    assert job_store(ROOT, job).prefix == "team/a"
+    assert (job.memories_dir, job.sessions_dir) == ("mem", "ses")

@@ -1,0 +1,134 @@
+"""Session states from outside the process are untrusted (issue 25, class 1): an edited state
+never makes sandmem delete, overwrite, restore into or mount something it did not create."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandmem import LocalSnapshotSpec, Manifest, UnixLocalSandboxClient
+from sandmem._errors import SandboxStateError
+from sandmem.sandboxes import File, SandboxSessionState
+from sandmem.sandboxes._local import UnixLocalSandboxSession
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "home"
+    (victim / ".ssh").mkdir(parents=True)
+    (victim / ".ssh/id_ed25519").write_text("private")
+    return victim
+
+
+def _edited(state: SandboxSessionState, **changes: Any) -> str:
+    data = json.loads(state.model_dump_json())
+    for key, value in changes.items():
+        target = data
+        *parents, last = key.split(".")
+        for part in parents:
+            target = target[part]
+        target[last] = value
+    return json.dumps(data)
+
+
+EDITS = {
+    "root": lambda victim, state: {"manifest.root": str(victim)},
+    "root-and-unowned": lambda victim, state: {
+        "manifest.root": str(victim),
+        "workspace_owned": False,
+    },
+    "root-relative": lambda victim, state: {"manifest.root": f"{state.manifest.root}/../home"},
+    "owned-flipped": lambda victim, state: {"workspace_owned": not state.workspace_owned},
+    "proof-dropped": lambda victim, state: {"proof": None},
+    "proof-of-another": lambda victim, state: {"proof": "0" * 64},
+    "env-added": lambda victim, state: {"manifest.environment": {"LD_PRELOAD": "/x.so"}},
+}
+
+
+@pytest.mark.parametrize("snapshot", [False, True], ids=["attach", "snapshot"])
+@pytest.mark.parametrize("edit", sorted(EDITS))
+async def test_an_edited_state_is_refused_and_nothing_outside_is_touched(
+    edit: str, snapshot: bool, tmp_path: Path
+) -> None:
+    victim = _victim(tmp_path)
+    client = UnixLocalSandboxClient()
+    spec = LocalSnapshotSpec(tmp_path / "snaps") if snapshot else None
+    session = await client.create(
+        manifest=Manifest(entries={"a.txt": File(content=b"a")}), snapshot=spec
+    )
+    async with session:
+        pass
+    state = session.state
+    text = _edited(state, **EDITS[edit](victim, state))
+    with pytest.raises(SandboxStateError, match="cannot be trusted"):
+        await client.resume(text)
+    assert (victim / ".ssh/id_ed25519").read_text() == "private"
+    resumed = await client.resume(state.model_dump_json())  # the unmodified state works
+    await client.delete(resumed)
+    assert (victim / ".ssh/id_ed25519").read_text() == "private"
+
+
+async def test_a_proven_state_round_trips_through_json(tmp_path: Path) -> None:
+    client = UnixLocalSandboxClient()
+    session = await client.create(manifest=Manifest(entries={"a.txt": File(content=b"a")}))
+    text = session.state.model_dump_json()
+    resumed = await client.resume(SandboxSessionState.model_validate_json(text))
+    assert resumed.root == session.root and resumed.proven
+    await client.delete(resumed)
+    assert not session.root.exists()
+
+
+async def test_a_root_replaced_by_a_link_is_refused(tmp_path: Path) -> None:
+    victim = _victim(tmp_path)
+    client = UnixLocalSandboxClient()
+    session = await client.create(manifest=Manifest())
+    state = session.state
+    shutil.rmtree(session.root)
+    session.root.symlink_to(victim)
+    try:
+        with pytest.raises(SandboxStateError, match="no longer the directory"):
+            await client.resume(state)
+    finally:
+        session.root.unlink()
+    assert (victim / ".ssh/id_ed25519").exists()
+
+
+async def test_delete_removes_only_what_a_client_handed_over(tmp_path: Path) -> None:
+    victim = _victim(tmp_path)
+    client = UnixLocalSandboxClient()
+    made = await client.create(manifest=Manifest())
+    # a session built by hand from a state that names another directory as owned
+    forged = made.state.model_copy(
+        update={"manifest": made.state.manifest.model_copy(update={"root": victim})}
+    )
+    with pytest.raises(SandboxStateError, match="refusing to remove"):
+        await client.delete(UnixLocalSandboxSession(forged))
+    assert (victim / ".ssh/id_ed25519").exists()
+    await client.delete(made)
+
+
+async def test_a_caller_chosen_root_is_never_removed(tmp_path: Path) -> None:
+    chosen = tmp_path / "mine"
+    client = UnixLocalSandboxClient()
+    session = await client.create(manifest=Manifest(root=chosen))
+    (chosen / "keep.txt").write_text("k")
+    await client.delete(await client.resume(session.state.model_dump_json()))
+    assert (chosen / "keep.txt").read_text() == "k"
+
+
+async def test_the_state_key_can_be_shared_by_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = UnixLocalSandboxClient()
+    monkeypatch.setenv("SANDMEM_STATE_KEY", "host-a-and-b")
+    session = await client.create(manifest=Manifest())
+    text = session.state.model_dump_json()
+    await client.resume(text)
+    monkeypatch.setenv("SANDMEM_STATE_KEY", "another-host")
+    with pytest.raises(SandboxStateError, match="changed after sandmem wrote it"):
+        await client.resume(text)
+    monkeypatch.delenv("SANDMEM_STATE_KEY")
+    await client.delete(session)
