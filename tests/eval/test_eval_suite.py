@@ -70,3 +70,37 @@ def test_bad_suites_are_user_errors(text: str, message: str) -> None:
 def test_missing_suite_file_says_what_to_pass(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="builtin"):
         load_suite(tmp_path / "nope.toml")
+
+
+# -- issue 25, class 8: a suite's workspace stays inside the suite's directory ---------------
+
+
+@pytest.mark.parametrize(
+    "workspace", ["../..", "..", "/root", "~/.ssh", "ws/../../x", "a\\\\..\\\\..", "./../x"]
+)
+def test_a_workspace_outside_the_suite_directory_is_refused(workspace: str, tmp_path: Path) -> None:
+    text = _MINIMAL.replace('[task.files]\n"a.txt" = "a"', f"workspace = '{workspace}'")
+    with pytest.raises(UserError, match="inside the suite's directory"):
+        parse_suite(text, base_dir=tmp_path, source="s.toml")
+
+
+def test_a_workspace_link_leading_outside_is_refused_and_inner_links_not_followed(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("private")
+    suite_dir = tmp_path / "suite"
+    (suite_dir / "ws").mkdir(parents=True)
+    (suite_dir / "ws" / "ok.txt").write_text("ok")
+    (suite_dir / "ws" / "ssh").symlink_to(home / ".ssh")
+    (suite_dir / "ws" / "key").symlink_to(home / ".ssh" / "id_ed25519")
+    (suite_dir / "out").symlink_to(home)
+    for workspace, expected in (("ws", {"ok.txt": b"ok"}), ("out", None)):
+        text = _MINIMAL.replace('[task.files]\n"a.txt" = "a"', f'workspace = "{workspace}"')
+        suite = parse_suite(text, base_dir=suite_dir, source="s.toml")
+        if expected is None:
+            with pytest.raises(UserError, match="leads outside"):
+                suite.workspace_files(suite.tasks[0])
+        else:
+            assert suite.workspace_files(suite.tasks[0]) == expected

@@ -10,10 +10,12 @@ script for the offline ``scripted`` policy. ``docs/eval.md`` documents every fie
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -92,6 +94,11 @@ class Task(_Frozen):
     def _check(self) -> Task:
         if not _ID.match(self.id):
             raise ValueError(f"task id {self.id!r} must match {_ID.pattern}")
+        if self.workspace is not None and not _inside_suite(self.workspace):
+            raise ValueError(
+                f"task {self.id!r}: workspace {self.workspace!r} must be a relative path inside "
+                "the suite's directory (no '..', not absolute)"
+            )
         for index, step in enumerate(self.steps, 1):
             if step.agent not in self.agents:
                 raise ValueError(
@@ -121,17 +128,44 @@ class Suite(_Frozen):
         return self
 
     def workspace_files(self, task: Task) -> dict[str, bytes]:
-        """The task's initial files: the ``workspace`` directory, then inline ``files``."""
+        """The task's initial files: the ``workspace`` directory, then inline ``files``.
+
+        The directory must resolve inside the suite's directory (a symlink leading out is
+        refused); symlinks inside it are not followed (neither to files nor to directories),
+        and only regular files are read."""
         files: dict[str, bytes] = {}
         if task.workspace is not None:
-            root = (self.base_dir or Path.cwd()) / task.workspace
+            base = (self.base_dir or Path.cwd()).resolve()
+            root = (base / task.workspace).resolve()
+            if root != base and base not in root.parents:
+                raise UserError(
+                    f"task {task.id!r}: workspace {task.workspace!r} leads outside the suite's "
+                    f"directory {base}"
+                )
             if not root.is_dir():
                 raise UserError(f"task {task.id!r}: workspace {root} is not a directory")
-            for path in sorted(root.rglob("*")):
-                if path.is_file() and not path.is_symlink():
-                    files[path.relative_to(root).as_posix()] = path.read_bytes()
+            files.update(_regular_files(root))
         files.update({name: text.encode() for name, text in task.files.items()})
         return files
+
+
+def _inside_suite(path: str) -> bool:
+    if not path or "\0" in path or "\\" in path or path.startswith(("/", "~")):
+        return False
+    return ".." not in PurePosixPath(path).parts
+
+
+def _regular_files(root: Path) -> dict[str, bytes]:
+    """Every regular file under ``root`` by its relative path; no symlink is followed."""
+    found: dict[str, bytes] = {}
+    for directory, dirs, names in os.walk(root, followlinks=False):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(directory, name)
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode):
+                found[path.relative_to(root).as_posix()] = path.read_bytes()
+    return found
 
 
 def parse_suite(text: str, *, base_dir: Path | None = None, source: str = "suite") -> Suite:
