@@ -212,3 +212,68 @@ async def test_a_rollout_file_hard_linked_outside_is_replaced_not_grown(tmp_path
     assert outside.read_bytes() == b""
     assert b'"rollout_id": "hl"' in (sandbox.root / "sessions/hl.jsonl").read_bytes()
     await client.delete(sandbox)
+
+
+# -- class 9: a planted link never blocks a layout -----------------------------------------
+
+PLANTS = [
+    ("memories/skills", "dir-link"),
+    ("memories/raw_memories", "file-link"),
+    ("memories/rollout_summaries", "fifo"),
+    ("memories/MEMORY.md", "dir-link"),
+    ("memories/memory_summary.md", "file-link"),
+    ("memories", "dir-link"),
+    ("sessions", "file"),
+]
+
+
+@pytest.mark.parametrize(("where", "what"), PLANTS)
+async def test_a_planted_link_is_moved_aside_and_every_later_run_goes_on(
+    where: str, what: str, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_text("host")
+    agent = SandboxAgent(
+        name="a",
+        model=_script("done"),
+        capabilities=[Memory(generate=EXTRACTIVE), Filesystem(), Shell()],
+    )
+    client = UnixLocalSandboxClient()
+    sandbox = await client.create(manifest=Manifest())
+    run = RunConfig(sandbox=SandboxRunConfig(session=sandbox))
+    async with sandbox:
+        await Runner.run(agent, "first", run_config=run, conversation_id="one")
+    target = sandbox.root / where
+    _plant(target, what, outside)
+    for index in range(2):
+        async with sandbox:
+            result = await Runner.run(agent, "next", run_config=run, conversation_id=f"n{index}")
+            assert result.final_output == "done"
+    assert (outside / "f.txt").read_text() == "host"
+    assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
+    assert (sandbox.root / "memories/skills").is_dir()
+    assert not (sandbox.root / "memories/skills").is_symlink()
+    assert (sandbox.root / "sessions/n1.jsonl").is_file()
+    await client.delete(sandbox)
+
+
+def _plant(target: Path, what: str, outside: Path) -> None:
+    if target.is_dir() and not target.is_symlink():
+        _remove_tree(target)
+    elif target.exists() or target.is_symlink():
+        target.unlink()
+    if what == "dir-link":
+        target.symlink_to(outside)
+    elif what == "file-link":
+        target.symlink_to(outside / "f.txt")
+    elif what == "fifo":
+        os.mkfifo(target)
+    else:
+        target.write_text("planted")
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)

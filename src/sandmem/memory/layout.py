@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from sandmem.memory.rollouts import parse_segment
 from sandmem.sandboxes._hostfs import is_stale_write_temp
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
+from sandmem.sandboxes._types import EntryKind
 
 if TYPE_CHECKING:
     from sandmem.memory.config import MemoryLayoutConfig
@@ -132,18 +134,54 @@ class MemoryPaths:
 
 async def ensure_layout(session: SandboxSession, paths: MemoryPaths) -> None:
     """Create the layout's directories and empty ``MEMORY.md`` / ``memory_summary.md`` when
-    missing; never overwrite."""
-    for directory in (
-        paths.sessions_dir,
-        paths.memories_dir,
-        paths.raw_dir,
-        paths.summaries_dir,
-        paths.skills_dir,
-    ):
-        await session.mkdir(directory, parents=True)
-    for name in (paths.memory_md, paths.summary_md):
-        if not await session.exists(name):
-            await session.write(name, b"")
+    missing; never overwrite. Something planted where the layout needs a directory or a file
+    (a symlink, a FIFO, a file in place of a directory) is reported, moved aside to
+    ``<name>.moved-<time>`` (as the link itself: nothing is followed) and replaced, so it
+    never blocks the layout."""
+    with no_symlinks():
+        for directory in (
+            paths.sessions_dir,
+            paths.memories_dir,
+            paths.raw_dir,
+            paths.summaries_dir,
+            paths.skills_dir,
+        ):
+            parts = directory.split("/")
+            for depth in range(1, len(parts) + 1):
+                await _ensure_kind(session, "/".join(parts[:depth]), EntryKind.DIRECTORY)
+        for name in (paths.memory_md, paths.summary_md):
+            await _ensure_kind(session, name, EntryKind.FILE)
+
+
+async def _kind_of(session: SandboxSession, path: str) -> EntryKind | None:
+    parent, _, name = path.rpartition("/")
+    try:
+        entries = await session.ls(parent or ".")
+    except SandboxError:
+        return None
+    for entry in entries:
+        if entry.name == name:
+            return entry.kind
+    return None
+
+
+async def _ensure_kind(session: SandboxSession, path: str, kind: EntryKind) -> None:
+    found = await _kind_of(session, path)
+    if found is not None and found != kind:
+        aside = f"{path}.moved-{time.time_ns()}"
+        logger.warning(
+            "memory layout: %s is a %s where a %s is needed; moved it aside to %s",
+            path,
+            found.value,
+            kind.value,
+            aside,
+        )
+        await session.rename(path, aside)
+        found = None
+    if kind == EntryKind.DIRECTORY:
+        await session.mkdir(path, parents=True)
+    elif found is None:
+        await session.write(path, b"")
 
 
 _SKILLS_SWEEP_DEPTH = 4

@@ -200,9 +200,10 @@ class MemoryGenerationManager:
         self.stop_hook: Callable[[], Awaitable[None]] | None = None
 
     async def prepare(self) -> None:
-        if not self._layout_ready:
-            await ensure_layout(self.session, self.paths)
-            self._layout_ready = True
+        """Ensure the layout, every time: an agent may have planted a link in it since the
+        last call (it is moved aside, never followed)."""
+        await ensure_layout(self.session, self.paths)
+        self._layout_ready = True
 
     async def record(self, segment: dict[str, Any]) -> None:
         """Append one run segment (redacted) to its rollout file: append only, under the
