@@ -237,3 +237,66 @@ async def test_git_repo_failures_are_clear(
         GitRepo(repo="x/y", ref="--upload-pack=evil")
     with pytest.raises(ValidationError):
         GitRepo(repo="x/y", subpath="../up")
+
+
+# -- issue 25, class 2: a repository's committed links are never followed out of it ----------
+
+
+@pytest.mark.parametrize(
+    ("link", "subpath"),
+    [
+        ("docs", "docs"),  # the subpath itself is a committed link to a host directory
+        ("docs", "docs/inner"),  # a link on the way to the subpath
+        ("pkg/docs", "pkg/docs"),  # deeper
+    ],
+)
+async def test_a_subpath_through_a_committed_symlink_is_refused(
+    client: UnixLocalSandboxClient, tmp_path: Path, link: str, subpath: str
+) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    secret_dir = tmp_path / "host"
+    (secret_dir / "inner").mkdir(parents=True)
+    (secret_dir / "inner" / "id_rsa").write_text("private")
+    (secret_dir / "id_rsa").write_text("private")
+    repo = tmp_path / "evil"
+    (repo / link).parent.mkdir(parents=True, exist_ok=True)
+    _git("init", "-q", "-b", "main", cwd=repo)
+    (repo / link).symlink_to(secret_dir)
+    (repo / "README.md").write_text("x\n")
+    _git("add", "-A", cwd=repo)
+    _git("commit", "-q", "-m", "link", cwd=repo)
+    with pytest.raises(SandboxError, match="never followed"):
+        await client.create(
+            manifest=Manifest(entries={"r": GitRepo(repo=str(repo), subpath=subpath)})
+        )
+
+
+async def test_links_inside_a_cloned_subpath_that_lead_out_are_not_copied(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "id_rsa").write_text("private")
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    _git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "docs" / "guide.md").write_text("guide\n")
+    (repo / "docs" / "key").symlink_to(host / "id_rsa")
+    (repo / "docs" / "abs").symlink_to(host)
+    (repo / "docs" / "up").symlink_to("../../host")
+    _git("add", "-A", cwd=repo)
+    _git("commit", "-q", "-m", "links", cwd=repo)
+    session = await client.create(
+        manifest=Manifest(entries={"r": GitRepo(repo=str(repo), subpath="docs")})
+    )
+    copied = {p.name: p for p in (session.root / "r").iterdir()}
+    assert (copied["guide.md"]).read_text() == "guide\n"
+    for name in ("key", "abs", "up"):
+        assert name not in copied or not copied[name].resolve().is_relative_to(host)
+    assert "private" not in "".join(
+        p.read_text(errors="replace") for p in session.root.rglob("*") if p.is_file()
+    )
+    await client.delete(session)

@@ -89,7 +89,10 @@ async def test_invalid_state_is_a_clear_state_error(
 
 async def test_state_of_another_backend_or_type_is_refused(client: UnixLocalSandboxClient) -> None:
     session = await client.create()
-    other = session.state.model_copy(update={"backend": "bubblewrap"})
+    from sandmem.sandboxes import _ownership
+
+    other = session.state.model_copy(update={"backend": "bubblewrap", "proof": None})
+    other.proof = _ownership.sign(other.model_dump(mode="json"))  # a genuine state of bwrap
     with pytest.raises(SandboxStateError, match="bubblewrap"):
         await client.resume(other)
     with pytest.raises(SandboxStateError, match="JSON text"):

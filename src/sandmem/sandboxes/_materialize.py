@@ -224,13 +224,39 @@ def _git_repo(root: Path, rel: str, entry: GitRepo) -> None:
                 ref=entry.ref,
                 stderr=stderr,
             )
-        source = checkout if entry.subpath is None else checkout / entry.subpath
-        _hostfs.mkdir(root, rel, parents=True)
 
         def error(message: str, path: str) -> SandboxError:
             return GitCloneError(message, url=entry.url, ref=entry.ref)
 
+        source = checkout if entry.subpath is None else _inside_checkout(checkout, entry, error)
+        _hostfs.mkdir(root, rel, parents=True)
+
         _copy_tree(source, root, rel, error, skip_git=entry.subpath is not None)
+
+
+def _inside_checkout(
+    checkout: Path, entry: GitRepo, error: Callable[[str, str], SandboxError]
+) -> Path:
+    """The ``subpath`` directory of the checkout, reached without following any link the
+    repository commits (a link there could name any host directory)."""
+    assert entry.subpath is not None
+    current = checkout
+    for part in Path(entry.subpath).parts:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except OSError:
+            raise error(
+                f"the repository has no directory {entry.subpath!r}", str(current)
+            ) from None
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            raise error(
+                f"GitRepo subpath {entry.subpath!r}: {part!r} in the repository is {kind}; "
+                "links a repository commits are never followed",
+                str(current),
+            )
+    return current
 
 
 def write_entries(root: Path, entries: dict[str, AnyEntry]) -> None:
