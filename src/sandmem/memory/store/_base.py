@@ -55,13 +55,15 @@ _MAX_NAME = 1024
 
 def safe_name(name: object) -> bool:
     """Whether a file name that came from a store is a relative, normalized path inside the
-    layout: no empty, ``.`` or ``..`` component, not absolute, no backslash or NUL, no hidden
-    component (``.store/`` is the sync's own state), at most 1,024 characters."""
+    layout: no empty, ``.`` or ``..`` component, not absolute, no backslash or NUL, not under
+    ``.store/`` (the sync's own state) and not the layout's ``.lock``, at most 1,024
+    characters."""
     if not isinstance(name, str) or not name or len(name) > _MAX_NAME:
         return False
-    if "\\" in name or "\0" in name or name.startswith("/"):
+    if "\\" in name or "\0" in name or name.startswith("/") or name == ".lock":
         return False
-    return all(part and not part.startswith(".") for part in name.split("/"))
+    parts = name.split("/")
+    return parts[0] != ".store" and all(part not in ("", ".", "..") for part in parts)
 
 
 def checked_segments(found: dict[str, list[bytes]], where: str) -> dict[str, list[bytes]]:
