@@ -68,6 +68,7 @@ class MemoryModel:
             self.hold.wait(timeout=60)
         ids = sorted(set(_ID.findall(body)))
         registry = "# Memory\n\n" + "".join(f"- {i}: wrote {i}.txt (rollout {i})\n" for i in ids)
+        registry += "Sources (rollout ids): " + ", ".join(ids) + "\n"  # what verify reads
         return FakeReply(
             tool_calls=[
                 ("write_file", {"path": "memories/MEMORY.md", "content": registry}, "w1"),
