@@ -408,3 +408,32 @@ async def test_a_model_consolidation_names_its_engine_and_model(tmp_path: Path) 
     [version] = await api.log(tmp_path)
     assert (version.kind, version.engine, version.model) == ("consolidation", "model", "phase-two")
     assert version.rollouts_added == ["invoice-fix"]
+
+
+_GOOD = "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("files", "selection"),
+    [
+        ({"MEMORY.md": "../../../etc/passwd"}, None),  # a digest that is a path
+        ({"MEMORY.md": "A" * 64}, None),  # not lower-case hex
+        ({"MEMORY.md": _GOOD}, "../x"),  # the selection's digest
+        ({"../MEMORY.md": _GOOD}, None),  # a name leaving the layout
+        ({"/etc/cron.d/x": _GOOD}, None),
+        ({"skills/./a": _GOOD}, None),
+        ({"a\0b": _GOOD}, None),
+    ],
+)
+def test_a_version_record_from_outside_names_nothing_outside(
+    files: dict[str, str], selection: str | None
+) -> None:
+    from sandmem.memory.history import Version
+
+    record = {"seq": 1, "attribution": {"kind": "consolidation"}, "files": files}
+    if selection is not None:
+        record["selection"] = selection
+    with pytest.raises(ValueError):
+        Version.from_json(record)
+    record.update(files={"MEMORY.md": _GOOD, "skills/x/SKILL.md": _GOOD}, selection=_GOOD)
+    assert Version.from_json(record).files["MEMORY.md"] == _GOOD

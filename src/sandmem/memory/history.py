@@ -34,6 +34,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -41,6 +42,7 @@ from typing import Any, Literal, get_args
 from sandmem._errors import UserError
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.store._base import safe_name
 from sandmem.sandboxes._session import SandboxSession
 
 FORMAT = 1
@@ -97,6 +99,9 @@ class Retention:
 DEFAULT_RETENTION = Retention()
 
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
 @dataclass(frozen=True)
 class Version:
     """One stored version: ``files`` maps names (relative to ``memories_dir``) to SHA-256."""
@@ -125,8 +130,17 @@ class Version:
 
     @classmethod
     def from_json(cls, data: Any) -> Version:
+        """A record as read back (from the workspace or a store: untrusted). Every file name
+        must be a relative, normalized name inside the layout and every digest a SHA-256 hex
+        digest, so a record can never name a path outside ``objects/`` or the layout."""
         if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
             raise ValueError("not a version record")
+        selection = data.get("selection")
+        digests = [*data["files"].values(), *([selection] if selection is not None else [])]
+        if not all(isinstance(d, str) and _DIGEST.fullmatch(d) for d in digests):
+            raise ValueError("a version record names an object that is not a SHA-256 digest")
+        if not all(safe_name(name) for name in data["files"]):
+            raise ValueError("a version record names a file outside the layout")
         return cls(
             seq=int(data["seq"]),
             time=str(data.get("time", "")),

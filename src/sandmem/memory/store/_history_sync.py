@@ -13,6 +13,7 @@ times are in them), in the same batches as a workspace.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -63,14 +64,8 @@ async def sync_history(
     records = await store.read_history(md, [f"versions/{n}" for n in wanted])
     for name in wanted:
         raw = records.get(f"versions/{name}")
-        if raw is None:
-            continue
-        version = Version.from_json(loads_bounded(raw))
-        missing = [d for d in _blobs_of(version) if not await session.exists(local.object_path(d))]
-        blobs = await store.read_history(md, [f"objects/{d}" for d in missing])
-        for key, data in blobs.items():
-            await session.write(local.object_path(key[8:]), data)
-        await session.write(f"{local.root}/versions/{name}", raw)
+        if raw is not None:
+            await _download(session, local, store, name, raw)
     uploaded = 0
     for name in local_versions:
         if name in remote_versions:
@@ -93,6 +88,32 @@ async def sync_history(
     if wanted or uploaded:
         logger.debug("history of %s: %d down, %d up", md, len(wanted), uploaded)
     return len(wanted)
+
+
+async def _download(
+    session: SandboxSession, local: history.Store, store: MemoryStore, name: str, raw: bytes
+) -> None:
+    """One of the store's version records and the objects it names, into the workspace. The
+    record is untrusted: a malformed one, or an object whose bytes do not match its digest, is
+    skipped (logged) and nothing of it is written."""
+    md = local.paths.memories_dir
+    try:
+        version = Version.from_json(loads_bounded(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.warning("history record %s in %s skipped: %s", name, store.describe(), exc)
+        return
+    missing = [d for d in _blobs_of(version) if not await session.exists(local.object_path(d))]
+    blobs = await store.read_history(md, [f"objects/{d}" for d in missing])
+    if any(hashlib.sha256(data).hexdigest() != key[8:] for key, data in blobs.items()):
+        logger.warning(
+            "history record %s in %s skipped: an object does not match its digest",
+            name,
+            store.describe(),
+        )
+        return
+    for key, data in blobs.items():
+        await session.write(local.object_path(key[8:]), data)
+    await session.write(f"{local.root}/versions/{name}", raw)
 
 
 async def _prune_mirror(
