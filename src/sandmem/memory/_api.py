@@ -74,17 +74,13 @@ class GenerationProgress:
 
 
 @contextlib.asynccontextmanager
-async def _opened(
-    target: MemoryTarget, layout: MemoryLayoutConfig | None
-) -> AsyncIterator[tuple[SandboxSession, MemoryPaths, bool]]:
-    """The session, the layout's paths, and whether the session is ours (opened on a
-    workspace path for this call). Refuses a workspace that holds no memory layout."""
-    if layout is not None and not isinstance(layout, MemoryLayoutConfig):
-        raise UserError(f"layout must be a MemoryLayoutConfig, got {type(layout).__name__}")
-    paths = MemoryPaths.of(layout or MemoryLayoutConfig())
+async def _target_session(
+    target: MemoryTarget, missing: str
+) -> AsyncIterator[tuple[SandboxSession, bool]]:
+    """The session of a target and whether it is ours (opened on a workspace path for this
+    call); ``missing`` ends the error for a directory that does not exist."""
     if isinstance(target, SandboxSession):
-        await _require_layout(target, paths)
-        yield target, paths, False
+        yield target, False
         return
     if not isinstance(target, str | os.PathLike):
         raise UserError(
@@ -94,14 +90,26 @@ async def _opened(
     root = Path(target)
     if not await asyncio.to_thread(root.is_dir):
         raise MemoryNotFoundError(
-            f"no workspace directory {str(root)!r}: pass an existing directory or a live "
-            "SandboxSession",
-            path=str(root),
+            f"no workspace directory {str(root)!r}: {missing}", path=str(root)
         )
     session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
     async with session:
+        yield session, True
+
+
+@contextlib.asynccontextmanager
+async def _opened(
+    target: MemoryTarget, layout: MemoryLayoutConfig | None
+) -> AsyncIterator[tuple[SandboxSession, MemoryPaths, bool]]:
+    """The session, the layout's paths, and whether the session is ours (opened on a
+    workspace path for this call). Refuses a workspace that holds no memory layout."""
+    if layout is not None and not isinstance(layout, MemoryLayoutConfig):
+        raise UserError(f"layout must be a MemoryLayoutConfig, got {type(layout).__name__}")
+    paths = MemoryPaths.of(layout or MemoryLayoutConfig())
+    missing = "pass an existing directory or a live SandboxSession"
+    async with _target_session(target, missing) as (session, ours):
         await _require_layout(session, paths)
-        yield session, paths, True
+        yield session, paths, ours
 
 
 async def _require_layout(session: SandboxSession, paths: MemoryPaths) -> None:

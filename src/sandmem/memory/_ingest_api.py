@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from sandmem._errors import MemoryNotFoundError, SandboxError, UserError
+from sandmem._errors import SandboxError, UserError
 from sandmem.memory import journal
 from sandmem.memory._api import (
     Engine,
@@ -22,6 +22,7 @@ from sandmem.memory._api import (
     _locked,
     _manager,
     _run_sync,
+    _target_session,
     generate,
     generate_config,
 )
@@ -34,33 +35,17 @@ from sandmem.memory.ingestion._report import IngestReport
 from sandmem.memory.ingestion._watch import watch
 from sandmem.memory.layout import MemoryPaths
 from sandmem.models._base import Model
-from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.sandboxes._session import SandboxSession
 
 IngestFormat = Literal["auto", "codex", "claude-code", "openai-agents", "responses", "chat"]
 
 
-@contextlib.asynccontextmanager
-async def _workspace(target: MemoryTarget) -> AsyncIterator[tuple[SandboxSession, bool]]:
+def _workspace(
+    target: MemoryTarget,
+) -> contextlib.AbstractAsyncContextManager[tuple[SandboxSession, bool]]:
     """The session of a target (a workspace need not hold a memory layout yet: ingest
     creates one) and whether it is ours."""
-    if isinstance(target, SandboxSession):
-        yield target, False
-        return
-    if not isinstance(target, str | os.PathLike):
-        raise UserError(
-            "the memory target must be a SandboxSession or a workspace directory path, got "
-            f"{type(target).__name__}"
-        )
-    root = Path(target)
-    if not await asyncio.to_thread(root.is_dir):
-        raise MemoryNotFoundError(
-            f"no workspace directory {str(root)!r}: create it first or pass a live SandboxSession",
-            path=str(root),
-        )
-    session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
-    async with session:
-        yield session, True
+    return _target_session(target, "create it first or pass a live SandboxSession")
 
 
 async def ingest(
