@@ -241,8 +241,13 @@ class OpenAIProvider(ModelProvider):
 def _logging_http_client(timeout: float) -> Any:
     """The ``openai`` default HTTP client with hooks that log each request on
     ``sandmem.http``: method, URL, status and time (never headers: the key is one)."""
-    from openai import DefaultAsyncHttpx2Client
+    import openai
 
+    # openai 3.x sends through httpx2 and names its default client accordingly; the
+    # 1.x line (our declared minimum) has only the httpx one.
+    client_class = (
+        getattr(openai, "DefaultAsyncHttpx2Client", None) or openai.DefaultAsyncHttpxClient
+    )
     started: dict[int, float] = {}
 
     async def on_request(request: Any) -> None:
@@ -256,7 +261,7 @@ def _logging_http_client(timeout: float) -> Any:
             "%s %s -> HTTP %s in %.2f s", request.method, request.url, response.status_code, took
         )
 
-    return DefaultAsyncHttpx2Client(
+    return client_class(
         timeout=timeout, event_hooks={"request": [on_request], "response": [on_response]}
     )
 
