@@ -1,4 +1,6 @@
-"""sandmem: sandboxed LLM agents with memory that carries across runs.
+"""sandmem: sandboxed LLM agents with memory that carries across runs; this folder owns the
+foundation modules and the public surface, and the surface imports every floor but the
+applications (``eval``, ``demo``) and ``cli``, which alone may import it.
 
 Everything a user needs is importable from here; submodules hold the seams:
 ``sandmem.models``, ``sandmem.sandboxes``, ``sandmem.capabilities``, ``sandmem.memory``,
@@ -6,9 +8,9 @@ Everything a user needs is importable from here; submodules hold the seams:
 so ``import sandmem`` does not import the ``openai`` package.
 
 Foundation modules at this level (errors, items, settings, usage, truncation, prompts,
-docstrings, version, ``_extras``, and the public ``redaction`` and ``tracing``) import no
-folder of the package; ``docs/architecture.md`` has the whole map. Nothing inside the package
-imports this module.
+docstrings, version, ``_extras``, ``_log_lines`` and the public ``redaction``) import no
+folder of the package; the public ``tracing`` imports only ``models``; ``docs/architecture.md``
+has the whole map.
 """
 
 from __future__ import annotations

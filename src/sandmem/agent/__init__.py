@@ -1,8 +1,8 @@
-"""What a run is made of: ``Agent``, function tools, tool-use behaviour, hooks, the run
-context handed to tools, ``RunConfig`` / ``SandboxRunConfig``, output schemas, stream events,
-conversation sessions (``SQLiteSession``) and the ``Capability`` base with the
-``SandboxedAgent`` protocol the run loop depends on.
+"""Owns what a run is made of, and imports only the foundation, ``models`` and ``sandboxes``
+(never ``run``, ``memory``, ``capabilities`` or anything above).
 
-Private modules behind the public surface of ``sandmem``. Imports only the foundation,
-``models`` and ``sandboxes``; never ``run``, ``memory``, ``capabilities`` or anything above.
+``Agent``, function tools, tool-use behaviour, hooks, the run context handed to tools,
+``RunConfig`` / ``SandboxRunConfig``, output schemas, stream events, conversation sessions
+(``SQLiteSession``) and the ``Capability`` base with the ``SandboxedAgent`` protocol the run
+loop depends on: private modules behind the public surface of ``sandmem``.
 """

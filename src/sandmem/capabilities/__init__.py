@@ -1,9 +1,9 @@
-"""Capabilities: small units that add tools and instructions to a ``SandboxAgent``.
+"""Capabilities: small units that add tools and instructions to a ``SandboxAgent``; owns
+them and imports ``memory`` (through its public modules and folders' surfaces), ``run``,
+``agent`` and the floors below, never ``distributed``, ``eval``, ``demo`` or ``cli``.
 
-Owns ``SandboxAgent`` and the ``Shell``, ``Filesystem``, ``Memory`` and ``Skills`` capabilities (the
-``Capability`` base lives in ``sandmem.agent``). May import ``memory`` (through its folders'
-surfaces), ``run``, ``agent`` and the floors below; never ``distributed``, ``eval``, ``demo``
-or ``cli``.
+``SandboxAgent`` and the ``Shell``, ``Filesystem``, ``Memory`` and ``Skills`` capabilities (the
+``Capability`` base lives in ``sandmem.agent``).
 """
 
 from __future__ import annotations

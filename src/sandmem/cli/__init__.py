@@ -1,4 +1,5 @@
-"""The ``sandmem`` command line: a thin layer over the public API.
+"""The ``sandmem`` command line: owns the commands, a thin layer over the public API on the
+top floor, which may import everything and which nothing imports.
 
     sandmem run --workspace DIR PROMPT        an agent run with memory on DIR
     sandmem chat --workspace DIR              an interactive conversation, memory at the end
@@ -14,8 +15,6 @@
 Errors raised by sandmem (``SandmemError``) are printed as one line and exit with status 1;
 usage errors exit with status 2; an interrupt (Ctrl-C) exits with status 130. While a command
 runs, sandmem's log warnings are printed as one readable line each.
-
-The top floor: a thin layer over the public API; it may import everything, nothing imports it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
-"""``sandmem demo``: memory carried across two runs, offline or on a real model.
+"""``sandmem demo`` owns the demo (memory carried across two runs, offline or on a real
+model), an application that imports the public surface and the floors below, never ``cli``
+or ``eval``.
 
 - :func:`run_demo` — the scenario (async; returns the exit code);
 - :data:`demo_command` — the click command (``sandmem demo``, ``python -m sandmem.demo``);
 - :func:`invoice_workspace`, :func:`scripted_engineer`, :data:`FIX_TASK`,
   :data:`REGRESSION_TASK`, :func:`check_prerequisites` — the scenario's parts, reused by
   ``examples/``.
-
-An application of the library: it may import the public surface and the floors below; never
-``cli`` or ``eval``.
 """
 
 from __future__ import annotations

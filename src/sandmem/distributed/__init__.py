@@ -1,4 +1,6 @@
-"""Distributed memory: layouts in S3-compatible storage, generation on a pool of workers.
+"""Distributed memory: owns scale-out only (layouts in S3-compatible storage, generation on a
+pool of workers) and imports ``memory``, ``sandboxes`` and the floors below; nothing in the
+core imports it.
 
     from sandmem.distributed import RedisScheduler, S3MemoryStore
 
@@ -13,9 +15,7 @@ Needs the ``distributed`` extra (``pip install 'sandmem[distributed]'``: boto3, 
 names below import their libraries only when used. ``docs/scale-out.md`` has the
 architecture and the guarantees.
 
-Owns scale-out only: the S3 memory store, the Redis job queue, scheduler and worker, Redis
-leases.
-May import ``memory``, ``sandboxes`` and the floors below; nothing in the core imports it
+The S3 memory store, the Redis job queue, scheduler and worker, Redis leases
 (``sandmem.distributed.S3SnapshotSpec`` is defined in ``sandboxes``).
 """
 

@@ -1,13 +1,12 @@
-"""``sandmem eval``: run the same multi-step tasks with and without memory and compare.
+"""``sandmem eval`` owns running the same multi-step tasks with and without memory, an
+application that imports the public surface (``sandmem``, ``sandmem.memory``,
+``sandmem.testing``) and the floors below, never ``cli`` or ``demo``.
 
     report = await run_eval("builtin", EvalOptions(out=Path("eval-out")))
 
 writes ``report.json``, ``report.md`` and ``report.html`` into ``out`` and returns the
 :class:`EvalReport`. Finished cells are kept in ``out/cells/``, so an interrupted eval resumes
 where it stopped. ``docs/eval.md`` documents the suite format, conditions and metrics.
-
-An application of the library: it may import the public surface (``sandmem``,
-``sandmem.memory``, ``sandmem.testing``) and the floors below; never ``cli`` or ``demo``.
 """
 
 from __future__ import annotations

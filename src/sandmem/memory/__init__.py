@@ -1,12 +1,16 @@
-"""Memory: configuration, rollout recording, and the two-phase generation pipeline.
+"""Memory: owns configuration, rollout recording, the two-phase generation pipeline and the
+memory API, and imports ``agent``, ``run``, ``sandboxes`` and the floors below (never
+``capabilities``, ``distributed`` or anything above).
 
 - ``config``: ``MemoryLayoutConfig``, ``MemoryReadConfig``, ``MemoryGenerateConfig``
-- ``rollouts``: rollout ids (``validate_rollout_id``) and run segments
-- ``storage``: the files of a layout
-- ``phase_one`` / ``phase_two``: extraction and consolidation
+- ``rollouts``: rollout ids (``validate_rollout_id``) and the run segment format
+- ``layout``: the files of a layout; ``state``: the state files and retry rules
 - ``selection``: which raw memories phase two uses, and what it forgets
-- ``manager``: the per-(session, layout) generation manager
+- ``journal`` / ``history``: memory commits and the versions they make
+- ``generation``: the per-(session, layout) manager, phase one, phase two, the stop path
 - ``extractive``: the deterministic, model-free engine (``"extractive"``)
+- ``store``, ``views``, ``ingestion``, ``mcp``: stores, looking at memory, other agents'
+  transcripts, the MCP server
 
 The memory API (``status``, ``list_conversations``, ``list_files``, ``show``, ``search``,
 ``view_html``, ``generate``, ``forget``, ``ingest``, each with a ``*_sync`` twin) works on a
@@ -15,8 +19,7 @@ live sandbox session or a workspace directory; see ``docs/memory-api.md``.
 Floors inside memory, lowest first: the core modules at this level (config, layout, rollouts,
 state, selection, journal, verify, read_prompt, rendering) and the store seam; ``store``
 (sync); ``extractive``; ``generation``; ``views``; ``ingestion`` (other agents'
-transcripts); then this package's API. A module imports only from its own floor or below;
-nothing in memory imports ``capabilities`` or anything above.
+transcripts); then this package's API. A module imports only from its own floor or below.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Models: the ``Model`` seam and its OpenAI implementations.
+"""Models: owns the ``Model`` seam and its OpenAI implementations, and imports only the
+foundation (never ``sandboxes``, ``agent``, ``run``, ``memory`` or anything above).
 
 The OpenAI classes are imported on first use, so ``import sandmem`` does not pay for importing
 the ``openai`` package until a model is needed.
-
-Owns the model seam and the OpenAI clients. Imports only the foundation (errors, items,
-settings, usage); never ``sandboxes``, ``agent``, ``run``, ``memory`` or anything above.
 """
 
 from __future__ import annotations

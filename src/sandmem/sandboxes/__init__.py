@@ -1,4 +1,6 @@
-"""Sandboxes: workspaces where agents act, with snapshots to carry them across processes.
+"""Sandboxes: owns the workspaces where agents act (the session seam, the backends, the one
+host-filesystem layer, manifests, snapshots, the ``apply_patch`` engine), and imports only the
+foundation (never ``agent``, ``run``, ``memory`` or anything above).
 
     client = UnixLocalSandboxClient()
     session = await client.create(manifest=Manifest(entries={"a.txt": File(content=b"hi")}))
@@ -12,10 +14,8 @@ reference-named ``ExecTimeoutError``, ``ExecTransportError``, ``WorkspaceReadNot
 by the public session API, and ``SandboxError`` for any other failed operation. See
 ``docs/sandboxes.md``.
 
-Owns the session seam, the backends, the one host-filesystem layer (``_hostfs`` over
-``_fdwalk``: nothing else opens a workspace path), manifests, snapshots (local and S3) and the
-``apply_patch`` engine. Imports only the foundation; never ``agent``, ``run``, ``memory`` or
-anything above.
+The host-filesystem layer is ``_hostfs`` over ``_fdwalk``: nothing else opens a workspace
+path. Snapshots are local or S3 (``_s3_snapshot``, its client imported only when used).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The ``extractive`` memory engine: deterministic memory generation without a model.
+"""Owns the ``extractive`` engine (memory generated deterministically, without a model), and
+imports memory's core modules and the floors below (never ``memory.generation``, which calls
+it, ``memory.views`` or anything above).
 
 Selected with ``phase_one_model="extractive"`` and/or ``phase_two_model="extractive"``. The
 pipeline calls two pure functions (no I/O, no clock, no randomness):
@@ -9,9 +11,6 @@ pipeline calls two pure functions (no I/O, no clock, no randomness):
   ``memory_summary.md``.
 
 Both redact secrets from what they return. See ``docs/extractive.md``.
-
-Imports memory's core modules and the floors below; never ``memory.generation`` (which calls
-it), ``memory.views`` or anything above.
 """
 
 from __future__ import annotations

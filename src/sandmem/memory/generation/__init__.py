@@ -1,11 +1,10 @@
-"""Memory generation: the per-(session, layout) manager, phase one, phase two, the stop path
-(``_stop``), the store job (``_job``), the consolidation agent's scoped tools, metering and
-spans.
+"""Owns everything that turns recorded rollouts into memory files, and imports memory's core,
+``memory.store``, ``memory.extractive``, ``run`` and the floors below (never ``memory.views``,
+the memory API ``sandmem.memory``, ``capabilities`` or anything above).
 
-Owns everything that turns recorded rollouts into memory files. It may import memory's core
-modules, ``memory.store``, ``memory.extractive``, ``run`` and the floors below; it must not
-import ``memory.views``, the memory API (``sandmem.memory``), ``capabilities`` or anything
-above. Callers outside memory use the names re-exported here.
+The per-(session, layout) manager, phase one, phase two, the stop path (``_stop``), attaching
+a manager to a session (``_attach``), the store job (``_job``), the consolidation agent's
+scoped tools, metering and spans. Callers outside memory use the names re-exported here.
 """
 
 from __future__ import annotations

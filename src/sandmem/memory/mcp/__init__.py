@@ -1,10 +1,10 @@
-"""``sandmem mcp``: a Model Context Protocol server over one workspace's memory, for any MCP
-client (Claude Code, Codex CLI, Cursor, the OpenAI Agents SDK, pydantic-ai). See
-``docs/mcp.md``.
+"""Owns ``sandmem mcp``, a Model Context Protocol server over one workspace's memory, and, on
+the memory API floor, imports the memory API (``_api``), the segment recorder, the live-edit
+path and the floors below (never ``capabilities`` or anything above).
 
-Part of the memory API floor: it calls the public memory API (``_api``), the segment recorder
-and the live-edit path, and never imports ``capabilities`` or anything above. The ``mcp`` SDK
-(``pip install 'sandmem[mcp]'``) is imported only when a server is made.
+For any MCP client (Claude Code, Codex CLI, Cursor, the OpenAI Agents SDK, pydantic-ai); see
+``docs/mcp.md``. The ``mcp`` SDK (``pip install 'sandmem[mcp]'``) is imported only when a
+server is made.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Memory stores: the store seam (``_base``: ``MemoryStore``, ``LocalMemoryStore``,
-``GenerationScheduler``, versions) and moving a layout between a workspace and a store
-(``_sync``: pull, push, three-way merge).
+"""Owns memory stores and moving a layout between a workspace and a store, and imports
+memory's core and the floors below (never ``memory.generation``, ``memory.views``, the memory
+API or anything above).
 
-The seam is part of memory's core (``MemoryLayoutConfig`` names it) and imports only the
-foundation; ``_sync`` may import memory's core modules and the floors below. Nothing here
-imports ``memory.generation``, ``memory.views``, the memory API or anything above; S3 and
-the Redis queue live in ``sandmem.distributed``.
+The store seam (``_base``: ``MemoryStore``, ``LocalMemoryStore``, ``GenerationScheduler``,
+versions) is part of memory's core (``MemoryLayoutConfig`` names it) and imports only the
+foundation; ``_sync`` (pull, push, three-way merge) and ``_history_sync`` use memory's core
+modules. S3 and the Redis queue live in ``sandmem.distributed``.
 """
 
 from __future__ import annotations

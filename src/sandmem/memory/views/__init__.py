@@ -1,7 +1,7 @@
-"""Looking at memory: status, conversations, files, ranked search and the viewer page.
+"""Owns looking at memory (status, conversations, files, ranked search, the viewer page), and
+imports memory's core, ``memory.store``, ``memory.generation`` and the floors below (never the
+memory API ``sandmem.memory``, ``capabilities`` or anything above).
 
-Read-only over a layout (forgetting, the one write, lives in ``_maintenance`` beside the
-status it reports). May import memory's core, ``memory.store``, ``memory.generation`` (for
-the pending rules it shares) and the floors below; must not import the memory API
-(``sandmem.memory``), ``capabilities`` or anything above.
+Read-only over a layout, except forgetting, which lives in ``_maintenance`` beside the status
+it reports; the layout index (``_index``) is derived data it keeps.
 """
