@@ -179,6 +179,49 @@ def exception_text(meta: dict[str, Any]) -> str:
     return f"{exc_type or 'Error'}: {message or ''}".strip()
 
 
+#: ``segment(final_output=NO_OUTPUT)``: the run produced no final output (the key is left out)
+NO_OUTPUT: Any = object()
+
+
+def segment(
+    rollout_id: str,
+    *,
+    input: list[Item],
+    generated_items: list[Item],
+    terminal_state: str,
+    exception_type: str | None = None,
+    exception_message: str | None = None,
+    final_output: Any = NO_OUTPUT,
+    conversation_key: str | None = None,
+    source: dict[str, Any] | None = None,
+    error_origin: str | None = None,
+    updated_at: str | None = None,
+) -> dict[str, Any]:
+    """One run segment as recorded in ``<sessions_dir>/<rollout-id>.jsonl``: the one writer of
+    the format ``parse_segment`` reads (a run's, an ingested turn's, a note's). ``final_output``
+    is left out when not given (``NO_OUTPUT``); ``error_origin`` is kept only beside an
+    exception."""
+    data: dict[str, Any] = {"updated_at": updated_at or utc_now(), "rollout_id": rollout_id}
+    if conversation_key is not None:
+        data["conversation_key"] = conversation_key
+    data["input"] = input
+    data["generated_items"] = generated_items
+    has_final_output = final_output is not NO_OUTPUT
+    if has_final_output:
+        data["final_output"] = final_output
+    data["terminal_metadata"] = {
+        "terminal_state": terminal_state,
+        "exception_type": exception_type,
+        "exception_message": exception_message,
+        "has_final_output": has_final_output,
+    }
+    if error_origin is not None and (exception_type or exception_message):
+        data["terminal_metadata"]["error_origin"] = error_origin
+    if source is not None:
+        data["source"] = dict(source)
+    return data
+
+
 def build_segment(
     ctx: SandboxRunContext,
     outcome: RunOutcome,
@@ -188,29 +231,21 @@ def build_segment(
     updated_at: str | None = None,
     error_origin: str | None = None,
 ) -> dict[str, Any]:
-    """One run segment as recorded in ``<sessions_dir>/<rollout-id>.jsonl``; ``error_origin``
-    is ``INFRASTRUCTURE`` when a model-server or settings error stopped the run (the caller
-    classifies it: ``memory.state.classify``)."""
+    """A run's segment; ``error_origin`` is ``INFRASTRUCTURE`` when a model-server or settings
+    error stopped the run (the caller classifies it: ``memory.state.classify``)."""
     exc = outcome.exception
-    segment: dict[str, Any] = {
-        "updated_at": updated_at or utc_now(),
-        "rollout_id": rollout_id,
-    }
-    if conversation_key is not None:
-        segment["conversation_key"] = conversation_key
-    segment["input"] = filter_items(ctx.input)
-    segment["generated_items"] = filter_items(outcome.new_items)
-    if outcome.has_final_output:
-        segment["final_output"] = jsonable(outcome.final_output)
-    segment["terminal_metadata"] = {
-        "terminal_state": outcome.terminal_state,
-        "exception_type": type(exc).__name__ if exc is not None else None,
-        "exception_message": str(exc) if exc is not None else None,
-        "has_final_output": outcome.has_final_output,
-    }
-    if error_origin is not None and exc is not None:
-        segment["terminal_metadata"]["error_origin"] = error_origin
-    return segment
+    return segment(
+        rollout_id,
+        updated_at=updated_at,
+        conversation_key=conversation_key,
+        input=filter_items(ctx.input),
+        generated_items=filter_items(outcome.new_items),
+        final_output=jsonable(outcome.final_output) if outcome.has_final_output else NO_OUTPUT,
+        terminal_state=outcome.terminal_state,
+        exception_type=type(exc).__name__ if exc is not None else None,
+        exception_message=str(exc) if exc is not None else None,
+        error_origin=error_origin if exc is not None else None,
+    )
 
 
 def note_segment(
@@ -227,19 +262,14 @@ def note_segment(
     Phase one reads it like any run segment."""
     who = "; ".join(f"{key}: {value}" for key, value in source.items() if value)
     message = f"{text.strip()}\n\n(A {kind} to remember; {who})"
-    return {
-        "updated_at": updated_at or utc_now(),
-        "rollout_id": rollout_id,
-        "source": dict(source),
-        "input": [{"type": "message", "role": "user", "content": message}],
-        "generated_items": [],
-        "terminal_metadata": {
-            "terminal_state": "completed",
-            "exception_type": None,
-            "exception_message": None,
-            "has_final_output": False,
-        },
-    }
+    return segment(
+        rollout_id,
+        updated_at=updated_at,
+        source=source,
+        input=[{"type": "message", "role": "user", "content": message}],
+        generated_items=[],
+        terminal_state="completed",
+    )
 
 
 _MAX_DEPTH = 64
@@ -282,7 +312,7 @@ def segment_line(segment: dict[str, Any]) -> bytes:
 
 
 # ---------------------------------------------------------------- reading segments back
-# The one parser of the segment format ``build_segment`` writes: rendering for phase one, the
+# The one parser of the segment format ``segment`` writes: rendering for phase one, the
 # pending scan's fingerprint, the conversation list and the CLI's history all read through it.
 
 _SEGMENT_KEYS = ("input", "generated_items", "terminal_metadata")

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sandmem._items import content_text
 from sandmem.memory.ingestion._model import (
     Event,
     Line,
@@ -26,7 +27,6 @@ from sandmem.memory.ingestion._model import (
     exec_call,
     iso_time,
     message,
-    text_of,
     tool_call,
 )
 
@@ -126,7 +126,7 @@ def _user(
 def _result(block: dict[str, Any], entry: dict[str, Any], tools: dict[str, str]) -> Any:
     call_id = str(block.get("tool_use_id") or "")
     raw = block.get("content")
-    text = raw if isinstance(raw, str) else text_of(raw) if isinstance(raw, list) else ""
+    text = content_text(raw, sep="\n")
     if isinstance(raw, list) and any(isinstance(p, dict) and p.get("type") == "image" for p in raw):
         text = (text + "\n[image omitted]").strip()
     failed = bool(block.get("is_error"))

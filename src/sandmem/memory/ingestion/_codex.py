@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sandmem._items import content_text
 from sandmem.memory.ingestion._model import (
     Event,
     Line,
@@ -28,7 +29,6 @@ from sandmem.memory.ingestion._model import (
     iso_time,
     message,
     patch_call,
-    text_of,
     tool_call,
 )
 
@@ -143,7 +143,7 @@ def _response_item(payload: dict[str, Any], meta: SourceMeta) -> list[Event]:
 
 def _message(payload: dict[str, Any], meta: SourceMeta) -> list[Event]:
     role = payload.get("role")
-    text = text_of(payload.get("content"))
+    text = content_text(payload.get("content"), sep="\n")
     if role == "user":
         if text.lstrip().startswith(_CONTEXT_PREFIXES):
             meta.drop("context_message")
@@ -199,7 +199,7 @@ def _output(value: Any) -> tuple[str, int | None]:
             return parsed["output"], code if isinstance(code, int) else None
         return value, None
     if isinstance(value, list):
-        return text_of(value), None
+        return content_text(value, sep="\n"), None
     return json.dumps(value, ensure_ascii=False, default=str), None
 
 

@@ -7,13 +7,13 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sandmem._items import content_text
 from sandmem.memory.ingestion._model import (
     Event,
     SourceMeta,
     bound_value,
     call_output,
     message,
-    text_of,
     tool_call,
 )
 from sandmem.memory.rollouts import KEPT_ITEM_TYPES, strip_encrypted
@@ -46,7 +46,7 @@ def responses_events(elements: Iterable[Element], meta: SourceMeta) -> Iterator[
 
 def _message(value: dict[str, Any], meta: SourceMeta) -> Event | None:
     role = value.get("role")
-    text = text_of(value.get("content"))
+    text = content_text(value.get("content"), sep="\n")
     if role not in ("user", "assistant"):
         meta.drop(f"{role}_message")
         return None
@@ -71,10 +71,11 @@ def chat_events(elements: Iterable[Element], meta: SourceMeta) -> Iterator[Event
 def _chat(value: dict[str, Any], meta: SourceMeta) -> list[Event]:
     role = value.get("role")
     if role == "tool":
-        text = text_of(value.get("content"))
+        text = content_text(value.get("content"), sep="\n")
         return [Event(0, call_output(str(value.get("tool_call_id") or ""), text))]
     if role == "function":  # the older single-function form
-        return [Event(0, call_output(str(value.get("name") or ""), text_of(value.get("content"))))]
+        output = content_text(value.get("content"), sep="\n")
+        return [Event(0, call_output(str(value.get("name") or ""), output))]
     events: list[Event] = []
     message_event = _message(value, meta) if role in ("user", "assistant") or role else None
     if message_event is not None:

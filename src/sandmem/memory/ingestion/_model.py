@@ -102,21 +102,6 @@ def iso_time(value: Any) -> str | None:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def text_of(content: Any) -> str:
-    """The text of a message's content: a string, or the text of its parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "\n".join(parts)
-    return ""
-
-
 def message(role: str, text: str) -> Item:
     return {"type": "message", "role": role, "content": bound(text)}
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from sandmem._items import Item, item_kind, message_text
 from sandmem.memory.ingestion._model import Event
+from sandmem.memory.rollouts import NO_OUTPUT, segment
 
 
 @dataclass
@@ -82,21 +83,15 @@ def segment_of(
 ) -> dict[str, Any]:
     """The run segment recorded for a draft; ``updated_at`` is the time of its last event."""
     state = draft.terminal_state
-    segment: dict[str, Any] = {
-        "updated_at": draft.last_time or fallback_time,
-        "rollout_id": rollout_id,
-    }
-    if conversation_key is not None:
-        segment["conversation_key"] = conversation_key
-    segment["input"] = draft.input
-    segment["generated_items"] = draft.generated
-    if state == "completed":
-        segment["final_output"] = message_text(draft.generated[-1])
-    segment["terminal_metadata"] = {
-        "terminal_state": state,
-        "exception_type": draft.error_type if draft.error is not None else None,
-        "exception_message": draft.error,
-        "has_final_output": state == "completed",
-    }
-    segment["source"] = source
-    return segment
+    return segment(
+        rollout_id,
+        updated_at=draft.last_time or fallback_time,
+        conversation_key=conversation_key,
+        input=draft.input,
+        generated_items=draft.generated,
+        final_output=message_text(draft.generated[-1]) if state == "completed" else NO_OUTPUT,
+        terminal_state=state,
+        exception_type=draft.error_type if draft.error is not None else None,
+        exception_message=draft.error,
+        source=source,
+    )
