@@ -33,7 +33,9 @@ class RawMemoryRef:
         return asdict(self)
 
 
-def _timestamp(value: str) -> datetime | None:
+def parse_time(value: str | None) -> datetime | None:
+    """A timestamp of the state and header files (ISO 8601, ``Z`` or an offset; naive means
+    UTC); ``None`` for nothing, ``unknown`` or anything unparsable."""
     if not value or value == "unknown":
         return None
     try:
@@ -46,8 +48,8 @@ def _timestamp(value: str) -> datetime | None:
 def newest_first(refs: list[RawMemoryRef]) -> list[RawMemoryRef]:
     """Newest ``updated_at`` first; missing, ``unknown`` or unparsable timestamps last; ties
     broken by rollout id so the order is deterministic."""
-    dated = [(ts, r) for r in refs if (ts := _timestamp(r.updated_at)) is not None]
-    undated = [r for r in refs if _timestamp(r.updated_at) is None]
+    dated = [(ts, r) for r in refs if (ts := parse_time(r.updated_at)) is not None]
+    undated = [r for r in refs if parse_time(r.updated_at) is None]
     dated.sort(key=lambda pair: (-pair[0].timestamp(), pair[1].rollout_id))
     undated.sort(key=lambda r: r.rollout_id)
     return [r for _, r in dated] + undated
@@ -124,12 +126,6 @@ def parse_selection_file(data: bytes | None, path: str) -> SavedSelection:
         reason = "; ".join(problems) + "; rebuilt at the next consolidation"
         return SavedSelection(refs, updated_at, {path: reason})
     return SavedSelection(refs, updated_at, {})
-
-
-def parse_selection(data: bytes | None, path: str) -> tuple[list[RawMemoryRef], dict[str, str]]:
-    """``parse_selection_file``'s refs and problems."""
-    saved = parse_selection_file(data, path)
-    return saved.refs, saved.problems
 
 
 def diff_selection(selected: list[RawMemoryRef], previous: list[RawMemoryRef]) -> SelectionDiff:

@@ -49,6 +49,7 @@ from sandmem.memory.selection import (
     RawMemoryRef,
     SavedSelection,
     parse_selection_file,
+    parse_time,
     selection_document,
 )
 from sandmem.sandboxes._session import SandboxSession
@@ -197,10 +198,14 @@ async def save_selection(
     await write_json(session, paths.selection_json, selection_document(selected, updated_at))
 
 
+def log_line(record: dict[str, Any]) -> bytes:
+    """One record of ``generation_log.jsonl`` as its line."""
+    return (json.dumps(record, sort_keys=True, default=str) + "\n").encode("utf-8")
+
+
 async def append_log(session: SandboxSession, paths: MemoryPaths, record: dict[str, Any]) -> None:
     """One line in ``generation_log.jsonl`` per phase run."""
-    line = json.dumps(record, sort_keys=True, default=str) + "\n"
-    await session.append(paths.log_jsonl, line.encode("utf-8"))
+    await session.append(paths.log_jsonl, log_line(record))
 
 
 async def read_log(session: SandboxSession, paths: MemoryPaths) -> list[dict[str, Any]]:
@@ -249,16 +254,6 @@ def reconcile(
     return entry
 
 
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -275,7 +270,7 @@ def is_due(
         return retry_failed
     if not wait_backoff:
         return True
-    retry_at = _parse_time(entry.next_retry_at)
+    retry_at = parse_time(entry.next_retry_at)
     return retry_at is None or retry_at <= now
 
 
@@ -326,6 +321,23 @@ def record_failure(
             next_retry_at=None,
         )
     return entry.model_copy(update=update)
+
+
+def record_phase_two_failure(
+    previous: PhaseTwoState, kind: FailureKind, error: str, attempted_at: str
+) -> PhaseTwoState:
+    """The last consolidation's state after it failed: the error and its class recorded,
+    environment failures in a row counted (reset by any other kind), the rest kept."""
+    failures = previous.environment_failures + 1 if kind == "environment" else 0
+    return previous.model_copy(
+        update={
+            "status": "failed",
+            "last_error": error,
+            "last_attempt_at": attempted_at,
+            "failure_kind": kind,
+            "environment_failures": failures,
+        }
+    )
 
 
 def record_success(

@@ -19,17 +19,13 @@ permanent failure into the layout's ``generation_log.jsonl``.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandmem.memory.generation.manager import MemoryGenerationManager
 from sandmem.memory.layout import PHASE_ONE_DIRS
+from sandmem.memory.state import log_line
 from sandmem.memory.store._base import (
     MemoryStore,
     MemoryStoreConflict,
@@ -78,8 +74,7 @@ async def run_job(
     carry: dict[str, bytes] = {}
     marks = await store.pending_marks(paths.memories_dir)
     for _ in range(_COMMIT_ATTEMPTS):
-        tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix="sandmem-job-")
-        job = _Job(Path(tmp) / "workspace", store, paths, lease)
+        job = _Job(store, paths, lease)
         try:
             report = await job.run(inline, carry, retry_failed)
             if marks and not (report.failed or report.deferred or report.timed_out):
@@ -88,8 +83,6 @@ async def run_job(
         except MemoryStoreConflict:
             carry.update(job.phase_one_files)
             logger.info("memory of %s moved during the job; running again", store.describe())
-        finally:  # off the event loop: removing a workspace is many slow unlinks
-            await asyncio.to_thread(shutil.rmtree, tmp, True)
     raise MemoryStoreConflict(
         f"memory of {store.describe()} changed under the job {_COMMIT_ATTEMPTS} times; the "
         "job will run again"
@@ -99,10 +92,7 @@ async def run_job(
 class _Job:
     """One attempt: stage, flush (committing phase one before phase two), commit."""
 
-    def __init__(
-        self, root: Path, store: MemoryStore, paths: MemoryPaths, lease: Lease | None
-    ) -> None:
-        self.root = root
+    def __init__(self, store: MemoryStore, paths: MemoryPaths, lease: Lease | None) -> None:
         self.store = store
         self.paths = paths
         self.lease = lease
@@ -140,8 +130,10 @@ class _Job:
         carry: dict[str, bytes],
         retry_failed: bool,
     ) -> FlushReport:
-        client = UnixLocalSandboxClient()  # creates the root
-        session = await client.create(manifest=Manifest(root=self.root))
+        # a fresh workspace of its own (``sandmem-ws-*`` in the temp directory): staged,
+        # generated and read back through the session, removed by ``delete``
+        client = UnixLocalSandboxClient()
+        session = await client.create(manifest=Manifest())
         self._session = session
         try:
             await session.start()
@@ -171,7 +163,7 @@ async def record_job_failure(store: MemoryStore, paths: MemoryPaths, error: str)
         "error": error,
         "retryable": False,
     }
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    line = log_line(record)
     name = paths.log_jsonl.rsplit("/", 1)[-1]
     for _ in range(_COMMIT_ATTEMPTS):
         try:

@@ -569,13 +569,8 @@ class MemoryGenerationManager:
                             state.rollouts[rid], "environment", error
                         )
                 if cut_short:
-                    state.phase_two = state.phase_two.model_copy(
-                        update={
-                            "status": "failed",
-                            "last_error": error,
-                            "failure_kind": "environment",
-                            "last_attempt_at": base["time"],
-                        }
+                    state.phase_two = gen_state.record_phase_two_failure(
+                        state.phase_two, "environment", error, base["time"]
                     )
                 await gen_state.save(self.session, self.paths, state)
                 for record in records:
@@ -634,18 +629,9 @@ class MemoryGenerationManager:
         except Exception as exc:  # the stage is discarded already; recorded, never raised
             error = self.redactor.redact(str(exc))
             kind = gen_state.classify(exc)
-            failures = previous.environment_failures + 1 if kind == "environment" else 0
             report.phase_two, report.phase_two_error = "failed", error
             report.phase_two_failure_kind = kind
-            state.phase_two = previous.model_copy(
-                update={
-                    "status": "failed",
-                    "last_error": error,
-                    "last_attempt_at": now,
-                    "failure_kind": kind,
-                    "environment_failures": failures,
-                }
-            )
+            state.phase_two = gen_state.record_phase_two_failure(previous, kind, error, now)
             await self._save(
                 state,
                 {

@@ -33,6 +33,7 @@ from sandmem._usage import Usage
 from sandmem.agent._agent import Agent
 from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
 from sandmem.memory import journal
+from sandmem.memory import state as gen_state
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
@@ -45,7 +46,6 @@ from sandmem.memory.selection import (
     RawMemoryRef,
     SelectionDiff,
     diff_selection,
-    parse_selection,
     select,
     selection_document,
 )
@@ -157,12 +157,9 @@ async def plan(session: SandboxSession, paths: MemoryPaths, cap: int) -> Plan:
     parsed = {rid: parse_header(text) for rid, text in raw.items()}
     refs = [RawMemoryRef.from_fields(fields, rid) for rid, (fields, _) in parsed.items()]
     selected = select(refs, cap) if refs else []
-    data, bad = await read_isolated(session, [paths.selection_json])
-    problems.update(bad)
-    previous, selection_problems = parse_selection(
-        data.get(paths.selection_json), paths.selection_json
-    )
-    problems.update(selection_problems)
+    saved = await gen_state.load_selection(session, paths)
+    problems.update(saved.problems)
+    previous = saved.refs
     bodies = {rid: body.strip() for rid, (_, body) in parsed.items()}
     return Plan(selected, diff_selection(selected, previous), bodies, problems, previous)
 
