@@ -9,7 +9,6 @@ bug nor the file. The demo succeeds only when run 2's first model request carrie
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -36,7 +35,6 @@ from sandmem import (
     UserError,
 )
 from sandmem._log_lines import command_name
-from sandmem.capabilities.memory import memory_read_prompt
 from sandmem.demo._policy import scripted_engineer
 from sandmem.demo._report import indent, print_steps, tree_lines, wrap
 from sandmem.demo._workspace import (
@@ -47,6 +45,9 @@ from sandmem.demo._workspace import (
     invoice_workspace,
 )
 from sandmem.memory import EXTRACTIVE
+from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.read_prompt import memory_read_prompt
+from sandmem.memory.state import read_log
 from sandmem.models import ModelRequest, ModelResponse, OpenAIProvider
 
 MEMORIES_DIR = "memories"
@@ -186,11 +187,7 @@ async def _run(
 
 
 async def _generation_log(session: SandboxSession) -> list[dict[str, Any]]:
-    path = f"{MEMORIES_DIR}/generation_log.jsonl"
-    if not await session.exists(path):
-        return []
-    text = (await session.read_bytes(path)).decode("utf-8", "replace")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return await read_log(session, MemoryPaths(MEMORIES_DIR, SESSIONS_DIR))
 
 
 def _describe_log(records: list[dict[str, Any]]) -> str:

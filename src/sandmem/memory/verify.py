@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from sandmem.memory.layout import SUMMARIES_DIR
 from sandmem.memory.selection import RawMemoryRef
 
 _ID_CHARS = r"A-Za-z0-9_\-"
@@ -55,9 +56,9 @@ def source_entries(memory_md: str) -> list[str]:
 def _names(entry: str, ref: RawMemoryRef) -> bool:
     name = ref.rollout_summary_file.strip().rsplit("/", 1)[-1]
     if name:
-        summary = re.escape(f"rollout_summaries/{name}") + _FILE_END
+        summary = re.escape(f"{SUMMARIES_DIR}/{name}") + _FILE_END
     else:
-        summary = re.escape(f"rollout_summaries/{ref.rollout_id}_")
+        summary = re.escape(f"{SUMMARIES_DIR}/{ref.rollout_id}_")
     if re.search(summary, entry) is not None:
         return True
     word = rf"(?<![{_ID_CHARS}./]){re.escape(ref.rollout_id)}(?!\.?[{_ID_CHARS}/])"
@@ -112,7 +113,7 @@ def follow_up_message(result: Verification, memories_dir: str) -> str:
         "cited."
     ]
     for ref in result.missing:
-        where = ref.rollout_summary_file or f"rollout_summaries/{ref.rollout_id}_*.md"
+        where = ref.rollout_summary_file or f"{SUMMARIES_DIR}/{ref.rollout_id}_*.md"
         lines.append(
             f"- fold in {ref.rollout_id}: read {memories_dir}/{where} and its section of "
             f"{memories_dir}/raw_memories.md, add its learnings, and cite {where} on a "

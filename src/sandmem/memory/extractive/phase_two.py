@@ -27,6 +27,7 @@ from sandmem.memory.extractive._edits import (
 from sandmem.memory.extractive._groups import KINDS, Group, group_members, members_of, normalize
 from sandmem.memory.extractive._summary import render_summary
 from sandmem.memory.extractive._text import cut_lines, nbytes
+from sandmem.memory.layout import SUMMARIES_DIR
 from sandmem.memory.selection import RawMemoryRef
 from sandmem.memory.verify import cites
 from sandmem.redaction import redact
@@ -83,7 +84,7 @@ class Block:
 
 def _source(ref: RawMemoryRef) -> str:
     name = ref.rollout_summary_file.strip().rsplit("/", 1)[-1]
-    where = f"rollout_summaries/{name}" if name else "(no rollout summary)"
+    where = f"{SUMMARIES_DIR}/{name}" if name else "(no rollout summary)"
     return f"- {where} (rollout {ref.rollout_id}, updated {ref.updated_at}, {ref.terminal_state})"
 
 

@@ -32,7 +32,7 @@ from sandmem._prompts import load_prompt, render_prompt
 from sandmem._usage import Usage
 from sandmem.agent._agent import Agent
 from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
-from sandmem.memory import journal
+from sandmem.memory import journal, layout
 from sandmem.memory import state as gen_state
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
@@ -475,7 +475,7 @@ async def gather_inputs(
         summary = None
         name = ref.rollout_summary_file
         wanted = config.phase_two_model == EXTRACTIVE
-        if wanted and name.startswith("rollout_summaries/") and ".." not in name:
+        if wanted and name.startswith(f"{layout.SUMMARIES_DIR}/") and ".." not in name:
             found, _bad = await read_isolated(session, [f"{paths.memories_dir}/{name}"])
             data = next(iter(found.values()), None)
             summary = data.decode("utf-8", "replace") if data is not None else None

@@ -23,7 +23,7 @@ from sandmem._errors import MemoryNotFoundError
 from sandmem._extras import require
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem.memory import _api as api
-from sandmem.memory.layout import read_text
+from sandmem.memory.layout import MEMORY_MD, SUMMARIES_DIR, SUMMARY_MD, read_text
 from sandmem.memory.mcp._tools import Caller, MemoryTools, ServerOptions, ToolRefused, memory_file
 from sandmem.memory.read_prompt import memory_read_prompt
 
@@ -349,10 +349,10 @@ def _caller(ctx: Any) -> Caller:
 
 def _describe(path: str, memories_dir: str) -> str:
     rel = path[len(memories_dir) + 1 :]
-    if rel == "memory_summary.md":
+    if rel == SUMMARY_MD:
         return "The memory summary: user preferences, general tips, what memory holds."
-    if rel == "MEMORY.md":
+    if rel == MEMORY_MD:
         return "The memory registry: task groups with keywords, learnings and pointers."
-    if rel.startswith("rollout_summaries/"):
+    if rel.startswith(f"{SUMMARIES_DIR}/"):
         return "The recap of one earlier conversation, with evidence."
     return "A skill: a reusable procedure."

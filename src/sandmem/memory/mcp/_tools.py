@@ -23,7 +23,7 @@ from sandmem.memory import _api as api
 from sandmem.memory import journal
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.history import Attribution
-from sandmem.memory.layout import MemoryPaths, read_text
+from sandmem.memory.layout import READ_FILES, SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, read_text
 from sandmem.memory.live_edit import apply_live_edit, patch_targets, workspace_relative
 from sandmem.memory.rollouts import note_segment, validate_rollout_id
 from sandmem.redaction import Redactor
@@ -265,10 +265,11 @@ def memory_file(paths: MemoryPaths, given: str) -> str:
     parts = rel.split("/")
     if rel.startswith("..") or any(part in ("", ".", "..") for part in parts):
         raise _outside(given)
+    hidden = any(p.startswith(".") for p in parts)
     allowed = (
-        rel in ("MEMORY.md", "memory_summary.md")
-        or (len(parts) == 2 and parts[0] == "rollout_summaries" and rel.endswith(".md"))
-        or (len(parts) >= 3 and parts[0] == "skills" and not any(p.startswith(".") for p in parts))
+        rel in READ_FILES
+        or (len(parts) == 2 and parts[0] == SUMMARIES_DIR and rel.endswith(".md"))
+        or (len(parts) >= 3 and parts[0] == SKILLS_DIR and not hidden)
     )
     if not allowed:
         raise _outside(given)

@@ -269,7 +269,7 @@ def _size_points(
 PAGE_SIZE = 200
 #: at most this many points per series of the size chart on a paged view
 _MAX_POINTS = 400
-_CITED = re.compile(r"rollout_summaries/[^\s)\]`'\"<>]+\.md")
+_CITED = re.compile(re.escape(SUMMARIES_DIR) + r"/[^\s)\]`'\"<>]+\.md")
 
 
 async def _one_page(

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from sandmem.memory.layout import SUMMARIES_DIR
 from sandmem.memory.views._viewer import SizePoint, Summary, ViewerData, collect
 from sandmem.memory.views._viewer_history import render_history
 from sandmem.memory.views._viewer_md import SUMMARY_REF, inline, markdown, task_groups
@@ -35,7 +36,7 @@ def _e(value: Any) -> str:
 
 def anchor(path: str) -> str:
     """The element id of a rollout summary's section."""
-    return "rs-" + re.sub(r"[^A-Za-z0-9_-]", "-", path.removeprefix("rollout_summaries/"))
+    return "rs-" + re.sub(r"[^A-Za-z0-9_-]", "-", path.removeprefix(f"{SUMMARIES_DIR}/"))
 
 
 def _time(value: Any) -> datetime | None:
@@ -105,7 +106,7 @@ def _memory(data: ViewerData) -> str:
     for number, (title, text) in enumerate(groups, 1):
         refs = list(dict.fromkeys(SUMMARY_REF.findall(title + "\n" + text)))
         chips = "".join(
-            f'<a class="chip" href="#{anchor(r)}">{_e(r.removeprefix("rollout_summaries/"))}</a>'
+            f'<a class="chip" href="#{anchor(r)}">{_e(r.removeprefix(f"{SUMMARIES_DIR}/"))}</a>'
             if r in known
             else f'<span class="chip missing" title="not on disk">{_e(r)}</span>'
             for r in refs

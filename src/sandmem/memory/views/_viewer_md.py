@@ -12,8 +12,10 @@ import html
 import re
 from collections.abc import Callable
 
+from sandmem.memory.layout import SUMMARIES_DIR
+
 #: a reference to a rollout summary, as MEMORY.md and raw memories write them
-SUMMARY_REF = re.compile(r"rollout_summaries/[A-Za-z0-9][A-Za-z0-9._-]*\.md")
+SUMMARY_REF = re.compile(re.escape(SUMMARIES_DIR) + r"/[A-Za-z0-9][A-Za-z0-9._-]*\.md")
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
