@@ -28,15 +28,8 @@ RunItemType = Literal[
 ]
 
 
-class ItemView(dict[str, Any]):
-    """A dict whose keys also read as attributes, nested dicts and lists of dicts included
-    (``view.content[0].text``). A missing key raises ``AttributeError``."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return _view(self[name])
-        except KeyError:
-            raise AttributeError(name) from None
+class _PlainWhenCopied(dict[str, Any]):
+    """A dict subclass that copying, deep-copying or pickling turns back into a plain dict."""
 
     def __copy__(self) -> dict[str, Any]:
         return dict(self)
@@ -48,6 +41,17 @@ class ItemView(dict[str, Any]):
         return (dict, (dict(self),))
 
 
+class ItemView(_PlainWhenCopied):
+    """A dict whose keys also read as attributes, nested dicts and lists of dicts included
+    (``view.content[0].text``). A missing key raises ``AttributeError``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return _view(self[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 def _view(value: Any) -> Any:
     if isinstance(value, dict) and not isinstance(value, ItemView):
         return ItemView(value)
@@ -56,7 +60,7 @@ def _view(value: Any) -> Any:
     return value
 
 
-class RunItem(dict[str, Any]):
+class RunItem(_PlainWhenCopied):
     """A transcript item produced by a run: the plain item dict plus the reference's
     ``type``, ``raw_item``, ``agent`` and ``to_input_item()``."""
 
@@ -84,15 +88,6 @@ class RunItem(dict[str, Any]):
 
     def to_input_item(self) -> Item:
         return dict(self)
-
-    def __copy__(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        return copy.deepcopy(dict(self), memo)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (dict(self),))
 
 
 class MessageOutputItem(RunItem):

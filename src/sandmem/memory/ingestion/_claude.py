@@ -79,6 +79,18 @@ def claude_events(lines: Iterable[Line], meta: SourceMeta) -> Iterator[Event]:
             yield event
 
 
+def _blocks(body: dict[str, Any], meta: SourceMeta) -> list[dict[str, Any]]:
+    """A message's content blocks (a string is one text block); malformed ones dropped."""
+    content = body.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    blocks = content if isinstance(content, list) else []
+    for block in blocks:
+        if not isinstance(block, dict):
+            meta.drop("malformed_block")
+    return [block for block in blocks if isinstance(block, dict)]
+
+
 def _user(
     body: dict[str, Any],
     entry: dict[str, Any],
@@ -86,18 +98,9 @@ def _user(
     tools: dict[str, str],
     meta: SourceMeta,
 ) -> list[Event]:
-    content = body.get("content")
-    blocks: list[Any] = (
-        [{"type": "text", "text": content}]
-        if isinstance(content, str)
-        else (content if isinstance(content, list) else [])
-    )
     events: list[Event] = []
     texts: list[str] = []
-    for block in blocks:
-        if not isinstance(block, dict):
-            meta.drop("malformed_block")
-            continue
+    for block in _blocks(body, meta):
         kind = block.get("type")
         if kind == "tool_result":
             events.append(Event(0, _result(block, entry, tools)))
@@ -154,17 +157,8 @@ def _assistant(
     tools: dict[str, str],
     meta: SourceMeta,
 ) -> list[Event]:
-    content = body.get("content")
-    blocks = (
-        [{"type": "text", "text": content}]
-        if isinstance(content, str)
-        else (content if isinstance(content, list) else [])
-    )
     events: list[Event] = []
-    for block in blocks:
-        if not isinstance(block, dict):
-            meta.drop("malformed_block")
-            continue
+    for block in _blocks(body, meta):
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str) and block["text"].strip():
             text = block["text"]
