@@ -8,8 +8,6 @@ The storage is ``memory.history``; every change goes through ``memory.journal``
 
 from __future__ import annotations
 
-import json
-
 from pydantic import BaseModel, ConfigDict
 
 from sandmem._errors import SandboxError, UserError
@@ -197,7 +195,7 @@ async def restore(
                 live = await journal.versioned_files(session, paths)
                 files.update({n: None for n in live if n not in files})
                 raw = await history.version_selection(session, paths, old)
-                selection = json.loads(raw) if raw else {"version": 1, "selected": []}
+                selection = gen_state.selection_copy(raw)
                 attribution = Attribution("restore", client=client, restored_from=old.seq)
                 made = await journal.write_files(
                     session, paths, files, attribution, selection=selection
@@ -338,7 +336,7 @@ async def approve(
                 if proposal.selection is not None:
                     store = history.Store(session, paths)
                     raw = (await store.blobs([proposal.selection]))[proposal.selection]
-                    selection = json.loads(raw)
+                    selection = gen_state.selection_copy(raw)
                 a = proposal.attribution
                 attribution = Attribution(
                     a.kind,

@@ -139,10 +139,10 @@ def diff_selection(selected: list[RawMemoryRef], previous: list[RawMemoryRef]) -
     return SelectionDiff(added=added, retained=retained, removed=removed)
 
 
-def selection_document(selected: list[RawMemoryRef], updated_at: str) -> dict[str, Any]:
-    """The content of ``phase_two_selection.json``."""
-    return {
-        "version": SELECTION_VERSION,
-        "updated_at": updated_at,
-        "selected": [r.to_json() for r in selected],
-    }
+def selection_document(selected: list[RawMemoryRef], updated_at: str | None) -> dict[str, Any]:
+    """The content of ``phase_two_selection.json`` (``updated_at`` left out when unknown)."""
+    document: dict[str, Any] = {"version": SELECTION_VERSION}
+    if updated_at is not None:
+        document["updated_at"] = updated_at
+    document["selected"] = [r.to_json() for r in selected]
+    return document

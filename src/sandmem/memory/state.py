@@ -44,7 +44,7 @@ from sandmem._errors import (
     SandboxError,
 )
 from sandmem.memory._json import loads_bounded
-from sandmem.memory.layout import MemoryPaths, write_json
+from sandmem.memory.layout import SELECTION_JSON, MemoryPaths, write_json
 from sandmem.memory.selection import (
     RawMemoryRef,
     SavedSelection,
@@ -190,6 +190,13 @@ async def load_selection(session: SandboxSession, paths: MemoryPaths) -> SavedSe
     except SandboxError as exc:
         return SavedSelection([], None, {paths.selection_json: f"unreadable ({exc})"})
     return parse_selection_file(data, paths.selection_json)
+
+
+def selection_copy(data: bytes | None) -> dict[str, Any]:
+    """A kept copy of ``phase_two_selection.json`` (a version's, a proposal's) as the document
+    to write back: parsed like the file itself; no copy is an empty selection."""
+    saved = parse_selection_file(data, SELECTION_JSON)
+    return selection_document(saved.refs, saved.updated_at)
 
 
 async def save_selection(
