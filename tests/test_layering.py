@@ -130,11 +130,17 @@ def _resolve(name: str, known: set[str] | dict[str, Path]) -> str | None:
 def _type_only_lines(tree: ast.Module) -> set[int]:
     lines: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                for sub in ast.walk(child):
-                    if hasattr(sub, "lineno"):
-                        lines.add(sub.lineno)
+        if not isinstance(node, ast.If):
+            continue
+        # ``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:`` (not ``if not TYPE_CHECKING:``)
+        test = node.test
+        name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+        if name != "TYPE_CHECKING":
+            continue
+        for child in node.body:
+            for sub in ast.walk(child):
+                if hasattr(sub, "lineno"):
+                    lines.add(sub.lineno)
     return lines
 
 
@@ -305,6 +311,8 @@ _SAMPLE = """
 from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
+if not TYPE_CHECKING:
+    from sandmem.agent import _at_runtime
 from . import _sibling
 from .._up import thing
 if TYPE_CHECKING:
@@ -328,6 +336,7 @@ def test_the_reader_sees_every_kind_of_import() -> None:
         "sandmem.memory._up",
         "sandmem.agent",
         "sandmem.agent._typed",
+        "sandmem.agent._at_runtime",
         "sandmem.run._lazy_target",
         "sandmem.run._lazy_other",
         "sandmem.run._called",
@@ -338,6 +347,7 @@ def test_the_reader_sees_every_kind_of_import() -> None:
         "sandmem.memory.views._sibling": False,
         "sandmem.memory._up": False,
         "sandmem.agent._typed": True,
+        "sandmem.agent._at_runtime": False,
         "sandmem.run._lazy_target": False,
         "sandmem.run._lazy_other": False,
         "sandmem.run._called": False,
