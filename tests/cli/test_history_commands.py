@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from cli_workspaces import invoke, invoke_json
@@ -29,8 +30,12 @@ def test_log_diff_restore(workspace: Path) -> None:
     assert "+- hand note: the staging password lives in the vault" in text
     restored = invoke_json("memory", "restore", "-w", workspace, "1", "--json")
     assert (restored["version"], restored["kind"], restored["client"]) == (3, "restore", "cli")
+    assert restored["parent"] == 2 and restored["changed"] == ["MEMORY.md"]  # against 2, not 1
     assert memory.read_text() == original
+    again = invoke("memory", "restore", "-w", workspace, "2").stdout
+    assert "restore  by=cli  from=2  changed: MEMORY.md" in again
     assert invoke("memory", "diff", "-w", workspace, "1", "3").stdout == ""
+    assert invoke("memory", "diff", "-w", workspace, "2", "4").stdout == ""
     bad = invoke("memory", "restore", "-w", workspace, "42")
     assert bad.exit_code != 0 and "no version 42" in bad.stderr
 
@@ -39,11 +44,20 @@ def test_redact_history(workspace: Path) -> None:
     memory = workspace / "memories" / "MEMORY.md"
     memory.write_text(memory.read_text() + "\n- door code KOALA-7731\n")
     invoke("memory", "generate", "-w", workspace, "--engine", "extractive")
+    assert "KOALA-7731" in invoke("memory", "search", "-w", workspace, "door code").stdout
+    index = workspace / "memories" / ".index.sqlite"
+    secret = re.compile(rb"(?i)koala|oala|7731")  # terms are stored prefix-compressed
+    assert secret.search(index.read_bytes())  # the search index holds the secret's terms
     result = invoke_json("memory", "redact-history", "-w", workspace, r"KOALA-\d+", "--json")
     assert result["versions"] == [2]
     stored = [p for p in (workspace / "memories").rglob("*") if p.is_file()]
-    assert not [p for p in stored if b"KOALA-7731" in p.read_bytes()]
-    assert invoke("memory", "redact-history", "-w", workspace).exit_code != 0
+    assert not [p for p in stored if secret.search(p.read_bytes())]
+    found = invoke("memory", "search", "-w", workspace, "door code").stdout
+    assert "[REDACTED:history]" in found and "KOALA" not in found  # the index is built again
+    assert not secret.search(index.read_bytes())
+    for args in ((), ("(",)):
+        usage = invoke("memory", "redact-history", "-w", workspace, *args)
+        assert usage.exit_code == 2 and usage.stderr.count("Error: ") == 1, usage.stderr
 
 
 def test_inbox_approve_dismiss(workspace: Path) -> None:

@@ -6,6 +6,7 @@ made leaves the previous one intact."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import sys
 import textwrap
@@ -193,7 +194,8 @@ async def test_log_diff_restore_round_trip(tmp_path: Path) -> None:
     assert last.diff.startswith("--- a/") and "\n+" in last.diff
     restored = await api.restore(tmp_path, 1, client="cli")
     assert (restored.version, restored.kind, restored.restored_from) == (3, "restore", 1)
-    assert restored.client == "cli"
+    assert restored.client == "cli" and restored.parent == 2 and "MEMORY.md" in restored.changed
+    assert (restored.rollouts_added, restored.rollouts_removed) == ([], ["deploy-notes"])
     assert memory_md(tmp_path) == original
     assert (await api.diff(tmp_path, 1, 3)).diff == ""
     assert (await api.diff(tmp_path, "v1", "head")).files == []
@@ -279,12 +281,20 @@ async def test_redact_history_removes_a_planted_secret_from_every_stored_byte(
     await api.generate(tmp_path, config=EXTRACT)  # noticed: the secret is in version 2
     path.write_text(clean + "\n- use the vault for passwords\n")
     await api.generate(tmp_path, config=EXTRACT)  # version 3 no longer has it
+    async with await open_session(tmp_path) as session:  # a proposal holding it too
+        edited = f"{clean}\n- ask for {SECRET} at the desk\n".encode()
+        await journal.propose(session, PATHS, {"MEMORY.md": edited}, Attribution("live_edit"))
+    (tmp_path / "memories" / "rollout_summaries" / "note.md").write_text(f"pw {SECRET}\n")
+    assert (await api.search(tmp_path, "88412")).hits  # indexed
     before = await api.log(tmp_path)
-    assert any(SECRET.encode() in data for _, data in every_stored_byte(tmp_path))
+    planted = re.compile(rb"(?i)zebra|88412")  # an index keeps terms, lower-cased
+    assert any(planted.search(data) for _, data in every_stored_byte(tmp_path))
     result = await api.redact_history(tmp_path, r"ZEBRA-PASS-\d+")
     assert result.versions == [2]
-    leftovers = [str(p) for p, data in every_stored_byte(tmp_path) if SECRET.encode() in data]
+    leftovers = [str(p) for p, data in every_stored_byte(tmp_path) if planted.search(data)]
     assert leftovers == []
+    [proposal] = await api.inbox(tmp_path)
+    assert "ask for [REDACTED:history] at the desk" in proposal.diff
     after = await api.log(tmp_path)
     assert [(v.version, v.kind, v.time) for v in after] == [
         (v.version, v.kind, v.time) for v in before

@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 from test_history import EXTRACT, PATCH, consolidated, kinds, memory_md, open_session, record
 
-from sandmem import UserError
+from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig, UserError
 from sandmem import memory as api
+from sandmem.capabilities import Filesystem, Shell
+from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig, MemoryReadConfig
 from sandmem.memory.read_prompt import memory_read_prompt
+from sandmem.models._base import ModelRequest
+from sandmem.testing import FunctionModel
 
 PROPOSE = MemoryReadConfig(live_update="propose")
 REVIEW = EXTRACT.model_copy(update={"review": True})
@@ -115,10 +119,68 @@ async def test_a_newer_consolidation_proposal_supersedes_the_older(tmp_path: Pat
 def test_propose_has_its_own_prompt_and_needs_filesystem() -> None:
     text = memory_read_prompt("- a fact", "memories", live_update="propose") or ""
     assert "review" in text and "apply_patch" in text
-    from sandmem.capabilities import Filesystem, Shell
-    from sandmem.capabilities.memory import Memory
-
     memory = Memory(read=PROPOSE, generate=MemoryGenerateConfig())
     assert memory.required_capability_types() == frozenset({Filesystem, Shell})
     with pytest.raises(ValueError):
         MemoryReadConfig(live_update="maybe")  # type: ignore[arg-type]
+
+
+SUMMARY_PATCH = """*** Begin Patch
+*** Update File: memories/memory_summary.md
+@@
++- Proposed: deploys need the PELICAN-2 flag.
+*** End Patch"""
+
+
+async def test_the_next_run_reads_a_proposed_summary_only_after_approval(tmp_path: Path) -> None:
+    """The summary is what every run's instructions carry: a proposal to change it reaches the
+    next run's first request only once approved."""
+    await consolidated(tmp_path, ["invoice-fix"])
+    async with await open_session(tmp_path) as session:
+        await record(session, "deploy-notes", config=None, read=PROPOSE, patch=SUMMARY_PATCH)
+    seen: list[str] = []
+
+    def reader(request: ModelRequest) -> str:
+        seen.append(request.instructions or "")
+        return "ok"
+
+    async def next_run() -> str:
+        async with await open_session(tmp_path) as session:
+            agent = SandboxAgent(
+                name="dev",
+                model=FunctionModel(reader),
+                capabilities=[Memory(generate=None), Filesystem(), Shell()],
+            )
+            config = RunConfig(sandbox=SandboxRunConfig(session=session))
+            await Runner.run(agent, "what flag do deploys need?", run_config=config)
+        return seen[-1]
+
+    instructions = await next_run()
+    assert "PELICAN-2" not in instructions and "# Memory summary" in instructions
+    [proposal] = await api.inbox(tmp_path)
+    assert proposal.files == ["memory_summary.md"]
+    await api.approve(tmp_path, proposal.id)
+    assert "- Proposed: deploys need the PELICAN-2 flag." in await next_run()
+
+
+async def test_a_stale_consolidation_proposal_is_regenerated_after_dismissal(
+    tmp_path: Path,
+) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    await consolidated(tmp_path, ["deploy-notes"], config=REVIEW)
+    [stale] = await api.inbox(tmp_path)
+    path = tmp_path / "memories" / "MEMORY.md"
+    path.write_text(path.read_text() + "\n- a hand note written meanwhile\n")
+    [listed] = await api.inbox(tmp_path)
+    assert listed.id == stale.id and listed.stale == ["MEMORY.md"]
+    with pytest.raises(UserError, match=r"stale: MEMORY\.md changed"):
+        await api.approve(tmp_path, stale.id)
+    await api.dismiss(tmp_path, stale.id)
+    report = await api.generate(tmp_path, config=REVIEW)  # regenerated on the moved-on memory
+    assert report.phase_two == "proposed"
+    [fresh] = await api.inbox(tmp_path)
+    assert fresh.id != stale.id and fresh.stale == []
+    version = await api.approve(tmp_path, fresh.id)
+    assert version.kind == "consolidation" and version.rollouts_added == ["deploy-notes"]
+    assert "a hand note written meanwhile" in path.read_text()  # the edit is folded in, kept
+    assert await kinds(tmp_path) == ["consolidation", "hand_edit", "consolidation"]

@@ -4,6 +4,7 @@ history and the review inbox of a workspace's memory, through the public memory 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -138,6 +139,13 @@ def redact_history_command(
     PATTERN is a regular expression; matches become [REDACTED:history]. Version numbers and
     attribution are kept; the old bytes are deleted.
     """
+    if pattern is None and not secret:
+        raise click.UsageError("give a PATTERN (a regular expression) or --secret")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise click.BadParameter(str(exc), param_hint="PATTERN") from None
     layout = layout_config(memories_dir, sessions_dir)
     result = run_async(redact_history(workspace, pattern, secrets=secret, layout=layout))
     if as_json:

@@ -19,6 +19,7 @@ from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
 from sandmem.memory.history import Attribution, Version, unified
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.store._history_sync import replace_mirror, sync_history
+from sandmem.memory.views._index import INDEX_NAME, remove_index
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
@@ -196,16 +197,38 @@ async def restore(
                 files.update({n: None for n in live if n not in files})
                 raw = await history.version_selection(session, paths, old)
                 selection = gen_state.selection_copy(raw)
-                attribution = Attribution("restore", client=client, restored_from=old.seq)
-                made = await journal.write_files(
-                    session, paths, files, attribution, selection=selection
+                now = {r.rollout_id for r in (await gen_state.load_selection(session, paths)).refs}
+                then = {r["rollout_id"] for r in selection["selected"]}
+                attribution = Attribution(
+                    "restore",
+                    client=client,
+                    restored_from=old.seq,
+                    rollouts_added=tuple(sorted(then - now)),
+                    rollouts_removed=tuple(sorted(now - then)),
                 )
-                head = made or await history.Store(session, paths).head()
+                await journal.write_files(session, paths, files, attribution, selection=selection)
+                head, parent = await _head_and_parent(session, paths)
             await _sync(session, paths, layout)
         except SandboxError as exc:
             raise _locked(exc) from exc
     assert head is not None
-    return _info(head, old)
+    return _info(head, parent)
+
+
+async def _head_and_parent(
+    session: SandboxSession, paths: MemoryPaths
+) -> tuple[Version | None, Version | None]:
+    """The newest version and the one before it (what its ``changed`` is counted against)."""
+    store = history.Store(session, paths)
+    names = await store.version_names()
+    if not names:
+        return None, None
+    head = await store.read_version(names[-1])
+    if head.parent is not None:
+        for name in reversed(names[:-1]):
+            if name.startswith(f"{head.parent:08d}-"):
+                return head, await store.read_version(name)
+    return head, None
 
 
 async def redact_history(
@@ -218,7 +241,8 @@ async def redact_history(
     """Remove a secret from memory and its whole history: ``pattern`` (a regular expression)
     and/or ``secrets=True`` (the built-in secret detectors) are replaced with
     ``[REDACTED:<kind>]`` in every stored version, proposal and file under the memories dir;
-    the old bytes are deleted. Numbers and attribution are kept."""
+    the old bytes are deleted, and so is the layout's search index (``.index.sqlite``, built
+    again from the redacted files at its next use). Numbers and attribution are kept."""
     if pattern is None and not secrets:
         raise UserError("redact-history needs a PATTERN or --secret")
     rules = [("history", pattern)] if pattern is not None else []
@@ -231,6 +255,7 @@ async def redact_history(
             async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
                 changed = await _history_prune.redact_history(session, paths, redactor.redact)
                 rewritten = await _redact_tree(session, paths.memories_dir, redactor)
+                await remove_index(session, paths)  # a search index keeps removed terms
                 still = await _matching(session, paths.sessions_dir, redactor)
             store = layout.store if layout is not None else None
             if store is not None and store.remote:
@@ -258,6 +283,8 @@ async def _tree(session: SandboxSession, top: str, skip: str | None = None) -> l
 async def _redact_tree(session: SandboxSession, top: str, redactor: Redactor) -> list[str]:
     rewritten = []
     for path in await _tree(session, top, skip=f"{top}/{history.HISTORY_DIR}"):
+        if path.rsplit("/", 1)[-1].startswith(INDEX_NAME):
+            continue  # removed whole (``remove_index``): a rewrite would only damage it
         data = (await session.read_many([path]))[path]
         if data is None:
             continue
@@ -348,16 +375,14 @@ async def approve(
                     client=client,
                     proposal=proposal.id,
                 )
-                made = await journal.write_files(
-                    session, paths, files, attribution, selection=selection
-                )
+                await journal.write_files(session, paths, files, attribution, selection=selection)
                 await proposals.remove(session, paths, proposal)
-                head = made or await history.Store(session, paths).head()
+                head, parent = await _head_and_parent(session, paths)
             await _sync(session, paths, layout)
         except SandboxError as exc:
             raise _locked(exc) from exc
     assert head is not None
-    return _info(head, None)
+    return _info(head, parent)
 
 
 async def _replan(session: SandboxSession, paths: MemoryPaths) -> None:

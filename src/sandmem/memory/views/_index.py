@@ -807,3 +807,20 @@ async def rebuild_index(session: SandboxSession, paths: MemoryPaths) -> IndexRep
     return IndexReport(
         path=index.path, conversations=count, files=files, sections=sections, bytes=size
     )
+
+
+async def remove_index(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    """Delete the index file (and any side file of it): ``redact-history`` calls it, since a
+    search index keeps a removed text's terms in its pages and segments. The index is derived,
+    so the next use builds it again from the (redacted) files. Returns the paths removed."""
+    removed: list[str] = []
+    async with _exclusive(session, paths):
+        if not await session.is_dir(paths.memories_dir):
+            return removed
+        with no_symlinks():
+            for name in await session.listdir(paths.memories_dir):
+                if name == INDEX_NAME or name.startswith(f"{INDEX_NAME}-"):
+                    path = f"{paths.memories_dir}/{name}"
+                    await session.remove(path)
+                    removed.append(path)
+    return removed
