@@ -139,6 +139,7 @@ def test_history_figure_times_the_version_in_both_writers() -> None:
     for what in ("consolidation", "live edit"):
         assert 0 < big[what]["version"] < big[what]["op"]
         assert big[what]["bytes"] > 0
+    assert big["prune"]["dropped"] == 1 and big["prune"]["bytes"] > 0
 
 
 def test_synthetic_rollouts_are_deterministic_and_distinct() -> None:
