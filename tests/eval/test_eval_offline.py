@@ -116,7 +116,7 @@ async def test_the_bwrap_backend_runs_the_same_cells(tmp_path: Path) -> None:
 #: measures the page once laid out, and writes what it found into <body data-check="...">
 _MEASURE = """<script>
 window.addEventListener("load", () => {
-  const found = {cut: [], overlaps: [], tables: [], raw_markdown: false};
+  const found = {cut: [], overlaps: [], tables: [], wrapped: [], raw_markdown: false};
   document.querySelectorAll("svg").forEach((svg) => {
     const box = svg.getBoundingClientRect();
     const texts = [...svg.querySelectorAll("text")].map((t) => [t.textContent, t.getBBox()]);
@@ -134,6 +134,12 @@ window.addEventListener("load", () => {
     const rows = [...table.rows].filter((r) => r.getBoundingClientRect().height > 0);
     const cols = Math.max(...rows.map((r) => r.cells.length));
     found.tables.push([rows.length, cols, table.getBoundingClientRect().width]);
+    table.querySelectorAll("tbody td").forEach((td) => {
+      const range = document.createRange();
+      range.selectNodeContents(td);
+      const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      if (lines.size > 1) found.wrapped.push(td.textContent);
+    });
   });
   found.raw_markdown = document.body.innerText.includes("|---");
   document.body.setAttribute("data-check", JSON.stringify(found));
@@ -172,6 +178,7 @@ def test_the_html_report_renders_tables_and_uncut_labels_in_chromium(
     assert match, dumped.stdout[-2000:] + dumped.stderr[-2000:]
     found = json.loads(html.unescape(match.group(1)))
     assert found["cut"] == [] and found["overlaps"] == []
+    assert found["wrapped"] == []  # a task or condition name is never broken at its hyphen
     assert not found["raw_markdown"]
     tasks = len({c["task"] for c in json.loads((out / "report.json").read_text())["cells"]})
     assert [t[:2] for t in found["tables"]] == [[3, 11], [2 * tasks + 1, 12]]

@@ -135,9 +135,11 @@ def build_report(suite: Suite, options: EvalOptions, cells: list[CellResult]) ->
     )
 
 
-def _fmt(spread: Spread) -> str:
+def _fmt(spread: Spread, *, seconds: bool = False) -> str:
+    """A count as a whole number when it is one; seconds always with two decimals."""
+
     def num(value: float) -> str:
-        return f"{value:g}" if value == int(value) else f"{value:.2f}"
+        return f"{value:g}" if value == int(value) and not seconds else f"{value:.2f}"
 
     if spread.min == spread.max:
         return num(spread.median)
@@ -176,12 +178,16 @@ def render_markdown(report: EvalReport) -> str:
     lines.append("| condition | " + " | ".join(METRICS[n] for n in names) + " |")
     lines.append("|---|" + "---:|" * len(names))
     for condition, metrics in report.totals.items():
-        lines.append(f"| {condition} | " + " | ".join(_fmt(metrics[n]) for n in names) + " |")
+        lines.append(
+            f"| {condition} | "
+            + " | ".join(_fmt(metrics[n], seconds=n == "wall_s") for n in names)
+            + " |"
+        )
     lines += ["", "## Per task", ""]
     lines.append("| task | condition | " + " | ".join(METRICS[n] for n in names) + " |")
     lines.append("|---|---|" + "---:|" * len(names))
     for summary in report.summaries:
-        cells = " | ".join(_fmt(summary.metrics[n]) for n in names)
+        cells = " | ".join(_fmt(summary.metrics[n], seconds=n == "wall_s") for n in names)
         lines.append(f"| {summary.task} | {summary.condition} | {cells} |")
     return "\n".join(lines) + "\n"
 
@@ -260,12 +266,18 @@ def render_html(report: EvalReport) -> str:
         savings = f"<h2>{html.escape(saved[0][3:])}</h2><ul>{items}</ul>"
     totals = _table(
         ["condition", *(METRICS[n] for n in names)],
-        [[c, *(_fmt(m[n]) for n in names)] for c, m in report.totals.items()],
+        [
+            [c, *(_fmt(m[n], seconds=n == "wall_s") for n in names)]
+            for c, m in report.totals.items()
+        ],
         numeric_from=1,
     )
     per_task = _table(
         ["task", "condition", *(METRICS[n] for n in names)],
-        [[s.task, s.condition, *(_fmt(s.metrics[n]) for n in names)] for s in report.summaries],
+        [
+            [s.task, s.condition, *(_fmt(s.metrics[n], seconds=n == "wall_s") for n in names)]
+            for s in report.summaries
+        ],
         numeric_from=2,
     )
     return (
@@ -275,7 +287,7 @@ def render_html(report: EvalReport) -> str:
         "section{display:inline-block;margin:0 2em 1em 0;vertical-align:top}"
         "table{border-collapse:collapse;margin:0 0 1.5em}"
         "th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}"
-        "th{background:#f4f4f4}.num{text-align:right}"
+        "td{white-space:nowrap}th{background:#f4f4f4}.num{text-align:right}"
         "blockquote{border-left:4px solid #ccc;margin:1em 0;padding:.2em 1em;color:#444}"
         "</style></head><body>"
         f"<h1>sandmem eval: {html.escape(report.suite)}</h1><p>{about}</p>{label}{savings}"
