@@ -276,3 +276,30 @@ def test_hints_spell_the_command_as_it_was_started(
     assert command_name() == "sandmem"
     monkeypatch.setattr(sys, "argv", ["-c"])  # inside another program
     assert command_name() == "sandmem"
+
+
+def test_every_command_that_calls_a_model_takes_the_client_flags(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    commands = [
+        ("run",),
+        ("chat",),
+        ("eval",),
+        ("demo",),
+        ("worker",),
+        ("mcp",),
+        ("memory", "generate"),
+        ("memory", "forget"),
+        ("memory", "ingest"),
+    ]
+    for command in commands:
+        shown = invoke(*command, "--help").stdout
+        for flag in ("--timeout SECONDS", "--max-retries N", "-v, --debug"):
+            assert flag in shown, (command, flag)
+    fake_openai.inject(delay_s=5.0, times=1000)  # the demo on a hung server gives up at once
+    env = {"OPENAI_BASE_URL": fake_openai.base_url}
+    args = ("demo", "--model", "m", "--timeout", "0.3", "--max-retries", "0", "-v")
+    demo = invoke(*args, "--keep", tmp_path / "kept", env=env)
+    assert demo.exit_code == 1 and "timed out" in demo.stdout + demo.stderr
+    assert len(fake_openai.requests) == 1  # --max-retries 0
+    assert f"sandmem debug: POST {fake_openai.base_url}/responses" in demo.stderr

@@ -33,6 +33,7 @@ from sandmem.cli._history_cmd import HISTORY_COMMANDS
 from sandmem.cli._ingest_cmd import ingest_command
 from sandmem.cli._mcp_cmd import mcp_command
 from sandmem.cli._memory_cmd import memory_group
+from sandmem.cli._models import client_options
 from sandmem.cli._output import readable_warnings
 from sandmem.cli._run_cmd import run_command
 from sandmem.cli._view_cmd import view_command
@@ -83,7 +84,7 @@ def _register_demo(group: click.Group) -> None:
         if exc.name == "sandmem.demo":
             return
         raise
-    group.add_command(demo_command, "demo")
+    group.add_command(client_options(demo_command), "demo")
 
 
 memory_group.add_command(generate_command)

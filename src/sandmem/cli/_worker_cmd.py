@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandmem.cli._models import client_options
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 @click.option("--s3-connect-timeout", default=5.0, show_default=True, help="Seconds.")
 @click.option("--s3-read-timeout", default=20.0, show_default=True, help="Seconds.")
 @click.option("--name", default=None, help="Worker name in its banner [sandmem@HOST-PID].")
+@client_options
 def worker_command(
     broker: str,
     store_url: str,

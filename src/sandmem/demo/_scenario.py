@@ -49,6 +49,7 @@ from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.read_prompt import memory_read_prompt
 from sandmem.memory.state import read_log
 from sandmem.models import ModelRequest, ModelResponse, OpenAIProvider
+from sandmem.models._provider import default_provider
 
 MEMORIES_DIR = "memories"
 SESSIONS_DIR = "sessions"
@@ -324,7 +325,7 @@ async def run_demo(
     with tempfile.TemporaryDirectory(prefix="sandmem-demo-") as tmp:
         setup = _Setup(offline_mode, stream, workdir or Path(tmp), keep=workdir is not None)
         if not offline_mode:
-            setup.provider = OpenAIProvider()
+            setup.provider = default_provider()  # `sandmem demo --timeout/--max-retries` set it
             setup.llm = setup.provider.get_model(model)
         try:
             return await _scenario(setup)
