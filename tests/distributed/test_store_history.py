@@ -4,14 +4,17 @@ version is not mistaken for a live edit; redact-history rewrites the store's mir
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
 
+from click.testing import CliRunner
 from conftest import S3Server
 from test_store_sessions import _EXTRACTIVE, _host_run
 
 from sandmem import memory as api
+from sandmem.cli import cli
 from sandmem.distributed import S3MemoryStore
 from sandmem.memory import MemoryLayoutConfig
 from sandmem.memory.generation._job import run_job
@@ -49,6 +52,32 @@ async def test_versions_made_by_jobs_and_other_hosts_show_on_every_host(
         assert [v.rollouts_added for v in found] == [["worker-r1"], ["host-b-r1"], ["host-a-r1"]]
     text = (await api.diff(tmp_path / "host-a", 2, 3, layout=layout)).diff
     assert "+" in text and "worker-r1" in text
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+async def test_memory_log_with_store_shows_a_workers_version_on_any_host(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    store = _store(s3_server)
+    await _host_run(tmp_path / "host-a", store, "host-a-r1", "echo built > out.txt")
+    line = (tmp_path / "host-a/sessions/host-a-r1.jsonl").read_text().splitlines()[0]
+    segment = json.loads(line) | {"rollout_id": "worker-r1"}
+    await store.put_segment("sessions", "worker-r1", (json.dumps(segment) + "\n").encode())
+    await run_job(store, MemoryPaths("memories", "sessions"), _EXTRACTIVE)
+    host = str(tmp_path / "host-a")
+    alone = await asyncio.to_thread(_cli, "memory", "log", "-w", host)
+    assert len(alone.splitlines()) == 1  # this host has not pulled since the worker's job
+    url = f"s3://{store.bucket}/{store.prefix}"
+    where = ("-w", host, "--store", url, "--endpoint-url", s3_server.endpoint_url)
+    synced = (await asyncio.to_thread(_cli, "memory", "log", *where)).splitlines()
+    assert len(synced) == 2 and "+worker-r1" in synced[0] and synced[0].lstrip().startswith("2 ")
+    shown = await asyncio.to_thread(_cli, "memory", "diff", *where)
+    assert "worker-r1" in shown
 
 
 async def test_redact_history_rewrites_the_store_mirror(

@@ -1,17 +1,21 @@
 """``sandmem memory log / diff / restore / redact-history / inbox / approve / dismiss``: the
 history and the review inbox of a workspace's memory, through the public memory API
-(``sandmem.memory.log`` and the rest; see ``docs/history.md``)."""
+(``sandmem.memory.log`` and the rest; see ``docs/history.md``). With ``--store`` (distributed
+mode) the commands that read or change versions sync with the store's history first, so
+``log`` on any host shows the versions workers and other hosts made."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import click
 
-from sandmem.cli._common import layout_config, layout_options, run_async, workspace_option
+from sandmem.cli._common import F, layout_config, layout_options, run_async, workspace_option
 from sandmem.cli._memory_cmd import emit_model
 from sandmem.memory import (
+    MemoryLayoutConfig,
     ProposalInfo,
     VersionInfo,
     approve,
@@ -22,6 +26,35 @@ from sandmem.memory import (
     redact_history,
     restore,
 )
+
+
+def store_options(fn: F) -> F:
+    """``--store s3://BUCKET/PREFIX`` and ``--endpoint-url``: the layout's remote store."""
+    fn = click.option(
+        "--endpoint-url",
+        default=lambda: os.environ.get("SANDMEM_S3_ENDPOINT_URL"),
+        help="S3-compatible endpoint of --store [$SANDMEM_S3_ENDPOINT_URL; AWS when unset].",
+    )(fn)
+    return click.option(
+        "--store",
+        "store_url",
+        metavar="s3://BUCKET/PREFIX",
+        default=None,
+        help="The layout's remote store (distributed mode): sync with the history kept "
+        "there first, so versions made by workers and other hosts count.",
+    )(fn)
+
+
+def history_layout(
+    memories_dir: str, sessions_dir: str, store_url: str | None, endpoint_url: str | None
+) -> MemoryLayoutConfig:
+    layout = layout_config(memories_dir, sessions_dir)
+    if store_url is None:
+        return layout
+    from sandmem.distributed import S3MemoryStore
+
+    store = S3MemoryStore.from_url(store_url, endpoint_url=endpoint_url)
+    return MemoryLayoutConfig(memories_dir=memories_dir, sessions_dir=sessions_dir, store=store)
 
 
 def version_line(v: VersionInfo) -> str:
@@ -50,10 +83,17 @@ def version_line(v: VersionInfo) -> str:
 @click.command("log")
 @workspace_option(required=False)
 @layout_options
+@store_options
 @click.option("-n", "--limit", type=int, default=None, help="Show at most N versions.")
 @click.option("--json", "as_json", is_flag=True, help="Print the versions as JSON.")
 def log_command(
-    workspace: Path, memories_dir: str, sessions_dir: str, limit: int | None, as_json: bool
+    workspace: Path,
+    memories_dir: str,
+    sessions_dir: str,
+    store_url: str | None,
+    endpoint_url: str | None,
+    limit: int | None,
+    as_json: bool,
 ) -> None:
     """List the versions of memory, newest first.
 
@@ -61,7 +101,7 @@ def log_command(
     hand_edit, forget, ingest, mcp_write, restore), the model, the conversations folded in
     (+) or dropped (-), the run or client, and the files changed.
     """
-    layout = layout_config(memories_dir, sessions_dir)
+    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     versions = run_async(log(workspace, layout=layout, limit=limit))
     if as_json:
         emit_model(versions)
@@ -75,6 +115,7 @@ def log_command(
 @click.command("diff")
 @workspace_option(required=False)
 @layout_options
+@store_options
 @click.argument("old", required=False)
 @click.argument("new", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
@@ -82,6 +123,8 @@ def diff_command(
     workspace: Path,
     memories_dir: str,
     sessions_dir: str,
+    store_url: str | None,
+    endpoint_url: str | None,
     old: str | None,
     new: str | None,
     as_json: bool,
@@ -91,7 +134,7 @@ def diff_command(
     No argument: the last change. OLD only: OLD against the newest version. Versions are
     numbers (see `sandmem memory log`), `head` or `head~N`.
     """
-    layout = layout_config(memories_dir, sessions_dir)
+    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     result = run_async(diff(workspace, old, new, layout=layout))
     if as_json:
         emit_model(result)
@@ -102,17 +145,24 @@ def diff_command(
 @click.command("restore")
 @workspace_option(required=False)
 @layout_options
+@store_options
 @click.argument("version")
 @click.option("--json", "as_json", is_flag=True, help="Print the new version as JSON.")
 def restore_command(
-    workspace: Path, memories_dir: str, sessions_dir: str, version: str, as_json: bool
+    workspace: Path,
+    memories_dir: str,
+    sessions_dir: str,
+    store_url: str | None,
+    endpoint_url: str | None,
+    version: str,
+    as_json: bool,
 ) -> None:
     """Make memory equal to VERSION again, as a new version.
 
     The conversations state follows: the next consolidation folds in the conversations
     recorded after VERSION.
     """
-    layout = layout_config(memories_dir, sessions_dir)
+    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     made = run_async(restore(workspace, version, layout=layout, client="cli"))
     if as_json:
         emit_model(made)
@@ -123,6 +173,7 @@ def restore_command(
 @click.command("redact-history")
 @workspace_option(required=False)
 @layout_options
+@store_options
 @click.argument("pattern", required=False)
 @click.option("--secret", is_flag=True, help="Redact what the built-in secret detectors find.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was rewritten as JSON.")
@@ -130,6 +181,8 @@ def redact_history_command(
     workspace: Path,
     memories_dir: str,
     sessions_dir: str,
+    store_url: str | None,
+    endpoint_url: str | None,
     pattern: str | None,
     secret: bool,
     as_json: bool,
@@ -146,7 +199,7 @@ def redact_history_command(
             re.compile(pattern)
         except re.error as exc:
             raise click.BadParameter(str(exc), param_hint="PATTERN") from None
-    layout = layout_config(memories_dir, sessions_dir)
+    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     result = run_async(redact_history(workspace, pattern, secrets=secret, layout=layout))
     if as_json:
         emit_model(result)
@@ -187,13 +240,20 @@ def inbox_command(workspace: Path, memories_dir: str, sessions_dir: str, as_json
 @click.command("approve")
 @workspace_option(required=False)
 @layout_options
+@store_options
 @click.argument("proposal_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the new version as JSON.")
 def approve_command(
-    workspace: Path, memories_dir: str, sessions_dir: str, proposal_id: str, as_json: bool
+    workspace: Path,
+    memories_dir: str,
+    sessions_dir: str,
+    store_url: str | None,
+    endpoint_url: str | None,
+    proposal_id: str,
+    as_json: bool,
 ) -> None:
     """Apply a proposal from the inbox as a new version."""
-    layout = layout_config(memories_dir, sessions_dir)
+    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     made = run_async(approve(workspace, proposal_id, layout=layout, client="cli"))
     if as_json:
         emit_model(made)
