@@ -44,8 +44,9 @@ async def collect_history(
 
 def _who(row: dict[str, Any]) -> str:
     parts = []
-    if row.get("model"):
-        parts.append(f"{row.get('engine') or 'model'}: {row['model']}")
+    engine, model = row.get("engine"), row.get("model")
+    if model:
+        parts.append(model if model == engine else f"{engine or 'model'}: {model}")
     added, removed = row.get("rollouts_added") or [], row.get("rollouts_removed") or []
     parts += [f"+{r}" for r in added] + [f"-{r}" for r in removed]
     for key in ("run", "client", "proposal", "restored_from"):
