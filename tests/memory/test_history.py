@@ -252,7 +252,11 @@ async def test_retention_by_count_prunes_in_batches_and_collects_objects(tmp_pat
 async def test_retention_by_age_keeps_the_newest(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "memories").mkdir()
     session = await _versions_via_writes(tmp_path, 4, Retention())
-    later = time.time() + 366 * 86400
+    now = time.time()
+    soon, later = now + 365.5 * 86400, now + 366.5 * 86400
+    monkeypatch.setattr(_history_prune.time, "time", lambda: soon)
+    # past the age, but not a day past: a version's own prune waits for the batch
+    assert await _history_prune.prune(session, PATHS, Retention(), eager=False) == 0
     monkeypatch.setattr(_history_prune.time, "time", lambda: later)
     assert await _history_prune.prune(session, PATHS, Retention(keep_days=400)) == 0
     assert await _history_prune.prune(session, PATHS, Retention(keep_days=365)) == 3
