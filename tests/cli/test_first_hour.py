@@ -91,7 +91,12 @@ def pending_conversation(workspace: Path, rollout_id: str) -> None:
 
 @pytest.mark.parametrize(
     ("status", "message"),
-    [(401, "Incorrect API key provided"), (404, "not found"), (400, "model 'm9' not found")],
+    [
+        (401, "Incorrect API key provided"),
+        (403, "Project does not have access to model"),
+        (404, "not found"),
+        (400, "model 'm9' not found"),
+    ],
 )
 def test_a_configuration_error_uses_no_attempt_of_the_backlog(
     tmp_path: Path, fake_openai: FakeOpenAIServer, status: int, message: str
