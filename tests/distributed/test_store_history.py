@@ -91,3 +91,13 @@ async def test_redact_history_rewrites_the_store_mirror(
     names = await store.history_names("memories")
     stored = await store.read_history("memories", names)
     assert stored and not [n for n, data in stored.items() if b"PELICAN-4471" in data]
+    # every object of the layout's memory in the store: the versions hosts pull, the history
+    keys = await store._list(store._key("memories"))
+    held = [k for k in keys if b"PELICAN-4471" in (await store._get(k))[0]]
+    assert keys and held == []
+    # the host's next run pulls nothing back and its stop pushes nothing old
+    await _host_run(tmp_path / "host-a", store, "host-a-r2", "echo done > out.txt")
+    for path in (tmp_path / "host-a" / "memories").rglob("*"):
+        assert not path.is_file() or b"PELICAN-4471" not in path.read_bytes(), path
+    keys = await store._list(store._key("memories"))
+    assert not [k for k in keys if b"PELICAN-4471" in (await store._get(k))[0]]

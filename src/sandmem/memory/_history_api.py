@@ -19,6 +19,7 @@ from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
 from sandmem.memory.history import Attribution, Version, unified
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.store._history_sync import replace_mirror, sync_history
+from sandmem.memory.store._sync import redact_store
 from sandmem.memory.views._index import INDEX_NAME, remove_index
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
@@ -257,9 +258,10 @@ async def redact_history(
                 rewritten = await _redact_tree(session, paths.memories_dir, redactor)
                 await remove_index(session, paths)  # a search index keeps removed terms
                 still = await _matching(session, paths.sessions_dir, redactor)
-            store = layout.store if layout is not None else None
-            if store is not None and store.remote:
-                await replace_mirror(session, paths, store)
+                store = layout.store if layout is not None else None
+                if store is not None and store.remote:
+                    await replace_mirror(session, paths, store)
+                    await redact_store(session, paths, store, redactor.redact)
         except SandboxError as exc:
             raise _locked(exc) from exc
     return RedactResult(versions=changed, files=rewritten, still_in=still)

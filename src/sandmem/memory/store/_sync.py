@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sandmem.memory.history import redact_bytes
 from sandmem.memory.layout import READ_DIRS, READ_FILES, is_read_file
 from sandmem.memory.store._base import (
     MemoryStore,
@@ -271,4 +272,40 @@ async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryS
     raise MemoryStoreConflict(
         f"could not commit live memory edits to {store.describe()} after "
         f"{_COMMIT_ATTEMPTS} attempts; they are still in the workspace"
+    )
+
+
+async def redact_store(
+    session: SandboxSession, paths: MemoryPaths, store: MemoryStore, redact: Any
+) -> bool:
+    """After ``redact-history``: the store's current memory version (every file of it: the
+    ones hosts pull, raw memories, state) rewritten with ``redact`` (``str -> str``) and
+    committed twice, so the store's own pruning (a commit removes the versions older than the
+    one it replaced) drops every version that held the old bytes. A workspace that was on the
+    redacted version moves its sync state to the new one (its files were redacted the same
+    way), so its next push finds no edit to merge back. True when the store changed."""
+    if not store.remote:
+        return False
+    md = paths.memories_dir
+    for _ in range(_COMMIT_ATTEMPTS):
+        current, files = await read_current(store, md)
+        if current is None:
+            return False
+        clean = {name: redact_bytes(data, redact) for name, data in files.items()}
+        try:
+            first = await store.commit(md, current, clean)
+            second = await store.commit(md, first, clean)  # prunes ``current`` and older
+        except MemoryStoreConflict:
+            continue
+        pulled = await _pulled(session, paths)
+        if pulled is not None and pulled.version == current.version:
+            for name, data in clean.items():
+                if is_read_file(name):
+                    await session.write(_state_path(paths, f"base/{name}"), data)
+            record = json.loads(second.to_json()) | {"etag": second.etag}
+            await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+        return True
+    raise MemoryStoreConflict(
+        f"could not rewrite the memory of {store.describe()}: other writers kept committing; "
+        "run redact-history again"
     )
