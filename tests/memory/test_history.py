@@ -310,6 +310,22 @@ async def test_redact_history_removes_a_planted_secret_from_every_stored_byte(
         await api.redact_history(tmp_path)
 
 
+async def test_redact_history_secret_finds_what_the_detectors_know(tmp_path: Path) -> None:
+    """A version stored without redaction (one another host uploaded, or one made before a
+    detector existed) is cleaned by ``--secret`` with no pattern."""
+    await consolidated(tmp_path, ["invoice-fix"])
+    key = "sk-" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4"
+    async with await open_session(tmp_path) as session:
+        async with session.lock(PATHS.lock):
+            files = {"MEMORY.md": f"# Memory\n- deploy key {key}\n".encode()}
+            await history.make_version(session, PATHS, files, None, Attribution("hand_edit"))
+    assert any(key.encode() in data for _, data in every_stored_byte(tmp_path))
+    result = await api.redact_history(tmp_path, secrets=True)
+    assert result.versions == [2]
+    assert all(key.encode() not in data for _, data in every_stored_byte(tmp_path))
+    assert "[REDACTED:" in (await api.diff(tmp_path, 1, 2)).diff
+
+
 async def test_nothing_unredacted_enters_the_history(tmp_path: Path) -> None:
     await consolidated(tmp_path, ["invoice-fix"])
     path = tmp_path / "memories" / "MEMORY.md"
