@@ -243,6 +243,25 @@ def merge3(base: bytes, ours: bytes, theirs: bytes) -> bytes:
     return theirs.rstrip(b"\n") + b"\n" + b"\n".join(added) + b"\n"
 
 
+async def _synced(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    version: MemoryVersion,
+    files: dict[str, bytes],
+    *,
+    live: bool,
+) -> None:
+    """Record that the workspace is on ``version``: each read file of ``files`` becomes the
+    base of the next three-way merge (and, with ``live``, the workspace's file too)."""
+    for name, data in files.items():
+        if is_read_file(name):
+            if live:
+                await session.write(f"{paths.memories_dir}/{name}", data)
+            await session.write(_state_path(paths, f"base/{name}"), data)
+    record = json.loads(version.to_json()) | {"etag": version.etag}
+    await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+
+
 async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:
     """Commit live edits of memory files; True when a new version was committed."""
     pulled = await _pulled(session, paths)
@@ -262,12 +281,7 @@ async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryS
             committed = await store.commit(paths.memories_dir, current, files)
         except MemoryStoreConflict:
             continue
-        for name, data in files.items():
-            if is_read_file(name):
-                await session.write(f"{paths.memories_dir}/{name}", data)
-                await session.write(_state_path(paths, f"base/{name}"), data)
-        record = json.loads(committed.to_json()) | {"etag": committed.etag}
-        await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+        await _synced(session, paths, committed, files, live=True)
         return True
     raise MemoryStoreConflict(
         f"could not commit live memory edits to {store.describe()} after "
@@ -299,11 +313,7 @@ async def redact_store(
             continue
         pulled = await _pulled(session, paths)
         if pulled is not None and pulled.version == current.version:
-            for name, data in clean.items():
-                if is_read_file(name):
-                    await session.write(_state_path(paths, f"base/{name}"), data)
-            record = json.loads(second.to_json()) | {"etag": second.etag}
-            await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+            await _synced(session, paths, second, clean, live=False)
         return True
     raise MemoryStoreConflict(
         f"could not rewrite the memory of {store.describe()}: other writers kept committing; "
