@@ -1,6 +1,7 @@
-"""``sandmem mcp``: the memory server driven by the ``mcp`` SDK's own client, over stdio (a
-subprocess running ``sandmem mcp``) and Streamable HTTP, on both protocol eras (the
-handshake of 2025-11-25 and the per-request envelope of 2026-07-28)."""
+"""``sandmem mcp``: the memory server driven by the ``mcp`` SDK's own clients, over stdio (a
+subprocess running ``sandmem mcp``) and Streamable HTTP, on both protocol eras: the
+``initialize`` handshake (2024-11-05 to 2025-11-25) and the per-request envelope of
+2026-07-28."""
 
 from __future__ import annotations
 
@@ -21,13 +22,18 @@ import pytest
 
 mcp = pytest.importorskip("mcp")
 
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
+from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated  # noqa: E402
+from mcp_client import CLIENT, initialize_as, modern_client, stdio_session  # noqa: E402
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS  # noqa: E402
 
+from sandmem.memory.mcp._tools import ToolRefused  # noqa: E402
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient  # noqa: E402
 
 SANDMEM = str(Path(sys.executable).with_name("sandmem"))
+GENERATES = ("--engine", "extractive", "--allow-generate")
 SECRET = "sk-proj-" + "Q7x" * 16
 NOTE = "Always run the tests with make test-fast before every commit."
 TOKEN = "t0ken-" + "a" * 32
@@ -38,31 +44,14 @@ def _text(result: Any) -> str:
     return "\n".join(block.text for block in result.content)
 
 
-def _client_info() -> Any:
-    return mcp.types.Implementation(name="sandmem-test", version="9.9")
-
-
 @asynccontextmanager
-async def stdio_session(workspace: Path, *args: str) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(
-        command=SANDMEM,
-        args=["mcp", "--workspace", str(workspace), *args],
-        env={**os.environ, "OPENAI_API_KEY": ""},
-    )
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(read, write, client_info=_client_info()) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-@asynccontextmanager
-async def served(transport: str, workspace: Path, *args: str) -> AsyncIterator[ClientSession]:
+async def served(
+    transport: str, workspace: Path, *args: str, **kwargs: Any
+) -> AsyncIterator[ClientSession]:
     """A client session on ``sandmem mcp`` over ``transport`` ("stdio", or "http": a server
     process on a free loopback port with a bearer token, stopped afterwards)."""
     if transport == "stdio":
-        async with stdio_session(workspace, *args) as session:
+        async with stdio_session(["--workspace", str(workspace), *args], **kwargs) as session:
             yield session
         return
     port = _free_port()
@@ -71,7 +60,7 @@ async def served(transport: str, workspace: Path, *args: str) -> AsyncIterator[C
     env = {**os.environ, "MCP_TEST_TOKEN": TOKEN, "OPENAI_API_KEY": ""}
     proc = await anyio.to_thread.run_sync(_spawn, argv, env, port)
     try:
-        async with http_session(f"http://127.0.0.1:{port}/mcp") as session:
+        async with http_session(f"http://127.0.0.1:{port}/mcp", **kwargs) as session:
             yield session
     finally:
         proc.terminate()
@@ -149,20 +138,58 @@ async def test_tools_resources_paging_and_confinement(tmp_path: Path, transport:
         assert result.is_error and "bogus" in _text(result)
 
 
+class Heard:
+    """The resource notifications a handshake-era client received."""
+
+    def __init__(self) -> None:
+        self.updated: list[str] = []
+        self.list_changed = 0
+        self.event = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        root = getattr(message, "root", message)
+        if isinstance(root, mcp.types.ResourceUpdatedNotification):
+            self.updated.append(str(root.params.uri))
+        elif isinstance(root, mcp.types.ResourceListChangedNotification):
+            self.list_changed += 1
+        else:
+            return
+        if "memory://MEMORY.md" in self.updated and self.list_changed:
+            self.event.set()
+
+
+async def _subscribe(session: ClientSession, uri: str) -> None:
+    with warnings.catch_warnings():  # a handshake-era client subscribes the old way
+        warnings.simplefilter("ignore", mcp.MCPDeprecationWarning)
+        await session.subscribe_resource(uri)
+
+
 @TRANSPORTS
 async def test_remember_generate_update_and_read_only(tmp_path: Path, transport: str) -> None:
-    args = ("--engine", "extractive", "--allow-generate")
-    async with served(transport, tmp_path, *args) as session:
+    heard = Heard()
+    async with served(transport, tmp_path, *GENERATES, message_handler=heard) as session:
+        await session.list_resources()
+        await _subscribe(session, "memory://MEMORY.md")
         result = await session.call_tool(
             "memory_remember", {"text": f"{NOTE} The key is {SECRET}.", "kind": "preference"}
         )
         assert not result.is_error, _text(result)
         report = json.loads(_text(await session.call_tool("memory_generate", {})))
         assert report["processed"] == ["mcp-notes"] and report["complete"]
+        # extracted (a raw memory and a rollout summary), then consolidated into MEMORY.md
+        raw = (tmp_path / "memories" / "raw_memories" / "mcp-notes.md").read_text()
+        assert "make test-fast" in raw and SECRET not in raw
+        summaries = list((tmp_path / "memories" / "rollout_summaries").glob("mcp-notes_*.md"))
+        assert len(summaries) == 1
+        memory = (tmp_path / "memories" / "MEMORY.md").read_text()
+        assert "make test-fast" in memory and summaries[0].name in memory
         hits = _text(await session.call_tool("memory_search", {"query": "test-fast commit"}))
         assert "memories/MEMORY.md" in hits
-        memory = (tmp_path / "memories" / "MEMORY.md").read_text()
-        assert "make test-fast" in memory
+        # the generation rewrote MEMORY.md and added a summary: both are told
+        with anyio.fail_after(10):
+            await heard.event.wait()
+        listed = {str(r.uri) for r in (await session.list_resources()).resources}
+        assert f"memory://rollout_summaries/{summaries[0].name}" in listed
 
         patch = (
             "*** Begin Patch\n*** Update File: memories/MEMORY.md\n@@\n # Memory\n"
@@ -208,16 +235,81 @@ async def test_remember_generate_update_and_read_only(tmp_path: Path, transport:
     assert (tmp_path / "memories" / "MEMORY.md").read_text() == edited
 
 
-async def test_instructions_carry_the_summary(tmp_path: Path) -> None:
+async def test_instructions_carry_the_summary_for_the_oldest_client(tmp_path: Path) -> None:
+    """A client of the first protocol revision (2024-11-05) gets that revision, the
+    instructions with the summary, and the tools and resources."""
     _seed(tmp_path)
-    params = StdioServerParameters(command=SANDMEM, args=["mcp", "-w", str(tmp_path)])
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        init = await session.initialize()
-    assert init.instructions is not None
+    async with stdio_session(["-w", str(tmp_path)], protocol="2024-11-05") as session:
+        assert session.protocol_version == "2024-11-05"
+        init = session.initialize_result
+        assert init is not None and init.instructions is not None
+        summary = await session.read_resource("memory://memory_summary.md")
+        hits = _text(await session.call_tool("memory_search", {"query": "deploy"}))
     assert "memory_search" in init.instructions
     assert "<memory_summary>\nThe user likes invoices rounded to cents.\n</memory_summary>" in (
         init.instructions
     )
+    assert "rounded to cents" in summary.contents[0].text
+    assert hits.startswith("memories/skills/deploy/SKILL.md:")
+
+
+async def test_a_2026_07_28_client_hears_what_a_generation_rewrites(tmp_path: Path) -> None:
+    """The 2026-07-28 client over stdio (``server/discover``, no handshake) remembers a note,
+    generates, and hears on ``subscriptions/listen`` that the summary and ``MEMORY.md`` were
+    rewritten and that the list of resources changed."""
+    args = ["--workspace", str(tmp_path), *GENERATES]
+    heard: list[object] = []
+    async with modern_client(args) as client:
+        assert client.protocol_version == "2026-07-28"
+        async with client.listen(
+            resources_list_changed=True,
+            resource_subscriptions=["memory://MEMORY.md", "memory://memory_summary.md"],
+        ) as events:
+            result = await client.call_tool("memory_remember", {"text": NOTE, "kind": "fact"})
+            assert not result.is_error, _text(result)
+            report = json.loads(_text(await client.call_tool("memory_generate", {})))
+            assert report["processed"] == ["mcp-notes"]
+            with anyio.fail_after(10):
+                async for event in events:
+                    heard.append(event)
+                    if len(heard) == 3:
+                        break
+        summary = await client.read_resource("memory://memory_summary.md")
+    assert set(heard) == {
+        ResourceUpdated(uri="memory://MEMORY.md"),
+        ResourceUpdated(uri="memory://memory_summary.md"),
+        ResourcesListChanged(),
+    }
+    assert summary.contents[0].text.strip()
+    segment = json.loads((tmp_path / "sessions" / "mcp-notes.jsonl").read_text())
+    assert segment["source"]["client"] == "sandmem-test 9.9"  # from the request envelope
+
+
+async def test_a_stdio_client_may_vanish_mid_call(tmp_path: Path) -> None:
+    """A client that goes away while its edit waits for the layout lock: the edit is applied
+    whole or not at all, the lock is free afterwards, and the next client is served."""
+    _seed(tmp_path)
+    memory_md = tmp_path / "memories" / "MEMORY.md"
+    before = memory_md.read_text()
+    patch = (
+        "*** Begin Patch\n*** Update File: memories/MEMORY.md\n@@\n # Memory\n"
+        "+- Written while locked.\n*** End Patch\n"
+    )
+    args = ["-w", str(tmp_path), "--lock-timeout", "30"]
+    sandbox = await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path))
+    async with sandbox:
+        async with sandbox.lock("memories/.lock", timeout=5):
+            with anyio.move_on_after(1.0):
+                async with stdio_session(args) as session:
+                    await session.call_tool("memory_update", {"patch": patch})
+        edited = before.replace("# Memory\n", "# Memory\n- Written while locked.\n", 1)
+        assert memory_md.read_text() in (before, edited)
+        async with sandbox.lock("memories/.lock", timeout=5):
+            pass  # nobody holds it any more
+    async with stdio_session(args) as session:
+        result = await session.call_tool("memory_update", {"patch": patch})
+        assert not result.is_error, _text(result)
+    assert memory_md.read_text().count("Written while locked.") in (1, 2)
 
 
 # ---------------------------------------------------------------- Streamable HTTP
@@ -272,14 +364,19 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 
 
 @asynccontextmanager
-async def http_session(url: str, **kwargs: Any) -> AsyncIterator[ClientSession]:
+async def http_session(
+    url: str, *, protocol: str | None = None, **kwargs: Any
+) -> AsyncIterator[ClientSession]:
     client = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"})
     async with (
         client,
         streamable_http_client(url, http_client=client) as (read, write),
-        ClientSession(read, write, client_info=_client_info(), **kwargs) as session,
+        ClientSession(read, write, client_info=CLIENT, **kwargs) as session,
     ):
-        await session.initialize()
+        if protocol is None:
+            await session.initialize()
+        else:
+            await initialize_as(session, protocol)
         yield session
 
 
@@ -335,6 +432,20 @@ async def test_http_2026_07_28_client(http_server: tuple[str, Path]) -> None:
         assert "make deploy" in _text(result)
 
 
+@pytest.mark.parametrize("protocol", HANDSHAKE_PROTOCOL_VERSIONS)
+async def test_every_handshake_revision_is_served(
+    http_server: tuple[str, Path], protocol: str
+) -> None:
+    url, _ = http_server
+    async with http_session(url, protocol=protocol) as session:
+        assert session.protocol_version == protocol
+        assert {t.name for t in (await session.list_tools()).tools} >= {"memory_search"}
+        summary = await session.read_resource("memory://memory_summary.md")
+        assert "rounded to cents" in summary.contents[0].text
+        page = _text(await session.call_tool("memory_read", {"path": "MEMORY.md", "limit": 2}))
+        assert page.startswith("memories/MEMORY.md: lines 1-2 of ")
+
+
 async def test_a_write_waits_for_the_lock_and_a_client_may_vanish_mid_call(
     http_server: tuple[str, Path],
 ) -> None:
@@ -365,6 +476,20 @@ async def test_a_write_waits_for_the_lock_and_a_client_may_vanish_mid_call(
         assert not result.is_error and "lines 1-3" in _text(result)
 
 
+async def test_a_note_waits_for_the_sessions_lock(http_server: tuple[str, Path]) -> None:
+    """``memory_remember`` appends under the sessions lock (a forget holds it) and gives up
+    after ``--lock-timeout`` (1 s here) with a message, recording nothing."""
+    url, workspace = http_server
+    rollout = workspace / "sessions" / "mcp-notes.jsonl"
+    before = rollout.read_bytes() if rollout.exists() else b""
+    sandbox = await UnixLocalSandboxClient().create(manifest=Manifest(root=workspace))
+    async with sandbox, sandbox.lock("sessions/.lock", timeout=5):
+        async with http_session(url) as session:
+            result = await session.call_tool("memory_remember", {"text": NOTE})
+    assert result.is_error and "locked" in _text(result) and "not changed" in _text(result)
+    assert (rollout.read_bytes() if rollout.exists() else b"") == before
+
+
 def test_a_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SANDMEM_MCP_TOKEN"}
     done = subprocess.run(
@@ -379,25 +504,46 @@ def test_a_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
 
 
 async def test_each_tool_call_is_a_genai_memory_span(tmp_path: Path, otel_spans: Any) -> None:
-    from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
+    """Spans follow the GenAI memory conventions: named by the operation (``search_memory``,
+    ``create_memory``, ``update_memory``, ``upsert_memory`` for a consolidation,
+    ``delete_memory``), with the store, the record and the MCP call."""
+    from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
     from sandmem.memory.mcp import ServerOptions
     from sandmem.memory.mcp._tools import Caller, MemoryTools
 
     _seed(tmp_path)
-    options = ServerOptions(str(tmp_path), MemoryLayoutConfig(), MemoryGenerateConfig())
+    config = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
+    options = ServerOptions(
+        str(tmp_path), MemoryLayoutConfig(), config, allow_forget=True, allow_generate=True
+    )
     tools = MemoryTools(options)
-    caller = Caller(client="probe")
+    caller = Caller(client="probe", session="s-1", transport="http")
     await tools.call("memory_search", {"query": "invoice"}, caller)
     await tools.call("memory_remember", {"text": NOTE}, caller)
     patch = (
         "*** Begin Patch\n*** Update File: memories/MEMORY.md\n@@\n # Memory\n+- x\n*** End Patch\n"
     )
     await tools.call("memory_update", {"patch": patch}, caller)
-    spans = {s.name: dict(s.attributes) for s in otel_spans.get_finished_spans()}
-    assert set(spans) == {
-        "search_memory memory_search",
-        "create_memory memory_remember",
-        "update_memory memory_update",
+    await tools.call("memory_generate", {}, caller)
+    await tools.call("memory_forget", {"rollout_id": "mcp-notes"}, caller)
+    with pytest.raises(ToolRefused):
+        await tools.call("memory_read", {"path": "../outside"}, caller)
+    spans = [s for s in otel_spans.get_finished_spans() if "gen_ai.tool.name" in s.attributes]
+    by_tool = {s.attributes["gen_ai.tool.name"]: (s.name, dict(s.attributes)) for s in spans}
+    assert {tool: name for tool, (name, _) in by_tool.items()} == {
+        "memory_search": "search_memory",
+        "memory_remember": "create_memory",
+        "memory_update": "update_memory",
+        "memory_generate": "upsert_memory",
+        "memory_forget": "delete_memory",
+        "memory_read": "search_memory",
     }
-    assert spans["create_memory memory_remember"]["gen_ai.operation.name"] == "create_memory"
-    assert spans["search_memory memory_search"]["mcp.client.name"] == "probe"
+    for name, attributes in by_tool.values():
+        assert attributes["gen_ai.operation.name"] == name
+        assert attributes["gen_ai.memory.store.id"] == "memories"
+        assert attributes["mcp.method.name"] == "tools/call"
+        assert attributes["mcp.session.id"] == "s-1"
+    assert by_tool["memory_search"][1]["gen_ai.memory.record.count"] >= 1
+    assert by_tool["memory_remember"][1]["gen_ai.memory.record.id"] == "mcp-notes"
+    assert by_tool["memory_forget"][1]["gen_ai.memory.record.id"] == "mcp-notes"
+    assert by_tool["memory_read"][1]["error.type"] == "ToolRefused"

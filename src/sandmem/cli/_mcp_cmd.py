@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -16,7 +19,7 @@ from sandmem.cli._common import (
     run_async,
     workspace_option,
 )
-from sandmem.memory import MemoryGenerateConfig, serve_mcp
+from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig, serve_mcp
 
 
 def _address(value: str | None) -> tuple[str, int] | None:
@@ -47,6 +50,19 @@ def _address(value: str | None) -> tuple[str, int] | None:
     help="The environment variable that holds the bearer token HTTP clients must send "
     "(Authorization: Bearer <token>). Default: SANDMEM_MCP_TOKEN when it is set.",
 )
+@click.option(
+    "--store",
+    "store_url",
+    metavar="s3://BUCKET/PREFIX",
+    default=None,
+    help="Serve the memory of a layout kept in a memory store (the distributed mode); the "
+    "workspace then holds the server's copy (default: a temporary directory).",
+)
+@click.option(
+    "--endpoint-url",
+    default=lambda: os.environ.get("SANDMEM_S3_ENDPOINT_URL"),
+    help="With --store: an S3-compatible endpoint [$SANDMEM_S3_ENDPOINT_URL; AWS when unset].",
+)
 @click.option("--read-only", is_flag=True, help="Offer the read tools only.")
 @click.option("--allow-forget", is_flag=True, help="Offer memory_forget.")
 @click.option("--allow-generate", is_flag=True, help="Offer memory_generate.")
@@ -71,6 +87,8 @@ def mcp_command(
     model: str | None,
     http: str | None,
     token_env: str | None,
+    store_url: str | None,
+    endpoint_url: str | None,
     read_only: bool,
     allow_forget: bool,
     allow_generate: bool,
@@ -89,17 +107,39 @@ def mcp_command(
         raise click.UsageError(f"--token-env {token_env}: ${token_env} is not set or empty")
     generates = (allow_generate or allow_forget) and not read_only
     config = generate_config(engine, model) if generates else MemoryGenerateConfig()
-    run_async(
-        serve_mcp(
-            workspace,
-            layout=layout_config(memories_dir, sessions_dir),
-            config=config,
-            read_only=read_only,
-            allow_forget=allow_forget,
-            allow_generate=allow_generate,
-            conversation_id=conversation_id,
-            lock_timeout=lock_timeout,
-            http=address,
-            token=token,
+    layout = layout_config(memories_dir, sessions_dir)
+    if store_url is not None:
+        from sandmem.distributed import S3MemoryStore
+
+        store = S3MemoryStore.from_url(store_url, endpoint_url=endpoint_url)
+        layout = MemoryLayoutConfig(
+            memories_dir=layout.memories_dir, sessions_dir=layout.sessions_dir, store=store
         )
-    )
+    given = click.get_current_context().get_parameter_source("workspace")
+    default = given is click.core.ParameterSource.DEFAULT
+    with _copy_dir(workspace, store_url is not None and default) as where:
+        run_async(
+            serve_mcp(
+                where,
+                layout=layout,
+                config=config,
+                read_only=read_only,
+                allow_forget=allow_forget,
+                allow_generate=allow_generate,
+                conversation_id=conversation_id,
+                lock_timeout=lock_timeout,
+                http=address,
+                token=token,
+            )
+        )
+
+
+@contextlib.contextmanager
+def _copy_dir(workspace: Path, temporary: bool) -> Iterator[Path]:
+    """The workspace, or (``temporary``: a store's layout with no --workspace) a private
+    directory for the server's copy, removed when the server ends."""
+    if not temporary:
+        yield workspace
+        return
+    with tempfile.TemporaryDirectory(prefix="sandmem-mcp-") as tmp:
+        yield Path(tmp)

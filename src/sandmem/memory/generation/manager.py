@@ -205,14 +205,16 @@ class MemoryGenerationManager:
         await ensure_layout(self.session, self.paths)
         self._layout_ready = True
 
-    async def record(self, segment: dict[str, Any]) -> None:
+    async def record(self, segment: dict[str, Any], *, lock_timeout: float | None = None) -> None:
         """Append one run segment (redacted) to its rollout file: append only, under the
-        sessions lock so concurrent writers never interleave."""
+        sessions lock so concurrent writers never interleave (waiting for it at most
+        ``lock_timeout`` seconds, default ``LOCK_TIMEOUT_S``)."""
         with no_symlinks():  # never through a symlink planted under sessions/ or memories/
             await self.prepare()
             line = segment_line(self.redactor.redact_obj(segment))
             lock = f"{self.paths.sessions_dir}/.lock"
-            async with self.session.lock(lock, timeout=LOCK_TIMEOUT_S):
+            wait = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
+            async with self.session.lock(lock, timeout=wait):
                 await self.session.append(self.paths.rollout_file(segment["rollout_id"]), line)
 
     def detach_stop_hook(self) -> None:

@@ -7,7 +7,9 @@ SDK's low-level ``Server``), over stdio or Streamable HTTP.
 - **resources**: ``memory://<path in memories_dir>`` for the summary, ``MEMORY.md``, each rollout
   summary and each skill file. A watcher looks at them every ``poll_interval`` seconds and after
   each write tool; a change is sent to clients that subscribed (``resources/subscribe`` on
-  handshake-era protocol versions, ``subscriptions/listen`` on 2026-07-28).
+  handshake-era protocol versions, ``subscriptions/listen`` on 2026-07-28), and a file that
+  appeared or went away to handshake-era clients that listed the resources
+  (``notifications/resources/list_changed``).
 """
 
 from __future__ import annotations
@@ -55,13 +57,17 @@ class MemoryMCPServer:
         self.poll_interval = poll_interval
         self._server: Server[Any] | None = None
         self._subscribers: dict[str, set[ServerSession]] = {}
+        #: handshake-era sessions that listed the resources: told when the list changes
+        self._listers: set[ServerSession] = set()
         self._seen: dict[str, str] | None = None
         self._bus: Any = None
 
     async def prepare(self) -> None:
         """Create the layout's files when missing (never overwriting), so a server that may
-        write starts on a workspace without memory yet."""
-        if self.options.read_only:
+        write starts on a workspace without memory yet; with a remote store, bring the
+        store's current memory into the workspace."""
+        sync = self.tools.sync
+        if self.options.read_only and sync is None:
             return
         from pathlib import Path
 
@@ -74,6 +80,8 @@ class MemoryMCPServer:
         session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
         async with session:
             await ensure_layout(session, self.options.paths)
+        if sync is not None:
+            await sync.pull(fresh=True)
 
     # ------------------------------------------------------------ instructions
 
@@ -186,6 +194,7 @@ class MemoryMCPServer:
     async def _list_resources(self, ctx: Any, params: Any) -> Any:
         from mcp import types
 
+        self._listed_by(ctx)
         resources = [
             types.Resource(
                 uri=self.uri(path),
@@ -225,7 +234,13 @@ class MemoryMCPServer:
         from mcp import types
 
         self._subscribers.setdefault(str(params.uri), set()).add(ctx.session)
+        self._listed_by(ctx)
         return types.EmptyResult()
+
+    def _listed_by(self, ctx: Any) -> None:
+        """Remember a handshake-era session (2026-07-28 clients use ``subscriptions/listen``)."""
+        if getattr(ctx.session, "client_params", None) is not None:
+            self._listers.add(ctx.session)
 
     async def _unsubscribe(self, ctx: Any, params: Any) -> Any:
         from mcp import types
@@ -272,24 +287,35 @@ class MemoryMCPServer:
                 await self._bus.publish(ResourceUpdated(uri=uri))
             for session in list(self._subscribers.get(uri, ())):
                 await self._notify(session, uri)
-        if listed and self._bus is not None:
-            await self._bus.publish(ResourcesListChanged())
+        if listed:
+            if self._bus is not None:
+                await self._bus.publish(ResourcesListChanged())
+            for session in list(self._listers):
+                await self._notify(session, None)
         return changed
 
-    async def _notify(self, session: ServerSession, uri: str) -> None:
+    async def _notify(self, session: ServerSession, uri: str | None) -> None:
+        """Tell ``session`` that ``uri`` changed (``None``: the list of resources did)."""
         try:
-            await session.send_resource_updated(uri)
+            if uri is None:
+                await session.send_resource_list_changed()
+            else:
+                await session.send_resource_updated(uri)
         except Exception as exc:  # a client that went away: forget it
-            logger.debug("dropping a subscriber of %s: %s", uri, exc)
+            logger.debug("dropping a subscriber of %s: %s", uri or "the resource list", exc)
             for sessions in self._subscribers.values():
                 sessions.discard(session)
+            self._listers.discard(session)
 
     async def watch(self) -> None:
-        """Look for changes every ``poll_interval`` seconds, forever."""
+        """Look for changes every ``poll_interval`` seconds (pulling from the layout's remote
+        store first, when it has one), forever."""
         await self.check_changes()
         while True:
             await anyio.sleep(self.poll_interval)
             try:
+                if self.tools.sync is not None:
+                    await self.tools.sync.pull()  # a generation elsewhere committed
                 await self.check_changes()
             except Exception as exc:  # a half-written file, a vanished layout: look again later
                 logger.debug("memory watch: %s", exc)

@@ -18,16 +18,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandmem._errors import MemoryLockedError, SandboxError, SandmemError
+from sandmem._errors import MemoryLockedError, SandboxError, SandmemError, UserError
 from sandmem.memory import _api as api
 from sandmem.memory import journal
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.history import Attribution
 from sandmem.memory.layout import READ_FILES, SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, read_text
 from sandmem.memory.live_edit import apply_live_edit, patch_targets, workspace_relative
+from sandmem.memory.mcp._store import StoreSync
 from sandmem.memory.rollouts import note_segment, validate_rollout_id
+from sandmem.memory.store import MemoryStore
 from sandmem.redaction import Redactor
-from sandmem.tracing import span
+from sandmem.tracing import Span, span
 
 #: lines ``memory_read`` returns when no ``limit`` is given, and the most it returns at once
 READ_DEFAULT_LINES = 200
@@ -139,7 +141,10 @@ class ToolSpec:
     name: str
     description: str
     args: type[_Args]
-    operation: str  # the OpenTelemetry GenAI memory operation of its span
+    #: the OpenTelemetry GenAI memory operation: its span's name and ``gen_ai.operation.name``
+    #: (``search_memory`` for reads, ``create_memory`` for a new note, ``update_memory`` for an
+    #: edit of known entries, ``upsert_memory`` for a consolidation, ``delete_memory``)
+    operation: str
     writes: bool
 
 
@@ -208,7 +213,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {
             "Generate memory now from the conversations and notes recorded since the last "
             "generation (extraction, then consolidation). Can take a while.",
             NoArgs,
-            "update_memory",
+            "upsert_memory",
             True,
         ),
     )
@@ -233,6 +238,17 @@ class ServerOptions:
 
     def __post_init__(self) -> None:
         validate_rollout_id(self.conversation_id)
+        if self.store is not None and self.allow_forget and not self.read_only:
+            raise UserError(
+                "memory_forget is not available on a layout in a remote store (--store): "
+                "forget on a host whose workspace holds the layout, or drop --allow-forget"
+            )
+
+    @property
+    def store(self) -> MemoryStore | None:
+        """The layout's remote store, when it has one (the workspace is then a copy)."""
+        store = self.layout.store
+        return store if store is not None and store.remote else None
 
     @property
     def paths(self) -> MemoryPaths:
@@ -309,6 +325,9 @@ class MemoryTools:
         self.paths = options.paths
         #: called after a tool changed memory files (the server then looks for changes)
         self.on_change: Callable[[], Awaitable[object]] | None = None
+        store = options.store
+        #: moves the workspace's copy to and from the layout's remote store, when there is one
+        self.sync = StoreSync(options.workspace, options.layout, store) if store else None
 
     async def call(self, name: str, arguments: dict[str, Any], caller: Caller) -> str:
         """Run tool ``name``; ``ToolRefused`` when it is not offered or the arguments are bad
@@ -324,14 +343,18 @@ class MemoryTools:
             raise ToolRefused(f"bad arguments for {name}: {_problems(exc)}") from None
         attributes = {
             "gen_ai.operation.name": spec.operation,
+            "gen_ai.memory.store.id": self.paths.memories_dir,
             "gen_ai.tool.name": name,
-            "gen_ai.memory.store.name": self.paths.memories_dir,
+            "mcp.method.name": "tools/call",
+            "mcp.session.id": caller.session,
             "mcp.client.name": caller.client,
         }
-        with span(f"{spec.operation} {name}", attributes, enabled=self.options.tracing):
-            handler: Callable[[Any, Caller], Awaitable[str]] = getattr(self, "_" + name)
+        with span(spec.operation, attributes, enabled=self.options.tracing) as handle:
+            handler: Callable[[Any, Caller, Span], Awaitable[str]] = getattr(self, "_" + name)
             try:
-                result = await handler(args, caller)
+                if self.sync is not None and not spec.writes:
+                    await self.sync.pull()  # what another host committed since
+                result = await handler(args, caller, handle)
             except MemoryLockedError as exc:
                 raise ToolRefused(
                     f"{exc}; memory was not changed. Try again in a minute."
@@ -348,8 +371,9 @@ class MemoryTools:
     def _target(self) -> str:
         return self.options.workspace
 
-    async def _memory_search(self, args: SearchArgs, caller: Caller) -> str:
+    async def _memory_search(self, args: SearchArgs, caller: Caller, handle: Span) -> str:
         found = await api.search(self._target, args.query, args.limit, layout=self.options.layout)
+        handle.set_many({"gen_ai.memory.record.count": len(found.hits)})
         if not found.hits:
             return f"No memory matches {args.query!r}."
         lines = []
@@ -358,15 +382,16 @@ class MemoryTools:
             lines.append(f"{hit.path}:{hit.line}{section} {hit.snippet}")
         return "\n".join(lines)
 
-    async def _memory_read(self, args: ReadArgs, caller: Caller) -> str:
+    async def _memory_read(self, args: ReadArgs, caller: Caller, handle: Span) -> str:
         path = memory_file(self.paths, args.path)
+        handle.set_many({"gen_ai.memory.record.id": path})
         async with api._opened(self._target, self.options.layout) as (session, _paths, _):
             text = await read_text(session, path)
         if text is None:
             raise ToolRefused(f"{path} does not exist; memory_search or memory_list find files")
         return page(path, text, args.offset, args.limit)
 
-    async def _memory_list(self, args: ListArgs, caller: Caller) -> str:
+    async def _memory_list(self, args: ListArgs, caller: Caller, handle: Span) -> str:
         found = await api.list_conversations(self._target, layout=self.options.layout)
         keep = ("rollout_id", "status", "updated_at", "task", "summary_file")
         rows = [c.model_dump(include=set(keep)) for c in found[: args.limit]]
@@ -374,25 +399,38 @@ class MemoryTools:
         text = json.dumps(rows, ensure_ascii=False, indent=1)
         return text + (f"\n({more} older conversations not shown)" if more > 0 else "")
 
-    async def _memory_status(self, args: NoArgs, caller: Caller) -> str:
+    async def _memory_status(self, args: NoArgs, caller: Caller, handle: Span) -> str:
         found = await api.status(self._target, layout=self.options.layout)
         return found.model_dump_json(indent=1)
 
-    async def _memory_remember(self, args: RememberArgs, caller: Caller) -> str:
+    async def _memory_remember(self, args: RememberArgs, caller: Caller, handle: Span) -> str:
         rid = self.options.conversation_id
+        handle.set_many({"gen_ai.memory.record.id": rid})
         segment = note_segment(rid, args.text, kind=args.kind, source=caller.source())
         async with api._opened(self._target, self.options.layout) as (session, paths, _owned):
             manager = api._manager(session, paths, self.options.config, detach=True)
             try:
-                await manager.record(segment)
+                await manager.record(segment, lock_timeout=self.options.lock_timeout)
             except SandboxError as exc:
                 raise api._locked(exc) from exc
+        where = self.paths.rollout_file(rid)
+        if self.sync is not None:
+            await self.sync.push_segments()
+            where += f", pushed to {self.sync.describe()}"
         return (
-            f"Recorded as a segment of conversation {rid} ({self.paths.rollout_file(rid)}). "
+            f"Recorded as a segment of conversation {rid} ({where}). "
             "It becomes memory at the next generation."
         )
 
-    async def _memory_update(self, args: UpdateArgs, caller: Caller) -> str:
+    async def _memory_update(self, args: UpdateArgs, caller: Caller, handle: Span) -> str:
+        if self.sync is not None:
+            await self.sync.pull(fresh=True)  # edit the current version
+        result = await self._edit(args, caller)
+        if self.sync is not None and await self.sync.push_edits():
+            return f"{result}\nCommitted to {self.sync.describe()}."
+        return result
+
+    async def _edit(self, args: UpdateArgs, caller: Caller) -> str:
         async with api._opened(self._target, self.options.layout) as (session, paths, _):
             targets = patch_targets(args.patch)
             if targets is None:
@@ -413,13 +451,17 @@ class MemoryTools:
                 raise api._locked(exc) from exc
         return result.render()
 
-    async def _memory_forget(self, args: ForgetArgs, caller: Caller) -> str:
+    async def _memory_forget(self, args: ForgetArgs, caller: Caller, handle: Span) -> str:
+        handle.set_many({"gen_ai.memory.record.id": args.rollout_id})
         found = await api.forget(
             self._target, args.rollout_id, layout=self.options.layout, config=self.options.config
         )
         return found.model_dump_json(indent=1)
 
-    async def _memory_generate(self, args: NoArgs, caller: Caller) -> str:
+    async def _memory_generate(self, args: NoArgs, caller: Caller, handle: Span) -> str:
+        if self.sync is not None:
+            flushed = await self.sync.generate(self.options.config)
+            return api._report(flushed).model_dump_json(indent=1)
         report = await api.generate(
             self._target, layout=self.options.layout, config=self.options.config
         )
