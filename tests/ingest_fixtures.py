@@ -29,6 +29,9 @@ class Expected:
     final_answers: list[str] = field(default_factory=list)
     failed_commands: list[str] = field(default_factory=list)
     file_paths: list[str] = field(default_factory=list)
+    #: texts of the source that are not the user speaking (a sub-agent's task, a compaction
+    #: summary, a notification): never rendered as a user message
+    not_user: list[str] = field(default_factory=list)
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -214,6 +217,61 @@ def codex_session_one(root: Path) -> Expected:
             },
         ),
         _cx("10:05:02.000", "compacted", {"message": "Summary of the work so far."}),
+        _cx(
+            "10:05:02.100",
+            "response_item",
+            {
+                "type": "function_call",
+                "name": "spawn_agent",
+                "arguments": json.dumps({"message": SUBAGENT_TASK, "agent_type": "explorer"}),
+                "call_id": "call_a5",
+            },
+        ),
+        _cx(
+            "10:05:02.200",
+            "response_item",
+            {
+                "type": "function_call_output",
+                "call_id": "call_a5",
+                "output": json.dumps({"agent_id": SUBAGENT_ID, "nickname": "Kepler"}),
+            },
+        ),
+        _cx(
+            "10:05:02.300",
+            "response_item",
+            {
+                "type": "agent_message",
+                "author": "/root/kepler",
+                "recipient": "/root",
+                "content": [
+                    {"type": "input_text", "text": "Money fields live in billing/models.py."},
+                    {"type": "encrypted_content", "encrypted_content": "gAAAAB" + "y" * 40},
+                ],
+            },
+        ),
+        _cx(
+            "10:05:02.400",
+            "response_item",
+            {
+                "type": "function_call",
+                "name": "memory_search",
+                "namespace": "mcp__sandmem_memory",
+                "arguments": json.dumps({"query": "money decimal"}),
+                "call_id": "call_a6",
+            },
+        ),
+        _cx(
+            "10:05:02.500",
+            "response_item",
+            {
+                "type": "function_call_output",
+                "call_id": "call_a6",
+                "output": [
+                    {"type": "input_text", "text": "Wall time: 0.05 seconds\nOutput:"},
+                    {"type": "input_text", "text": "memories/MEMORY.md:3 use Decimal for money"},
+                ],
+            },
+        ),
         _cx_msg("10:05:03.000", "assistant", final2),
     ]
     path = _jsonl(root / "2026/11/20" / f"rollout-2026-11-20T10-00-00-{sid}.jsonl", rows)
@@ -224,7 +282,75 @@ def codex_session_one(root: Path) -> Expected:
         [task, fix],
         [final1, final2],
         ["pytest -q tests/test_invoice.py"],
-        ["billing/invoice.py"],
+        ["billing/invoice.py", "billing/models.py"],
+    )
+
+
+SUBAGENT_ID = "0199a1b2-5555-7e5f-8a9b-222222222222"
+SUBAGENT_TASK = "Find where money fields are declared under billing/"
+
+
+def codex_subagent(root: Path, parent: Expected) -> Expected:
+    """A thread the first session spawned: a rollout file of its own whose session meta names
+    its parent; its first user message is the parent's task for it, not the user's."""
+    rows = [
+        _cx(
+            "10:05:02.150",
+            "session_meta",
+            {
+                "id": SUBAGENT_ID,
+                "timestamp": "2026-11-20T10:05:02.150Z",
+                "cwd": "/home/dev/shop",
+                "originator": "codex_cli_rs",
+                "cli_version": "0.171.0",
+                "source": {
+                    "subagent": {
+                        "thread_spawn": {
+                            "parent_thread_id": parent.session_id,
+                            "depth": 1,
+                            "agent_nickname": "Kepler",
+                            "agent_role": "explorer",
+                        }
+                    }
+                },
+                "agent_nickname": "Kepler",
+                "agent_role": "explorer",
+            },
+        ),
+        _cx_msg("10:05:02.160", "user", SUBAGENT_TASK),
+        _cx(
+            "10:05:02.170",
+            "response_item",
+            {
+                "type": "function_call",
+                "name": "exec_command",
+                "call_id": "s1",
+                "arguments": json.dumps({"cmd": "grep -rn Decimal billing/missing"}),
+            },
+        ),
+        _cx(
+            "10:05:02.180",
+            "response_item",
+            {
+                "type": "function_call_output",
+                "call_id": "s1",
+                "output": "Chunk ID: 1a2b\nWall time: 0.01 seconds\nProcess exited with code 2\n"
+                "Output:\ngrep: billing/missing: No such file or directory\n",
+            },
+        ),
+        _cx_msg("10:05:02.190", "assistant", "Money fields live in billing/models.py."),
+    ]
+    name = f"rollout-2026-11-20T10-05-02-{SUBAGENT_ID}.jsonl"
+    path = _jsonl(root / "2026/11/20" / name, rows)
+    return Expected(
+        path,
+        "codex",
+        parent.session_id,
+        [],
+        [],
+        ["grep -rn Decimal billing/missing"],
+        ["billing/models.py"],
+        not_user=[SUBAGENT_TASK],
     )
 
 
@@ -428,11 +554,13 @@ def codex_session_recent(root: Path) -> Expected:
 
 
 def write_codex(root: Path) -> list[Expected]:
+    one = codex_session_one(root)
     return [
-        codex_session_one(root),
+        one,
         codex_session_two(root),
         codex_session_early(root),
         codex_session_recent(root),
+        codex_subagent(root, one),
     ]
 
 
@@ -440,8 +568,8 @@ def write_codex(root: Path) -> list[Expected]:
 
 
 class _Claude:
-    def __init__(self, session_id: str, cwd: str) -> None:
-        self.session_id, self.cwd = session_id, cwd
+    def __init__(self, session_id: str, cwd: str, version: str = "2.0.30") -> None:
+        self.session_id, self.cwd, self.version = session_id, cwd, version
         self.rows: list[dict[str, Any]] = []
         self.n = 0
         self.parent: str | None = None
@@ -455,7 +583,7 @@ class _Claude:
             "userType": "external",
             "cwd": self.cwd,
             "sessionId": self.session_id,
-            "version": "2.0.30",
+            "version": self.version,
             "gitBranch": "main",
             "type": kind,
             "message": {"role": kind, "content": content},
@@ -473,6 +601,8 @@ class _Claude:
                 }
             )
             row["requestId"] = f"req_{self.n}"
+        if kind == "attachment":
+            del row["message"]
         row.update(extra)
         self.rows.append(row)
         self.parent = uuid
@@ -717,6 +847,154 @@ def claude_session_two(root: Path) -> Expected:
     )
 
 
+def claude_session_recent(root: Path) -> Expected:
+    """The shape Claude Code 2.1.332 writes (checked by running it against a local fake of
+    Anthropic's API): ``queue-operation``, ``attachment`` entries (MCP server instructions,
+    deferred tools, a prompt typed while the agent was busy: ``queued_command``),
+    ``api-request`` / ``api-request-blob`` copies of what was sent, ``tools-used``,
+    ``last-prompt`` and ``cost-state``; one assistant entry per content block; a deferred MCP
+    tool loaded with ``ToolSearch``; and a compaction summary (``isCompactSummary``)."""
+    sid = "f1056c66-ca4c-4664-8acd-f766c7719885"
+    task = "How should invoices be rounded? Check billing/round.py"
+    typed = "Also keep the rounding in one helper, please."
+    final = "Invoices are rounded half-up to cents in billing/round.py (one helper)."
+    compact = "Summary: the user asked about invoice rounding earlier."
+    c = _Claude(sid, "/srv/shop", version="2.1.332")
+    c.rows.append({"type": "queue-operation", "operation": "enqueue", "content": task})
+    c.rows.append({"type": "queue-operation", "operation": "dequeue"})
+    c.entry("user", task, promptId="p1", promptSource="sdk", permissionMode="default")
+    for attachment in (
+        {
+            "type": "mcp_instructions_delta",
+            "addedNames": ["sandmem-memory"],
+            "addedBlocks": [f"## sandmem-memory\nMemory notes (key {OPENAI_KEY})"],
+        },
+        {"type": "deferred_tools_delta", "addedNames": ["mcp__sandmem-memory__memory_search"]},
+        {"type": "hook_additional_context", "content": ["ignore me"], "hookEvent": "Start"},
+    ):
+        c.entry("attachment", None, attachment=attachment)
+    c.rows.append(
+        {
+            "type": "api-request-blob",
+            "hash": "cb0a95",
+            "message": {"role": "user", "content": [{"type": "text", "text": f"sys {JWT}"}]},
+        }
+    )
+    c.rows.append({"type": "api-request", "id": "r1", "querySource": "sdk", "params": {}})
+    c.entry("assistant", [{"type": "text", "text": "Let me look first."}], apiBlockIndex=0)
+    c.entry(
+        "assistant",
+        [
+            {
+                "type": "tool_use",
+                "id": "toolu_b",
+                "name": "Bash",
+                "input": {"command": "python -m billing.round --check", "description": "x"},
+            }
+        ],
+        apiBlockIndex=1,
+    )
+    c.rows.append({"type": "tools-used", "tools": ["Bash"]})
+    c.entry(
+        "user",
+        [
+            {
+                "type": "tool_result",
+                "content": "Exit code 2\nusage error: --check needs a file",
+                "is_error": True,
+                "tool_use_id": "toolu_b",
+            }
+        ],
+        toolUseResult="Error: Exit code 2\nusage error: --check needs a file",
+        sourceToolAssistantUUID="x",
+    )
+    c.entry(
+        "attachment",
+        None,
+        attachment={
+            "type": "queued_command",
+            "prompt": typed,
+            "commandMode": "prompt",
+            "origin": {"kind": "human"},
+        },
+    )
+    c.entry(
+        "attachment",
+        None,
+        attachment={
+            "type": "queued_command",
+            "prompt": "<task-notification><status>done</status></task-notification>",
+            "commandMode": "task-notification",
+        },
+    )
+    c.entry(
+        "assistant",
+        [
+            {
+                "type": "tool_use",
+                "id": "toolu_t",
+                "name": "ToolSearch",
+                "input": {"query": "select:mcp__sandmem-memory__memory_search"},
+            }
+        ],
+    )
+    c.entry(
+        "user",
+        [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_t",
+                "content": [
+                    {"type": "tool_reference", "tool_name": "mcp__sandmem-memory__memory_search"}
+                ],
+            }
+        ],
+    )
+    c.entry(
+        "assistant",
+        [
+            {
+                "type": "tool_use",
+                "id": "toolu_s",
+                "name": "mcp__sandmem-memory__memory_search",
+                "input": {"query": "invoice rounding"},
+            }
+        ],
+    )
+    c.entry(
+        "user",
+        [
+            {
+                "tool_use_id": "toolu_s",
+                "type": "tool_result",
+                "content": [{"type": "text", "text": "memories/MEMORY.md:4 round half-up"}],
+            }
+        ],
+        mcpMeta={"_meta": {"io.modelcontextprotocol/serverInfo": {"name": "sandmem-memory"}}},
+    )
+    c.rows.append({"type": "system", "subtype": "compact_boundary", "content": "Compacted"})
+    c.entry("user", compact, isCompactSummary=True, isVisibleInTranscriptOnly=True)
+    c.entry(
+        "assistant",
+        [{"type": "text", "text": final}],
+        attributionMcpServer="sandmem-memory",
+        attributionMcpTool="memory_search",
+    )
+    c.rows.append({"type": "last-prompt", "lastPrompt": task, "leafUuid": "l1"})
+    c.rows.append({"type": "cost-state", "totalCostUSD": 0.0005, "modelUsage": {}})
+    path = _jsonl(root / "-srv-shop" / f"{sid}.jsonl", c.rows)
+    return Expected(
+        path,
+        "claude-code",
+        sid,
+        [task, typed],
+        [final],
+        ["python -m billing.round --check"],
+        ["billing/round.py"],
+        not_user=[compact, "task-notification"],
+    )
+
+
 def claude_subagent_file(root: Path, parent: Expected) -> Expected:
     """A sub-agent's own file (``<session>/subagents/agent-<id>.jsonl``, newer versions)."""
     c = _Claude(parent.session_id, "/home/ana/webapp")
@@ -761,7 +1039,12 @@ def claude_subagent_file(root: Path, parent: Expected) -> Expected:
 
 def write_claude(root: Path) -> list[Expected]:
     one = claude_session_one(root)
-    return [one, claude_session_two(root), claude_subagent_file(root, one)]
+    return [
+        one,
+        claude_session_two(root),
+        claude_session_recent(root),
+        claude_subagent_file(root, one),
+    ]
 
 
 # ---------------------------------------------------------------- OpenAI Agents SDK

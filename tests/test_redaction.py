@@ -547,3 +547,31 @@ def test_a_token_right_after_a_json_escape_is_redacted_as_a_value_would_be() -> 
 def test_url_passwords_with_reserved_characters(url: str, expected: str) -> None:
     assert redact(url) == expected
     assert redact(json.dumps({"url": url})) == json.dumps({"url": expected})
+
+
+def test_keys_are_redacted_only_when_asked() -> None:
+    token = SECRET_GENERATORS["ghp"](random.Random(11))
+    record = {token: {"nested " + token: [{token: "value"}]}, "plain": token}
+    kept = Redactor().redact_obj(record)
+    assert token in json.dumps(kept) and kept["plain"] == "[REDACTED:github-token]"
+    cleaned = Redactor().redact_obj(record, keys=True)
+    assert token not in json.dumps(cleaned)
+    assert cleaned == {
+        "[REDACTED:github-token]": {
+            "nested [REDACTED:github-token]": [{"[REDACTED:github-token]": "value"}]
+        },
+        "plain": "[REDACTED:github-token]",
+    }
+
+
+@pytest.mark.parametrize("glue", ["-", "_", ".", ":", "/", "@", "="])
+def test_a_name_redacts_a_key_glued_to_what_precedes_it(glue: str) -> None:
+    """In prose a key right after a word character or a hyphen is not taken (``task-sk-...``
+    is a word); in a name or an id it is (``codex-sk-proj-...``)."""
+    for kind in ("openai_proj", "ghp", "aws_akia", "anthropic"):
+        token = SECRET_GENERATORS[kind](random.Random(3))
+        name = f"agent{glue}{token}.jsonl"
+        assert token not in Redactor().redact_name(name), (kind, glue)
+        assert Redactor().redact_name("codex-session-0199a1b2.jsonl") == (
+            "codex-session-0199a1b2.jsonl"
+        )

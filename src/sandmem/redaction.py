@@ -467,6 +467,28 @@ class Redactor:
             text = self._redact_encoded(text)
         return text
 
+    def redact_name(self, text: str) -> str:
+        """``redact`` for a name or an id (a session id, a file name, a path), where a secret
+        may be glued to what comes before it by a separator (``n-sk-proj-...``,
+        ``agent-ghp_...``): a key the rules would not take after a word character or a
+        hyphen in prose is redacted from any separator on."""
+        text = self.redact(text)
+        start = 0
+        while start < len(text):
+            found = next(
+                (
+                    i
+                    for i in range(start, len(text))
+                    if text[i - 1 : i] in _NAME_SEPARATORS and self.redact(text[i:]) != text[i:]
+                ),
+                None,
+            )
+            if found is None:
+                return text
+            text = text[:found] + self.redact(text[found:])
+            start = found + 1
+        return text
+
     def _redact_plain(self, text: str) -> str:
         for pattern, replace, needle in self._replacers:
             if needle is None or needle in text:
@@ -535,24 +557,29 @@ class Redactor:
                 text = "".join(pieces) + text[pos:]
         return spans
 
-    def redact_obj(self, obj: _T) -> _T:
+    def redact_obj(self, obj: _T, *, keys: bool = False) -> _T:
         """Return a copy of ``obj`` with every string inside dicts, lists and tuples redacted.
 
-        Dict keys are kept. With the default rules, a string value under a key that names a
-        secret (``"password"``, ``"api_key"``, ``"client_secret"``...) is replaced whole unless
-        it is a placeholder. Values that are not strings (numbers, booleans, None) are unchanged.
+        Dict keys are kept, unless ``keys``: then a string key is redacted like a value (for
+        records whose keys came from untrusted input, such as an ingested transcript's). With
+        the default rules, a string value under a key that names a secret (``"password"``,
+        ``"api_key"``, ``"client_secret"``...) is replaced whole unless it is a placeholder.
+        Values that are not strings (numbers, booleans, None) are unchanged.
         """
-        return cast(_T, self._redact_any(obj, None))
+        return cast(_T, self._redact_any(obj, None, keys))
 
-    def _redact_any(self, obj: Any, key: Any) -> Any:
+    def _redact_any(self, obj: Any, key: Any, keys: bool) -> Any:
         if isinstance(obj, str):
             return self._redact_value(obj, key)
         if isinstance(obj, dict):
-            return {k: self._redact_any(v, k) for k, v in obj.items()}
+            return {
+                (self.redact(k) if keys and isinstance(k, str) else k): self._redact_any(v, k, keys)
+                for k, v in obj.items()
+            }
         if isinstance(obj, list):
-            return [self._redact_any(v, None) for v in obj]
+            return [self._redact_any(v, None, keys) for v in obj]
         if isinstance(obj, tuple):
-            return tuple(self._redact_any(v, None) for v in obj)
+            return tuple(self._redact_any(v, None, keys) for v in obj)
         return obj
 
     def _redact_value(self, value: str, key: Any) -> str:
@@ -565,6 +592,10 @@ class Redactor:
                     return redacted
                 return f"{_MARKER}{kind}]"
         return redacted
+
+
+#: what may glue a secret into a name or an id (``Redactor.redact_name``)
+_NAME_SEPARATORS: Final = frozenset("-_.:/@+=")
 
 
 def _in_marker(text: str, pos: int) -> bool:

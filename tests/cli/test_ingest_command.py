@@ -33,7 +33,7 @@ def test_ingest_command_reports_and_generates(tmp_path: Path) -> None:
         "memory", "ingest", "--workspace", ws, root, "--generate", "--engine", "extractive"
     )
     assert result.exit_code == 0, result.output
-    assert "ingested 18 segment(s)" in result.stdout
+    assert "ingested 21 segment(s)" in result.stdout
     assert "junk.jsonl: skipped: cannot tell the format" in result.stdout
     assert "consolidated" in result.stdout
     assert (ws / "memories" / "MEMORY.md").read_text().strip()

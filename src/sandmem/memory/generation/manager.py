@@ -211,7 +211,8 @@ class MemoryGenerationManager:
         ``lock_timeout`` seconds, default ``LOCK_TIMEOUT_S``)."""
         with no_symlinks():  # never through a symlink planted under sessions/ or memories/
             await self.prepare()
-            line = segment_line(self.redactor.redact_obj(segment))
+            # keys too: an ingested transcript's items may hold a secret where a key goes
+            line = segment_line(self.redactor.redact_obj(segment, keys=True))
             lock = f"{self.paths.sessions_dir}/.lock"
             wait = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
             async with self.session.lock(lock, timeout=wait):

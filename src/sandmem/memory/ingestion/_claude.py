@@ -4,7 +4,11 @@ items. Pure: lines in, events out.
 Each line is one entry: ``type`` ``user`` or ``assistant`` with ``message.content`` (a string,
 or blocks: ``text``, ``thinking`` / ``redacted_thinking``, ``tool_use``, ``tool_result``,
 ``image``), ``summary`` (a title for the session), ``system`` (notices, compaction
-boundaries), and bookkeeping entries (``file-history-snapshot``, ``queue-operation``, ...).
+boundaries), ``attachment`` (context Claude Code added: the environment, hook output, MCP
+server instructions, ... and ``queued_command``: a prompt the user typed while the agent was
+busy, kept as a user message), and bookkeeping entries (``file-history-snapshot``,
+``queue-operation``, ``api-request``, ``cost-state``, ...). A ``user`` entry marked
+``isCompactSummary`` is the summary that replaced history at a compaction, not the user.
 Entries carry ``uuid``, ``parentUuid``, ``sessionId``, ``cwd``, ``timestamp``, ``gitBranch``
 and ``isSidechain`` (true for a sub-agent's work, in the same file or in a file of its own
 under ``subagents/``). Tool results are ``user`` entries; the ``Bash`` tool's results are
@@ -36,7 +40,7 @@ _EXIT_LINE = re.compile(r"^\s*Exit code:?\s*(-?\d+)\s*\n?", re.I)
 #: user text Claude Code writes itself: local command echoes and caveats
 _LOCAL_COMMAND = re.compile(
     r"^\s*<(command-name|command-message|local-command-stdout|"
-    r"local-command-stderr|command-args|system-reminder)>"
+    r"local-command-stderr|command-args|system-reminder|task-notification)>"
 )
 _INTERRUPTED = "[Request interrupted by user"
 
@@ -49,34 +53,62 @@ def claude_events(lines: Iterable[Line], meta: SourceMeta) -> Iterator[Event]:
         data = line.data
         if data is None:
             continue
-        kind = data.get("type")
         time = iso_time(data.get("timestamp"))
-        if isinstance(data.get("sessionId"), str) and meta.session_id is None:
-            meta.session_id = data["sessionId"]
-        if isinstance(data.get("cwd"), str):
-            meta.cwd = data["cwd"]
-        if time is not None and meta.started_at is None:
-            meta.started_at = time
-        if kind == "summary":
-            if isinstance(data.get("summary"), str):
-                meta.title = data["summary"]
-            meta.drop("summary")
-            continue
-        if kind not in ("user", "assistant"):
-            meta.drop(f"entry:{kind}")
-            continue
-        body = data.get("message")
-        if not isinstance(body, dict):
-            meta.drop("malformed_line")
-            continue
-        side = bool(data.get("isSidechain"))
-        if kind == "user":
-            produced = _user(body, data, side, tools, meta)
-        else:
-            produced = _assistant(body, data, side, tools, meta)
-        for event in produced:
+        _learn(data, time, meta)
+        for event in _entry(data, tools, meta):
             event.pos, event.end, event.time = line.pos, line.end, time
             yield event
+
+
+def _learn(entry: dict[str, Any], time: str | None, meta: SourceMeta) -> None:
+    """What an entry tells about the session: its id, working directory, start and title."""
+    if isinstance(entry.get("sessionId"), str) and meta.session_id is None:
+        meta.session_id = entry["sessionId"]
+    if isinstance(entry.get("cwd"), str):
+        meta.cwd = entry["cwd"]
+    if time is not None and meta.started_at is None:
+        meta.started_at = time
+    if entry.get("type") == "summary" and isinstance(entry.get("summary"), str):
+        meta.title = entry["summary"]
+
+
+def _entry(entry: dict[str, Any], tools: dict[str, str], meta: SourceMeta) -> list[Event]:
+    kind = entry.get("type")
+    if kind == "summary":
+        meta.drop("summary")
+        return []
+    if kind == "attachment":
+        return _attachment(entry, meta)
+    if kind not in ("user", "assistant"):
+        meta.drop(f"entry:{kind}")
+        return []
+    if entry.get("isCompactSummary"):
+        meta.drop("compact_summary")
+        return []
+    body = entry.get("message")
+    if not isinstance(body, dict):
+        meta.drop("malformed_line")
+        return []
+    side = bool(entry.get("isSidechain"))
+    if kind == "user":
+        return _user(body, entry, side, tools, meta)
+    return _assistant(body, entry, side, tools, meta)
+
+
+def _attachment(entry: dict[str, Any], meta: SourceMeta) -> list[Event]:
+    """A prompt the user typed while the agent was busy (``queued_command`` from a human), as
+    a user message; any other attachment is context Claude Code added: dropped."""
+    found = as_dict(entry.get("attachment"))
+    kind = found.get("type")
+    prompt = found.get("prompt")
+    origin = as_dict(found.get("origin")).get("kind", "human")
+    typed = found.get("commandMode", "prompt") == "prompt" and origin == "human"
+    if kind == "queued_command" and typed and isinstance(prompt, str) and prompt.strip():
+        if entry.get("isSidechain"):
+            return [Event(0, message("assistant", f"(sub-agent task) {prompt}"))]
+        return [Event(0, message("user", prompt), turn=True)]
+    meta.drop(f"attachment:{kind}")
+    return []
 
 
 def _blocks(body: dict[str, Any], meta: SourceMeta) -> list[dict[str, Any]]:

@@ -8,6 +8,11 @@ custom_tool_call / custom_tool_call_output, local_shell_call, web_search_call, .
 ``event_msg`` (UI events, most of which repeat response items) and ``compacted`` (a summary
 that replaced history in the model's context). Files of early versions hold the session meta
 and the items bare, without the wrapper; they are read too.
+
+A sub-agent (a thread another thread spawned) has a rollout file of its own whose session
+meta names its parent (``source: {"subagent": {"thread_spawn": {"parent_thread_id"}}}``): it
+joins the parent's conversation, its task kept as ``(sub-agent task) ...`` and its messages
+as ``(sub-agent) ...``, never as the user's.
 """
 
 from __future__ import annotations
@@ -48,9 +53,18 @@ _CONTEXT_PREFIXES = (
 _PASSED_THROUGH = frozenset({"web_search_call"})
 
 
+def subagent_parent(payload: dict[str, Any]) -> str | None:
+    """The parent thread id a sub-agent's session meta names, else ``None``."""
+    source = as_dict(payload.get("source"))
+    spawn = as_dict(as_dict(source.get("subagent")).get("thread_spawn"))
+    parent = spawn.get("parent_thread_id")
+    return parent if isinstance(parent, str) and parent else None
+
+
 def codex_events(lines: Iterable[Line], meta: SourceMeta) -> Iterator[Event]:
-    """The events of a Codex rollout; ``meta`` gets the session id, cwd and start time, and
-    counts what was dropped."""
+    """The events of a Codex rollout; ``meta`` gets the session id (a sub-agent's parent's),
+    cwd and start time, and counts what was dropped."""
+    side = False  # a sub-agent's rollout
     for line in lines:
         if line.data is None:
             continue
@@ -59,7 +73,7 @@ def codex_events(lines: Iterable[Line], meta: SourceMeta) -> Iterator[Event]:
             continue
         kind, payload = record
         if kind == "session_meta":
-            _session_meta(payload, meta)
+            side = _session_meta(payload, meta) or side
             continue
         if kind == "turn_context":
             if isinstance(payload.get("cwd"), str):
@@ -70,6 +84,8 @@ def codex_events(lines: Iterable[Line], meta: SourceMeta) -> Iterator[Event]:
             continue
         if kind == "response_item":
             found = _response_item(payload, meta)
+            if side:
+                found = [_as_subagent(event) for event in found]
         else:
             event = _event_msg(payload, meta)
             found = [event] if event is not None else []
@@ -102,13 +118,29 @@ def _record(line: Line, meta: SourceMeta) -> tuple[str, dict[str, Any]] | None:
     return str(kind), payload
 
 
-def _session_meta(payload: dict[str, Any], meta: SourceMeta) -> None:
+def _session_meta(payload: dict[str, Any], meta: SourceMeta) -> bool:
+    """Read a session meta record; True when it is a sub-agent's."""
     inner = as_dict(payload.get("meta")) or payload
-    if isinstance(inner.get("id"), str) and meta.session_id is None:
+    parent = subagent_parent(inner)
+    if parent is not None:
+        meta.session_id = parent
+    elif isinstance(inner.get("id"), str) and meta.session_id is None:
         meta.session_id = inner["id"]
     if isinstance(inner.get("cwd"), str):
         meta.cwd = inner["cwd"]
     meta.started_at = meta.started_at or iso_time(inner.get("timestamp"))
+    return parent is not None
+
+
+def _as_subagent(event: Event) -> Event:
+    """A sub-agent's message: its task is not the user speaking, its answers not the main
+    agent's."""
+    item = event.item
+    if isinstance(item, dict) and item.get("type") == "message":
+        label = "(sub-agent task)" if item.get("role") == "user" else "(sub-agent)"
+        event.item = message("assistant", f"{label} {item.get('content', '')}")
+        event.turn = False
+    return event
 
 
 def _response_item(payload: dict[str, Any], meta: SourceMeta) -> list[Event]:
@@ -118,6 +150,8 @@ def _response_item(payload: dict[str, Any], meta: SourceMeta) -> list[Event]:
         return _message(payload, meta)
     if kind == "function_call":
         return [Event(0, _function_call(call_id, payload, meta))]
+    if kind == "agent_message":  # a message between agents of one session
+        return _agent_message(payload, meta)
     if kind == "local_shell_call":
         action = as_dict(payload.get("action"))
         workdir = action.get("working_directory") or meta.cwd
@@ -161,8 +195,24 @@ def _message(payload: dict[str, Any], meta: SourceMeta) -> list[Event]:
     return []
 
 
+def _agent_message(payload: dict[str, Any], meta: SourceMeta) -> list[Event]:
+    content = payload.get("content")
+    parts = content if isinstance(content, list) else []
+    if any(isinstance(p, dict) and "encrypted_content" in p for p in parts):
+        meta.drop("encrypted_content")
+    text = content_text(parts, sep="\n")
+    if not text.strip():
+        meta.drop("empty_message")
+        return []
+    author, recipient = payload.get("author") or "an agent", payload.get("recipient") or "?"
+    return [Event(0, message("assistant", f"(agent {author} to {recipient}) {text}"))]
+
+
 def _function_call(call_id: str, payload: dict[str, Any], meta: SourceMeta) -> dict[str, Any]:
     name = str(payload.get("name") or "")
+    namespace = payload.get("namespace")
+    if isinstance(namespace, str) and namespace:  # an MCP server's tool: <namespace>.<tool>
+        name = f"{namespace}.{name}"  # (a dot: a key glued by "_" would hide from redaction)
     raw = payload.get("arguments")
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
@@ -198,30 +248,39 @@ def _output(value: Any) -> tuple[str, int | None]:
             code = metadata.get("exit_code")
             return parsed["output"], code if isinstance(code, int) else None
         return value, None
-    if isinstance(value, list):
-        return content_text(value, sep="\n"), None
+    if isinstance(value, list):  # content items (an MCP tool's result)
+        return _status_header(content_text(value, sep="\n"))
     return json.dumps(value, ensure_ascii=False, default=str), None
 
 
-#: a status line newer Codex versions put before a command's output
+#: a status line newer Codex versions put before a command's (or an MCP tool's) output
 _HEADER_LINE = re.compile(r"^[A-Za-z][A-Za-z ]{0,40}:\s*\S.*$")
+#: the status lines known to carry no output
+_KNOWN_HEADER = re.compile(r"^(?:chunk id|wall time|original token count):\s*\S.*$", re.I)
 _EXITED = re.compile(r"^(?:process exited with code|exit code:?)\s*(-?\d+)\s*$", re.I)
 
 
 def _status_header(text: str) -> tuple[str, int | None]:
     """The output and exit code of a text such as ``Chunk ID: ..`` / ``Wall time: ..`` /
     ``Process exited with code 1`` / ``Output:`` / the output (or ``Exit code: 1`` first):
-    the status lines are replaced by the exit code; a text without one is left as it is."""
+    the status lines are replaced by the exit code. Without an exit code they are dropped
+    only when each is a known one (``Wall time: ..`` before an MCP tool's output); any other
+    text is left as it is."""
     lines = text.split("\n")
     code: int | None = None
+    known = True
     for index, line in enumerate(lines[:10]):
         stripped = line.strip()
         found = _EXITED.match(stripped)
         if found is not None:
             code = int(found.group(1))
         elif stripped == "Output:":
-            return ("\n".join(lines[index + 1 :]), code) if code is not None else (text, None)
-        elif not _HEADER_LINE.match(stripped):
+            if index and (code is not None or known):
+                return "\n".join(lines[index + 1 :]), code
+            return text, None
+        elif _HEADER_LINE.match(stripped):
+            known = known and bool(_KNOWN_HEADER.match(stripped))
+        else:
             break
     return text, None
 

@@ -25,7 +25,7 @@ from typing import Any
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, MemoryGenerationManager
 from sandmem.memory.ingestion import _detect, _sqlite
 from sandmem.memory.ingestion._claude import claude_events
-from sandmem.memory.ingestion._codex import codex_events
+from sandmem.memory.ingestion._codex import codex_events, subagent_parent
 from sandmem.memory.ingestion._items import Element, chat_events, responses_events
 from sandmem.memory.ingestion._lines import LineReader, decode_line, read_head_lines, tail_digest
 from sandmem.memory.ingestion._model import Event, Line, SourceMeta
@@ -83,6 +83,8 @@ class _Stream:
     stream: str
     rollout_id: str
     conversation_key: str | None
+    #: the latest ``updated_at`` of the conversation's segments (read with ``through``)
+    latest: str | None = None
 
 
 @dataclass
@@ -259,7 +261,7 @@ class Ingestor:
         names a file: its rollout id is then the prefix and 16 hex of its SHA-256, and what
         is written of it (``conversation_key``, ``stream``) is redacted."""
         key_text = f"{PREFIX[fmt]}-{session_id}"
-        redact = self.manager.redactor.redact
+        redact = self.manager.redactor.redact_name
         key: str | None
         if redact(key_text) != key_text:
             digest = hashlib.sha256(key_text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -270,12 +272,15 @@ class Ingestor:
         return _Stream(path, fmt, session_id, stream, rollout_id, key)
 
     async def _through(self, stream: _Stream) -> dict[str, Any] | None:
-        """How far the last segment recorded from this source reached, or ``None``."""
+        """How far the last segment recorded from this source reached, or ``None``; notes the
+        conversation's latest ``updated_at`` in ``stream.latest``."""
         session, layout = self.manager.session, self.manager.paths
         text = await read_text(session, layout.rollout_file(stream.rollout_id))
         if text is None:
             return None
-        for segment in reversed(parse_rollout(text).segments):
+        segments = parse_rollout(text).segments
+        stream.latest = max((s.updated_at for s in segments if s.updated_at), default=None)
+        for segment in reversed(segments):
             if segment.source.get("stream") == stream.stream:
                 through = segment.source.get("through")
                 return through if isinstance(through, dict) else None
@@ -289,11 +294,12 @@ class Ingestor:
         recorded = items = 0
         kept = [(d, t) for d, t in zip(plan.drafts, plan.throughs, strict=True) if not d.empty]
         for index, (draft, through) in enumerate(kept):
+            redact = self.manager.redactor.redact_name  # ids and names may glue a secret
             source: dict[str, Any] = {
                 "format": stream.format,
-                "session_id": meta.session_id or stream.session_id,
+                "session_id": redact(meta.session_id or stream.session_id),
                 "stream": stream.stream,
-                "path": str(stream.path),
+                "path": redact(str(stream.path)),
             }
             for key in ("cwd", "started_at", "title"):
                 if getattr(meta, key):
@@ -304,13 +310,18 @@ class Ingestor:
             segment = segment_of(
                 draft, stream.rollout_id, stream.conversation_key, source, fallback
             )
+            # never older than the conversation's newest segment (a sub-agent's file read
+            # after its parent's): the conversation's updated_at stays its last event's time
+            if stream.latest is not None and segment["updated_at"] < stream.latest:
+                segment["updated_at"] = stream.latest
+            stream.latest = segment["updated_at"]
             await self.manager.record(segment)
             recorded += 1
             items += len(draft.input) + len(draft.generated)
         return IngestedSource(
             path=str(stream.path),
             format=stream.format,
-            session_id=self.manager.redactor.redact(meta.session_id or stream.session_id),
+            session_id=self.manager.redactor.redact_name(meta.session_id or stream.session_id),
             rollout_id=stream.rollout_id,
             status="recorded" if recorded else "unchanged",
             segments=recorded,
@@ -385,6 +396,9 @@ def _identity(fmt: str, path: Path, head: list[dict[str, Any]]) -> tuple[str, st
         for data in head:
             payload = data.get("payload") if data.get("type") == "session_meta" else None
             if isinstance(payload, dict) and isinstance(payload.get("id"), str):
+                parent = subagent_parent(payload)
+                if parent is not None:  # a sub-agent joins its parent's conversation
+                    return parent, f":agent-{payload['id']}"
                 return payload["id"], ""
         if head and isinstance(head[0].get("id"), str) and "type" not in head[0]:
             return head[0]["id"], ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -12,6 +13,10 @@ from sandmem._items import Item
 
 #: a string longer than this (characters) keeps its head and tail around a marker
 MAX_TEXT_CHARS = 32 * 1024
+#: a drop label as the parsers make them (``item:ghost_snapshot``, ``developer_message``); a
+#: label built from source data that is not one (an unknown type holding anything, a secret
+#: included) is counted under ``<prefix>:other``
+_LABEL = re.compile(r"[a-z][a-z_.-]{0,39}(?::[a-z][a-z_.-]{0,39})?")
 
 
 class Line(NamedTuple):
@@ -56,6 +61,9 @@ class SourceMeta:
     count_from: int = 0
 
     def drop(self, what: str, count: int = 1) -> None:
+        if not _LABEL.fullmatch(what):
+            what = what.split(":", 1)[0] + ":other" if ":" in what else "other"
+            what = what if _LABEL.fullmatch(what) else "other"
         if self.position >= self.count_from:
             self.dropped[what] += count
 
