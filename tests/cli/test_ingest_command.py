@@ -206,3 +206,22 @@ def test_watch_refuses_a_bad_interval(tmp_path: Path) -> None:
 
     with pytest.raises(UserError):
         asyncio.run(ingest_watch(tmp_path, tmp_path, interval=0))
+
+
+def test_watch_waits_for_a_file_to_settle() -> None:
+    """Debounced: a file is due once it stayed the same for one look after changing, and not
+    again until it changes (an agent writing a line at a time is not ingested per line)."""
+    from sandmem.memory.ingestion._watch import due
+
+    path = Path("rollout.jsonl")
+    looks = [(10, 1), (20, 2), (20, 2), (20, 2), (30, 3), (30, 3)]
+    before: dict[Path, tuple[int, int]] = {}
+    ingested: dict[Path, tuple[int, int]] = {}
+    seen = []
+    for stat in looks:
+        now = {path: stat}
+        files = due(now, before, ingested)
+        seen.append(bool(files))
+        ingested.update({p: now[p] for p in files})
+        before = now
+    assert seen == [False, False, True, False, False, True]

@@ -134,9 +134,10 @@ def test_extractive_generation_cites_every_conversation(
     memory = (workspace / "memories" / "MEMORY.md").read_text(encoding="utf-8")
     ids = _ids(workspace)
     assert len(ids) == 13
-    for rollout_id in ids:
-        assert rollout_id in memory, rollout_id
-        assert list((workspace / "memories" / "rollout_summaries").glob(f"{rollout_id}_*.md"))
+    for rollout_id in ids:  # a Sources entry of MEMORY.md names its rollout summary
+        summaries = list((workspace / "memories" / "rollout_summaries").glob(f"{rollout_id}_*"))
+        assert len(summaries) == 1, rollout_id
+        assert f"- rollout_summaries/{summaries[0].name} (rollout {rollout_id}," in memory
 
 
 def test_no_planted_secret_reaches_sessions_or_memories(
