@@ -1116,22 +1116,30 @@ def agents_items_two() -> tuple[list[dict[str, Any]], Expected]:
     )
 
 
-def write_agents_db(path: Path) -> list[Expected]:
-    """A database as the OpenAI Agents SDK's ``SQLiteSession`` lays it out."""
+def agents_db(path: Path) -> sqlite3.Connection:
+    """A database laid out as the OpenAI Agents SDK's ``SQLiteSession`` lays it out (its
+    tables made when missing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path)
     conn.executescript(
         """
-        CREATE TABLE agent_sessions (session_id TEXT PRIMARY KEY,
+        CREATE TABLE IF NOT EXISTS agent_sessions (session_id TEXT PRIMARY KEY,
             created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP,
             updated_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP);
-        CREATE TABLE agent_messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
+        CREATE TABLE IF NOT EXISTS agent_messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
             session_id TEXT NOT NULL, message_data TEXT NOT NULL,
             created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP,
             FOREIGN KEY (session_id) REFERENCES agent_sessions (session_id) ON DELETE CASCADE);
-        CREATE INDEX idx_agent_messages_session_id ON agent_messages (session_id, id);
+        CREATE INDEX IF NOT EXISTS idx_agent_messages_session_id
+            ON agent_messages (session_id, id);
         """
     )
+    return conn
+
+
+def write_agents_db(path: Path) -> list[Expected]:
+    """The two Agents SDK sessions in one database, and a row that is not JSON."""
+    conn = agents_db(path)
     found = []
     for n, (items, exp) in enumerate((agents_items_one(), agents_items_two())):
         conn.execute("INSERT INTO agent_sessions (session_id) VALUES (?)", (exp.session_id,))

@@ -41,15 +41,15 @@ async def stdio_session(
         stdio_client(server_params(args)) as (read, write),
         ClientSession(read, write, client_info=CLIENT, **kwargs) as session,
     ):
-        if protocol is None:
-            await session.initialize()
-        else:
-            await initialize_as(session, protocol)
+        await initialize_as(session, protocol)
         yield session
 
 
-async def initialize_as(session: ClientSession, protocol: str) -> types.InitializeResult:
-    """The ``initialize`` handshake of a client that speaks ``protocol``."""
+async def initialize_as(session: ClientSession, protocol: str | None) -> types.InitializeResult:
+    """The ``initialize`` handshake of a client that speaks ``protocol`` (``None``: the SDK's
+    newest handshake-era revision)."""
+    if protocol is None:
+        return await session.initialize()
     result = await session.send_request(
         types.InitializeRequest(
             params=types.InitializeRequestParams(

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import copy
 import json
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ingest_fixtures import add_agents_rows, agents_db
 
 from sandmem.memory import generate_sync, ingest_sync
 
@@ -452,21 +452,8 @@ def _chat_body(path: Path, rows: Rows) -> None:
 
 
 def _database(path: Path, rows: Rows, session_id: str) -> None:
-    conn = sqlite3.connect(path)
-    conn.executescript(
-        "CREATE TABLE IF NOT EXISTS agent_sessions (session_id TEXT PRIMARY KEY);"
-        "CREATE TABLE IF NOT EXISTS agent_messages (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-        "session_id TEXT NOT NULL, message_data TEXT NOT NULL, "
-        "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP);"
-    )
-    conn.execute("INSERT OR IGNORE INTO agent_sessions VALUES (?)", (session_id,))
-    for row in rows:
-        conn.execute(
-            "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
-            (session_id, json.dumps(row)),
-        )
-    conn.commit()
-    conn.close()
+    agents_db(path).close()
+    add_agents_rows(path, session_id, rows)
 
 
 @dataclass(frozen=True)

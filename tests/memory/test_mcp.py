@@ -373,10 +373,7 @@ async def http_session(
         streamable_http_client(url, http_client=client) as (read, write),
         ClientSession(read, write, client_info=CLIENT, **kwargs) as session,
     ):
-        if protocol is None:
-            await session.initialize()
-        else:
-            await initialize_as(session, protocol)
+        await initialize_as(session, protocol)
         yield session
 
 
