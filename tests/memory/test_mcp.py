@@ -298,10 +298,10 @@ async def test_a_stdio_client_may_vanish_mid_call(tmp_path: Path) -> None:
     args = ["-w", str(tmp_path), "--lock-timeout", "30"]
     sandbox = await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path))
     async with sandbox:
-        async with sandbox.lock("memories/.lock", timeout=5):
-            with anyio.move_on_after(1.0):
-                async with stdio_session(args) as session:
-                    await session.call_tool("memory_update", {"patch": patch})
+        async with sandbox.lock("memories/.lock", timeout=5), stdio_session(args) as session:
+            with anyio.move_on_after(0.5):  # the call is waiting for the lock: give up on it
+                await session.call_tool("memory_update", {"patch": patch})
+            # and go away: leaving the session closes the server's stdin
         edited = before.replace("# Memory\n", "# Memory\n- Written while locked.\n", 1)
         assert memory_md.read_text() in (before, edited)
         async with sandbox.lock("memories/.lock", timeout=5):
