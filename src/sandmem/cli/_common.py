@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -114,6 +115,36 @@ def layout_config(memories_dir: str, sessions_dir: str) -> MemoryLayoutConfig:
     except ValidationError as exc:
         problems = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
         raise click.BadParameter(problems, param_hint="--memories-dir/--sessions-dir") from None
+
+
+def store_options(fn: F) -> F:
+    """``--store s3://BUCKET/PREFIX`` and ``--endpoint-url``: the layout's remote store."""
+    fn = click.option(
+        "--endpoint-url",
+        default=lambda: os.environ.get("SANDMEM_S3_ENDPOINT_URL"),
+        help="S3-compatible endpoint of --store [$SANDMEM_S3_ENDPOINT_URL; AWS when unset].",
+    )(fn)
+    return click.option(
+        "--store",
+        "store_url",
+        metavar="s3://BUCKET/PREFIX",
+        default=None,
+        help="The layout's remote store (distributed mode): the memory and history kept "
+        "there, as workers and other hosts made them, is what the command reads and changes.",
+    )(fn)
+
+
+def store_layout(
+    memories_dir: str, sessions_dir: str, store_url: str | None, endpoint_url: str | None
+) -> MemoryLayoutConfig:
+    """The layout of ``--memories-dir`` / ``--sessions-dir``, in ``--store`` when given."""
+    layout = layout_config(memories_dir, sessions_dir)
+    if store_url is None:
+        return layout
+    from sandmem.distributed import S3MemoryStore
+
+    store = S3MemoryStore.from_url(store_url, endpoint_url=endpoint_url)
+    return MemoryLayoutConfig(memories_dir=memories_dir, sessions_dir=sessions_dir, store=store)
 
 
 def rollout_file(layout: MemoryLayoutConfig, rollout_id: str) -> str:

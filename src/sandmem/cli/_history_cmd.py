@@ -6,16 +6,21 @@ mode) the commands that read or change versions sync with the store's history fi
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import click
 
-from sandmem.cli._common import F, layout_config, layout_options, run_async, workspace_option
+from sandmem.cli._common import (
+    layout_config,
+    layout_options,
+    run_async,
+    store_layout,
+    store_options,
+    workspace_option,
+)
 from sandmem.cli._memory_cmd import emit_model
 from sandmem.memory import (
-    MemoryLayoutConfig,
     ProposalInfo,
     VersionInfo,
     approve,
@@ -26,35 +31,6 @@ from sandmem.memory import (
     redact_history,
     restore,
 )
-
-
-def store_options(fn: F) -> F:
-    """``--store s3://BUCKET/PREFIX`` and ``--endpoint-url``: the layout's remote store."""
-    fn = click.option(
-        "--endpoint-url",
-        default=lambda: os.environ.get("SANDMEM_S3_ENDPOINT_URL"),
-        help="S3-compatible endpoint of --store [$SANDMEM_S3_ENDPOINT_URL; AWS when unset].",
-    )(fn)
-    return click.option(
-        "--store",
-        "store_url",
-        metavar="s3://BUCKET/PREFIX",
-        default=None,
-        help="The layout's remote store (distributed mode): sync with the history kept "
-        "there first, so versions made by workers and other hosts count.",
-    )(fn)
-
-
-def history_layout(
-    memories_dir: str, sessions_dir: str, store_url: str | None, endpoint_url: str | None
-) -> MemoryLayoutConfig:
-    layout = layout_config(memories_dir, sessions_dir)
-    if store_url is None:
-        return layout
-    from sandmem.distributed import S3MemoryStore
-
-    store = S3MemoryStore.from_url(store_url, endpoint_url=endpoint_url)
-    return MemoryLayoutConfig(memories_dir=memories_dir, sessions_dir=sessions_dir, store=store)
 
 
 def version_line(v: VersionInfo) -> str:
@@ -101,7 +77,7 @@ def log_command(
     hand_edit, forget, ingest, mcp_write, restore), the model, the conversations folded in
     (+) or dropped (-), the run or client, and the files changed.
     """
-    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
+    layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     versions = run_async(log(workspace, layout=layout, limit=limit))
     if as_json:
         emit_model(versions)
@@ -134,7 +110,7 @@ def diff_command(
     No argument: the last change. OLD only: OLD against the newest version. Versions are
     numbers (see `sandmem memory log`), `head` or `head~N`.
     """
-    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
+    layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     result = run_async(diff(workspace, old, new, layout=layout))
     if as_json:
         emit_model(result)
@@ -162,7 +138,7 @@ def restore_command(
     The conversations state follows: the next consolidation folds in the conversations
     recorded after VERSION.
     """
-    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
+    layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     made = run_async(restore(workspace, version, layout=layout, client="cli"))
     if as_json:
         emit_model(made)
@@ -199,7 +175,7 @@ def redact_history_command(
             re.compile(pattern)
         except re.error as exc:
             raise click.BadParameter(str(exc), param_hint="PATTERN") from None
-    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
+    layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     result = run_async(redact_history(workspace, pattern, secrets=secret, layout=layout))
     if as_json:
         emit_model(result)
@@ -253,7 +229,7 @@ def approve_command(
     as_json: bool,
 ) -> None:
     """Apply a proposal from the inbox as a new version."""
-    layout = history_layout(memories_dir, sessions_dir, store_url, endpoint_url)
+    layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     made = run_async(approve(workspace, proposal_id, layout=layout, client="cli"))
     if as_json:
         emit_model(made)

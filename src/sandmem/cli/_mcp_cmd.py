@@ -14,12 +14,13 @@ import click
 from sandmem.cli._common import (
     engine_options,
     generate_config,
-    layout_config,
     layout_options,
     run_async,
+    store_layout,
+    store_options,
     workspace_option,
 )
-from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig, serve_mcp
+from sandmem.memory import MemoryGenerateConfig, serve_mcp
 
 
 def _address(value: str | None) -> tuple[str, int] | None:
@@ -50,19 +51,7 @@ def _address(value: str | None) -> tuple[str, int] | None:
     help="The environment variable that holds the bearer token HTTP clients must send "
     "(Authorization: Bearer <token>). Default: SANDMEM_MCP_TOKEN when it is set.",
 )
-@click.option(
-    "--store",
-    "store_url",
-    metavar="s3://BUCKET/PREFIX",
-    default=None,
-    help="Serve the memory of a layout kept in a memory store (the distributed mode); the "
-    "workspace then holds the server's copy (default: a temporary directory).",
-)
-@click.option(
-    "--endpoint-url",
-    default=lambda: os.environ.get("SANDMEM_S3_ENDPOINT_URL"),
-    help="With --store: an S3-compatible endpoint [$SANDMEM_S3_ENDPOINT_URL; AWS when unset].",
-)
+@store_options
 @click.option("--read-only", is_flag=True, help="Offer the read tools only.")
 @click.option("--allow-forget", is_flag=True, help="Offer memory_forget.")
 @click.option("--allow-generate", is_flag=True, help="Offer memory_generate.")
@@ -99,7 +88,8 @@ def mcp_command(
 
     Any MCP client (Claude Code, Codex CLI, Cursor, the OpenAI Agents SDK, pydantic-ai) can
     then search and read memory, remember notes and correct MEMORY.md; the server's
-    instructions carry the memory summary. stdio by default; see `sandmem docs mcp`.
+    instructions carry the memory summary. stdio by default; see `sandmem docs mcp`. With
+    --store the workspace (default: a temporary directory) holds the server's copy.
     """
     address = _address(http)
     token = os.environ.get(token_env or "SANDMEM_MCP_TOKEN") or None
@@ -107,14 +97,7 @@ def mcp_command(
         raise click.UsageError(f"--token-env {token_env}: ${token_env} is not set or empty")
     generates = (allow_generate or allow_forget) and not read_only
     config = generate_config(engine, model) if generates else MemoryGenerateConfig()
-    layout = layout_config(memories_dir, sessions_dir)
-    if store_url is not None:
-        from sandmem.distributed import S3MemoryStore
-
-        store = S3MemoryStore.from_url(store_url, endpoint_url=endpoint_url)
-        layout = MemoryLayoutConfig(
-            memories_dir=layout.memories_dir, sessions_dir=layout.sessions_dir, store=store
-        )
+    layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     given = click.get_current_context().get_parameter_source("workspace")
     default = given is click.core.ParameterSource.DEFAULT
     with _copy_dir(workspace, store_url is not None and default) as where:
