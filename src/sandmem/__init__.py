@@ -38,7 +38,7 @@ from sandmem._errors import (
     WorkspaceWriteTypeError,
 )
 from sandmem._items import Item as TResponseInputItem
-from sandmem._settings import ModelSettings, Reasoning
+from sandmem._settings import ModelRetrySettings, ModelSettings, Reasoning
 from sandmem._usage import Usage
 from sandmem._version import __version__ as __version__
 from sandmem.agent._agent import Agent
@@ -139,6 +139,7 @@ __all__ = [
     "ModelProvider",
     "ModelRequestError",
     "ModelResponse",
+    "ModelRetrySettings",
     "ModelSettings",
     "OpenAIChatCompletionsModel",
     "OpenAIProvider",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
@@ -28,6 +28,28 @@ class Reasoning(BaseModel):
         return default if value is None else value
 
 
+class ModelRetrySettings(BaseModel):
+    """Retries of a failed model request (the reference SDK's ``ModelRetrySettings``).
+
+    ``max_retries`` is how many times a request that failed with a retryable error (a
+    connection error, a timeout, HTTP 408/409/429/5xx) is sent again; it replaces the
+    ``openai`` client's own count for requests made with these settings. The delay between
+    tries is the client's: exponential from 0.5 s up to 8 s, or what ``Retry-After`` says.
+    ``backoff`` (the reference's delay settings) is accepted and kept, and does not change
+    that schedule."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_retries: int | None = Field(default=None, ge=0)
+    backoff: dict[str, Any] | None = None
+
+    @field_validator("backoff", mode="before")
+    @classmethod
+    def _backoff(cls, value: Any) -> Any:
+        dump = getattr(value, "model_dump", None) or getattr(value, "to_json_dict", None)
+        return dump() if callable(dump) else value
+
+
 class ModelSettings(BaseModel):
     """Per-request model settings.
 
@@ -35,7 +57,7 @@ class ModelSettings(BaseModel):
     package's ``Reasoning`` object. A dict of these fields is accepted wherever
     ``ModelSettings`` is (see :meth:`coerce`). ``extra_headers`` / ``extra_query`` /
     ``extra_body`` go to the HTTP request; ``extra_args`` are extra keyword arguments of the
-    API call.
+    API call. ``retry`` (a ``ModelRetrySettings`` or a dict) sets the request's retry count.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -59,6 +81,7 @@ class ModelSettings(BaseModel):
     extra_body: dict[str, Any] | None = None
     extra_headers: dict[str, str] | None = None
     extra_args: dict[str, Any] | None = None
+    retry: ModelRetrySettings | None = None
 
     @field_validator("reasoning", mode="before")
     @classmethod

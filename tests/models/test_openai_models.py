@@ -193,6 +193,21 @@ async def test_429_exhausted_is_a_retryable_request_error(
     assert len(fake_openai.requests) == 3  # first try + max_retries=2
 
 
+@pytest.mark.parametrize("retries", [0, 4])
+async def test_model_settings_retry_sets_the_retry_count_of_a_request(
+    api: str, client: AsyncOpenAI, fake_openai: FakeOpenAIServer, retries: int
+) -> None:
+    # the client allows 2 retries; the settings' count wins for this request only
+    fake_openai.inject(status=429, times=10)
+    settings = ModelSettings(retry={"max_retries": retries})
+    with pytest.raises(ModelRequestError):
+        await make_model(api, client).get_response(
+            ModelRequest(None, [user("x")], settings=settings)
+        )
+    assert len(fake_openai.requests) == 1 + retries
+    assert client.max_retries == 2
+
+
 async def test_400_is_not_retryable(
     api: str, client: AsyncOpenAI, fake_openai: FakeOpenAIServer
 ) -> None:

@@ -34,11 +34,18 @@ _CLIENT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
 _TOOL_CHOICE_MODES = frozenset({"auto", "required", "none"})
 
 
-async def resolve_client(source: ClientSource) -> AsyncOpenAI:
+async def resolve_client(
+    source: ClientSource, settings: ModelSettings | None = None
+) -> AsyncOpenAI:
+    """The client for one request; ``settings.retry.max_retries`` (when set) replaces the
+    client's retry count for this request only."""
     if isinstance(source, AsyncOpenAI):
-        return source
-    client = source()
-    return await client if inspect.isawaitable(client) else client
+        client = source
+    else:
+        made = source()
+        client = await made if inspect.isawaitable(made) else made
+    retries = settings.retry.max_retries if settings and settings.retry else None
+    return client if retries is None else client.with_options(max_retries=retries)
 
 
 def is_retryable_status(status: int) -> bool:

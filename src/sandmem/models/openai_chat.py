@@ -48,7 +48,7 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
     async def get_response(self, request: ModelRequest) -> ModelResponse:
         kwargs = build_request(self.model, request)
         with translated_errors(self.model, "Chat Completions"):
-            client = await resolve_client(self._client)
+            client = await resolve_client(self._client, request.settings)
             completion = await client.chat.completions.create(
                 **raw_body_call(kwargs, required=("messages",))
             )
@@ -77,7 +77,7 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
             kwargs["stream_options"] = {"include_usage": True}
         acc = ChatStreamAccumulator(self.model)
         with translated_errors(self.model, "Chat Completions"):
-            client = await resolve_client(self._client)
+            client = await resolve_client(self._client, request.settings)
             stream = await client.chat.completions.create(
                 **raw_body_call(kwargs, required=("messages",))
             )

@@ -36,7 +36,7 @@ class OpenAIResponsesModel(OpenAIModelBase):
     async def get_response(self, request: ModelRequest) -> ModelResponse:
         kwargs = build_request(self.model, request)
         with translated_errors(self.model, "Responses API"):
-            client = await resolve_client(self._client)
+            client = await resolve_client(self._client, request.settings)
             response = await client.responses.create(**raw_body_call(kwargs, required=("input",)))
         if not isinstance(response, Response):
             raise ModelBehaviorError(
@@ -51,7 +51,7 @@ class OpenAIResponsesModel(OpenAIModelBase):
         kwargs = build_request(self.model, request)
         final: Response | None = None
         with translated_errors(self.model, "Responses API"):
-            client = await resolve_client(self._client)
+            client = await resolve_client(self._client, request.settings)
             stream = await client.responses.create(
                 **raw_body_call(kwargs, required=("input",)), stream=True
             )
