@@ -97,9 +97,7 @@ async def test_item_helpers_on_streamed_items() -> None:
 
 
 def test_item_helpers_build_items() -> None:
-    assert ItemHelpers.input_to_new_input_list("hi") == [
-        {"type": "message", "role": "user", "content": "hi"}
-    ]
+    assert ItemHelpers.input_to_new_input_list("hi") == [{"content": "hi", "role": "user"}]
     given = [{"role": "user", "content": [{"type": "input_text", "text": "x"}]}]
     copied = ItemHelpers.input_to_new_input_list(given)
     assert copied == given and copied[0]["content"] is not given[0]["content"]

@@ -69,7 +69,8 @@ async def test_tool_calls_then_final_answer() -> None:
         "function_call_output",
         "message",
     ]
-    assert result.to_input_list()[0]["content"] == "add please"
+    # a string input is one user message in the reference's shape: no "type" key
+    assert result.to_input_list()[0] == {"content": "add please", "role": "user"}
 
 
 async def test_tool_calls_in_one_turn_run_concurrently() -> None:
@@ -161,6 +162,7 @@ async def test_two_runs_share_sqlite_session_history() -> None:
         "second question",
     ]
     assert len(await session.get_items()) == 4
+    assert (await session.get_items())[0] == {"content": "first question", "role": "user"}
     assert (await session.pop_item()) == {
         "type": "message",
         "role": "assistant",

@@ -61,8 +61,15 @@ def content_text(content: Any, *, sep: str = "") -> str:
     return sep.join(content_texts(content))
 
 
+def input_message(text: str) -> Item:
+    """A run's string input as an item: ``{"content": text, "role": "user"}``, the reference
+    SDK's shape (no ``type``), so sessions, memory segments and ``to_input_list()`` hold what
+    a program written for it expects."""
+    return {"content": text, "role": "user"}
+
+
 def normalize_input(value: str | list[Item]) -> list[Item]:
     """A run's input as a list of items (a string becomes one user message)."""
     if isinstance(value, str):
-        return [user_message(value)]
+        return [input_message(value)]
     return [dict(item) for item in value]

@@ -158,7 +158,11 @@ async def test_multi_turn_session_appends_to_one_rollout() -> None:
         for prompt in ("first", "second"):
             await Runner.run(agent, prompt, session=conversation, run_config=run_config(sandbox))
     lines = (sandbox.root / "sessions/gtm-q2-review.jsonl").read_text().splitlines()
-    assert [json.loads(x)["input"][0]["content"] for x in lines] == ["first", "second"]
+    # each segment records the run's input as given: a string is one {content, role} message
+    assert [json.loads(x)["input"] for x in lines] == [
+        [{"content": "first", "role": "user"}],
+        [{"content": "second", "role": "user"}],
+    ]
     raw = parse_header((sandbox.root / "memories/raw_memories/gtm-q2-review.md").read_text())[0]
     assert raw["segments"] == "2"
 

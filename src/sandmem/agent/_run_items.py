@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from sandmem._items import Item, content_texts, item_kind, user_message
+from sandmem._items import Item, content_texts, input_message, item_kind
 
 if TYPE_CHECKING:
     from sandmem.agent._agent import Agent
@@ -179,7 +179,7 @@ class ItemHelpers:
     def input_to_new_input_list(cls, input: str | list[Any]) -> list[Item]:
         """A run input as a new list of items (a string becomes one user message)."""
         if isinstance(input, str):
-            return [user_message(input)]
+            return [input_message(input)]
         return [copy.deepcopy(dict(item)) for item in input]
 
     @classmethod
