@@ -148,6 +148,32 @@ async def test_the_follow_up_turn_can_complete_the_consolidation(sandbox: Sandbo
     assert report.phase_two_usage.requests == len(turns) == 3
 
 
+async def test_a_failed_follow_up_turn_keeps_the_written_result_as_incomplete(
+    sandbox: SandboxSession,
+) -> None:
+    # the consolidator writes both files without citing r1, stops, then its follow-up request
+    # fails: the written files stand (incomplete), and r1 stays pending
+    def fn(request: ModelRequest) -> Any:
+        if "fold in r1" in last_user_text(request):
+            raise ModelRequestError("the server went away", retryable=True)
+        if tool_outputs(request):
+            return "done"
+        return [
+            tool_call("write_file", {"path": "memories/MEMORY.md", "content": "## x\n- y\n"}),
+            tool_call("write_file", {"path": "memories/memory_summary.md", "content": "s"}),
+        ]
+
+    config = MemoryGenerateConfig(
+        phase_one_model=phase_one_model(), phase_two_model=FunctionModel(fn)
+    )
+    await get_manager(sandbox, PATHS, config).record(segment("r1", "task"))
+    report = await flush(sandbox, config)
+    assert report.phase_two == "incomplete" and report.phase_two_missing == ["r1"]
+    assert (sandbox.root / "memories/MEMORY.md").read_text() == "## x\n- y\n"
+    assert (sandbox.root / "memories/memory_summary.md").read_text() == "s"
+    assert report.phase_two_usage.requests == 3  # write turn, final answer, failed follow-up
+
+
 async def test_tokens_are_counted_when_consolidation_fails(sandbox: SandboxSession) -> None:
     def busy(request: ModelRequest) -> Any:
         return [tool_call("list_files", {"path": "memories"})]

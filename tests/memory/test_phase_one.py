@@ -81,6 +81,9 @@ def test_render_input_fences_transcript_and_metadata() -> None:
     assert rendered.index("Terminal metadata") < rendered.index("<transcript>")
     assert "fix the bug" in rendered and rendered.rstrip().endswith("</transcript>")
     assert '"failed"' in rendered
+    # one compact JSON line (no spaces after separators): two segments, the last one failed
+    meta_line = next(line for line in rendered.splitlines() if line.startswith("Terminal"))
+    assert '"segment_count":2' in meta_line and '"terminal_state":"failed"' in meta_line
 
 
 def test_long_rollout_truncated_head_tail_with_marker() -> None:

@@ -57,6 +57,10 @@ def instructions(rollout_id: str, extra_prompt: str | None) -> str:
     return render_prompt(template, rollout_ref=rollout_id) + extra_guidance_block(extra_prompt)
 
 
+#: JSON without spaces after separators: the metadata line costs fewer tokens
+_COMPACT = (",", ":")
+
+
 def render_input(rollout_id: str, rollout_text: str, omitted_bytes: int = 0) -> str:
     """The user message of phase one: terminal metadata, then the compact transcript (capped
     at 150,000 tokens, head and tail kept) fenced as untrusted data: no tag inside it can end
@@ -70,9 +74,10 @@ def render_input(rollout_id: str, rollout_text: str, omitted_bytes: int = 0) -> 
         if omitted_bytes
         else ""
     )
+    meta_json = json.dumps(meta, sort_keys=True, separators=_COMPACT, default=str)
     return (
         f"Rollout id: {rollout_id}\n"
-        f"Terminal metadata (JSON): {json.dumps(meta, sort_keys=True, default=str)}\n"
+        f"Terminal metadata (JSON): {meta_json}\n"
         f"{note}\n"
         "<transcript>\n"
         f"{escape_fence(transcript, 'transcript')}\n"

@@ -381,7 +381,9 @@ async def _run_agent(
     provider: ModelProvider,
     usage: Usage,
 ) -> Verification:
-    """The consolidation run, then at most one follow-up turn naming what is missing."""
+    """The consolidation run, then at most one follow-up turn naming what is missing. The
+    follow-up is best-effort: when it fails (a model error, its turn limit), the result written
+    so far stands and is checked as it is (``incomplete``, the missing conversations pending)."""
     from sandmem.run._runner import Runner
 
     agent = _agent(session, paths, inputs, config, provider, usage)
@@ -395,9 +397,16 @@ async def _run_agent(
         return checked
     logger.info("consolidation incomplete (%s); one follow-up turn", checked.describe())
     follow_up = user_message(follow_up_message(checked, inputs.memories_dir))
-    await Runner.run(
-        agent, [*result.to_input_list(), follow_up], max_turns=config.phase_two_max_turns
-    )
+    try:
+        await Runner.run(
+            agent, [*result.to_input_list(), follow_up], max_turns=config.phase_two_max_turns
+        )
+    except Exception as exc:
+        logger.warning(
+            "the consolidation's follow-up turn failed (%s: %s); keeping what was written",
+            type(exc).__name__,
+            exc,
+        )
     return verify(await _staged_memory(session, paths), inputs.added, inputs.removed)
 
 
