@@ -93,6 +93,7 @@ from sandmem.sandboxes import (
     SandboxClient,
     SandboxSession,
     SandboxSessionState,
+    SandboxWorkspaceScope,
     UnixLocalSandboxClient,
 )
 from sandmem.sandboxes._types import FileMode, Permissions
@@ -165,6 +166,7 @@ __all__ = [
     "SandboxSession",
     "SandboxSessionState",
     "SandboxStateError",
+    "SandboxWorkspaceScope",
     "SandmemError",
     "Session",
     "Shell",

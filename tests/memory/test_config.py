@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sandmem import ModelSettings
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
+from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 
 
 def test_defaults() -> None:
@@ -64,6 +67,33 @@ def test_layout_dirs_must_be_relative_and_inside(value: str) -> None:
 def test_layout_dirs_are_normalised() -> None:
     layout = MemoryLayoutConfig(memories_dir="./memories/gtm/", sessions_dir="sessions//gtm")
     assert (layout.memories_dir, layout.sessions_dir) == ("memories/gtm", "sessions/gtm")
+
+
+@pytest.mark.parametrize("spelled", ["team//memory", "./team/memory/", "team/./memory"])
+async def test_prompts_keep_the_layout_spelling_and_files_use_the_normal_form(
+    spelled: str, tmp_path: Path
+) -> None:
+    layout = MemoryLayoutConfig(memories_dir=spelled)
+    assert layout.memories_dir == "team/memory" and layout.spelled("memories_dir") == spelled
+    # spelled differently, the same directories are the same layout
+    assert layout == MemoryLayoutConfig(memories_dir="team/memory")
+    assert len({layout, MemoryLayoutConfig(memories_dir="team/memory")}) == 1
+    session = await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path / "ws"))
+    async with session:
+        await session.write("team/memory/memory_summary.md", "Deploys go through make.\n")
+        memory = Memory(layout=layout, generate=None)
+        memory.bind(session)
+        prompt = await memory.instructions(session.state.manifest) or ""
+    assert f"`{spelled}/memory_summary.md`" in prompt and f"{spelled}/MEMORY.md" in prompt
+    assert "Deploys go through make." in prompt
+
+
+def test_a_backslash_is_part_of_a_directory_name() -> None:
+    # as on POSIX: not a separator, so it neither splits nor climbs
+    assert MemoryLayoutConfig(memories_dir="team\\memory").memories_dir == "team\\memory"
+    assert MemoryLayoutConfig(memories_dir="..\\up").memories_dir == "..\\up"
+    with pytest.raises(ValueError, match="memories_dir must not escape root"):
+        MemoryLayoutConfig(memories_dir="../up")
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ import typing
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from sandmem._errors import UserError
+from sandmem.sandboxes._workspace_scope import SandboxWorkspaceScope
 
 if TYPE_CHECKING:
     from sandmem.agent._context import RunOutcome, SandboxRunContext
@@ -57,6 +58,8 @@ class Capability:
     #: the capability's type name (``required_capability_types`` may name it)
     type: str = ""
     _session: SandboxSession | None = None
+    #: where the run's relative paths start (``SandboxRunConfig(cwd=...)``); bound per run
+    workspace_scope: SandboxWorkspaceScope = SandboxWorkspaceScope()
     _reserved: ClassVar[frozenset[str]] = frozenset({"session"})
 
     def __init__(self, **fields: Any) -> None:
@@ -96,6 +99,11 @@ class Capability:
         """Bind this capability to the run's live session (the runner binds a clone)."""
         self._session = session
         return self
+
+    def bind_workspace_scope(self, scope: SandboxWorkspaceScope) -> None:
+        """Bind the run's working directory (the runner binds each run's clone): tools resolve
+        the model's relative paths from it."""
+        self.workspace_scope = scope
 
     @property
     def session(self) -> SandboxSession:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from sandmem._settings import ModelSettings
 from sandmem.models._base import Model, ModelProvider
+from sandmem.sandboxes._workspace_scope import normalize_cwd
 
 if TYPE_CHECKING:
     from sandmem.sandboxes._client import SandboxClient
@@ -26,6 +28,11 @@ class SandboxRunConfig:
       ``default_manifest``), ``snapshot`` and ``options`` (the backend's per-session options;
       the local clients take none); at the end of the run it stops it (memory generated,
       snapshot taken) and deletes its workspace.
+    - ``cwd``: the run's working directory, relative to the workspace root (it must exist when
+      the run starts). The model's relative paths start there (``exec_command``,
+      ``apply_patch``, ``view_image``) and memory and skill files are named by absolute sandbox
+      paths; the session itself, its root and its file API are unchanged. Several runs may
+      share one live session, each in its own directory.
     """
 
     client: SandboxClient | None = None
@@ -34,6 +41,11 @@ class SandboxRunConfig:
     session_state: SandboxSessionState | None = None
     manifest: Manifest | None = None
     snapshot: LocalSnapshotSpec | None = None
+    cwd: str | PurePath | None = None
+
+    def __post_init__(self) -> None:
+        if self.cwd is not None:
+            self.cwd = normalize_cwd(self.cwd)
 
 
 @dataclass

@@ -28,12 +28,13 @@ Create, edit, delete or move text files in the workspace with one patch:
 +<line to add>
 *** Delete File: <path>
 *** End Patch
-Paths are relative to the workspace root. Give about three unchanged lines around each change \
-and list hunks in file order. If any part does not fit, nothing is changed."""
+Relative paths start at your working directory. Give about three unchanged lines around each \
+change and list hunks in file order. If any part does not fit, nothing is changed."""
 
 _VIEW_IMAGE_DESCRIPTION = (
     "Look at an image file in the workspace (PNG, JPEG, GIF or WEBP, at most "
-    f"{MAX_IMAGE_BYTES // (1024 * 1024)} MB). The path is relative to the workspace root."
+    f"{MAX_IMAGE_BYTES // (1024 * 1024)} MB). A relative path starts at your working "
+    "directory."
 )
 
 
@@ -78,6 +79,7 @@ class Filesystem(Capability):
             overlays = extras.get(MEMORY_PROPOSALS)
             # an edit to memory files is redacted (or kept in a proposal's overlay) and waits
             # for a running consolidation
+            patch = self.workspace_scope.anchor_patch(patch)
             result = await apply_live_edit(self.session, patch, guards, overlays=overlays)
             return result.render()
 
@@ -92,7 +94,7 @@ class Filesystem(Capability):
         ]
 
     async def _view_image(self, path: str) -> list[dict[str, Any]]:
-        data = await self.session.read_bytes(path)
+        data = await self.session.read_bytes(str(self.workspace_scope.anchor(path)))
         if len(data) > MAX_IMAGE_BYTES:
             raise SandboxError(
                 f"view_image: '{path}' is {len(data)} bytes; images over {MAX_IMAGE_BYTES} "
@@ -113,7 +115,7 @@ class Filesystem(Capability):
 
     async def instructions(self, ctx: SandboxRunContext) -> str | None:
         return (
-            "Edit files with `apply_patch` (the `*** Begin Patch` format; paths relative to the "
-            "workspace root; a patch that does not fit changes nothing). Look at image files "
-            "with `view_image`."
+            "Edit files with `apply_patch` (the `*** Begin Patch` format; relative paths start "
+            "at your working directory; a patch that does not fit changes nothing). Look at "
+            "image files with `view_image`."
         )

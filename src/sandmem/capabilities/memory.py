@@ -103,8 +103,19 @@ class Memory(Capability):
             await pull(self.session, self.paths, self.layout.store)
         if self.read is not None:
             slot.prompt = await read_prompt_for(
-                self.session, self.paths, live_update=self.read.live_update
+                self.session,
+                self.paths,
+                live_update=self.read.live_update,
+                display_dir=self.display_dir(),
             )
+
+    def display_dir(self) -> str:
+        """How instructions name the memory directory: as the layout spells it, or, with a run
+        cwd, as an absolute sandbox path (valid from any directory)."""
+        scope = self.workspace_scope
+        if scope.cwd is None:
+            return self.layout.spelled("memories_dir")
+        return scope.resource_path(self.session.display_root, self.paths.memories_dir)
 
     def _guard_memory_writes(self, ctx: SandboxRunContext) -> None:
         """No secret stays in this layout's memory files: ``apply_patch`` redacts what it
@@ -136,7 +147,12 @@ class Memory(Capability):
             )
         if self.read is None:
             return None
-        return await read_prompt_for(self.session, self.paths, live_update=self.read.live_update)
+        return await read_prompt_for(
+            self.session,
+            self.paths,
+            live_update=self.read.live_update,
+            display_dir=self.display_dir(),
+        )
 
     async def on_run_end(self, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
         from sandmem.memory.rollouts import INFRASTRUCTURE, build_segment, records_work

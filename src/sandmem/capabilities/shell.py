@@ -23,7 +23,7 @@ MAX_OUTPUT_TOKENS = 50_000
 
 _DESCRIPTION = (
     "Run a shell command in the workspace and get its exit code and combined stdout/stderr. "
-    "workdir is relative to the workspace root (default: the root). timeout_ms defaults to "
+    "A relative workdir starts at your working directory (the default). timeout_ms defaults to "
     f"{DEFAULT_TIMEOUT_MS} (at most {MAX_TIMEOUT_MS}); the command is killed when it expires. "
     f"Output over max_output_tokens (default {DEFAULT_MAX_OUTPUT_TOKENS}, at most "
     f"{MAX_OUTPUT_TOKENS}) keeps only its beginning and end."
@@ -101,7 +101,10 @@ class Shell(Capability):
         # sessions run a string under ``bash -c``: merge stderr into stdout so the model sees
         # both in the order they were written
         result = await self.session.exec(
-            f"exec 2>&1; {cmd}", timeout=timeout / 1000, workdir=workdir, raise_on_timeout=False
+            f"exec 2>&1; {cmd}",
+            timeout=timeout / 1000,
+            workdir=self.workspace_scope.anchor(workdir),
+            raise_on_timeout=False,
         )
         notes = []
         if timeout_ms is not None and timeout_ms > MAX_TIMEOUT_MS:
@@ -118,7 +121,7 @@ class Shell(Capability):
 
     async def instructions(self, ctx: SandboxRunContext) -> str | None:
         return (
-            "Run shell commands with `exec_command`; they start in the workspace root unless "
+            "Run shell commands with `exec_command`; they start in your working directory unless "
             f"`workdir` is given and are killed after {DEFAULT_TIMEOUT_MS // 1000} s unless "
             "you pass a longer `timeout_ms`."
         )

@@ -124,8 +124,12 @@ class Skills(Capability):
         skills = await self.find(directory)
         if not skills:
             return None
+        scope, root = self.workspace_scope, self.session.display_root
+        skills = [
+            SkillInfo(s.name, s.description, scope.resource_path(root, s.path)) for s in skills
+        ]
         return render_prompt(
             load_prompt("sandmem", "skills"),
-            skills_dir=directory,
+            skills_dir=scope.resource_path(root, directory),
             skill_list=render_skill_list(skills, self.max_bytes),
         )

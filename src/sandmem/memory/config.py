@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from sandmem._settings import ModelSettings, Reasoning
 from sandmem.memory.store._base import GenerationScheduler, MemoryStore
@@ -16,10 +24,12 @@ EXTRACTIVE = "extractive"
 
 
 def normalize_dir(value: str, field: str) -> str:
-    """A layout directory as a normalised relative POSIX path; ``ValueError`` otherwise."""
+    """A layout directory as a normalised relative POSIX path (``a//b/./c`` is ``a/b/c``; a
+    backslash is part of a name, as on POSIX); ``ValueError`` otherwise, with the reference
+    SDK's messages (``must be non-empty``, ``must be relative``, ``must not escape root``)."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{field} must be non-empty: a directory inside the workspace")
-    path = PurePosixPath(value.strip().replace("\\", "/"))
+    path = PurePosixPath(value.strip())
     if path.is_absolute():
         raise ValueError(f"{field} must be relative to the workspace, got {value!r}")
     parts = [p for p in path.parts if p not in ("", ".")]
@@ -51,11 +61,42 @@ class MemoryLayoutConfig(BaseModel):
     memories_dir: str = "memories"
     sessions_dir: str = "sessions"
     store: MemoryStore | None = Field(default=None, exclude=True)
+    #: the directories as the caller spelled them (``team//memory``), when that differs from
+    #: the normalised field: prompts show the caller's spelling, files use the normal form
+    _spelling: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("memories_dir", "sessions_dir")
     @classmethod
     def _relative(cls, value: str, info: Any) -> str:
         return normalize_dir(value, info.field_name)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_spelling(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        layout = handler(data)
+        if isinstance(data, dict) and isinstance(layout, MemoryLayoutConfig):
+            for name in ("memories_dir", "sessions_dir"):
+                given = data.get(name)
+                if isinstance(given, str) and given.strip() != getattr(layout, name):
+                    layout._spelling[name] = given.strip()
+        return layout
+
+    def __eq__(self, other: object) -> bool:
+        # the same directories are the same layout, however they were spelled
+        if not isinstance(other, MemoryLayoutConfig):
+            return NotImplemented
+        return (self.memories_dir, self.sessions_dir, self.store) == (
+            other.memories_dir,
+            other.sessions_dir,
+            other.store,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.memories_dir, self.sessions_dir))
+
+    def spelled(self, name: Literal["memories_dir", "sessions_dir"]) -> str:
+        """A directory as the caller wrote it (the reference keeps that spelling in prompts)."""
+        return self._spelling.get(name) or str(getattr(self, name))
 
     @model_validator(mode="after")
     def _separate(self) -> MemoryLayoutConfig:

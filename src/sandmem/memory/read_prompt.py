@@ -45,12 +45,18 @@ def memory_read_prompt(
 
 
 async def read_prompt_for(
-    session: SandboxSession, paths: MemoryPaths, *, live_update: bool | Literal["propose"]
+    session: SandboxSession,
+    paths: MemoryPaths,
+    *,
+    live_update: bool | Literal["propose"],
+    display_dir: str | None = None,
 ) -> str | None:
     """The memory prompt for a layout as it is now: a commit a killed process left half-applied
-    is finished first, so the summary read is the committed one."""
+    is finished first, so the summary read is the committed one. ``display_dir`` is how the
+    prompt names the memory directory (default: ``paths.memories_dir``)."""
     from sandmem.memory.journal import try_recover
 
     await try_recover(session, paths)
     summary = await read_text(session, paths.summary_md) or ""
-    return memory_read_prompt(summary, paths.memories_dir, live_update=live_update)
+    shown = display_dir or paths.memories_dir
+    return memory_read_prompt(summary, shown, live_update=live_update)

@@ -70,6 +70,8 @@ from sandmem.agent._tools import FunctionTool, to_tool_output
 from sandmem.models._base import Model, ModelRequest, ModelResponse, OutputSchema
 from sandmem.run._sandbox_scope import sandbox_scope
 from sandmem.run._tracing import run_tracer
+from sandmem.sandboxes._session import SandboxSession
+from sandmem.sandboxes._workspace_scope import SandboxWorkspaceScope
 
 logger = logging.getLogger("sandmem.run")
 
@@ -240,6 +242,17 @@ def _output_schema(output_type: type[Any] | None) -> OutputSchema | None:
     return output_schema_for(output_type)
 
 
+async def _workspace_scope(sandbox: SandboxSession, config: RunConfig) -> SandboxWorkspaceScope:
+    """The run's working directory (``SandboxRunConfig.cwd``), checked to be a directory."""
+    scope = SandboxWorkspaceScope.from_cwd(config.sandbox.cwd if config.sandbox else None)
+    if scope.cwd is not None and not await sandbox.is_dir(scope.cwd):
+        raise UserError(
+            f"SandboxRunConfig(cwd={scope.cwd!r}): no such directory in the workspace; create "
+            "it first (a manifest Dir entry, or session.mkdir) or fix the path"
+        )
+    return scope
+
+
 async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
     """Everything that can refuse a run happens here, before the first model call."""
     agent, config = spec.agent, spec.run_config
@@ -247,11 +260,14 @@ async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
     parts: list[str] = []
     if isinstance(agent, SandboxedAgent):
         assert ctx.sandbox is not None
+        scope = await _workspace_scope(ctx.sandbox, config)
         capabilities = [bind_for_run(cap, ctx.sandbox) for cap in agent.capabilities]
+        for cap in capabilities:
+            cap.bind_workspace_scope(scope)
         _check_requirements(capabilities)
-        parts.append(
-            render_prompt(load_prompt("sandmem", "sandbox"), root=ctx.sandbox.display_root)
-        )
+        root = ctx.sandbox.display_root
+        start = scope.resource_path(root, scope.cwd) if scope.cwd else root
+        parts.append(render_prompt(load_prompt("sandmem", "sandbox"), root=root, cwd=start))
     tools = _collect_tools(agent, capabilities)
     schema = _output_schema(agent.output_type)
     model = _resolve_model(agent, config)

@@ -37,6 +37,7 @@ from sandmem.sandboxes._manifest import Dir, File, GitRepo, LocalDir, LocalFile,
 from sandmem.sandboxes._session import ExecResult, SandboxSession, SandboxSessionState
 from sandmem.sandboxes._snapshot import LocalSnapshotSpec
 from sandmem.sandboxes._types import EntryKind, FileEntry, FileMode, Permissions
+from sandmem.sandboxes._workspace_scope import SandboxWorkspaceScope
 
 __all__ = [  # noqa: RUF022 - plain sorted() order, checked by a test
     "BubblewrapSandboxClient",
@@ -59,6 +60,7 @@ __all__ = [  # noqa: RUF022 - plain sorted() order, checked by a test
     "SandboxError",
     "SandboxSession",
     "SandboxSessionState",
+    "SandboxWorkspaceScope",
     "UnixLocalSandboxClient",
     "WorkspaceArchiveReadError",
     "WorkspaceArchiveWriteError",
