@@ -63,6 +63,7 @@ def test_errors_share_one_base() -> None:
         "ModelRequestError",
         "MemoryLockedError",
         "MemoryNotFoundError",
+        "MCPServerError",
     ):
         assert issubclass(getattr(sandmem, name), sandmem.SandmemError)
     assert not issubclass(sandmem.SandmemError, MemoryError)
@@ -95,6 +96,7 @@ PUBLIC_MODULES = [
     "sandmem.eval",
     "sandmem.memory",
     "sandmem.memory.extractive",
+    "sandmem.mcp",
     "sandmem.models",
     "sandmem.redaction",
     "sandmem.sandboxes",

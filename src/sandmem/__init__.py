@@ -21,6 +21,7 @@ from sandmem._errors import (
     ExecTimeoutError,
     ExecTransportError,
     MaxTurnsExceeded,
+    MCPServerError,
     MemoryGenerationError,
     MemoryLockedError,
     MemoryNotFoundError,
@@ -72,6 +73,12 @@ from sandmem.agent._tools import FunctionTool, default_tool_error_function, func
 from sandmem.agent._tools import FunctionTool as Tool
 from sandmem.capabilities import Capability, Filesystem, Memory, Shell, Skills
 from sandmem.capabilities._sandbox_agent import SandboxAgent
+from sandmem.mcp import (
+    MCPServer,
+    MCPServerStdio,
+    MCPServerStreamableHttp,
+    create_static_tool_filter,
+)
 from sandmem.memory import (
     MemoryGenerateConfig,
     MemoryLayoutConfig,
@@ -125,6 +132,10 @@ __all__ = [
     "LocalDir",
     "LocalFile",
     "LocalSnapshotSpec",
+    "MCPServer",
+    "MCPServerError",
+    "MCPServerStdio",
+    "MCPServerStreamableHttp",
     "Manifest",
     "MaxTurnsExceeded",
     "Memory",
@@ -187,6 +198,7 @@ __all__ = [
     "WorkspaceArchiveWriteError",
     "WorkspaceReadNotFoundError",
     "WorkspaceWriteTypeError",
+    "create_static_tool_filter",
     "default_tool_error_function",
     "function_tool",
     "tool",

@@ -7,6 +7,7 @@
     ├── ModelBehaviorError        the model answered with something unusable
     ├── ModelRequestError         a model request failed after the client's retries
     ├── ToolTimeoutError          a function tool ran past its ``timeout`` (``raise_exception``)
+    ├── MCPServerError            an agent's MCP server could not be reached or failed a request
     ├── SandboxError              a sandbox operation failed (operation, path, cause)
     │   ├── SandboxPathError      a path leaves the workspace (also a UserError)
     │   ├── SandboxStateError     a session state or snapshot cannot be used (also a UserError)
@@ -72,6 +73,15 @@ class ToolTimeoutError(SandmemError):
         self.tool_name = tool_name
         self.timeout_seconds = timeout_seconds
         super().__init__(f"Tool '{tool_name}' timed out after {timeout_seconds:g} seconds.")
+
+
+class MCPServerError(SandmemError):
+    """An MCP server of an agent (``Agent(mcp_servers=...)``) could not be started or reached,
+    or failed a request. ``server`` names it; the transport's exception is ``__cause__``."""
+
+    def __init__(self, message: str, *, server: str | None = None) -> None:
+        super().__init__(message)
+        self.server = server
 
 
 class ModelRequestError(SandmemError):

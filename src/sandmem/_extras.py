@@ -10,7 +10,7 @@ from sandmem._errors import UserError
 #: what each extra is for, named in the install hint
 _PURPOSES = {
     "distributed": "distributed memory (S3 store, Redis job queue, leases)",
-    "mcp": "the MCP memory server (`sandmem mcp`)",
+    "mcp": "MCP (the memory server `sandmem mcp`, and MCP servers on agents)",
 }
 
 

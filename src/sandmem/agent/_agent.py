@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 from sandmem._errors import UserError
 from sandmem._settings import ModelSettings
+from sandmem.agent._mcp import MCPServer
+from sandmem.agent._mcp_tools import check_mcp_config
 from sandmem.agent._tool_use import ToolUseBehavior, check_tool_use_behavior
 from sandmem.agent._tools import (
     EnabledFunction,
@@ -39,6 +41,9 @@ class Agent:
     (a ``ModelSettings`` or a dict of its fields) may be overridden per run by
     ``RunConfig.model_settings``. ``output_type`` (a pydantic model) asks for validated structured
     output. ``hooks`` (an ``AgentHooks``) receives this agent's lifecycle callbacks.
+    ``mcp_servers`` (connected ``MCPServerStdio`` / ``MCPServerStreamableHttp``) add their
+    tools, listed once per run; ``mcp_config`` takes ``convert_schemas_to_strict`` and
+    ``failure_error_function`` for those tools.
     ``tool_use_behavior`` says what follows a turn of tool calls (see ``sandmem.agent._tool_use``):
     another model turn by default, or a final output taken from the tools.
 
@@ -55,6 +60,8 @@ class Agent:
     hooks: AgentHooks[Any] | None = None
     handoff_description: str | None = None
     tool_use_behavior: ToolUseBehavior = "run_llm_again"
+    mcp_servers: list[MCPServer] = field(default_factory=list)
+    mcp_config: dict[str, Any] = field(default_factory=dict)
 
     def __class_getitem__(cls, item: Any) -> type[Self]:
         return cls
@@ -68,6 +75,7 @@ class Agent:
             raise TypeError("Agent.instructions must be a string or a function (ctx, agent) -> str")
         self.model_settings = ModelSettings.coerce(self.model_settings)
         check_tool_use_behavior(self.tool_use_behavior)
+        check_mcp_config(self.mcp_servers, self.mcp_config)
 
     @property
     def settings(self) -> ModelSettings:

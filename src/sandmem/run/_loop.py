@@ -48,6 +48,7 @@ from sandmem.agent._context import (
     ToolContext,
 )
 from sandmem.agent._hooks import RunHooks
+from sandmem.agent._mcp_tools import mcp_tools
 from sandmem.agent._run_config import RunConfig
 from sandmem.agent._run_items import as_run_item
 from sandmem.agent._sandboxed import SandboxedAgent
@@ -225,11 +226,16 @@ def _check_requirements(capabilities: list[Capability]) -> None:
         )
 
 
-def _collect_tools(agent: Agent, capabilities: list[Capability]) -> list[FunctionTool]:
+def _collect_tools(
+    agent: Agent, capabilities: list[Capability], mcp: list[FunctionTool]
+) -> list[FunctionTool]:
     tools: dict[str, FunctionTool] = {}
-    for tool in [*agent.tools, *(t for cap in capabilities for t in cap.tools())]:
+    for tool in [*agent.tools, *(t for cap in capabilities for t in cap.tools()), *mcp]:
         if tool.name in tools:
-            raise UserError(f"two tools are named {tool.name!r}; tool names must be unique")
+            raise UserError(
+                f"two tools are named {tool.name!r}; tool names must be unique (an MCP "
+                "server's tools can be narrowed with its tool_filter)"
+            )
         tools[tool.name] = tool
     return list(tools.values())
 
@@ -268,7 +274,9 @@ async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
         root = ctx.sandbox.display_root
         start = scope.resource_path(root, scope.cwd) if scope.cwd else root
         parts.append(render_prompt(load_prompt("sandmem", "sandbox"), root=root, cwd=start))
-    tools = _collect_tools(agent, capabilities)
+    run_context = ctx.context_wrapper or RunContextWrapper(spec.context)
+    mcp = await mcp_tools(agent, run_context) if agent.mcp_servers else []
+    tools = _collect_tools(agent, capabilities, mcp)
     schema = _output_schema(agent.output_type)
     model = _resolve_model(agent, config)
     settings = agent.settings.resolve(config.model_settings)
