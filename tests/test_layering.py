@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem._errors",
             "sandmem._items",
             "sandmem._settings",
+            "sandmem._retry",
             "sandmem._usage",
             "sandmem._truncate",
             "sandmem._prompts",

@@ -39,6 +39,14 @@ from sandmem._errors import (
     WorkspaceWriteTypeError,
 )
 from sandmem._items import Item as TResponseInputItem
+from sandmem._retry import (
+    ModelRetryBackoffSettings,
+    ModelRetryNormalizedError,
+    RetryDecision,
+    RetryPolicy,
+    RetryPolicyContext,
+    retry_policies,
+)
 from sandmem._settings import ModelRetrySettings, ModelSettings, Reasoning
 from sandmem._usage import Usage
 from sandmem._version import __version__ as __version__
@@ -151,6 +159,8 @@ __all__ = [
     "ModelProvider",
     "ModelRequestError",
     "ModelResponse",
+    "ModelRetryBackoffSettings",
+    "ModelRetryNormalizedError",
     "ModelRetrySettings",
     "ModelSettings",
     "OpenAIChatCompletionsModel",
@@ -160,6 +170,9 @@ __all__ = [
     "RawResponsesStreamEvent",
     "Reasoning",
     "ReasoningItem",
+    "RetryDecision",
+    "RetryPolicy",
+    "RetryPolicyContext",
     "RunConfig",
     "RunContextWrapper",
     "RunHooks",
@@ -201,6 +214,7 @@ __all__ = [
     "create_static_tool_filter",
     "default_tool_error_function",
     "function_tool",
+    "retry_policies",
     "tool",
     "trace",
     "validate_rollout_id",

@@ -88,15 +88,26 @@ class ModelRequestError(SandmemError):
     """A model request failed after the client's own retries.
 
     ``status_code`` is the HTTP status when there was one; ``retryable`` says whether trying
-    again later may succeed.
+    again later may succeed; ``retry_after`` is the wait the server asked for (seconds);
+    ``network_error`` and ``timeout`` say the server was not reached or did not answer in time.
     """
 
     def __init__(
-        self, message: str, *, status_code: int | None = None, retryable: bool = False
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        network_error: bool = False,
+        timeout: bool = False,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.retryable = retryable
+        self.retry_after = retry_after
+        self.network_error = network_error
+        self.timeout = timeout
 
 
 class SandboxError(SandmemError):

@@ -6,9 +6,12 @@ default); a field one API lacks is left out for it (see ``docs/runtime.md`` for 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sandmem._retry import ModelRetryBackoffSettings
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
@@ -31,23 +34,31 @@ class Reasoning(BaseModel):
 class ModelRetrySettings(BaseModel):
     """Retries of a failed model request (the reference SDK's ``ModelRetrySettings``).
 
-    ``max_retries`` is how many times a request that failed with a retryable error (a
-    connection error, a timeout, HTTP 408/409/429/5xx) is sent again; it replaces the
-    ``openai`` client's own count for requests made with these settings. The delay between
-    tries is the client's: exponential from 0.5 s up to 8 s, or what ``Retry-After`` says.
-    ``backoff`` (the reference's delay settings) is accepted and kept, and does not change
-    that schedule."""
+    With a ``policy`` (see ``sandmem._retry``: ``retry_policies``, ``RetryDecision``), the run
+    loop retries: each request goes out with the ``openai`` client's own retries off, and after
+    a failure the policy decides whether to send it again, up to ``max_retries`` more times,
+    waiting the decision's ``delay`` or the ``backoff`` schedule. Without a policy,
+    ``max_retries`` replaces the client's own retry count for the request (its delays:
+    exponential from 0.5 s, or what ``Retry-After`` says); ``0`` turns retries off."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_retries: int | None = Field(default=None, ge=0)
-    backoff: dict[str, Any] | None = None
+    backoff: ModelRetryBackoffSettings | None = None
+    policy: Callable[..., Any] | None = Field(default=None, exclude=True, repr=False)
 
     @field_validator("backoff", mode="before")
     @classmethod
     def _backoff(cls, value: Any) -> Any:
-        dump = getattr(value, "model_dump", None) or getattr(value, "to_json_dict", None)
-        return dump() if callable(dump) else value
+        dump = getattr(value, "to_json_dict", None)  # the reference's backoff dataclass
+        if callable(dump) and not isinstance(value, ModelRetryBackoffSettings):
+            return dump()
+        return value
+
+    @property
+    def runner_managed(self) -> bool:
+        """Whether the run loop retries (a policy and a positive budget)."""
+        return self.policy is not None and bool(self.max_retries)
 
 
 class ModelSettings(BaseModel):

@@ -38,13 +38,14 @@ async def resolve_client(
     source: ClientSource, settings: ModelSettings | None = None
 ) -> AsyncOpenAI:
     """The client for one request; ``settings.retry.max_retries`` (when set) replaces the
-    client's retry count for this request only."""
+    client's retry count for this request only (none when the run loop retries: a policy)."""
     if isinstance(source, AsyncOpenAI):
         client = source
     else:
         made = source()
         client = await made if inspect.isawaitable(made) else made
-    retries = settings.retry.max_retries if settings and settings.retry else None
+    retry = settings.retry if settings else None
+    retries = None if retry is None else 0 if retry.runner_managed else retry.max_retries
     return client if retries is None else client.with_options(max_retries=retries)
 
 
@@ -77,12 +78,14 @@ def translated_errors(model: str, api: str) -> Iterator[None]:
             f"{where} timed out after the client's retries; raise the timeout "
             "(OpenAIProvider(timeout=...), or --timeout / SANDMEM_TIMEOUT) or try again later",
             retryable=True,
+            timeout=True,
         ) from exc
     except openai.APIConnectionError as exc:
         raise ModelRequestError(
             f"{where} could not reach the server ({exc}); check OPENAI_BASE_URL and that the "
             "server is running",
             retryable=True,
+            network_error=True,
         ) from exc
     except openai.APIStatusError as exc:
         status = exc.status_code
@@ -92,12 +95,26 @@ def translated_errors(model: str, api: str) -> Iterator[None]:
             f"{where} failed with HTTP {status}: {exc.message}; {hint}",
             status_code=status,
             retryable=retryable,
+            retry_after=_retry_after(exc.response.headers),
         ) from exc
     except json.JSONDecodeError as exc:
         raise ModelRequestError(
             f"{where} got a reply that is not valid JSON ({exc}); is the server OpenAI-compatible?",
             retryable=True,
         ) from exc
+
+
+def _retry_after(headers: Any) -> float | None:
+    """The wait a server asked for: ``retry-after-ms``, or ``retry-after`` in seconds."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(float(value) / scale, 0.0)
+        except ValueError:
+            continue  # an HTTP date: left to the backoff
+    return None
 
 
 def split_extra_args(extra_args: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:

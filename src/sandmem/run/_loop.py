@@ -69,6 +69,7 @@ from sandmem.agent._stream_events import (
 from sandmem.agent._tool_use import FunctionToolResult, tools_final_output
 from sandmem.agent._tools import FunctionTool, to_tool_output
 from sandmem.models._base import Model, ModelRequest, ModelResponse, OutputSchema
+from sandmem.run._model_retry import with_retries
 from sandmem.run._sandbox_scope import sandbox_scope
 from sandmem.run._tracing import run_tracer
 from sandmem.sandboxes._session import SandboxSession
@@ -406,16 +407,25 @@ class _Turns:
     async def _call_model(self, request: ModelRequest) -> ModelResponse:
         model = self.prep.model
         if not self.spec.stream:
-            return await model.get_response(request)
-        response: ModelResponse | None = None
-        async for data in model.stream_response(request):
-            if isinstance(data, ModelResponse):
-                response = data
-            else:
-                await self.emit(RawResponsesStreamEvent(data))
-        if response is None:
-            raise ModelBehaviorError(f"model {model.name!r} ended its stream without a response")
-        return response
+            return await with_retries(request, lambda: model.get_response(request))
+        emitted = False
+
+        async def stream_once() -> ModelResponse:
+            nonlocal emitted
+            response: ModelResponse | None = None
+            async for data in model.stream_response(request):
+                if isinstance(data, ModelResponse):
+                    response = data
+                else:
+                    emitted = True
+                    await self.emit(RawResponsesStreamEvent(data))
+            if response is None:
+                raise ModelBehaviorError(
+                    f"model {model.name!r} ended its stream without a response"
+                )
+            return response
+
+        return await with_retries(request, stream_once, stream=True, started=lambda: emitted)
 
     async def _run_tools(self, calls: list[Item]) -> tuple[list[Item], list[FunctionToolResult]]:
         """The output items of ``calls`` (run concurrently), and the results of the calls to
