@@ -50,7 +50,7 @@ from sandmem._retry import (
 from sandmem._settings import ModelRetrySettings, ModelSettings, Reasoning
 from sandmem._usage import Usage
 from sandmem._version import __version__ as __version__
-from sandmem.agent._agent import Agent
+from sandmem.agent._agent import Agent, GenerateDynamicPromptData
 from sandmem.agent._agent import Agent as AgentBase
 from sandmem.agent._agent_tool import AgentToolStreamEvent
 from sandmem.agent._context import RunContextWrapper, ToolContext
@@ -65,12 +65,21 @@ from sandmem.agent._run_items import (
     ToolCallItem,
     ToolCallOutputItem,
 )
+from sandmem.agent._schema import AgentOutputSchema, AgentOutputSchemaBase
 from sandmem.agent._session import Session, SQLiteSession
 from sandmem.agent._stream_events import (
     AgentUpdatedStreamEvent,
     RawResponsesStreamEvent,
     RunItemStreamEvent,
     StreamEvent,
+)
+from sandmem.agent._tool_output import (
+    ToolOutputFileContent,
+    ToolOutputFileContentDict,
+    ToolOutputImage,
+    ToolOutputImageDict,
+    ToolOutputText,
+    ToolOutputTextDict,
 )
 from sandmem.agent._tool_use import (
     FunctionToolResult,
@@ -122,6 +131,8 @@ __all__ = [
     "AgentBase",
     "AgentHookContext",
     "AgentHooks",
+    "AgentOutputSchema",
+    "AgentOutputSchemaBase",
     "AgentToolStreamEvent",
     "AgentUpdatedStreamEvent",
     "BubblewrapSandboxClient",
@@ -135,6 +146,7 @@ __all__ = [
     "Filesystem",
     "FunctionTool",
     "FunctionToolResult",
+    "GenerateDynamicPromptData",
     "GitRepo",
     "ItemHelpers",
     "LocalDir",
@@ -201,6 +213,12 @@ __all__ = [
     "ToolCallItem",
     "ToolCallOutputItem",
     "ToolContext",
+    "ToolOutputFileContent",
+    "ToolOutputFileContentDict",
+    "ToolOutputImage",
+    "ToolOutputImageDict",
+    "ToolOutputText",
+    "ToolOutputTextDict",
     "ToolTimeoutError",
     "ToolsToFinalOutputFunction",
     "ToolsToFinalOutputResult",

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from sandmem._errors import UserError
 from sandmem._settings import ModelSettings
+from sandmem.agent._context import RunContextWrapper
 from sandmem.agent._mcp import MCPServer
 from sandmem.agent._mcp_tools import check_mcp_config
+from sandmem.agent._schema import AgentOutputSchemaBase
 from sandmem.agent._tool_use import ToolUseBehavior, check_tool_use_behavior
 from sandmem.agent._tools import (
     EnabledFunction,
@@ -23,12 +25,24 @@ from sandmem.models._base import Model
 
 if TYPE_CHECKING:
     from sandmem.agent._agent_tool import AgentToolStreamEvent
-    from sandmem.agent._context import RunContextWrapper
     from sandmem.agent._hooks import AgentHooks, RunHooks
     from sandmem.agent._run_config import RunConfig
 
 #: dynamic instructions: ``(ctx, agent) -> str``, sync or async
 InstructionsFunction = Callable[["RunContextWrapper[Any]", "Agent"], str | Awaitable[str]]
+
+
+@dataclass
+class GenerateDynamicPromptData:
+    """What a dynamic ``prompt`` function gets: the run's context and the agent."""
+
+    context: RunContextWrapper[Any]
+    agent: Agent
+
+
+#: a stored Responses API prompt: ``{"id": ..., "version": ..., "variables": {...}}``
+Prompt = dict[str, Any]
+DynamicPromptFunction = Callable[[GenerateDynamicPromptData], Any]
 
 
 @dataclass
@@ -39,8 +53,11 @@ class Agent:
     each model call with the run's ``RunContextWrapper``. ``model`` is a ``Model`` or a name
     resolved by the run's model provider (``None``: the provider's default). ``model_settings``
     (a ``ModelSettings`` or a dict of its fields) may be overridden per run by
-    ``RunConfig.model_settings``. ``output_type`` (a pydantic model) asks for validated structured
-    output. ``hooks`` (an ``AgentHooks``) receives this agent's lifecycle callbacks.
+    ``RunConfig.model_settings``. ``output_type`` (a pydantic model, or an ``AgentOutputSchema``)
+    asks for validated structured output. ``hooks`` (an ``AgentHooks``) receives this agent's
+    lifecycle callbacks. ``prompt`` names a stored prompt of the Responses API (``{"id",
+    "version", "variables"}``), or is a function ``(GenerateDynamicPromptData) -> prompt``
+    (sync or async) called before each model call.
     ``mcp_servers`` (connected ``MCPServerStdio`` / ``MCPServerStreamableHttp``) add their
     tools, listed once per run; ``mcp_config`` takes ``convert_schemas_to_strict`` and
     ``failure_error_function`` for those tools.
@@ -56,12 +73,13 @@ class Agent:
     model: str | Model | None = None
     model_settings: ModelSettings | dict[str, Any] | None = field(default_factory=ModelSettings)
     tools: list[FunctionTool] = field(default_factory=list)
-    output_type: type[Any] | None = None
+    output_type: type[Any] | AgentOutputSchemaBase | None = None
     hooks: AgentHooks[Any] | None = None
     handoff_description: str | None = None
     tool_use_behavior: ToolUseBehavior = "run_llm_again"
     mcp_servers: list[MCPServer] = field(default_factory=list)
     mcp_config: dict[str, Any] = field(default_factory=dict)
+    prompt: Prompt | DynamicPromptFunction | None = None
 
     def __class_getitem__(cls, item: Any) -> type[Self]:
         return cls
@@ -76,6 +94,11 @@ class Agent:
         self.model_settings = ModelSettings.coerce(self.model_settings)
         check_tool_use_behavior(self.tool_use_behavior)
         check_mcp_config(self.mcp_servers, self.mcp_config)
+        if isinstance(self.prompt, dict) and not self.prompt.get("id"):
+            raise UserError(
+                f"agent {self.name!r}: prompt must be a dict with an 'id' (and optional "
+                "'version' and 'variables'), or a function returning one"
+            )
 
     @property
     def settings(self) -> ModelSettings:
@@ -102,6 +125,24 @@ class Agent:
 
     # the reference's name for the same thing
     get_system_prompt = get_instructions
+
+    async def get_prompt(self, ctx: RunContextWrapper[Any]) -> Prompt | None:
+        """The stored prompt for the next model call (calls a dynamic-prompt function)."""
+        value: Any = self.prompt
+        if callable(value):
+            value = value(GenerateDynamicPromptData(ctx, self))
+            if inspect.isawaitable(value):
+                value = await value
+        if value is None:
+            return None
+        dump = getattr(value, "model_dump", None)  # the openai package's prompt objects
+        value = dump(exclude_none=True) if callable(dump) else value
+        if not isinstance(value, dict) or not value.get("id"):
+            raise UserError(
+                f"agent {self.name!r}: prompt must be a dict with an 'id' (and optional "
+                "'version' and 'variables'), or a function returning one"
+            )
+        return {key: v for key, v in value.items() if v is not None}
 
     def as_tool(
         self,

@@ -9,6 +9,7 @@ single ``response`` property, and ``parse_structured_output`` unwraps them again
 
 from __future__ import annotations
 
+import abc
 import json
 import re
 from typing import Any
@@ -99,6 +100,104 @@ def parse_structured_output(tp: type[Any], text: str) -> Any:
         )
         raise ModelBehaviorError(
             f"the model's structured output does not match {name}: {problems}; "
+            f"it answered: {_preview(text)}"
+        ) from exc
+
+
+class AgentOutputSchemaBase(abc.ABC):
+    """An agent's output format written by hand (``Agent(output_type=MySchema())``): the
+    schema the model is asked to follow and how its answer is parsed."""
+
+    @abc.abstractmethod
+    def is_plain_text(self) -> bool:
+        """True for plain text output (no schema is sent)."""
+
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The schema's name, as the API's response format names it."""
+
+    @abc.abstractmethod
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON schema of the output."""
+
+    @abc.abstractmethod
+    def is_strict_json_schema(self) -> bool:
+        """Whether the schema is sent in the API's strict mode."""
+
+    @abc.abstractmethod
+    def validate_json(self, json_str: str) -> Any:
+        """The final output parsed from the model's text (raise to reject it)."""
+
+
+class AgentOutputSchema(AgentOutputSchemaBase):
+    """The output format of a Python type; ``strict_json_schema=False`` sends its schema
+    without strict mode, for types strict mode cannot express (``dict[int, str]``)."""
+
+    def __init__(self, output_type: type[Any], strict_json_schema: bool = True) -> None:
+        self.output_type = output_type
+        self._strict = strict_json_schema
+        if not self.is_plain_text():
+            self._schema = (
+                output_schema_for(output_type)
+                if strict_json_schema
+                else OutputSchema(_schema_name(output_type), _loose_schema(output_type), False)
+            )
+
+    def is_plain_text(self) -> bool:
+        return self.output_type is None or self.output_type is str
+
+    def name(self) -> str:
+        return _type_name(self.output_type)
+
+    def json_schema(self) -> dict[str, Any]:
+        if self.is_plain_text():
+            raise UserError("a plain-text output type has no JSON schema")
+        return self._schema.json_schema
+
+    def is_strict_json_schema(self) -> bool:
+        return self._strict
+
+    def validate_json(self, json_str: str) -> Any:
+        return parse_structured_output(self.output_type, json_str)
+
+
+def _loose_schema(tp: type[Any]) -> dict[str, Any]:
+    raw = _hoist_root_ref(TypeAdapter(tp).json_schema())
+    if _is_object_schema(raw):
+        return raw
+    defs = raw.pop("$defs", None)
+    wrapped: dict[str, Any] = {"type": "object", "properties": {WRAPPER_KEY: raw}}
+    if defs:
+        wrapped["$defs"] = defs
+    return wrapped
+
+
+def agent_output_schema(output_type: Any) -> OutputSchema | None:
+    """The response format an agent's ``output_type`` asks for (``None``: plain text)."""
+    if output_type is None:
+        return None
+    if isinstance(output_type, AgentOutputSchemaBase):
+        if output_type.is_plain_text():
+            return None
+        return OutputSchema(
+            name=_NAME_OK.sub("_", output_type.name())[:64] or "output",
+            json_schema=output_type.json_schema(),
+            strict=output_type.is_strict_json_schema(),
+        )
+    return output_schema_for(output_type)
+
+
+def parse_agent_output(output_type: Any, text: str) -> Any:
+    """The final output parsed from the model's text for the agent's ``output_type``."""
+    if not isinstance(output_type, AgentOutputSchemaBase):
+        return parse_structured_output(output_type, text)
+    if output_type.is_plain_text():
+        return text
+    try:
+        return output_type.validate_json(text)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ModelBehaviorError(
+            f"the model's structured output was refused by {output_type.name()}: {exc}; "
             f"it answered: {_preview(text)}"
         ) from exc
 

@@ -23,13 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from sandmem._docstrings import parse_docstring
 from sandmem._errors import ToolTimeoutError, UserError
 from sandmem.agent._context import RunContextWrapper, ToolContext
+from sandmem.agent._tool_output import ToolOutput as ToolOutput
+from sandmem.agent._tool_output import to_tool_output as to_tool_output
 from sandmem.models._base import ToolSpec
 
 if TYPE_CHECKING:
     from sandmem.agent._agent import Agent
-
-#: what a tool returns to the model: text, or a list of content parts (e.g. an image)
-ToolOutput = str | list[dict[str, Any]]
 
 #: ``failure_error_function(ctx, error) -> text for the model`` (may be async)
 ToolErrorFunction = Callable[[RunContextWrapper[Any], Exception], Any]
@@ -175,19 +174,6 @@ def parse_arguments(model: type[BaseModel], arguments: str) -> dict[str, Any]:
     except ValidationError as exc:
         raise ToolArgumentsError(f"invalid arguments: {exc}") from exc
     return {name: getattr(parsed, name) for name in type(parsed).model_fields}
-
-
-def to_tool_output(value: Any) -> ToolOutput:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    if isinstance(value, list) and all(isinstance(v, dict) and "type" in v for v in value):
-        return value
-    try:
-        return json.dumps(value)
-    except TypeError:
-        return str(value)
 
 
 def _schema(params: type[BaseModel], strict: bool, fn_name: str) -> dict[str, Any]:

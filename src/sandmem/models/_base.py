@@ -57,6 +57,8 @@ class ModelRequest:
     previous_response_id: str | None = None
     #: an OpenAI conversation id (``conv_...``) for the Responses API's ``conversation``
     conversation_id: str | None = None
+    #: a stored prompt of the Responses API (``{"id", "version", "variables"}``)
+    prompt: dict[str, Any] | None = None
 
 
 @dataclass

@@ -90,6 +90,11 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
 
 def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
     """The keyword arguments of ``client.chat.completions.create`` for ``request``."""
+    if request.prompt is not None:
+        raise UserError(
+            "an agent's stored prompt (Agent(prompt=...)) needs the Responses API; Chat "
+            "Completions has no prompts: use OpenAIResponsesModel, or instructions instead"
+        )
     kwargs: dict[str, Any] = {
         "model": model,
         "messages": chat_messages(request.instructions, request.input),

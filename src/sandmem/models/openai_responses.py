@@ -93,6 +93,8 @@ def build_request(model: str, request: ModelRequest) -> dict[str, Any]:
         kwargs["tools"] = [_tool(spec) for spec in request.tools]
     if request.output_schema is not None:
         kwargs["text"] = {"format": _text_format(request.output_schema)}
+    if request.prompt is not None:
+        kwargs["prompt"] = request.prompt
     apply_settings(kwargs, request)
     return kwargs
 

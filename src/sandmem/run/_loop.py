@@ -241,12 +241,12 @@ def _collect_tools(
     return list(tools.values())
 
 
-def _output_schema(output_type: type[Any] | None) -> OutputSchema | None:
+def _output_schema(output_type: Any) -> OutputSchema | None:
     if output_type is None:
         return None
-    from sandmem.agent._schema import output_schema_for
+    from sandmem.agent._schema import agent_output_schema
 
-    return output_schema_for(output_type)
+    return agent_output_schema(output_type)
 
 
 async def _workspace_scope(sandbox: SandboxSession, config: RunConfig) -> SandboxWorkspaceScope:
@@ -299,9 +299,9 @@ def _final_output(agent: Agent, output: Sequence[Item]) -> tuple[bool, Any]:
     if not messages:
         return False, None
     text = message_text(messages[-1])
-    from sandmem.agent._schema import parse_structured_output
+    from sandmem.agent._schema import parse_agent_output
 
-    return True, parse_structured_output(agent.output_type, text)
+    return True, parse_agent_output(agent.output_type, text)
 
 
 def _terminal_state(exc: BaseException) -> TerminalState:
@@ -379,6 +379,7 @@ class _Turns:
             settings=self.prep.settings,
             previous_response_id=self.previous_response_id,
             conversation_id=self.conversation,
+            prompt=await self.agent.get_prompt(self.ctx) if self.agent.prompt else None,
         )
 
     async def _model_turn(self, turn: int, model_input: list[Item]) -> ModelResponse:
