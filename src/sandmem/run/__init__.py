@@ -2,7 +2,8 @@
 ``memory``, ``capabilities`` or anything above).
 
 ``Runner`` (``run``, ``run_sync``, ``run_streamed``), the one run loop that produces events,
-the sandbox scope (a run's session, created and deleted when the run owns it) and run
-tracing: private modules behind ``sandmem.Runner``. The loop knows capabilities only through
-the ``agent`` floor's ``Capability`` base and ``SandboxedAgent`` protocol.
+retries of its model requests, the sandbox scope (a run's session, created and deleted when the
+run owns it) and run tracing: private modules behind ``sandmem.Runner``. The loop knows
+capabilities only through the ``agent`` floor's ``Capability`` base and ``SandboxedAgent``
+protocol.
 """
