@@ -86,7 +86,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("capabilities", ("sandmem.capabilities",)),
     ("distributed", ("sandmem.distributed",)),
-    ("public", ("sandmem", "sandmem.testing")),
+    ("public", ("sandmem", "sandmem.testing", "sandmem.mcp")),
     ("apps", ("sandmem.eval", "sandmem.demo")),
     ("cli", ("sandmem.cli",)),
 ]
