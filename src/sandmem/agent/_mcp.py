@@ -25,7 +25,17 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, TypeVar, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    NotRequired,
+    TypedDict,
+    TypeVar,
+    cast,
+)
 
 from sandmem._errors import MCPServerError, UserError
 from sandmem._extras import require
@@ -349,14 +359,21 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class MCPServerStdio(MCPServer):
-    """An MCP server started as a subprocess and reached over stdio (see ``MCPServer`` for
-    the options; ``name`` defaults to ``stdio: <command>``). The options of the reference that
-    need approvals, guardrails or tool metadata hooks are refused when set."""
+P = TypeVar("P", MCPServerStdioParams, MCPServerStreamableHttpParams)
+
+
+class _ParamsServer(MCPServer, Generic[P]):
+    """A server made from transport ``params`` with the reference's constructor (positional
+    order included). The options of the reference that need approvals, guardrails or tool
+    metadata hooks are refused when set."""
+
+    #: the ``params`` key a server cannot do without, and how its default name starts
+    _required: ClassVar[str]
+    _kind: ClassVar[str]
 
     def __init__(
         self,
-        params: MCPServerStdioParams,
+        params: P,
         cache_tools_list: bool = False,
         name: str | None = None,
         client_session_timeout_seconds: float | None = 5,
@@ -394,14 +411,24 @@ class MCPServerStdio(MCPServer):
             failure_error_function=failure_error_function,
             max_list_pages=max_list_pages,
         )
-        if not params.get("command"):
-            raise UserError("MCPServerStdio needs params={'command': ..., 'args': [...]}")
-        self.params = params
-        self._name = name or f"stdio: {params['command']}"
+        required = params.get(self._required) if isinstance(params, dict) else None
+        if not required:
+            raise UserError(
+                f"{type(self).__name__} needs params={{{self._required!r}: ...}} (a dict)"
+            )
+        self.params: P = params
+        self._name = name or f"{self._kind}: {required}"
 
     @property
     def name(self) -> str:
         return self._name
+
+
+class MCPServerStdio(_ParamsServer[MCPServerStdioParams]):
+    """An MCP server started as a subprocess and reached over stdio (see ``MCPServer`` for
+    the options; ``name`` defaults to ``stdio: <command>``)."""
+
+    _required, _kind = "command", "stdio"
 
     def create_streams(self) -> AbstractAsyncContextManager[Any]:
         mcp = require("mcp", "mcp")
@@ -417,58 +444,11 @@ class MCPServerStdio(MCPServer):
         return stream
 
 
-class MCPServerStreamableHttp(MCPServer):
+class MCPServerStreamableHttp(_ParamsServer[MCPServerStreamableHttpParams]):
     """An MCP server reached over Streamable HTTP (see ``MCPServer`` for the options;
     ``name`` defaults to ``streamable_http: <url>``)."""
 
-    def __init__(
-        self,
-        params: MCPServerStreamableHttpParams,
-        cache_tools_list: bool = False,
-        name: str | None = None,
-        client_session_timeout_seconds: float | None = 5,
-        tool_filter: ToolFilter = None,
-        use_structured_content: bool = False,
-        max_retry_attempts: int = 0,
-        retry_backoff_seconds_base: float = 1.0,
-        message_handler: Callable[..., Any] | None = None,
-        require_approval: Any = None,
-        failure_error_function: ToolErrorFunction | None = UNSET,
-        tool_meta_resolver: Any = None,
-        custom_data_extractor: Any = None,
-        retry_backoff_seconds_max: float | None = None,
-        *,
-        tool_input_guardrails: list[Any] | None = None,
-        tool_output_guardrails: list[Any] | None = None,
-        max_list_pages: int | None = None,
-    ) -> None:
-        _refuse_unsupported(
-            require_approval=require_approval,
-            tool_meta_resolver=tool_meta_resolver,
-            custom_data_extractor=custom_data_extractor,
-            tool_input_guardrails=tool_input_guardrails,
-            tool_output_guardrails=tool_output_guardrails,
-        )
-        super().__init__(
-            cache_tools_list=cache_tools_list,
-            client_session_timeout_seconds=client_session_timeout_seconds,
-            tool_filter=tool_filter,
-            use_structured_content=use_structured_content,
-            max_retry_attempts=max_retry_attempts,
-            retry_backoff_seconds_base=retry_backoff_seconds_base,
-            retry_backoff_seconds_max=retry_backoff_seconds_max,
-            message_handler=message_handler,
-            failure_error_function=failure_error_function,
-            max_list_pages=max_list_pages,
-        )
-        if not params.get("url"):
-            raise UserError("MCPServerStreamableHttp needs params={'url': 'http://.../mcp'}")
-        self.params = params
-        self._name = name or f"streamable_http: {params['url']}"
-
-    @property
-    def name(self) -> str:
-        return self._name
+    _required, _kind = "url", "streamable_http"
 
     @contextlib.asynccontextmanager
     async def _streams(self) -> Any:
