@@ -202,9 +202,9 @@ class Memory(Capability):
         overlay = ctx.extras.get(MEMORY_PROPOSALS, {}).get(self.paths.memories_dir)
         if self.read.live_update == "propose" and not overlay:
             return
-        if not overlay and not await journal.unversioned(self.session, self.paths):
-            return  # nothing edited: no lock taken, no wait for a running consolidation
         try:
+            if not overlay and not await journal.unversioned(self.session, self.paths):
+                return  # nothing edited: no lock taken, no wait for a running consolidation
             async with self.session.lock(self.paths.lock, timeout=60.0):
                 if overlay:
                     root = self.paths.memories_dir + "/"
@@ -215,5 +215,5 @@ class Memory(Capability):
                     await journal.notice(
                         self.session, self.paths, attribution, redactor=slot.redactor
                     )
-        except SandboxError as exc:
+        except SandboxError as exc:  # also a link planted in the layout: never loses the record
             logger.warning("memory version of this run's edits deferred: %s", exc)

@@ -41,7 +41,7 @@ from sandmem.memory._results import (
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.generation.manager import FlushReport, MemoryGenerationManager
-from sandmem.memory.layout import MemoryPaths, read_text
+from sandmem.memory.layout import MemoryPaths, ensure_layout, read_text
 from sandmem.memory.views import _maintenance as maintenance
 from sandmem.memory.views._index import opened_index, rebuild_index
 from sandmem.memory.views._viewer import PAGE_SIZE
@@ -494,6 +494,7 @@ async def forget(
             plan = await maintenance.forget_plan(session, paths, rollout_id)
             flushed = None
         else:
+            await ensure_layout(session, paths)  # an agent's planted link is moved aside first
             await maintenance.forget_plan(session, paths, rollout_id)  # refuse unknown ids first
             _manager(session, paths, cfg, detach=owned)
             try:

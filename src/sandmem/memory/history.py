@@ -41,12 +41,12 @@ from typing import Any, Literal, get_args
 
 from sandmem._errors import UserError
 from sandmem.memory._json import loads_bounded
+from sandmem.memory.layout import HISTORY_DIR as HISTORY_DIR
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.store._base import safe_name
 from sandmem.sandboxes._session import SandboxSession
 
 FORMAT = 1
-HISTORY_DIR = ".history"
 
 ChangeKind = Literal[
     "consolidation", "live_edit", "hand_edit", "forget", "ingest", "mcp_write", "restore"

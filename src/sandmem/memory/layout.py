@@ -40,6 +40,20 @@ LOG_JSONL = "generation_log.jsonl"
 RAW_DIR = "raw_memories"
 SUMMARIES_DIR = "rollout_summaries"
 SKILLS_DIR = "skills"
+LOCK = ".lock"
+BACKUP_DIR = ".phase_two_backup"
+CONSOLIDATED_MD = ".consolidated_MEMORY.md"
+HISTORY_DIR = ".history"
+HISTORY_SUBDIRS = ("objects", "versions", "proposals")
+INDEX_DB = ".index.sqlite"
+INDEX_LOCK = ".index.lock"
+#: what a remote store's sync keeps in the layout (``memory.store._sync``)
+STORE_DIR = ".store"
+#: the files sandmem keeps in ``sessions_dir`` besides the rollouts: the lock of appends and
+#: of ingest, and how far each rollout was pushed to a remote store
+INGEST_LOCK = ".ingest.lock"
+PUSHED_OFFSETS = ".store-pushed.json"
+SESSIONS_FILES = (LOCK, INGEST_LOCK, PUSHED_OFFSETS)
 #: what a run reads (and a store's version carries into every workspace)
 READ_FILES = (SUMMARY_MD, MEMORY_MD)
 READ_DIRS = (f"{SUMMARIES_DIR}/", f"{SKILLS_DIR}/")
@@ -110,17 +124,17 @@ class MemoryPaths:
 
     @property
     def lock(self) -> str:
-        return self._m(".lock")
+        return self._m(LOCK)
 
     @property
     def backup_dir(self) -> str:
         """Phase two's journal: the files as they were before the running consolidation."""
-        return self._m(".phase_two_backup")
+        return self._m(BACKUP_DIR)
 
     @property
     def consolidated_memory_md(self) -> str:
         """``MEMORY.md`` as the last consolidation left it (to show later edits as a diff)."""
-        return self._m(".consolidated_MEMORY.md")
+        return self._m(CONSOLIDATED_MD)
 
     def rollout_file(self, rollout_id: str) -> str:
         return f"{self.sessions_dir}/{rollout_id}.jsonl"
@@ -132,56 +146,107 @@ class MemoryPaths:
         return f"{self.summaries_dir}/{rollout_id}_{slug}.md"
 
 
+_DIR, _FILE = EntryKind.DIRECTORY, EntryKind.FILE
+#: every name the layout uses in ``memories_dir``: (the kind it must be, created when missing)
+MEMORY_ENTRIES: dict[str, tuple[EntryKind, bool]] = {
+    RAW_DIR: (_DIR, True),
+    SUMMARIES_DIR: (_DIR, True),
+    SKILLS_DIR: (_DIR, True),
+    MEMORY_MD: (_FILE, True),
+    SUMMARY_MD: (_FILE, True),
+    HISTORY_DIR: (_DIR, False),
+    BACKUP_DIR: (_DIR, False),
+    STORE_DIR: (_DIR, False),
+    RAW_MEMORIES_MD: (_FILE, False),
+    SELECTION_JSON: (_FILE, False),
+    STATE_JSON: (_FILE, False),
+    LOG_JSONL: (_FILE, False),
+    LOCK: (_FILE, False),
+    CONSOLIDATED_MD: (_FILE, False),
+    INDEX_DB: (_FILE, False),
+    INDEX_LOCK: (_FILE, False),
+}
+
+
 async def ensure_layout(session: SandboxSession, paths: MemoryPaths) -> None:
     """Create the layout's directories and empty ``MEMORY.md`` / ``memory_summary.md`` when
     missing; never overwrite. Something planted where the layout needs a directory or a file
-    (a symlink, a FIFO, a file in place of a directory) is reported, moved aside to
-    ``<name>.moved-<time>`` (as the link itself: nothing is followed) and replaced, so it
-    never blocks the layout."""
+    — at any name the layout uses (``generation_state.json``, ``.lock``, ``.history/``, the
+    index, the locks in ``sessions_dir``, ...), a symlink, a FIFO or socket, a file in place of
+    a directory or the reverse — is reported, moved aside to ``<name>.moved-<time>`` (as the
+    link itself: nothing is followed) and, where the layout creates it, replaced: it never
+    blocks the layout."""
     with no_symlinks():
-        for directory in (
-            paths.sessions_dir,
-            paths.memories_dir,
-            paths.raw_dir,
-            paths.summaries_dir,
-            paths.skills_dir,
-        ):
+        for directory in (paths.sessions_dir, paths.memories_dir):
             parts = directory.split("/")
             for depth in range(1, len(parts) + 1):
-                await _ensure_kind(session, "/".join(parts[:depth]), EntryKind.DIRECTORY)
-        for name in (paths.memory_md, paths.summary_md):
-            await _ensure_kind(session, name, EntryKind.FILE)
+                parent = "/".join(parts[: depth - 1]) or "."
+                await _ensure_entries(session, parent, {parts[depth - 1]: (_DIR, True)})
+        await _ensure_entries(session, paths.memories_dir, MEMORY_ENTRIES)
+        history = f"{paths.memories_dir}/{HISTORY_DIR}"
+        if await session.is_dir(history):
+            await _ensure_entries(session, history, dict.fromkeys(HISTORY_SUBDIRS, (_DIR, False)))
+        for name in SESSIONS_FILES:
+            await make_way(session, f"{paths.sessions_dir}/{name}")
 
 
-async def _kind_of(session: SandboxSession, path: str) -> EntryKind | None:
-    parent, _, name = path.rpartition("/")
+async def _ensure_entries(
+    session: SandboxSession, directory: str, wanted: dict[str, tuple[EntryKind, bool]]
+) -> None:
+    """Give each name of ``wanted`` in ``directory`` its kind (one listing of the directory)."""
     try:
-        entries = await session.ls(parent or ".")
+        found = {name: kind for name, kind, _, _ in await session.stat_dir(directory)}
     except SandboxError:
-        return None
-    for entry in entries:
-        if entry.name == name:
-            return entry.kind
-    return None
+        found = {}
+    for name, (kind, create) in wanted.items():
+        path = f"{directory}/{name}" if directory != "." else name
+        present = found.get(name)
+        if present is not None and present != kind:
+            await _move_aside(session, path, present, kind)
+            present = None
+        if present is None and create:
+            if kind == _DIR:
+                await session.mkdir(path, parents=True)
+            else:
+                await session.write(path, b"")
 
 
-async def _ensure_kind(session: SandboxSession, path: str, kind: EntryKind) -> None:
-    found = await _kind_of(session, path)
-    if found is not None and found != kind:
-        aside = f"{path}.moved-{time.time_ns()}"
-        logger.warning(
-            "memory layout: %s is a %s where a %s is needed; moved it aside to %s",
-            path,
-            found.value,
-            kind.value,
-            aside,
-        )
-        await session.rename(path, aside)
-        found = None
-    if kind == EntryKind.DIRECTORY:
-        await session.mkdir(path, parents=True)
-    elif found is None:
-        await session.write(path, b"")
+async def make_way(session: SandboxSession, path: str) -> None:
+    """Make sure ``path`` (a file the layout writes) is a regular file or missing: anything
+    else there is moved aside, as ``ensure_layout`` does. Costs one ``stat`` when it is a
+    file (for names in ``sessions_dir``, which may be too large to list at every record)."""
+    with no_symlinks():
+        if (await session.stat_many([path]))[path] is not None:
+            return  # a regular file
+        if await session.exists(path):  # a directory, FIFO, socket or device
+            kind = EntryKind.DIRECTORY if await session.is_dir(path) else EntryKind.OTHER
+            await _move_aside(session, path, kind, _FILE)
+            return
+        try:  # a symlink (``exists`` does not follow it) or nothing
+            await session.rename(path, _aside(path))
+        except SandboxError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                logger.warning("memory layout: cannot move %s aside: %s", path, exc)
+            return
+        logger.warning("memory layout: %s was a symlink; moved it aside", path)
+
+
+def _aside(path: str) -> str:
+    return f"{path}.moved-{time.time_ns()}"
+
+
+async def _move_aside(
+    session: SandboxSession, path: str, found: EntryKind, kind: EntryKind
+) -> None:
+    aside = _aside(path)
+    logger.warning(
+        "memory layout: %s is a %s where a %s is needed; moved it aside to %s",
+        path,
+        found.value,
+        kind.value,
+        aside,
+    )
+    await session.rename(path, aside)
 
 
 _SKILLS_SWEEP_DEPTH = 4

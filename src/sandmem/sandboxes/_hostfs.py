@@ -464,17 +464,32 @@ def open_lock_file(root: Path, path: PathArg) -> int:
         return _open_regular(loc, os.O_RDWR | os.O_CREAT, "lock", path)
 
 
-def open_regular_rw(root: Path, path: PathArg) -> int:
+def open_regular_rw(root: Path, path: PathArg, *, _replaced: bool = False) -> int:
     """Open (creating it and its parents, mode 0600) the regular file ``path`` read-write and
     return its descriptor: never through a symlink, never a special file (a derived file
-    that a library opens as ``/proc/self/fd/N``, such as the memory index)."""
+    that a library opens as ``/proc/self/fd/N``, such as the memory index). A file with more
+    than one hard link (another name of it may lie outside the workspace) is first replaced
+    by a copy of its own, as ``append`` does: nothing is written or chmod-ed through it."""
     with (
         translate_errors("open", path),
         _located(root, path, "open", create_parents=True) as loc,
     ):
         fd = _open_regular(loc, os.O_RDWR | os.O_CREAT, "open", path)
-        os.fchmod(fd, 0o600)
-        return fd
+        if os.fstat(fd).st_nlink <= 1:
+            os.fchmod(fd, 0o600)
+            return fd
+        try:
+            if _replaced:  # linked again between the replacement and this open
+                raise OSError(errno.EMLINK, "it keeps getting other hard links")
+            data = _read_fd(fd)
+        finally:
+            os.close(fd)
+    logger.warning(
+        "open %r: the file has other hard links; replaced it instead of writing through them",
+        os.fspath(path),
+    )
+    write_atomic(root, path, data, mode=0o600)
+    return open_regular_rw(root, path, _replaced=True)
 
 
 def workdir(root: Path, path: PathArg) -> Path:
@@ -689,12 +704,22 @@ def strip_setid_bits(root: Path) -> list[str]:
     """Clear setuid and setgid bits on every file and directory below ``root`` (symlinks
     are not followed, special files are left alone); returns the paths changed."""
     changed: list[str] = []
+    linked: list[tuple[str, bytes, int]] = []
     for entry in walk_tree(root):
         if entry.fd is None or not entry.st.st_mode & (stat.S_ISUID | stat.S_ISGID):
             continue
+        mode = stat.S_IMODE(entry.st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
         with contextlib.suppress(OSError):
-            os.fchmod(entry.fd, stat.S_IMODE(entry.st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+            if stat.S_ISREG(entry.st.st_mode) and entry.st.st_nlink > 1:
+                # another name of it may lie outside: give this name a copy of its own
+                linked.append((entry.rel, _read_fd(entry.fd), mode))
+                continue
+            os.fchmod(entry.fd, mode)
             changed.append(entry.rel)
+    for rel, data, mode in linked:
+        with contextlib.suppress(OSError, SandboxError):
+            write_atomic(root, rel, data, mode=mode, durable=False)
+            changed.append(rel)
     return changed
 
 

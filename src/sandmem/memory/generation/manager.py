@@ -33,11 +33,13 @@ from sandmem.memory.generation._gate import AdaptiveGate, FixedGate, Gate
 from sandmem.memory.generation._redact_pass import MemoryRedactionPass
 from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
+    LOCK,
     MemoryPaths,
     RolloutFingerprint,
     bound_rollout,
     ensure_layout,
     fingerprint,
+    make_way,
     sweep_write_temps,
 )
 from sandmem.memory.rollouts import segment_line, utc_now
@@ -213,10 +215,12 @@ class MemoryGenerationManager:
             await self.prepare()
             # keys too: an ingested transcript's items may hold a secret where a key goes
             line = segment_line(self.redactor.redact_obj(segment, keys=True))
-            lock = f"{self.paths.sessions_dir}/.lock"
+            lock = f"{self.paths.sessions_dir}/{LOCK}"
+            rollout_file = self.paths.rollout_file(segment["rollout_id"])
             wait = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
             async with self.session.lock(lock, timeout=wait):
-                await self.session.append(self.paths.rollout_file(segment["rollout_id"]), line)
+                await make_way(self.session, rollout_file)  # a planted FIFO, link, directory
+                await self.session.append(rollout_file, line)
 
     def detach_stop_hook(self) -> None:
         """Do not flush when the session stops (for callers that flush explicitly, such as

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sandmem.memory.history import redact_bytes
-from sandmem.memory.layout import READ_DIRS, READ_FILES, is_read_file
+from sandmem.memory.layout import PUSHED_OFFSETS, READ_DIRS, READ_FILES, STORE_DIR, is_read_file
 from sandmem.memory.store._base import (
     MemoryStore,
     MemoryStoreConflict,
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sandmem.memory.store")
 
-STATE_DIR = ".store"
-_PUSHED = ".store-pushed.json"
+STATE_DIR = STORE_DIR
+_PUSHED = PUSHED_OFFSETS
 #: the segment being pushed per rollout file: [start, end, sequence] (see push_segments)
 _INFLIGHT = "~inflight"
 _COMMIT_ATTEMPTS = 6

@@ -41,7 +41,15 @@ from sandmem._items import content_text
 from sandmem.memory._results import IndexReport
 from sandmem.memory.generation import phase_one
 from sandmem.memory.generation.phase_two import read_isolated
-from sandmem.memory.layout import SUMMARIES_DIR, MemoryPaths, fingerprint, parse_header
+from sandmem.memory.layout import (
+    INDEX_DB,
+    INDEX_LOCK,
+    SUMMARIES_DIR,
+    MemoryPaths,
+    fingerprint,
+    make_way,
+    parse_header,
+)
 from sandmem.memory.rollouts import parse_segment
 from sandmem.memory.views._search import (
     BM25_B,
@@ -59,8 +67,7 @@ from sandmem.sandboxes._types import EntryKind
 
 logger = logging.getLogger("sandmem.memory")
 
-INDEX_NAME = ".index.sqlite"
-INDEX_LOCK = ".index.lock"
+INDEX_NAME = INDEX_DB
 #: how long a reader waits for another process refreshing the index
 LOCK_TIMEOUT_S = 60.0
 #: bump when the schema or what a row holds changes: an index of another version is rebuilt
@@ -756,7 +763,9 @@ async def _exclusive(session: SandboxSession, paths: MemoryPaths) -> AsyncIterat
         yield
         return
     with no_symlinks():
-        async with session.lock(f"{paths.memories_dir}/{INDEX_LOCK}", timeout=LOCK_TIMEOUT_S):
+        lock = f"{paths.memories_dir}/{INDEX_LOCK}"
+        await make_way(session, lock)  # a planted link or FIFO is moved aside, never blocks
+        async with session.lock(lock, timeout=LOCK_TIMEOUT_S):
             yield
 
 

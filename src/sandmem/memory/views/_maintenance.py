@@ -293,9 +293,9 @@ async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: s
     invalid id and ``MemoryNotFoundError`` for an unknown one."""
     rid = checked_rollout_id(rollout_id)
     files = await rollout_summary_files(session, paths, rid)
-    for path in (paths.raw_memory_file(rid), paths.rollout_file(rid)):
-        if await session.exists(path):
-            files.append(path)
+    with no_symlinks():  # only regular files: a planted link or directory is not followed
+        found = await session.stat_many([paths.raw_memory_file(rid), paths.rollout_file(rid)])
+    files += [path for path, st in found.items() if st is not None]
     in_state = rid in (await gen_state.load(session, paths))[0].rollouts
     if not files and not in_state:
         raise unknown_conversation(paths, rid)
