@@ -70,3 +70,20 @@ async def test_a_reader_on_a_pruned_version_reads_the_newer_one(s3_server: S3Ser
         await store.read_files("memories", first, ["MEMORY.md"])
     current, files = await read_current(store, "memories")
     assert current is not None and files == {"MEMORY.md": b"3"}
+
+
+async def test_an_oversized_object_is_skipped_never_read_whole(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, class 4: an object larger than ``MAX_OBJECT_BYTES`` (a segment, a memory
+    file, a pending mark) is skipped and reported; the others are read."""
+    from sandmem.distributed import _s3
+
+    store = _store(s3_server)
+    await store.put_segment("sessions", "small", b'{"n": 1}\n')
+    await store.put_segment("sessions", "huge", b'{"n": 2}\n' + b" " * 200)
+    version = await store.commit("memories", None, {"MEMORY.md": b"ok", "big.md": b"x" * 300})
+    monkeypatch.setattr(_s3, "MAX_OBJECT_BYTES", 100)
+    assert await store.segments("sessions") == {"small": [b'{"n": 1}\n']}
+    files = await store.read_files("memories", version, ["MEMORY.md", "big.md"])
+    assert files == {"MEMORY.md": b"ok"}

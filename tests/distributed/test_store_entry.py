@@ -18,6 +18,7 @@ from sandmem.distributed._worker import job_store
 from sandmem.memory.generation._job import _stage
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.store._base import (
+    MalformedStoreObject,
     MemoryStore,
     MemoryStoreError,
     MemoryVersion,
@@ -40,6 +41,14 @@ HOSTILE = [
     "nul\0.md",
     "",
     "x" * 2000,
+    # round 4: names a terminal or a reader would show other than they are, names no
+    # filesystem takes
+    "skills/\x1b[31mred.md",
+    "skills/a\nb.md",
+    "skills/\u202egnp.md",
+    "skills/zero\u200bwidth.md",
+    "skills/" + "a" * 256 + ".md",
+    "rollout_summaries/\x7f.md",
 ]
 
 
@@ -68,6 +77,8 @@ class HostileStore(MemoryStore):
 
     files: dict[str, bytes] = field(default_factory=dict)
     segs: dict[str, list[bytes]] = field(default_factory=dict)
+    #: the raw CURRENT object, when it is to be parsed as a store's would be
+    raw_current: bytes | None = None
 
     async def put_segment(self, sessions_dir: str, rollout_id: str, data: bytes) -> str:
         raise NotImplementedError
@@ -76,6 +87,8 @@ class HostileStore(MemoryStore):
         return self.segs
 
     async def current(self, memories_dir: str) -> MemoryVersion | None:
+        if self.raw_current is not None:
+            return MemoryVersion.from_json(self.raw_current, "etag")
         return MemoryVersion("v1", {name: sha256(data) for name, data in self.files.items()})
 
     async def read_files(
@@ -103,6 +116,73 @@ async def test_pull_skips_the_hostile_names_and_the_layout_still_starts(tmp_path
         assert await pull(session, MemoryPaths("memories", "sessions"), store)
     assert (ws / "memories/MEMORY.md").read_bytes() == b"## ok\n"
     assert _found(tmp_path, "*evil*") == []
+    await client.delete(session)
+
+
+def test_names_that_need_a_file_and_a_directory_at_once_are_skipped() -> None:
+    version = MemoryVersion(
+        "v1", {"MEMORY.md": "h", "skills/a": "h", "skills/a/b.md": "h", "skills/c/d/e": "h"}
+    )
+    assert sorted(version.files) == ["MEMORY.md", "skills/a/b.md", "skills/c/d/e"]
+    assert version.skipped == ("skills/a",)
+
+
+async def test_one_file_that_cannot_be_written_is_skipped_and_the_pull_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Before the fix the first name the workspace could not take failed the whole pull,
+    and with it every run start of the layout."""
+    store = HostileStore(
+        files={
+            "MEMORY.md": b"## ok\n",
+            "skills/a": b"x",
+            "skills/a/b.md": b"y",
+            "skills/taken/SKILL.md": b"z",
+            "rollout_summaries/r_x.md": b"r",
+        }
+    )
+    client = UnixLocalSandboxClient()
+    session = await client.create(manifest=Manifest(root=tmp_path / "ws"))
+    (tmp_path / "ws/memories/skills/taken/SKILL.md").mkdir(parents=True)  # in the way
+    async with session:
+        assert await pull(session, MemoryPaths("memories", "sessions"), store)
+    memories = tmp_path / "ws/memories"
+    assert (memories / "MEMORY.md").read_bytes() == b"## ok\n"
+    assert (memories / "skills/a/b.md").read_bytes() == b"y"
+    assert (memories / "rollout_summaries/r_x.md").read_bytes() == b"r"
+    assert (memories / "skills/taken/SKILL.md").is_dir()
+    await client.delete(session)
+
+
+MALFORMED_CURRENT = [
+    b"{not json",
+    b"[1, 2]",
+    b'{"version": "v1", "files": {}, "fence": "abc"}',
+    b'{"version": "v1", "files": {}, "fence": 1e400}',
+    b'{"version": "v1", "files": {}, "updated_at": "x"}',
+    b'{"version": "v1", "files": {}, "updated_at": NaN}',
+    b'{"version": "v1", "files": [["MEMORY.md", "h"]]}',
+    b'{"version": "v1", "files": {"MEMORY.md": 7}}',
+    b'{"version": "../v", "files": {}}',
+    b'{"version": "v1", "files": {}, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b"\xff\xfe",
+]
+
+
+@pytest.mark.parametrize("raw", MALFORMED_CURRENT, ids=range(len(MALFORMED_CURRENT)))
+async def test_a_malformed_current_object_is_reported_and_the_run_goes_on(
+    raw: bytes, tmp_path: Path
+) -> None:
+    """Before the fix these raised JSONDecodeError, ValueError, OverflowError or
+    RecursionError out of every run start of the layout."""
+    with pytest.raises(MalformedStoreObject):
+        MemoryVersion.from_json(raw, "etag")
+    client = UnixLocalSandboxClient()
+    session = await client.create(manifest=Manifest(root=tmp_path / "ws"))
+    async with session:
+        assert not await pull(
+            session, MemoryPaths("memories", "sessions"), HostileStore(raw_current=raw)
+        )
     await client.delete(session)
 
 
@@ -144,6 +224,20 @@ ROOT = S3MemoryStore("bucket", "team")
         {"sessions_dir": "memories/sessions"},
         {"sessions_dir": "memories"},
         {"memories_dir": 7},
+        # round 4: wrong types, values out of range, names no directory may have
+        {"attempt": -1},
+        {"attempt": 10**30},
+        {"attempt": "many"},
+        {"enqueued_at": "nan"},
+        {"enqueued_at": float("inf")},
+        {"enqueued_at": -5},
+        {"memories_dir": "mem\0x"},
+        {"memories_dir": "mem\x1b[2J"},
+        {"memories_dir": "m" * 5000},
+        {"sessions_dir": "s/" + "x" * 300},
+        {"store": {"bucket": "bucket", "prefix": "team/a\x1b"}},
+        {"store": {"bucket": "bucket", "prefix": "team/" + "p/" * 600}},
+        {"store": {"bucket": "bucket"}, "memories_dir": None},
     ],
 )
 def test_a_job_message_names_only_valid_layouts(job: dict[str, object]) -> None:

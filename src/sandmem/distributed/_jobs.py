@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandmem._errors import UserError
+from sandmem.memory.store._base import safe_name
 
 
 class StoreSpec(BaseModel):
@@ -29,9 +30,9 @@ class StoreSpec(BaseModel):
     @classmethod
     def _plain_prefix(cls, value: str) -> str:
         """Plain components only: no empty, ``.`` or ``..`` one (a server may normalize it
-        away and so leave the worker's ``--store`` prefix), no backslash or NUL."""
-        parts = value.strip("/").split("/") if value.strip("/") else []
-        if any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+        away and so leave the worker's ``--store`` prefix), no backslash, NUL or other
+        control character, at most 1,024 characters (``safe_name``'s rule)."""
+        if value.strip("/") and not safe_name(value.strip("/")):
             raise ValueError(f"invalid store prefix {value!r}")
         return value
 
@@ -44,9 +45,9 @@ class JobMessage(BaseModel):
     store: StoreSpec
     memories_dir: str = Field(min_length=1)
     sessions_dir: str = Field(min_length=1)
-    enqueued_at: float = 0.0
+    enqueued_at: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     #: how many times this job has run and failed with a retryable error
-    attempt: int = 0
+    attempt: int = Field(default=0, ge=0, le=1000)
 
     @model_validator(mode="after")
     def _valid_layout(self) -> JobMessage:

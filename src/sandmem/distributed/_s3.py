@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from typing import Any
@@ -28,6 +29,8 @@ from urllib.parse import urlparse
 from sandmem._errors import UserError
 from sandmem._extras import require
 from sandmem.memory.store._base import (
+    MAX_OBJECT_BYTES,
+    MalformedStoreObject,
     MemoryStore,
     MemoryStoreConflict,
     MemoryStoreError,
@@ -35,6 +38,8 @@ from sandmem.memory.store._base import (
     new_sequence,
     sha256,
 )
+
+logger = logging.getLogger("sandmem.distributed")
 
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
@@ -176,9 +181,30 @@ class S3MemoryStore(MemoryStore):
                 raise MemoryStoreError(f"{self.describe()} is unreachable: {exc}") from exc
 
     async def _get(self, key: str) -> tuple[bytes, str]:
+        """An object's bytes and tag; ``MalformedStoreObject`` (nothing read) for one larger
+        than ``MAX_OBJECT_BYTES``."""
         response = await self._call("get_object", Key=key)
-        body = await asyncio.to_thread(response["Body"].read)
+        size = response.get("ContentLength")
+        if isinstance(size, int) and size > MAX_OBJECT_BYTES:
+            response["Body"].close()
+            raise MalformedStoreObject(f"{self.describe()}: {key} is {size} bytes; not read")
+        body = await asyncio.to_thread(response["Body"].read, MAX_OBJECT_BYTES + 1)
+        if len(body) > MAX_OBJECT_BYTES:
+            raise MalformedStoreObject(f"{self.describe()}: {key} is too large; not read")
         return body, str(response.get("ETag", ""))
+
+    async def _get_many(self, keys: list[str]) -> list[bytes | None]:
+        """The bytes of each key; ``None`` for one too large (skipped and logged: one bad
+        object never blocks the layout)."""
+
+        async def one(key: str) -> bytes | None:
+            try:
+                return (await self._get(key))[0]
+            except MalformedStoreObject as exc:
+                logger.warning("skipped a store object: %s", exc)
+                return None
+
+        return list(await asyncio.gather(*(one(key) for key in keys)))
 
     async def _put(self, key: str, data: bytes, **conditions: str) -> str:
         response = await self._call("put_object", Key=key, Body=data, **conditions)
@@ -224,11 +250,12 @@ class S3MemoryStore(MemoryStore):
     async def segments(self, sessions_dir: str) -> dict[str, list[bytes]]:
         base = self._key(sessions_dir)
         keys = [k for k in await self._list(base) if k.endswith(".jsonl")]
-        bodies = await asyncio.gather(*(self._get(key) for key in keys))
+        bodies = await self._get_many(keys)
         out: dict[str, list[bytes]] = {}
-        for key, (body, _) in zip(keys, bodies, strict=True):
-            rollout_id = key[len(base) + 1 :].split("/", 1)[0]
-            out.setdefault(rollout_id, []).append(body)
+        for key, body in zip(keys, bodies, strict=True):
+            if body is not None:
+                rollout_id = key[len(base) + 1 :].split("/", 1)[0]
+                out.setdefault(rollout_id, []).append(body)
         return out
 
     async def current(self, memories_dir: str) -> MemoryVersion | None:
@@ -242,8 +269,8 @@ class S3MemoryStore(MemoryStore):
         self, memories_dir: str, version: MemoryVersion, paths: list[str]
     ) -> dict[str, bytes]:
         keys = [self._key(memories_dir, "versions", version.version, p) for p in paths]
-        bodies = await asyncio.gather(*(self._get(key) for key in keys))
-        return {path: body for path, (body, _) in zip(paths, bodies, strict=True)}
+        bodies = await self._get_many(keys)
+        return {path: body for path, body in zip(paths, bodies, strict=True) if body is not None}
 
     async def commit(
         self,
@@ -291,7 +318,7 @@ class S3MemoryStore(MemoryStore):
         async def one(name: str) -> tuple[str, bytes | None]:
             try:
                 return name, (await self._get(self._key(memories_dir, "history", name)))[0]
-            except FileNotFoundError:
+            except (FileNotFoundError, MalformedStoreObject):
                 return name, None
 
         found = await asyncio.gather(*(one(n) for n in names))
@@ -346,6 +373,9 @@ class S3MemoryStore(MemoryStore):
                 body, _ = await self._get(key)
             except FileNotFoundError:
                 continue  # a job cleared it meanwhile
+            except MalformedStoreObject as exc:
+                logger.warning("skipped a pending mark: %s", exc)
+                continue
             out.append((key, age, body))
         return out
 

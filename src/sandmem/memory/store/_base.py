@@ -25,13 +25,16 @@ import abc
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sandmem._errors import SandmemError
+from sandmem.memory._json import loads_bounded
 
 logger = logging.getLogger("sandmem.memory.store")
 
@@ -48,22 +51,56 @@ class MemoryStoreError(SandmemError):
         self.retryable = retryable
 
 
+class MalformedStoreObject(MemoryStoreError):
+    """An object of the store is not what sandmem writes there (not a version, too large):
+    never retryable. A run start reports it and goes on with the workspace's memory."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
 #: a version id and a rollout id as the store may name them (what sandmem itself writes)
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _MAX_NAME = 1024
+#: the longest file name component a filesystem takes (bytes of UTF-8)
+_MAX_COMPONENT = 255
+#: Unicode categories a file name may not hold: control and format characters (escape
+#: sequences, bidirectional overrides, zero-width characters), line and paragraph separators
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+#: the largest object sandmem reads from a store (a memory file or a rollout segment is far
+#: smaller): a larger one is skipped and reported, never loaded into memory
+MAX_OBJECT_BYTES = 128 * 1024 * 1024
 
 
 def safe_name(name: object) -> bool:
     """Whether a file name that came from a store is a relative, normalized path inside the
-    layout: no empty, ``.`` or ``..`` component, not absolute, no backslash or NUL, not under
-    ``.store/`` (the sync's own state) and not the layout's ``.lock``, at most 1,024
-    characters."""
+    layout: no empty, ``.`` or ``..`` component, not absolute, no backslash or NUL, no
+    control or format character (a terminal escape, a bidirectional override), no component
+    over 255 bytes, not under ``.store/`` (the sync's own state) and not the layout's
+    ``.lock``, at most 1,024 characters."""
     if not isinstance(name, str) or not name or len(name) > _MAX_NAME:
         return False
-    if "\\" in name or "\0" in name or name.startswith("/") or name == ".lock":
+    if "\\" in name or name.startswith("/") or name == ".lock":
+        return False
+    if any(unicodedata.category(char) in _HIDDEN_CATEGORIES for char in name):
         return False
     parts = name.split("/")
-    return parts[0] != ".store" and all(part not in ("", ".", "..") for part in parts)
+    return parts[0] != ".store" and all(
+        part not in ("", ".", "..") and len(part.encode("utf-8")) <= _MAX_COMPONENT
+        for part in parts
+    )
+
+
+def _without_conflicts(names: list[str]) -> set[str]:
+    """The names that would need to be a file and a directory at once (``a`` and ``a/b``):
+    the shorter one of each pair, which no workspace can hold next to the other."""
+    known = set(names)
+    return {
+        "/".join(parts[:depth])
+        for parts in (name.split("/") for name in names)
+        for depth in range(1, len(parts))
+        if "/".join(parts[:depth]) in known
+    }
 
 
 def checked_segments(found: dict[str, list[bytes]], where: str) -> dict[str, list[bytes]]:
@@ -105,6 +142,7 @@ class MemoryVersion:
                 retryable=False,
             )
         bad = tuple(name for name in self.files if not safe_name(name))
+        bad += tuple(sorted(_without_conflicts([n for n in self.files if n not in bad])))
         if bad:
             logger.warning("memory version %s: skipped invalid file names %r", self.version, bad)
             files = {k: v for k, v in self.files.items() if k not in bad}
@@ -122,17 +160,37 @@ class MemoryVersion:
 
     @classmethod
     def from_json(cls, raw: bytes, etag: str) -> MemoryVersion:
-        data = json.loads(raw)
-        files = data.get("files") if isinstance(data, dict) else None
-        if not isinstance(files, dict) or not isinstance(data.get("version"), str):
-            raise MemoryStoreError("the store's CURRENT object is not a memory version")
-        return cls(
-            version=data["version"],
-            files={str(k): str(v) for k, v in files.items()},
-            fence=int(data.get("fence") or 0),
-            etag=etag,
-            updated_at=float(data.get("updated_at") or 0.0),
-        )
+        """The version in a ``CURRENT`` object; ``MalformedStoreObject`` for anything that is
+        not one (not JSON, nested too deep, a field of the wrong type, a number out of range,
+        an invalid version id)."""
+        try:
+            data = loads_bounded(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            files = data.get("files")
+            fence, updated = data.get("fence") or 0, data.get("updated_at") or 0.0
+            if (
+                not isinstance(files, dict)
+                or not all(isinstance(v, str) for v in files.values())
+                or not isinstance(data.get("version"), str)
+                or not isinstance(fence, int)
+                or isinstance(fence, bool)
+                or not 0 <= fence < 2**63
+                or not isinstance(updated, int | float)
+                or not math.isfinite(updated)
+            ):
+                raise ValueError("a field is missing or of the wrong type")
+            return cls(
+                version=data["version"],
+                files=dict(files),
+                fence=fence,
+                etag=etag,
+                updated_at=float(updated),
+            )
+        except (ValueError, UnicodeDecodeError, MemoryStoreError) as exc:
+            raise MalformedStoreObject(
+                f"the store's CURRENT object is not a memory version ({exc})"
+            ) from None
 
 
 def sha256(data: bytes) -> str:

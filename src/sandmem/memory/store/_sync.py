@@ -23,9 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sandmem._errors import SandboxError
 from sandmem.memory.history import redact_bytes
 from sandmem.memory.layout import PUSHED_OFFSETS, READ_DIRS, READ_FILES, STORE_DIR, is_read_file
 from sandmem.memory.store._base import (
+    MalformedStoreObject,
     MemoryStore,
     MemoryStoreConflict,
     MemoryStoreError,
@@ -33,6 +35,7 @@ from sandmem.memory.store._base import (
     new_sequence,
     sha256,
 )
+from sandmem.sandboxes._paths import no_symlinks
 
 if TYPE_CHECKING:
     from sandmem.memory.layout import MemoryPaths
@@ -76,7 +79,7 @@ async def _pulled(session: SandboxSession, paths: MemoryPaths) -> MemoryVersion 
         return None
     try:
         return MemoryVersion.from_json(raw, json.loads(raw).get("etag", ""))
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, AttributeError, MemoryStoreError):
         return None
 
 
@@ -148,6 +151,19 @@ async def read_current(
 async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:
     """Bring the current version's read files into the workspace; False when there was
     nothing new or the workspace has unpushed live edits (kept; merged at stop)."""
+    try:
+        with no_symlinks():  # never written through a link planted in the layout
+            return await _pull(session, paths, store)
+    except MalformedStoreObject as exc:  # one bad object never blocks the layout's runs
+        logger.error(
+            "memory of %s not pulled: %s; the run goes on with the memory in the workspace",
+            store.describe(),
+            exc,
+        )
+        return False
+
+
+async def _pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:
     from sandmem.memory.store._history_sync import sync_history
 
     await sync_history(session, paths, store)  # versions made elsewhere, before their files
@@ -163,9 +179,13 @@ async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) 
     if current is None:
         return False
     for name, data in files.items():
-        await session.write(f"{paths.memories_dir}/{name}", data)
+        try:
+            await session.write(f"{paths.memories_dir}/{name}", data)
+        except SandboxError as exc:  # e.g. a directory of the workspace where it would go
+            logger.warning("memory of %s: skipped %s: %s", store.describe(), name, exc)
+            continue
         await session.write(_state_path(paths, f"base/{name}"), data)
-    for name in set(local) - set(files):
+    for name in set(local) - set(current.files):
         await session.remove(f"{paths.memories_dir}/{name}")
     record = json.loads(current.to_json()) | {"etag": current.etag}
     await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
