@@ -423,6 +423,26 @@ def test_redact_obj_uses_the_key_for_bare_values() -> None:
     }
 
 
+def test_log_lines_sandmem_writes_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    """A model server's error text may echo a key: the CLI's one-line warnings and the
+    worker's log handlers (``RedactLogRecords``) show it redacted, message and exception."""
+    import logging
+
+    from sandmem._log_lines import RedactLogRecords
+
+    key = SECRET_GENERATORS["openai_proj"](random.Random(12))
+    record = logging.LogRecord("sandmem.memory", logging.ERROR, "f", 1, "failed: %s", (key,), None)
+    try:
+        raise RuntimeError(f"401 Unauthorized: incorrect API key {key}")
+    except RuntimeError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    assert RedactLogRecords().filter(record)
+    shown = logging.Formatter().format(record)
+    assert key not in shown and shown.count("[REDACTED:openai-key]") == 2
+
+
 def test_redact_obj_returns_scalars_unchanged() -> None:
     assert Redactor().redact_obj(5) == 5
     assert Redactor().redact_obj(None) is None
@@ -487,7 +507,19 @@ def _encodings(text: str) -> dict[str, str]:
         "url-encoded": quoted,
         "url-query": "https://app.example.com/cb?state=" + quoted,
         "url-in-json": json.dumps({"url": "https://h/?q=" + quoted}),
+        # terminal colours glued to every word: a tool's coloured output, as printed, as the
+        # escapes a command writes them with, and JSON-encoded in a rollout line
+        "ansi-colour": _coloured(text, "\x1b[1;32m"),
+        "ansi-echo-e": _coloured(text, "\\e[31m"),
+        "ansi-printf-octal": _coloured(text, "\\033[0m"),
+        "ansi-in-json": json.dumps({"output": _coloured(text, "\x1b[33m")}),
+        "ansi-repr-in-json": json.dumps({"output": repr(_coloured(text, "\x1b[2K"))}),
     }
+
+
+def _coloured(text: str, code: str) -> str:
+    """``text`` with a terminal colour code in front of every word."""
+    return re.sub(r"(?m)(^|(?<=[ \t]))", lambda m: code, text)
 
 
 ENCODINGS = tuple(_encodings("x"))

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import click
 
+from sandmem.redaction import redact
+
 
 def human_size(size: int | None) -> str:
     if size is None:
@@ -29,6 +31,17 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+class RedactLogRecords(logging.Filter):
+    """A handler filter that redacts what a record shows (its message and its exception's
+    text): a log line may carry a model server's error text, which can echo a key."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact(record.getMessage()), None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
 class OneLineWarnings(logging.Handler):
     """Renders sandmem's log records of level WARNING and above as one readable line on the
     current stderr (``warning: ...``), the exception (if any) folded into the same line."""
@@ -43,7 +56,7 @@ class OneLineWarnings(logging.Handler):
                 exc = record.exc_info[1]
                 text += f": {type(exc).__name__}: {one_line(str(exc))}"
             level = "warning" if record.levelno < logging.ERROR else "error"
-            click.echo(f"sandmem {level}: {text}", err=True)
+            click.echo(f"sandmem {level}: {redact(text)}", err=True)
         except Exception:  # pragma: no cover - logging must never break the command
             self.handleError(record)
 

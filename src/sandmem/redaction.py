@@ -367,8 +367,17 @@ def _compile(kind: str, pattern: str | re.Pattern[str]) -> re.Pattern[str]:
 
 #: how many levels of encoding are looked through (JSON inside JSON inside a URL...)
 _DECODE_LEVELS: Final = 6
-_ESCAPE: Final = re.compile(r"""\\(["\\/bfnrt'])|\\u([0-9A-Fa-f]{4})|%([0-9A-Fa-f]{2})""")
+#: a decoded text up to this size is looked through whole at the next level (a key's lines
+#: may hold no escape of that level); a larger one line by line, as the first level is
+_WHOLE_DECODE_CHARS: Final = 256 * 1024
+_ESCAPE: Final = re.compile(
+    r"""\\(["\\/bfnrte'])|\\u([0-9A-Fa-f]{4})|%([0-9A-Fa-f]{2})|\\x([0-9A-Fa-f]{2})"""
+    # ESC written as an octal escape (printf, echo -e), then a terminal's colour and cursor
+    # sequences (CSI), which show nothing: read as if they were not there
+    r"|\\0?33(?![0-7])|(\x1b\[[0-?]*[ -/]*[@-~])"
+)
 _JSON_ESCAPES: Final = {
+    "e": "\x1b",
     '"': '"',
     "\\": "\\",
     "/": "/",
@@ -388,28 +397,34 @@ def _filler(size: int) -> str:
 
 
 def _decode(text: str) -> tuple[str, list[int] | None]:
-    """``text`` with its JSON string escapes and URL ``%XX`` escapes decoded, and for each
-    decoded character (and the end) the index in ``text`` where it starts; ``None`` when
-    nothing was decoded. A ``%XX`` above 0x7f and ``\\u`` escapes of surrogates are kept as
-    they are (secrets are ASCII)."""
+    """``text`` with its JSON string escapes, URL ``%XX`` escapes and C-style ``\\xHH``,
+    ``\\e`` and ``\\033`` escapes decoded and its terminal control sequences (colours,
+    cursor moves) left out, and for each decoded character (and the end) the index in
+    ``text`` where it starts; ``None`` when nothing was decoded. A ``%XX`` or ``\\xHH`` above
+    0x7f and ``\\u`` escapes of surrogates are kept as they are (secrets are ASCII)."""
     out: list[str] = []
     starts: list[int] = []
     pos = 0
     changed = False
     for match in _ESCAPE.finditer(text):
-        simple, code, pct = match.groups()
+        simple, code, pct, hex_byte, csi = match.groups()
         if simple is not None:
             char = _JSON_ESCAPES[simple]
+        elif csi is not None:
+            char = ""  # shows nothing on screen: the text reads as if it were not there
+        elif code is None and pct is None and hex_byte is None:
+            char = "\x1b"  # \033
         else:
-            value = int(code if code is not None else pct, 16)
-            if (pct is not None and value > 0x7F) or 0xD800 <= value <= 0xDFFF:
+            value = int(code or pct or hex_byte, 16)
+            if (code is None and value > 0x7F) or 0xD800 <= value <= 0xDFFF:
                 continue
             char = chr(value)
         start = match.start()
         out.append(text[pos:start])
         starts.extend(range(pos, start))
-        out.append(char)
-        starts.append(start)
+        if char:
+            out.append(char)
+            starts.append(start)
         pos = match.end()
         changed = True
     if not changed:
@@ -428,7 +443,7 @@ class Redactor:
     ``[REDACTED:`` is left alone, so redaction is idempotent.
     """
 
-    __slots__ = ("_replacers", "_rules", "_use_key_rules")
+    __slots__ = ("_keys", "_replacers", "_rules", "_use_key_rules")
 
     def __init__(
         self,
@@ -441,6 +456,8 @@ class Redactor:
             DEFAULT_PATTERNS if defaults else ()
         )
         self._use_key_rules = defaults
+        #: dict keys already redacted (a structure repeats the same few keys many times)
+        self._keys: dict[str, str] = {}
         self._replacers = tuple(
             (
                 pattern,
@@ -463,7 +480,7 @@ class Redactor:
         them): a secret found only in the decoded form is replaced where its encoded form
         stands in ``text``."""
         text = self._redact_plain(text)
-        if "\\" in text or "%" in text:
+        if "\\" in text or "%" in text or "\x1b" in text:
             text = self._redact_encoded(text)
         return text
 
@@ -509,21 +526,31 @@ class Redactor:
         pieces.append(text[:end])
         return "".join(reversed(pieces))
 
-    def _encoded_spans(self, text: str, levels: int) -> list[tuple[int, int, str]]:
+    def _encoded_spans(
+        self, text: str, levels: int, *, whole: bool = False
+    ) -> list[tuple[int, int, str]]:
         """Secrets that only the decoded form of ``text`` shows, as spans of ``text``. Only
-        the lines that hold an escape are decoded (a secret hidden by an encoding is on the
-        line of its escape); each is looked through again for a further level."""
+        the lines that hold an escape are decoded, each run of such lines together (a secret
+        hidden by an encoding is on the lines of its escapes: a key printed in colour spans
+        several); each decoded run is looked through again, whole, for a further level."""
         found: list[tuple[int, int, str]] = []
         if levels <= 0:
             return found
         match = _ESCAPE.search(text)
         while match is not None:
-            first = text.rfind("\n", 0, match.start()) + 1
-            last = text.find("\n", match.end())
-            last = len(text) if last < 0 else last
+            first, last = (0, len(text)) if whole else (text.rfind("\n", 0, match.start()) + 1, 0)
+            if not whole:
+                last = _line_end(text, match.end())
+                while last < len(text) and _ESCAPE.search(
+                    text, last + 1, _line_end(text, last + 1)
+                ):
+                    last = _line_end(text, last + 1)
             decoded, starts = _decode(text[first:last])
             if starts is not None:
-                inner = self._spans(decoded) + self._encoded_spans(decoded, levels - 1)
+                deeper = len(decoded) <= _WHOLE_DECODE_CHARS  # a large one: by lines again
+                inner = self._spans(decoded) + self._encoded_spans(
+                    decoded, levels - 1, whole=deeper
+                )
                 found += [(first + starts[a], first + starts[b], kind) for a, b, kind in inner]
             match = _ESCAPE.search(text, last)
         return found
@@ -568,12 +595,22 @@ class Redactor:
         """
         return cast(_T, self._redact_any(obj, None, keys))
 
+    def _redact_key(self, key: Any) -> Any:
+        if not isinstance(key, str):
+            return key
+        found = self._keys.get(key)
+        if found is None:
+            if len(self._keys) >= 4096:
+                self._keys.clear()
+            found = self._keys[key] = self.redact(key)
+        return found
+
     def _redact_any(self, obj: Any, key: Any, keys: bool) -> Any:
         if isinstance(obj, str):
             return self._redact_value(obj, key)
         if isinstance(obj, dict):
             return {
-                (self.redact(k) if keys and isinstance(k, str) else k): self._redact_any(v, k, keys)
+                (self._redact_key(k) if keys else k): self._redact_any(v, k, keys)
                 for k, v in obj.items()
             }
         if isinstance(obj, list):
@@ -596,6 +633,11 @@ class Redactor:
 
 #: what may glue a secret into a name or an id (``Redactor.redact_name``)
 _NAME_SEPARATORS: Final = frozenset("-_.:/@+=")
+
+
+def _line_end(text: str, pos: int) -> int:
+    end = text.find("\n", pos)
+    return len(text) if end < 0 else end
 
 
 def _in_marker(text: str, pos: int) -> bool:

@@ -217,11 +217,12 @@ async def test_a_permanent_s3_error_fails_the_job_once(
     redis_server: RedisServer, s3_server: S3Server
 ) -> None:
     prefix, queue = _names()
-    # a key over S3's 1,024 bytes: KeyTooLongError (400) on every request of this layout
+    # a key over S3's 1,024 bytes: KeyTooLongError (400) on every request of this layout (the
+    # layout itself is valid: 1,004 characters, the longest a layout directory may have)
     job = JobMessage.model_validate(
         {
             "store": {"bucket": s3_server.bucket, "prefix": prefix},
-            "memories_dir": "/".join(["m" * 200] * 6),
+            "memories_dir": "/".join(["m" * 200] * 5),
             "sessions_dir": "sessions",
         }
     )

@@ -265,3 +265,53 @@ def test_a_valid_job_message_is_accepted() -> None:
     job = parse_job(json.dumps(raw))
     assert job_store(ROOT, job).prefix == "team/a"
     assert (job.memories_dir, job.sessions_dir) == ("mem", "ses")
+
+
+@dataclass
+class _Queue:
+    dead: list[tuple[str, bytes, str]] = field(default_factory=list)
+
+    async def dead_letter(self, message_id: str, body: bytes, reason: str) -> None:
+        self.dead.append((message_id, body, reason))
+
+
+@dataclass
+class _CommittingStore(HostileStore):
+    committed: dict[str, bytes] = field(default_factory=dict)
+
+    async def current(self, memories_dir: str) -> MemoryVersion | None:
+        return None
+
+    async def commit(
+        self, memories_dir: str, base: MemoryVersion | None, files: dict[str, bytes], *, fence=0
+    ) -> MemoryVersion:
+        self.committed = dict(files)
+        return MemoryVersion("v2", {name: sha256(data) for name, data in files.items()})
+
+
+async def test_a_failed_jobs_error_text_is_redacted_wherever_it_is_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A model server's error text may echo a key: the job's failure record in the store's
+    ``generation_log.jsonl``, the dead-letter entry and the worker's log hold it redacted
+    (before the fix all three held it as the server sent it)."""
+    from sandmem.distributed._worker import Worker
+
+    key = "sk-proj-" + "Ab3" * 20
+    queue, store = _Queue(), _CommittingStore()
+    worker = Worker(queue, ROOT, config=None)  # type: ignore[arg-type]
+    job = parse_job(
+        json.dumps(
+            {
+                "store": {"bucket": "bucket", "prefix": "team"},
+                "memories_dir": "memories",
+                "sessions_dir": "sessions",
+            }
+        )
+    )
+    error = RuntimeError(f"401 Unauthorized: Incorrect API key provided: {key}")
+    await worker._fail("m-1", job, store, error, "after 8 attempts: ")  # type: ignore[arg-type]
+    log = store.committed["generation_log.jsonl"].decode()
+    assert "[REDACTED:openai-key]" in log and key not in log
+    assert key not in queue.dead[0][2] and "[REDACTED:openai-key]" in queue.dead[0][2]
+    assert key not in caplog.text

@@ -64,8 +64,11 @@ def _on_disk(root: Path) -> str:
         f"cat > .env <<'EOF'\n\tOPENAI_API_KEY={KEY}\nEOF",
         f'printf "%s\\n" "{TOKEN}" > t.txt',
         f"curl 'https://api.example.com/?q=x%26token%3D{TOKEN[4:]}'",
+        # coloured output (round 4): the colour code's letter was read as part of the token
+        f'echo -e "\\e[1;32m{TOKEN}\\e[0m"',
+        f"printf '\\033[31m%s\\033[0m\\n' {KEY}",
     ],
-    ids=["heredoc", "heredoc-tab", "printf", "url-encoded"],
+    ids=["heredoc", "heredoc-tab", "printf", "url-encoded", "echo-e-colour", "printf-colour"],
 )
 async def test_a_secret_written_through_exec_command_never_reaches_sessions(cmd: str) -> None:
     agent = SandboxAgent(

@@ -33,6 +33,7 @@ import click
 from sandmem._errors import ModelRequestError, UserError
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 from sandmem.models._provider import DEFAULT_MODEL, OpenAIProvider, default_provider
+from sandmem.redaction import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: the offline agent of ``run`` / ``chat`` (``--model scripted``): no server, extractive memory
@@ -253,7 +254,7 @@ def _set_retries(ctx: click.Context, param: click.Parameter, value: int | None) 
 
 class _DebugLines(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
-        click.echo(f"sandmem debug: {record.getMessage()}", err=True)
+        click.echo(f"sandmem debug: {redact(record.getMessage())}", err=True)
 
 
 def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:

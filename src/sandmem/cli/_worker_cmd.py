@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sandmem._log_lines import RedactLogRecords
 from sandmem.cli._models import client_options
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 
@@ -119,6 +120,8 @@ def worker_command(
     )
     level = os.environ.get("SANDMEM_WORKER_LOGLEVEL", "WARNING").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # a server's error text may echo a key
+        handler.addFilter(RedactLogRecords())
     node = name or f"sandmem@{socket.gethostname()}-{os.getpid()}"
     click.echo(
         f"sandmem worker {node}: jobs from {redact_url(broker)} (queue {queue}, concurrency "

@@ -39,6 +39,7 @@ from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease
 from sandmem.distributed._queue import RedisQueue
 from sandmem.distributed._s3 import S3MemoryStore
 from sandmem.memory.store._base import MemoryStoreConflict, MemoryStoreError
+from sandmem.redaction import redact
 
 logger = logging.getLogger("sandmem.distributed")
 
@@ -194,8 +195,9 @@ class Worker:
             store = job_store(self.root, job)
         except UserError as exc:
             kind = "poison message" if isinstance(exc, PoisonMessage) else "refused job"
-            logger.error("%s %s moved to the dead-letter list: %s", kind, message_id, exc)
-            await self.queue.dead_letter(message_id, raw, str(exc))
+            reason = redact(str(exc))
+            logger.error("%s %s moved to the dead-letter list: %s", kind, message_id, reason)
+            await self.queue.dead_letter(message_id, raw, reason)
             return
         try:
             await self._run_one(store, job)
@@ -259,7 +261,8 @@ class Worker:
         from sandmem.memory.generation._job import record_job_failure
         from sandmem.memory.layout import MemoryPaths
 
-        error = f"{how}{type(exc).__name__}: {exc}"
+        # a model server's error text may echo a key: redacted before it is logged or kept
+        error = redact(f"{how}{type(exc).__name__}: {exc}")
         logger.error("job for %s failed for good, %s", job.layout, error)
         paths = MemoryPaths(job.memories_dir, job.sessions_dir)
         with contextlib.suppress(Exception):
