@@ -51,3 +51,15 @@ def _fence_pattern(tag: str) -> re.Pattern[str]:
         f"[{_TAG_OPEN}]" + r"((?:\s|\\)*/?(?:\s|\\|/)*" + name + r")(?![A-Za-z0-9])",
         re.IGNORECASE,
     )
+
+
+_BACKTICK_RUNS = re.compile(r"`{3,}")
+
+
+def code_block(text: str, info: str = "") -> str:
+    """``text`` in a Markdown code block that nothing inside it can close: its fence is one
+    backtick longer than the longest run of three or more in the text (a closing fence must be
+    at least as long as the opening one, whatever its indentation)."""
+    longest = max((len(run) for run in _BACKTICK_RUNS.findall(text)), default=2)
+    fence = "`" * (longest + 1)
+    return f"{fence}{info}\n{text.rstrip()}\n{fence}"

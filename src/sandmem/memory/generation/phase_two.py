@@ -28,7 +28,7 @@ from sandmem._errors import (
     SandmemError,
 )
 from sandmem._items import user_message
-from sandmem._prompts import load_prompt, render_prompt
+from sandmem._prompts import code_block, load_prompt, render_prompt
 from sandmem._usage import Usage
 from sandmem.agent._agent import Agent
 from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
@@ -233,8 +233,8 @@ def edits_block(inputs: ConsolidationInputs) -> str:
     )
     return (
         "MEMORY.md was edited since the last consolidation (by an agent's live update or by a "
-        "person). Keep these edits: they are newer than the raw memories.\n```diff\n"
-        f"{diff}```\n"
+        "person). Keep these edits: they are newer than the raw memories.\n"
+        f"{code_block(diff, 'diff')}\n"
     )
 
 
@@ -242,11 +242,6 @@ def edits_block(inputs: ConsolidationInputs) -> str:
 #: they fit this many bytes (~50,000 tokens), so the agent needs no read turn; above it, the
 #: brief lists them and the agent reads them with its tools
 BRIEF_FILES_MAX_BYTES = 200_000
-
-
-def _fence(text: str) -> str:
-    fence = "````" if "```" in text else "```"
-    return f"{fence}markdown\n{text.rstrip()}\n{fence}"
 
 
 def inputs_block(inputs: ConsolidationInputs) -> str:
@@ -280,7 +275,7 @@ def inputs_block(inputs: ConsolidationInputs) -> str:
             f"update.\n- {evidence}"
         )
     blocks = [
-        f"`{path}` ({what}):\n{_fence(text) if text.strip() else '(empty)'}"
+        f"`{path}` ({what}):\n{code_block(text, 'markdown') if text.strip() else '(empty)'}"
         for path, what, text in files
     ]
     return (
