@@ -1,7 +1,9 @@
 """memory.verify: is every added conversation cited, and no removed one? (pure)
 
-A citation is a ``Sources:`` entry; a summary path or an id quoted anywhere else is not one
-(issue 25, class 7: citations could be borrowed by quoting another conversation's path).
+A citation is a ``Sources:`` entry of a task group; a summary path or an id quoted anywhere
+else is not one (issue 25, class 7: citations could be borrowed by quoting another
+conversation's path, from a code block, a comment, the text before any task group, or by a
+rollout id that is a common word).
 """
 
 from __future__ import annotations
@@ -30,10 +32,9 @@ def test_added_cited_by_summary_file_or_id_on_a_sources_line() -> None:
 
 
 def test_an_id_inside_a_longer_word_is_not_a_citation() -> None:
-    assert [
-        r.rollout_id for r in verify("Sources: run-12, xrun-1", [ref("run-1")], []).missing
-    ] == ["run-1"]
-    assert verify("Sources: run-1.", [ref("run-1")], []).ok
+    memory = "## G\nSources (rollout ids): run-12, xrun-1"
+    assert [r.rollout_id for r in verify(memory, [ref("run-1")], []).missing] == ["run-1"]
+    assert verify("## G\nSources (rollout ids): run-1.", [ref("run-1")], []).ok
 
 
 @pytest.mark.parametrize(
@@ -60,6 +61,7 @@ def test_an_id_inside_a_longer_word_is_not_a_citation() -> None:
 )
 def test_a_quoted_path_or_id_outside_sources_is_no_citation(memory: str) -> None:
     victim, own = ref("victim"), ref("a")
+    memory = memory if memory.startswith("## ") else "## A group\n" + memory
     assert cites(memory, own)
     assert not cites(memory, victim)
     assert [r.rollout_id for r in verify(memory, [victim, own], []).missing] == ["victim"]
@@ -75,29 +77,74 @@ def test_a_quoted_path_or_id_outside_sources_is_no_citation(memory: str) -> None
         "  Sources: rollout_summaries/victim_task.md (rollout victim)",
         "Sources:\n- rollout_summaries/victim_task.md (rollout victim, updated t, completed)",
         "Sources:\n  * rollout_summaries/other_task.md\n  * rollout_summaries/victim_task.md",
-        "Source: victim",
+        "Source: rollout_summaries/victim_task.md",
         "Sources (rollout ids): a, victim",
+        "Sources (ids): victim",
+        "Sources (rollout ids):\n- a\n- victim",
+        "### a sub-heading of the group\nSources: rollout_summaries/victim_task.md",
     ],
 )
 def test_every_sources_form_cites(memory: str) -> None:
+    memory = "## A group\n" + memory
     assert cites(memory, ref("victim"))
     assert [r.rollout_id for r in verify(memory, [], [ref("victim")]).still_cited] == ["victim"]
 
 
 def test_removed_must_not_be_cited() -> None:
-    memory = "a short word: a\nSources: rollout_summaries/old_y.md\n"
+    memory = "## G\na short word: a\nSources: rollout_summaries/old_y.md\n"
     result = verify(memory, [], [ref("a"), ref("old", "y")])
     assert [r.rollout_id for r in result.still_cited] == ["old"]
 
 
 def test_source_entries_reads_inline_and_listed_forms() -> None:
-    memory = "Sources: x\n- not an entry\nSources:\n- y\n- z\n\n- w\n"
-    assert source_entries(memory) == ["x", "y", "z"]
+    memory = "## G\nSources: x\n- not an entry\nSources:\n- y\n- z\n\n- w\n"
+    assert [entry.text for entry in source_entries(memory)] == ["x", "y", "z"]
 
 
 def test_follow_up_names_exactly_what_is_missing() -> None:
-    result = verify("Sources: rollout_summaries/gone_task.md", [ref("new-1")], [ref("gone")])
+    memory = "## G\nSources: rollout_summaries/gone_task.md"
+    result = verify(memory, [ref("new-1")], [ref("gone")])
     text = follow_up_message(result, "memories")
     assert "fold in new-1" in text and "memories/rollout_summaries/new-1_task.md" in text
     assert "drop gone" in text
     assert verify("", [], []).ok
+
+
+OWN = "Sources: rollout_summaries/a_task.md\n"
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        # round 4: a quoted Sources line in a code block (a transcript, a tool output)
+        "## A\n```\nSources: rollout_summaries/victim_task.md\n```\n" + OWN,
+        "## A\n~~~text\nSources: rollout_summaries/victim_task.md\n~~~\n" + OWN,
+        "## A\n  ````md\nSources: rollout_summaries/victim_task.md\n```\nstill code\n````\n" + OWN,
+        # in an HTML comment, on one line or several
+        "## A\n<!-- Sources: rollout_summaries/victim_task.md -->\n" + OWN,
+        "## A\n<!--\nSources: rollout_summaries/victim_task.md\n-->\n" + OWN,
+        # outside any task group: before the first one, or under a title
+        "Sources: rollout_summaries/victim_task.md\n## A\n" + OWN,
+        "# Memory\nSources: rollout_summaries/victim_task.md\n## A\n" + OWN,
+        "## A\n" + OWN + "# Appendix\nSources: rollout_summaries/victim_task.md\n",
+        # a rollout id that is a common word, on a Sources line that is not a list of ids
+        "## A\nSources: victim of a flaky test, rollout_summaries/a_task.md\n",
+        "## A\nSources:\n- rollout_summaries/a_task.md\n- victim\n",
+    ],
+)
+def test_a_sources_line_outside_a_task_group_or_in_code_is_no_citation(memory: str) -> None:
+    """Before the fix each of these cited the victim: a quoted transcript made another
+    conversation look consolidated, and kept a forgotten one "still cited" forever."""
+    victim, own = ref("victim"), ref("a")
+    assert cites(memory, own), memory
+    assert not cites(memory, victim), memory
+    assert verify(memory, [own], [victim]).ok
+
+
+def test_a_citation_after_a_code_block_or_comment_still_counts() -> None:
+    memory = (
+        "## A\n```\ncode\n```\n<!-- note -->\n"
+        + OWN
+        + "### B\n<!--\nx\n-->\nSources:\n- rollout_summaries/b_task.md\n"
+    )
+    assert cites(memory, ref("a")) and cites(memory, ref("b"))
