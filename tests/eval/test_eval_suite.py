@@ -104,3 +104,47 @@ def test_a_workspace_link_leading_outside_is_refused_and_inner_links_not_followe
                 suite.workspace_files(suite.tasks[0])
         else:
             assert suite.workspace_files(suite.tasks[0]) == expected
+
+
+def test_links_deeper_in_the_workspace_and_special_files_are_not_read(tmp_path: Path) -> None:
+    """Round 4: a link leading out from a nested directory, a nested directory link, a FIFO
+    (which would hang a read) and a socket are skipped; the workspace path itself through an
+    inner link that resolves inside the suite is fine."""
+    import os
+    import socket
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "secret").write_text("private")
+    ws = tmp_path / "suite" / "ws"
+    (ws / "a" / "b").mkdir(parents=True)
+    (ws / "a" / "b" / "ok.txt").write_text("ok")
+    (ws / "a" / "b" / "up").symlink_to("../../../../home")
+    (ws / "a" / "key").symlink_to(home / "secret")
+    os.mkfifo(ws / "a" / "fifo")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(ws / "a" / "sock"))
+    (tmp_path / "suite" / "alias").symlink_to("ws/a")
+    for workspace, expected in (("ws", {"a/b/ok.txt": b"ok"}), ("alias", {"b/ok.txt": b"ok"})):
+        text = _MINIMAL.replace('[task.files]\n"a.txt" = "a"', f'workspace = "{workspace}"')
+        suite = parse_suite(text, base_dir=tmp_path / "suite", source="s.toml")
+        assert suite.workspace_files(suite.tasks[0]) == expected
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        '[task.files]\n"../../escape.txt" = "x"',
+        '[task.files]\n"/etc/cron.d/x" = "x"',
+        '[task.files]\n"a/../../b" = "x"',
+        '[task.agents.default]\nmemories_dir = "../../m"',
+        '[task.agents.default]\nmemories_dir = "/abs"',
+        '[task.agents.default]\nsessions_dir = "memories"',
+    ],
+)
+def test_inline_files_and_agent_layouts_are_checked_where_the_suite_is_read(table: str) -> None:
+    """Before, these names were accepted and refused only when a task ran; a suite is parsed
+    once, at its boundary, into names that stay inside the workspace."""
+    text = _MINIMAL.replace('[task.files]\n"a.txt" = "a"', table)
+    with pytest.raises(UserError):
+        parse_suite(text, source="s.toml")

@@ -18,9 +18,11 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandmem._errors import UserError
+from sandmem.memory.config import MemoryLayoutConfig
+from sandmem.sandboxes._manifest import normalize_entry_path
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 BUILTIN = "builtin"
@@ -69,6 +71,11 @@ class Step(_Frozen):
     check_timeout_s: float = Field(default=60.0, gt=0)
     script: StepScript = Field(default_factory=StepScript)
 
+    @field_validator("before")
+    @classmethod
+    def _inside(cls, files: dict[str, str]) -> dict[str, str]:
+        return _workspace_files(files)
+
 
 class AgentLayout(_Frozen):
     """A named agent of a multi-agent task and its memory layout."""
@@ -76,6 +83,12 @@ class AgentLayout(_Frozen):
     memories_dir: str = "memories"
     sessions_dir: str = "sessions"
     instructions: str | None = None
+
+    @model_validator(mode="after")
+    def _layout(self) -> AgentLayout:
+        """A layout ``MemoryLayoutConfig`` accepts (relative, no ``..``, separate)."""
+        MemoryLayoutConfig(memories_dir=self.memories_dir, sessions_dir=self.sessions_dir)
+        return self
 
 
 class Task(_Frozen):
@@ -89,6 +102,11 @@ class Task(_Frozen):
     workspace: str | None = None
     agents: dict[str, AgentLayout] = Field(default_factory=lambda: {"default": AgentLayout()})
     steps: list[Step] = Field(min_length=1, alias="step")
+
+    @field_validator("files")
+    @classmethod
+    def _inside(cls, files: dict[str, str]) -> dict[str, str]:
+        return _workspace_files(files)
 
     @model_validator(mode="after")
     def _check(self) -> Task:
@@ -147,6 +165,11 @@ class Suite(_Frozen):
             files.update(_regular_files(root))
         files.update({name: text.encode() for name, text in task.files.items()})
         return files
+
+
+def _workspace_files(files: dict[str, str]) -> dict[str, str]:
+    """Inline files by workspace-relative names (no ``..``, not absolute, no NUL)."""
+    return {normalize_entry_path(name): text for name, text in files.items()}
 
 
 def _inside_suite(path: str) -> bool:
