@@ -258,12 +258,13 @@ def test_a_job_outside_the_workers_prefix_is_refused(store: dict[str, str]) -> N
 
 def test_a_valid_job_message_is_accepted() -> None:
     raw = {
-        "store": {"bucket": "bucket", "prefix": "team/a"},
+        "store": {"bucket": "bucket", "prefix": "team/a", "endpoint_url": "http://evil:9000"},
         "memories_dir": "mem",
         "sessions_dir": "ses",
     }
     job = parse_job(json.dumps(raw))
     assert job_store(ROOT, job).prefix == "team/a"
+    assert job_store(ROOT, job).endpoint_url == ROOT.endpoint_url  # never the message's
     assert (job.memories_dir, job.sessions_dir) == ("mem", "ses")
 
 

@@ -148,3 +148,34 @@ def test_inline_files_and_agent_layouts_are_checked_where_the_suite_is_read(tabl
     text = _MINIMAL.replace('[task.files]\n"a.txt" = "a"', table)
     with pytest.raises(UserError):
         parse_suite(text, source="s.toml")
+
+
+async def test_a_model_servers_error_text_is_redacted_in_every_report(tmp_path: Path) -> None:
+    """Issue 25, class 5: an error text that echoes a key (as some servers do for a refused
+    one) is stored redacted in the cell results and in report.json, .md and .html."""
+    from sandmem._errors import ModelRequestError
+    from sandmem.eval import EvalOptions, run_eval
+    from sandmem.models import ModelProvider, ModelRequest
+    from sandmem.testing import FunctionModel
+
+    key = "sk-proj-" + "Zx9" * 24
+
+    def refuse(request: ModelRequest) -> object:
+        raise ModelRequestError(f"Error code: 401 - Incorrect API key provided: {key}")
+
+    class Refusing(ModelProvider):
+        def get_model(self, name: str | None) -> FunctionModel:
+            return FunctionModel(refuse, name=name or "refusing")
+
+    suite_file = tmp_path / "suite.toml"
+    suite_file.write_text(_MINIMAL)
+    out = tmp_path / "out"
+    report = await run_eval(
+        str(suite_file),
+        EvalOptions(out=out, model="refusing", memory_model="extractive", provider=Refusing()),
+    )
+    errors = [step.error for cell in report.cells for step in cell.steps]
+    assert errors and all(e and "[REDACTED:openai-key]" in e for e in errors), errors
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), path

@@ -56,7 +56,14 @@ def test_settings_accept_dict_and_none() -> None:
         MemoryGenerateConfig(phase_one_model_settings={"no_such_field": 1})
 
 
-@pytest.mark.parametrize("value", ["", "  ", "/abs/memories", "../up", "a/../../b", ".", "./"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        *("", "  ", "/abs/memories", "../up", "a/../../b", ".", "./"),
+        # issue 25: names a job message may carry, that no directory should have
+        *("mem\x00ories", "mem\x1b[2J", "mem\u202eories", "m" * 1100, "a/" + "x" * 300),
+    ],
+)
 def test_layout_dirs_must_be_relative_and_inside(value: str) -> None:
     with pytest.raises(ValueError):
         MemoryLayoutConfig(memories_dir=value)

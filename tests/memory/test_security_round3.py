@@ -224,7 +224,16 @@ def test_phase_two_inputs_cannot_close_their_code_blocks(closer: str) -> None:
 @pytest.mark.parametrize("other", ["alice@example.com:thread 7", "a/b", "x y", "é"])
 def test_a_raw_id_never_equals_the_mapped_form_of_another(other: str) -> None:
     mapped = file_safe_rollout_id(other)
-    for claim in (mapped, mapped.upper(), mapped.lower(), f" {mapped} ", mapped[:-8]):
+    look_alikes = (
+        mapped.replace("--", "\u2010\u2010"),  # Unicode hyphens
+        mapped.replace("--", "\uff0d\uff0d"),  # full-width hyphens
+        "\u200b" + mapped,  # a zero-width space
+        mapped + "\x00",
+        mapped.casefold(),
+        mapped.swapcase(),
+        mapped[:-1] + chr(ord(mapped[-1]) + 0xFEE0),  # a full-width last digit
+    )
+    for claim in (mapped, mapped.upper(), mapped.lower(), f" {mapped} ", mapped[:-8], *look_alikes):
         assert conversation_rollout_id(claim)[0] != mapped, claim
 
 

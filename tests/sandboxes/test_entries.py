@@ -300,3 +300,73 @@ async def test_links_inside_a_cloned_subpath_that_lead_out_are_not_copied(
         p.read_text(errors="replace") for p in session.root.rglob("*") if p.is_file()
     )
     await client.delete(session)
+
+
+async def test_links_a_whole_cloned_repository_commits_never_lead_out(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    """Round 4: the whole-repository copy too (not only a subpath): absolute links, links
+    climbing out, a link to a sibling outside the subpath, a chain that is inner by its text
+    but leads out through another link; links that stay inside are kept."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "id_rsa").write_text("private")
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    _git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "sub" / "ok.txt").write_text("ok\n")
+    (repo / "sub" / "inner").symlink_to("ok.txt")
+    (repo / "sub" / "self").symlink_to(".")
+    (repo / "sub" / "chain").symlink_to("self/self/../../..")
+    (repo / "sub" / "sibling").symlink_to("../top.txt")
+    (repo / "top.txt").write_text("top\n")
+    (repo / "abs").symlink_to(host)
+    (repo / "up").symlink_to("../host/id_rsa")
+    _git("add", "-A", cwd=repo)
+    _git("commit", "-q", "-m", "links", cwd=repo)
+    session = await client.create(
+        manifest=Manifest(
+            entries={
+                "whole": GitRepo(repo=str(repo)),
+                "part": GitRepo(repo=str(repo), subpath="sub"),
+            }
+        )
+    )
+    for path in session.root.rglob("*"):
+        if path.is_symlink():
+            assert path.resolve().is_relative_to(session.root), path
+    assert (session.root / "whole/sub/inner").read_text() == "ok\n"
+    assert (session.root / "whole/sub/sibling").read_text() == "top\n"  # inside the copy
+    assert not (session.root / "part/sibling").exists()  # outside the subpath it copied
+    assert not (session.root / "whole/abs").is_symlink()
+    assert "private" not in "".join(
+        p.read_text(errors="replace") for p in session.root.rglob("*") if p.is_file()
+    )
+    await client.delete(session)
+
+
+async def test_local_dir_sockets_are_skipped_and_a_hard_link_gets_its_own_copy(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    """A hard link in a source directory is a file of that directory: its bytes are copied
+    into a file of the workspace's own, so a write in the workspace never reaches the source
+    (or whatever else shares its inode)."""
+    import socket
+
+    src = tmp_path / "src"
+    src.mkdir()
+    shared = tmp_path / "shared.txt"
+    shared.write_text("shared")
+    os.link(shared, src / "linked.txt")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(src / "sock"))
+    session = await client.create(manifest=Manifest(entries={"d": LocalDir(src=src)}))
+    copy = session.root / "d" / "linked.txt"
+    assert copy.read_text() == "shared" and copy.stat().st_nlink == 1
+    assert not (session.root / "d" / "sock").exists()
+    async with session:
+        await session.exec("echo changed > d/linked.txt")
+    assert shared.read_text() == "shared"
+    await client.delete(session)

@@ -132,3 +132,77 @@ async def test_the_state_key_can_be_shared_by_hosts(
         await client.resume(text)
     monkeypatch.delenv("SANDMEM_STATE_KEY")
     await client.delete(session)
+
+
+async def test_a_runner_owning_the_sandbox_refuses_an_edited_state(tmp_path: Path) -> None:
+    """The Runner resumes ``SandboxRunConfig.session_state`` (a model, not JSON: from a
+    database, say) through the client, which proves it: an edited one never runs, and the
+    workspace it names is never deleted at the end of the run."""
+    from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig, Shell
+    from sandmem.testing import FunctionModel
+
+    victim = _victim(tmp_path)
+    client = UnixLocalSandboxClient()
+    session = await client.create(manifest=Manifest(), snapshot=LocalSnapshotSpec(tmp_path / "s"))
+    async with session:
+        pass
+    forged = SandboxSessionState.model_validate_json(
+        _edited(session.state, **{"manifest.root": str(victim)})
+    )
+    agent = SandboxAgent(
+        name="a", model=FunctionModel(lambda request: "done"), capabilities=[Shell()]
+    )
+    for state in (forged, forged.model_copy(update={"workspace_owned": False})):
+        run = RunConfig(sandbox=SandboxRunConfig(client=client, session_state=state))
+        with pytest.raises(SandboxStateError, match="cannot be trusted"):
+            await Runner.run(agent, "hi", run_config=run)
+    assert (victim / ".ssh/id_ed25519").read_text() == "private"
+    await client.delete(session)
+
+
+async def test_the_bubblewrap_client_refuses_an_edited_state_before_it_mounts_anything(
+    tmp_path: Path,
+) -> None:
+    from sandmem.sandboxes._bubblewrap import BubblewrapSandboxClient
+    from sandmem.sandboxes._bwrap_host import probe_bwrap
+
+    probe = probe_bwrap()
+    if probe.error is not None:
+        pytest.skip(f"bubblewrap is not usable here: {probe.error}")
+    victim = _victim(tmp_path)
+    client = BubblewrapSandboxClient()
+    session = await client.create(manifest=Manifest())
+    for changes in (
+        {"manifest.root": str(victim)},
+        {"backend_settings.network": True},
+        {"backend_settings.readonly_binds": ["/"]},
+    ):
+        with pytest.raises(SandboxStateError, match="cannot be trusted"):
+            await client.resume(_edited(session.state, **changes))
+    await client.delete(await client.resume(session.state.model_dump_json()))
+    assert (victim / ".ssh/id_ed25519").read_text() == "private"
+
+
+async def test_a_snapshot_is_never_restored_through_a_root_swapped_for_a_link(
+    tmp_path: Path,
+) -> None:
+    """A proven state, its workspace replaced by a link to another directory: the resume
+    renames the link aside and restores a directory of its own there; nothing is written
+    through the link, and delete removes only that directory."""
+    victim = _victim(tmp_path)
+    client = UnixLocalSandboxClient()
+    session = await client.create(
+        manifest=Manifest(entries={"a.txt": File(content=b"a")}),
+        snapshot=LocalSnapshotSpec(tmp_path / "snaps"),
+    )
+    async with session:
+        pass
+    state = session.state
+    shutil.rmtree(session.root)
+    session.root.symlink_to(victim)
+    resumed = await client.resume(state.model_dump_json())
+    assert resumed.root.is_dir() and not resumed.root.is_symlink()
+    assert (resumed.root / "a.txt").read_bytes() == b"a"
+    await client.delete(resumed)
+    assert sorted(p.name for p in victim.iterdir()) == [".ssh"]
+    assert (victim / ".ssh/id_ed25519").read_text() == "private"
