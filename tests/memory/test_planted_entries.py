@@ -113,6 +113,43 @@ def _agent() -> SandboxAgent:
     )
 
 
+EXAMPLES = [
+    ("memories/skills", "dir-link"),
+    ("memories/raw_memories", "file-link"),
+    ("memories/rollout_summaries", "fifo"),
+    ("memories/MEMORY.md", "dir-link"),
+    ("memories/memory_summary.md", "file-link"),
+    ("memories", "dir-link"),
+    ("sessions", "wrong-kind"),
+]
+
+
+@pytest.mark.parametrize(("where", "what"), EXAMPLES)
+async def test_a_planted_link_is_moved_aside_and_every_later_run_goes_on(
+    where: str, what: str, tmp_path: Path
+) -> None:
+    """The issue's example (a link at ``memories/skills``) and its neighbours: every later
+    run of the layout goes on, and nothing is written through the link."""
+    outside = _outside(tmp_path)
+    client = UnixLocalSandboxClient()
+    sandbox = await client.create(manifest=Manifest())
+    run = RunConfig(sandbox=SandboxRunConfig(session=sandbox))
+    async with sandbox:
+        await Runner.run(_agent(), "first", run_config=run, conversation_id="one")
+    wanted = EntryKind.FILE if where.endswith(".md") else EntryKind.DIRECTORY
+    _plant(sandbox.root / where, what, outside, wanted)
+    for index in range(2):
+        async with sandbox:
+            result = await Runner.run(_agent(), "next", run_config=run, conversation_id=f"n{index}")
+            assert result.final_output == "done"
+    assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
+    assert (outside / "f.txt").read_text() == "host"
+    assert (sandbox.root / "memories/skills").is_dir()
+    assert not (sandbox.root / "memories/skills").is_symlink()
+    assert (sandbox.root / "sessions/n1.jsonl").is_file()
+    await client.delete(sandbox)
+
+
 PLANTS = [
     ("memories/generation_state.json", "wrong-kind"),
     ("memories/generation_log.jsonl", "fifo"),
