@@ -113,7 +113,8 @@ def _agent() -> SandboxAgent:
     )
 
 
-EXAMPLES = [
+PLANTS = [
+    # the issue's example (a link at memories/skills) and its neighbours
     ("memories/skills", "dir-link"),
     ("memories/raw_memories", "file-link"),
     ("memories/rollout_summaries", "fifo"),
@@ -121,36 +122,7 @@ EXAMPLES = [
     ("memories/memory_summary.md", "file-link"),
     ("memories", "dir-link"),
     ("sessions", "wrong-kind"),
-]
-
-
-@pytest.mark.parametrize(("where", "what"), EXAMPLES)
-async def test_a_planted_link_is_moved_aside_and_every_later_run_goes_on(
-    where: str, what: str, tmp_path: Path
-) -> None:
-    """The issue's example (a link at ``memories/skills``) and its neighbours: every later
-    run of the layout goes on, and nothing is written through the link."""
-    outside = _outside(tmp_path)
-    client = UnixLocalSandboxClient()
-    sandbox = await client.create(manifest=Manifest())
-    run = RunConfig(sandbox=SandboxRunConfig(session=sandbox))
-    async with sandbox:
-        await Runner.run(_agent(), "first", run_config=run, conversation_id="one")
-    wanted = EntryKind.FILE if where.endswith(".md") else EntryKind.DIRECTORY
-    _plant(sandbox.root / where, what, outside, wanted)
-    for index in range(2):
-        async with sandbox:
-            result = await Runner.run(_agent(), "next", run_config=run, conversation_id=f"n{index}")
-            assert result.final_output == "done"
-    assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
-    assert (outside / "f.txt").read_text() == "host"
-    assert (sandbox.root / "memories/skills").is_dir()
-    assert not (sandbox.root / "memories/skills").is_symlink()
-    assert (sandbox.root / "sessions/n1.jsonl").is_file()
-    await client.delete(sandbox)
-
-
-PLANTS = [
+    # round 4: every other name the layout uses
     ("memories/generation_state.json", "wrong-kind"),
     ("memories/generation_log.jsonl", "fifo"),
     ("memories/phase_two_selection.json", "wrong-kind"),
@@ -170,9 +142,9 @@ PLANTS = [
 async def test_runs_generation_and_views_go_on_whatever_is_planted(
     where: str, what: str, tmp_path: Path
 ) -> None:
-    """Before the fix each of these failed every later generation, lost every later
-    conversation (a planted ``sessions/.lock``) or failed every status, list and search
-    (a planted ``.index.lock``)."""
+    """Before the fix each of the round-4 names failed every later generation, lost every
+    later conversation (a planted ``sessions/.lock``) or failed every status, list and
+    search (a planted ``.index.lock``)."""
     outside = _outside(tmp_path)
     client = UnixLocalSandboxClient()
     sandbox = await client.create(manifest=Manifest())
@@ -180,8 +152,9 @@ async def test_runs_generation_and_views_go_on_whatever_is_planted(
     async with sandbox:
         await Runner.run(_agent(), "first", run_config=run, conversation_id="one")
     await memapi.generate(sandbox, engine="extractive")
-    wanted = EntryKind.DIRECTORY if where.endswith((".history", "objects")) else EntryKind.FILE
-    _plant(sandbox.root / where, what, outside, wanted)
+    _plant(
+        sandbox.root / where, what, outside, dict(_layout_names()).get(where, EntryKind.DIRECTORY)
+    )
     workspace = str(sandbox.root)
     await memapi.status(workspace)  # the views first, before any run moved it aside
     await memapi.search(workspace, "done")
@@ -192,9 +165,11 @@ async def test_runs_generation_and_views_go_on_whatever_is_planted(
     report = await memapi.generate(workspace, engine="extractive")
     assert report.complete, report
     listed = {c.rollout_id for c in await memapi.list_conversations(workspace)}
-    assert listed == {"one", "n0", "n1"}
+    assert listed == {"n0", "n1"} | (set() if where == "sessions" else {"one"})
     assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
     assert (outside / "f.txt").read_text() == "host"
+    assert (sandbox.root / "memories/skills").is_dir()
+    assert not (sandbox.root / "memories/skills").is_symlink()
     await client.delete(sandbox)
 
 

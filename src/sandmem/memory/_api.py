@@ -113,6 +113,7 @@ async def _opened(
 
 
 async def _require_layout(session: SandboxSession, paths: MemoryPaths) -> None:
+    await ensure_layout(session, paths, create=False)  # a planted link is moved aside first
     if await session.exists(paths.memories_dir) or await session.exists(paths.sessions_dir):
         return
     raise MemoryNotFoundError(
@@ -494,7 +495,6 @@ async def forget(
             plan = await maintenance.forget_plan(session, paths, rollout_id)
             flushed = None
         else:
-            await ensure_layout(session, paths)  # an agent's planted link is moved aside first
             await maintenance.forget_plan(session, paths, rollout_id)  # refuse unknown ids first
             _manager(session, paths, cfg, detach=owned)
             try:

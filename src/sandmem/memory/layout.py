@@ -168,21 +168,25 @@ MEMORY_ENTRIES: dict[str, tuple[EntryKind, bool]] = {
 }
 
 
-async def ensure_layout(session: SandboxSession, paths: MemoryPaths) -> None:
+async def ensure_layout(
+    session: SandboxSession, paths: MemoryPaths, *, create: bool = True
+) -> None:
     """Create the layout's directories and empty ``MEMORY.md`` / ``memory_summary.md`` when
-    missing; never overwrite. Something planted where the layout needs a directory or a file
-    — at any name the layout uses (``generation_state.json``, ``.lock``, ``.history/``, the
-    index, the locks in ``sessions_dir``, ...), a symlink, a FIFO or socket, a file in place of
-    a directory or the reverse — is reported, moved aside to ``<name>.moved-<time>`` (as the
-    link itself: nothing is followed) and, where the layout creates it, replaced: it never
-    blocks the layout."""
+    missing (not with ``create=False``, which the views use); never overwrite. Something
+    planted where the layout needs a directory or a file — at any name the layout uses
+    (``generation_state.json``, ``.lock``, ``.history/``, the index, the locks in
+    ``sessions_dir``, ...), a symlink, a FIFO or socket, a file in place of a directory or the
+    reverse — is reported, moved aside to ``<name>.moved-<time>`` (as the link itself:
+    nothing is followed) and, where the layout creates it, replaced: it never blocks the
+    layout."""
     with no_symlinks():
         for directory in (paths.sessions_dir, paths.memories_dir):
             parts = directory.split("/")
             for depth in range(1, len(parts) + 1):
                 parent = "/".join(parts[: depth - 1]) or "."
-                await _ensure_entries(session, parent, {parts[depth - 1]: (_DIR, True)})
-        await _ensure_entries(session, paths.memories_dir, MEMORY_ENTRIES)
+                await _ensure_entries(session, parent, {parts[depth - 1]: (_DIR, create)})
+        wanted = {name: (kind, made and create) for name, (kind, made) in MEMORY_ENTRIES.items()}
+        await _ensure_entries(session, paths.memories_dir, wanted)
         history = f"{paths.memories_dir}/{HISTORY_DIR}"
         if await session.is_dir(history):
             await _ensure_entries(session, history, dict.fromkeys(HISTORY_SUBDIRS, (_DIR, False)))
