@@ -272,17 +272,23 @@ async def test_a_subpath_through_a_committed_symlink_is_refused(
         )
 
 
-async def test_links_inside_a_cloned_subpath_that_lead_out_are_not_copied(
-    client: UnixLocalSandboxClient, tmp_path: Path
-) -> None:
+def _host_and_repo(tmp_path: Path, folder: str) -> tuple[Path, Path]:
+    """A host directory holding a private key, and an empty repository with ``folder``."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     host = tmp_path / "host"
     host.mkdir()
     (host / "id_rsa").write_text("private")
     repo = tmp_path / "repo"
-    (repo / "docs").mkdir(parents=True)
+    (repo / folder).mkdir(parents=True)
     _git("init", "-q", "-b", "main", cwd=repo)
+    return host, repo
+
+
+async def test_links_inside_a_cloned_subpath_that_lead_out_are_not_copied(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    host, repo = _host_and_repo(tmp_path, "docs")
     (repo / "docs" / "guide.md").write_text("guide\n")
     (repo / "docs" / "key").symlink_to(host / "id_rsa")
     (repo / "docs" / "abs").symlink_to(host)
@@ -308,14 +314,7 @@ async def test_links_a_whole_cloned_repository_commits_never_lead_out(
     """Round 4: the whole-repository copy too (not only a subpath): absolute links, links
     climbing out, a link to a sibling outside the subpath, a chain that is inner by its text
     but leads out through another link; links that stay inside are kept."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    host = tmp_path / "host"
-    host.mkdir()
-    (host / "id_rsa").write_text("private")
-    repo = tmp_path / "repo"
-    (repo / "sub").mkdir(parents=True)
-    _git("init", "-q", "-b", "main", cwd=repo)
+    host, repo = _host_and_repo(tmp_path, "sub")
     (repo / "sub" / "ok.txt").write_text("ok\n")
     (repo / "sub" / "inner").symlink_to("ok.txt")
     (repo / "sub" / "self").symlink_to(".")
