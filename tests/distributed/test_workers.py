@@ -67,8 +67,9 @@ class MemoryModel:
             self.holding.set()
             self.hold.wait(timeout=60)
         ids = sorted(set(_ID.findall(body)))
-        registry = "# Memory\n\n" + "".join(f"- {i}: wrote {i}.txt (rollout {i})\n" for i in ids)
-        registry += "Sources (rollout ids): " + ", ".join(ids) + "\n"  # what verify reads
+        registry = "# Memory\n\n## Records\n"  # a task group: where verify reads citations
+        registry += "".join(f"- {i}: wrote {i}.txt (rollout {i})\n" for i in ids)
+        registry += "Sources (rollout ids): " + ", ".join(ids) + "\n"
         return FakeReply(
             tool_calls=[
                 ("write_file", {"path": "memories/MEMORY.md", "content": registry}, "w1"),
