@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from sandmem._settings import ModelSettings, Reasoning
-from sandmem.memory.store._base import GenerationScheduler, MemoryStore, safe_name
+from sandmem.memory.store._base import GenerationScheduler, MemoryStore, plain_path
 from sandmem.models._base import Model, ModelProvider
 
 #: the model name that selects sandmem's deterministic, model-free engine
@@ -40,7 +40,7 @@ def normalize_dir(value: str, field: str) -> str:
             f"{field} must be non-empty: a directory inside the workspace, got {value!r}"
         )
     normalized = "/".join(parts)
-    if not safe_name(normalized):  # NUL, control characters, over-long names
+    if not plain_path(normalized):  # NUL, control characters, over-long names
         raise ValueError(
             f"{field} must be a plain directory name (no control characters, at most 1,024 "
             f"characters, 255 bytes a component), got {value!r}"

@@ -78,16 +78,24 @@ def safe_name(name: object) -> bool:
     control or format character (a terminal escape, a bidirectional override), no component
     over 255 bytes, not under ``.store/`` (the sync's own state) and not the layout's
     ``.lock``, at most 1,024 characters."""
-    if not isinstance(name, str) or not name or len(name) > _MAX_NAME:
+    if not isinstance(name, str) or not plain_path(name):
         return False
     if "\\" in name or name.startswith("/") or name == ".lock":
         return False
-    if any(unicodedata.category(char) in _HIDDEN_CATEGORIES for char in name):
-        return False
     parts = name.split("/")
-    return parts[0] != ".store" and all(
-        part not in ("", ".", "..") and len(part.encode("utf-8")) <= _MAX_COMPONENT
-        for part in parts
+    return parts[0] != ".store" and all(part not in ("", ".", "..") for part in parts)
+
+
+def plain_path(name: str) -> bool:
+    """Whether ``name`` can name a file as it reads: not empty, at most 1,024 characters, no
+    control or format character, no component over 255 bytes (``safe_name``'s character
+    rule; a layout directory follows it too)."""
+    return (
+        0 < len(name) <= _MAX_NAME
+        and not any(unicodedata.category(char) in _HIDDEN_CATEGORIES for char in name)
+        and all(
+            len(part.encode("utf-8", "surrogatepass")) <= _MAX_COMPONENT for part in name.split("/")
+        )
     )
 
 
