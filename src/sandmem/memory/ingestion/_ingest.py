@@ -31,7 +31,7 @@ from sandmem.memory.ingestion._lines import LineReader, decode_line, read_head_l
 from sandmem.memory.ingestion._model import Event, Line, SourceMeta
 from sandmem.memory.ingestion._report import IngestedSource, IngestReport
 from sandmem.memory.ingestion._segments import Draft, drafts, segment_of
-from sandmem.memory.layout import read_text
+from sandmem.memory.layout import INGEST_LOCK, read_text
 from sandmem.memory.rollouts import conversation_rollout_id, parse_rollout
 
 #: the rollout id prefix of each format (``codex-<session id>``, ``claude-<session id>``, ...)
@@ -117,7 +117,7 @@ class Ingestor:
         session, layout = self.manager.session, self.manager.paths
         await self.manager.prepare()
         files = await asyncio.to_thread(expand, paths)
-        lock = f"{layout.sessions_dir}/.ingest.lock"
+        lock = f"{layout.sessions_dir}/{INGEST_LOCK}"
         async with session.lock(lock, timeout=LOCK_TIMEOUT_S):
             for path in files:
                 try:
@@ -125,7 +125,10 @@ class Ingestor:
                 except Exception as exc:  # one bad file never stops the others
                     report.sources.append(
                         IngestedSource(
-                            path=str(path), status="failed", error=f"{type(exc).__name__}: {exc}"
+                            path=str(path),
+                            status="failed",
+                            # an error's text may quote the transcript (a secret in a bad line)
+                            error=self.manager.redactor.redact(f"{type(exc).__name__}: {exc}"),
                         )
                     )
         return report
