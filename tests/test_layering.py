@@ -35,6 +35,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem._docstrings",
             "sandmem._version",
             "sandmem._extras",
+            "sandmem._lazy",
             "sandmem._log_lines",
             "sandmem.redaction",
         ),

@@ -4,18 +4,20 @@ applications (``eval``, ``demo``) and ``cli``, which alone may import it.
 
 Everything a user needs is importable from here; submodules hold the seams:
 ``sandmem.models``, ``sandmem.sandboxes``, ``sandmem.capabilities``, ``sandmem.memory``,
-``sandmem.testing``, ``sandmem.redaction``. The OpenAI model classes are imported on first use,
-so ``import sandmem`` does not import the ``openai`` package.
+``sandmem.testing``, ``sandmem.redaction``. Apart from the exceptions, each name is imported
+from the module that defines it on first use (``_lazy``): ``import sandmem`` imports neither
+the agent runtime nor ``openai`` until they are needed, and ``sandmem memory status`` never
+does.
 
 Foundation modules at this level (errors, items, settings, usage, truncation, prompts,
-docstrings, version, ``_extras``, ``_log_lines`` and the public ``redaction``) import no
+docstrings, version, ``_extras``, ``_lazy``, ``_log_lines`` and the public ``redaction``) import no
 folder of the package; the public ``tracing`` imports only ``models``; ``docs/architecture.md``
 has the whole map.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sandmem._errors import (
     ExecTimeoutError,
@@ -38,93 +40,100 @@ from sandmem._errors import (
     WorkspaceReadNotFoundError,
     WorkspaceWriteTypeError,
 )
-from sandmem._items import Item as TResponseInputItem
-from sandmem._retry import (
-    ModelRetryBackoffSettings,
-    ModelRetryNormalizedError,
-    RetryDecision,
-    RetryPolicy,
-    RetryPolicyContext,
-    retry_policies,
-)
-from sandmem._settings import ModelRetrySettings, ModelSettings, Reasoning
-from sandmem._usage import Usage
+from sandmem._lazy import lazy_exports
 from sandmem._version import __version__ as __version__
-from sandmem.agent._agent import Agent, GenerateDynamicPromptData
-from sandmem.agent._agent import Agent as AgentBase
-from sandmem.agent._agent_tool import AgentToolStreamEvent
-from sandmem.agent._context import RunContextWrapper, ToolContext
-from sandmem.agent._context import RunContextWrapper as AgentHookContext
-from sandmem.agent._hooks import AgentHooks, RunHooks
-from sandmem.agent._run_config import RunConfig, SandboxRunConfig
-from sandmem.agent._run_items import (
-    ItemHelpers,
-    MessageOutputItem,
-    ReasoningItem,
-    RunItem,
-    ToolCallItem,
-    ToolCallOutputItem,
-)
-from sandmem.agent._schema import AgentOutputSchema, AgentOutputSchemaBase
-from sandmem.agent._session import Session, SQLiteSession
-from sandmem.agent._stream_events import (
-    AgentUpdatedStreamEvent,
-    RawResponsesStreamEvent,
-    RunItemStreamEvent,
-    StreamEvent,
-)
-from sandmem.agent._tool_output import (
-    ToolOutputFileContent,
-    ToolOutputFileContentDict,
-    ToolOutputImage,
-    ToolOutputImageDict,
-    ToolOutputText,
-    ToolOutputTextDict,
-)
-from sandmem.agent._tool_use import (
-    FunctionToolResult,
-    ToolsToFinalOutputFunction,
-    ToolsToFinalOutputResult,
-)
-from sandmem.agent._tools import FunctionTool, default_tool_error_function, function_tool, tool
-from sandmem.agent._tools import FunctionTool as Tool
-from sandmem.capabilities import Capability, Filesystem, Memory, Shell, Skills
-from sandmem.capabilities._sandbox_agent import SandboxAgent
-from sandmem.mcp import (
-    MCPServer,
-    MCPServerStdio,
-    MCPServerStreamableHttp,
-    create_static_tool_filter,
-)
-from sandmem.memory import (
-    MemoryGenerateConfig,
-    MemoryLayoutConfig,
-    MemoryReadConfig,
-    validate_rollout_id,
-)
-from sandmem.models import Model, ModelProvider, ModelResponse
-from sandmem.run._runner import Runner, RunResult, RunResultStreaming
-from sandmem.sandboxes import (
-    BubblewrapSandboxClient,
-    Dir,
-    ExecResult,
-    File,
-    GitRepo,
-    LocalDir,
-    LocalFile,
-    LocalSnapshotSpec,
-    Manifest,
-    SandboxClient,
-    SandboxSession,
-    SandboxSessionState,
-    SandboxWorkspaceScope,
-    UnixLocalSandboxClient,
-)
-from sandmem.sandboxes._types import FileMode, Permissions
-from sandmem.tracing import trace
 
 if TYPE_CHECKING:
-    from sandmem.models import OpenAIChatCompletionsModel, OpenAIProvider, OpenAIResponsesModel
+    from sandmem._items import Item as TResponseInputItem
+    from sandmem._retry import (
+        ModelRetryBackoffSettings,
+        ModelRetryNormalizedError,
+        RetryDecision,
+        RetryPolicy,
+        RetryPolicyContext,
+        retry_policies,
+    )
+    from sandmem._settings import ModelRetrySettings, ModelSettings, Reasoning
+    from sandmem._usage import Usage
+    from sandmem.agent._agent import Agent, GenerateDynamicPromptData
+    from sandmem.agent._agent import Agent as AgentBase
+    from sandmem.agent._agent_tool import AgentToolStreamEvent
+    from sandmem.agent._context import RunContextWrapper, ToolContext
+    from sandmem.agent._context import RunContextWrapper as AgentHookContext
+    from sandmem.agent._hooks import AgentHooks, RunHooks
+    from sandmem.agent._run_config import RunConfig, SandboxRunConfig
+    from sandmem.agent._run_items import (
+        ItemHelpers,
+        MessageOutputItem,
+        ReasoningItem,
+        RunItem,
+        ToolCallItem,
+        ToolCallOutputItem,
+    )
+    from sandmem.agent._schema import AgentOutputSchema, AgentOutputSchemaBase
+    from sandmem.agent._session import Session, SQLiteSession
+    from sandmem.agent._stream_events import (
+        AgentUpdatedStreamEvent,
+        RawResponsesStreamEvent,
+        RunItemStreamEvent,
+        StreamEvent,
+    )
+    from sandmem.agent._tool_output import (
+        ToolOutputFileContent,
+        ToolOutputFileContentDict,
+        ToolOutputImage,
+        ToolOutputImageDict,
+        ToolOutputText,
+        ToolOutputTextDict,
+    )
+    from sandmem.agent._tool_use import (
+        FunctionToolResult,
+        ToolsToFinalOutputFunction,
+        ToolsToFinalOutputResult,
+    )
+    from sandmem.agent._tools import FunctionTool, default_tool_error_function, function_tool, tool
+    from sandmem.agent._tools import FunctionTool as Tool
+    from sandmem.capabilities import Capability, Filesystem, Memory, Shell, Skills
+    from sandmem.capabilities._sandbox_agent import SandboxAgent
+    from sandmem.mcp import (
+        MCPServer,
+        MCPServerStdio,
+        MCPServerStreamableHttp,
+        create_static_tool_filter,
+    )
+    from sandmem.memory import (
+        MemoryGenerateConfig,
+        MemoryLayoutConfig,
+        MemoryReadConfig,
+        validate_rollout_id,
+    )
+    from sandmem.models import (
+        Model,
+        ModelProvider,
+        ModelResponse,
+        OpenAIChatCompletionsModel,
+        OpenAIProvider,
+        OpenAIResponsesModel,
+    )
+    from sandmem.run._runner import Runner, RunResult, RunResultStreaming
+    from sandmem.sandboxes import (
+        BubblewrapSandboxClient,
+        Dir,
+        ExecResult,
+        File,
+        GitRepo,
+        LocalDir,
+        LocalFile,
+        LocalSnapshotSpec,
+        Manifest,
+        SandboxClient,
+        SandboxSession,
+        SandboxSessionState,
+        SandboxWorkspaceScope,
+        UnixLocalSandboxClient,
+    )
+    from sandmem.sandboxes._types import FileMode, Permissions
+    from sandmem.tracing import trace
 
 __all__ = [
     "Agent",
@@ -238,17 +247,99 @@ __all__ = [
     "validate_rollout_id",
 ]
 
-#: imported from ``sandmem.models`` on first use (it imports ``openai`` lazily too)
-_FROM_MODELS = frozenset({"OpenAIChatCompletionsModel", "OpenAIProvider", "OpenAIResponsesModel"})
 
+#: where each name not imported above is defined (imported on first use)
+_WHERE = {
+    "Agent": "sandmem.agent._agent",
+    "AgentBase": "sandmem.agent._agent:Agent",
+    "AgentHookContext": "sandmem.agent._context:RunContextWrapper",
+    "AgentHooks": "sandmem.agent._hooks",
+    "AgentOutputSchema": "sandmem.agent._schema",
+    "AgentOutputSchemaBase": "sandmem.agent._schema",
+    "AgentToolStreamEvent": "sandmem.agent._agent_tool",
+    "AgentUpdatedStreamEvent": "sandmem.agent._stream_events",
+    "BubblewrapSandboxClient": "sandmem.sandboxes",
+    "Capability": "sandmem.capabilities",
+    "Dir": "sandmem.sandboxes",
+    "ExecResult": "sandmem.sandboxes",
+    "File": "sandmem.sandboxes",
+    "FileMode": "sandmem.sandboxes._types",
+    "Filesystem": "sandmem.capabilities",
+    "FunctionTool": "sandmem.agent._tools",
+    "FunctionToolResult": "sandmem.agent._tool_use",
+    "GenerateDynamicPromptData": "sandmem.agent._agent",
+    "GitRepo": "sandmem.sandboxes",
+    "ItemHelpers": "sandmem.agent._run_items",
+    "LocalDir": "sandmem.sandboxes",
+    "LocalFile": "sandmem.sandboxes",
+    "LocalSnapshotSpec": "sandmem.sandboxes",
+    "MCPServer": "sandmem.mcp",
+    "MCPServerStdio": "sandmem.mcp",
+    "MCPServerStreamableHttp": "sandmem.mcp",
+    "Manifest": "sandmem.sandboxes",
+    "Memory": "sandmem.capabilities",
+    "MemoryGenerateConfig": "sandmem.memory",
+    "MemoryLayoutConfig": "sandmem.memory",
+    "MemoryReadConfig": "sandmem.memory",
+    "MessageOutputItem": "sandmem.agent._run_items",
+    "Model": "sandmem.models",
+    "ModelProvider": "sandmem.models",
+    "ModelResponse": "sandmem.models",
+    "ModelRetryBackoffSettings": "sandmem._retry",
+    "ModelRetryNormalizedError": "sandmem._retry",
+    "ModelRetrySettings": "sandmem._settings",
+    "ModelSettings": "sandmem._settings",
+    "OpenAIChatCompletionsModel": "sandmem.models",
+    "OpenAIProvider": "sandmem.models",
+    "OpenAIResponsesModel": "sandmem.models",
+    "Permissions": "sandmem.sandboxes._types",
+    "RawResponsesStreamEvent": "sandmem.agent._stream_events",
+    "Reasoning": "sandmem._settings",
+    "ReasoningItem": "sandmem.agent._run_items",
+    "RetryDecision": "sandmem._retry",
+    "RetryPolicy": "sandmem._retry",
+    "RetryPolicyContext": "sandmem._retry",
+    "RunConfig": "sandmem.agent._run_config",
+    "RunContextWrapper": "sandmem.agent._context",
+    "RunHooks": "sandmem.agent._hooks",
+    "RunItem": "sandmem.agent._run_items",
+    "RunItemStreamEvent": "sandmem.agent._stream_events",
+    "RunResult": "sandmem.run._runner",
+    "RunResultStreaming": "sandmem.run._runner",
+    "Runner": "sandmem.run._runner",
+    "SQLiteSession": "sandmem.agent._session",
+    "SandboxAgent": "sandmem.capabilities._sandbox_agent",
+    "SandboxClient": "sandmem.sandboxes",
+    "SandboxRunConfig": "sandmem.agent._run_config",
+    "SandboxSession": "sandmem.sandboxes",
+    "SandboxSessionState": "sandmem.sandboxes",
+    "SandboxWorkspaceScope": "sandmem.sandboxes",
+    "Session": "sandmem.agent._session",
+    "Shell": "sandmem.capabilities",
+    "Skills": "sandmem.capabilities",
+    "StreamEvent": "sandmem.agent._stream_events",
+    "TResponseInputItem": "sandmem._items:Item",
+    "Tool": "sandmem.agent._tools:FunctionTool",
+    "ToolCallItem": "sandmem.agent._run_items",
+    "ToolCallOutputItem": "sandmem.agent._run_items",
+    "ToolContext": "sandmem.agent._context",
+    "ToolOutputFileContent": "sandmem.agent._tool_output",
+    "ToolOutputFileContentDict": "sandmem.agent._tool_output",
+    "ToolOutputImage": "sandmem.agent._tool_output",
+    "ToolOutputImageDict": "sandmem.agent._tool_output",
+    "ToolOutputText": "sandmem.agent._tool_output",
+    "ToolOutputTextDict": "sandmem.agent._tool_output",
+    "ToolsToFinalOutputFunction": "sandmem.agent._tool_use",
+    "ToolsToFinalOutputResult": "sandmem.agent._tool_use",
+    "UnixLocalSandboxClient": "sandmem.sandboxes",
+    "Usage": "sandmem._usage",
+    "create_static_tool_filter": "sandmem.mcp",
+    "default_tool_error_function": "sandmem.agent._tools",
+    "function_tool": "sandmem.agent._tools",
+    "retry_policies": "sandmem._retry",
+    "tool": "sandmem.agent._tools",
+    "trace": "sandmem.tracing",
+    "validate_rollout_id": "sandmem.memory",
+}
 
-def __getattr__(name: str) -> Any:
-    if name in _FROM_MODELS:
-        from sandmem import models
-
-        return getattr(models, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

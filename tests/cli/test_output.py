@@ -12,11 +12,11 @@ from cli_workspaces import DEPLOY, INVOICE, build_workspace, failing_phase_one
 from rich.console import Console
 
 from sandmem.cli import _live
+from sandmem.cli._memory_cmd import render_tree
 from sandmem.cli._output import (
     incomplete_error,
     incomplete_text,
     progress_display,
-    render_tree,
     report_lines,
 )
 from sandmem.memory import (

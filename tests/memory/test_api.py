@@ -120,7 +120,7 @@ async def test_status(tmp_path: Path, kind: str, name: str) -> None:
         "failed": 0,
         "skipped": 0,
     }
-    assert {c.rollout_id for c in data.conversations} == set(TASKS)
+    assert data.conversations == []  # only the pending and failed ones are listed
     assert data.pending == [] and data.failed == []
     memory_md = root / layout.memories_dir / "MEMORY.md"
     assert data.files["MEMORY.md"].path == f"{layout.memories_dir}/MEMORY.md"
@@ -374,7 +374,7 @@ async def test_generate_on_the_live_session_of_the_run(tmp_path: Path) -> None:
         assert report_again.complete
     assert [c.status for c in pending.conversations] == ["pending"]
     assert report.processed == ["invoice-fix"]
-    assert [c.status for c in done.conversations] == ["done"]
+    assert done.conversations == [] and done.counts.done == 1
 
 
 @both
@@ -449,10 +449,8 @@ async def test_locked_by_another_process(
     tmp_path: Path, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sandmem.memory.generation import manager
-    from sandmem.memory.views import _maintenance as maintenance
 
-    monkeypatch.setattr(manager, "LOCK_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(maintenance, "LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(manager, "LOCK_TIMEOUT_S", 0.2)  # forget reads it when it runs
     layout = LAYOUTS[name]
     root = await build(tmp_path, layout, ["invoice-fix"])
     lock = f"{layout.memories_dir}/.lock"

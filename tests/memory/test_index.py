@@ -173,7 +173,7 @@ async def test_unchanged_files_are_not_read_again(
     root = tmp_path / "ws"
     await build(root)
     age(root)
-    await api.search(root, "invoice")  # builds the index
+    await api.reindex(root)  # builds the index
     session = await open_session(root)
     reads: Counter[str] = Counter()
     read_many = session.read_many

@@ -15,11 +15,11 @@ from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.state import read_log
 from sandmem.memory.views._maintenance import (
     forget_rollout,
     layout_files,
     memory_status,
-    read_log,
     rollout_statuses,
     rollout_summary_files,
     token_totals,

@@ -12,12 +12,17 @@ from sandmem.memory._types import PhaseOneArtifacts
 from sandmem.memory.generation.phase_one import (
     ROLLOUT_MAX_TOKENS,
     instructions,
-    is_up_to_date,
     normalize_slug,
     render_input,
     validate_artifacts,
 )
-from sandmem.memory.layout import RolloutFingerprint, fingerprint, parse_header, render_with_header
+from sandmem.memory.layout import (
+    RolloutFingerprint,
+    fingerprint,
+    is_up_to_date,
+    parse_header,
+    render_with_header,
+)
 
 
 def art(slug: str, summary: str, raw: str) -> PhaseOneArtifacts:

@@ -24,20 +24,9 @@ from typing import Any
 import click
 
 from sandmem._errors import SandmemError
+from sandmem._log_lines import readable_warnings
 from sandmem._version import __version__
-from sandmem.cli._chat_cmd import chat_command
-from sandmem.cli._docs_cmd import docs_command
-from sandmem.cli._eval_cmd import eval_command
-from sandmem.cli._generate_cmd import forget_command, generate_command
-from sandmem.cli._history_cmd import HISTORY_COMMANDS
-from sandmem.cli._ingest_cmd import ingest_command
-from sandmem.cli._mcp_cmd import mcp_command
-from sandmem.cli._memory_cmd import memory_group
-from sandmem.cli._models import client_options
-from sandmem.cli._output import readable_warnings
-from sandmem.cli._run_cmd import run_command
-from sandmem.cli._view_cmd import view_command
-from sandmem.cli._worker_cmd import worker_command
+from sandmem.cli._group import LazyGroup
 
 __all__ = ["cli", "main"]
 
@@ -50,7 +39,7 @@ def _one_line(exc: BaseException) -> str:
 EXIT_INTERRUPTED = 130
 
 
-class _Group(click.Group):
+class _Group(LazyGroup):
     """A group that turns ``SandmemError`` into a one-line message (no traceback), an
     interrupt into exit status 130, and log warnings into one readable line each."""
 
@@ -65,7 +54,25 @@ class _Group(click.Group):
             ctx.exit(EXIT_INTERRUPTED)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+#: the commands, imported when one runs (``sandmem.demo`` only when installed)
+COMMANDS = {
+    "chat": "sandmem.cli._chat_cmd:chat_command",
+    "demo": "sandmem.cli._demo_cmd:demo_command",
+    "docs": "sandmem.cli._docs_cmd:docs_command",
+    "eval": "sandmem.cli._eval_cmd:eval_command",
+    "mcp": "sandmem.cli._mcp_cmd:mcp_command",
+    "memory": "sandmem.cli._memory_cmd:memory_group",
+    "run": "sandmem.cli._run_cmd:run_command",
+    "worker": "sandmem.cli._worker_cmd:worker_command",
+}
+
+
+@click.group(
+    cls=_Group,
+    lazy=COMMANDS,
+    requires={"demo": "sandmem.demo"},
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="sandmem")
 def cli() -> None:
     """sandmem: sandboxed LLM agents with memory that carries across runs.
@@ -74,33 +81,6 @@ def cli() -> None:
     ships with the package: `sandmem docs` lists the pages, `sandmem docs cli` prints the CLI
     reference (every command, exit codes, examples).
     """
-
-
-def _register_demo(group: click.Group) -> None:
-    """Add ``sandmem demo`` when the demo package is installed (it is built separately)."""
-    try:
-        from sandmem.demo import demo_command
-    except ModuleNotFoundError as exc:
-        if exc.name == "sandmem.demo":
-            return
-        raise
-    group.add_command(client_options(demo_command), "demo")
-
-
-memory_group.add_command(generate_command)
-memory_group.add_command(forget_command)
-memory_group.add_command(ingest_command)
-memory_group.add_command(view_command)
-for _command in HISTORY_COMMANDS:
-    memory_group.add_command(_command)
-cli.add_command(run_command)
-cli.add_command(chat_command)
-cli.add_command(memory_group)
-cli.add_command(eval_command)
-cli.add_command(docs_command)
-cli.add_command(worker_command)
-cli.add_command(mcp_command)
-_register_demo(cli)
 
 
 def main() -> None:

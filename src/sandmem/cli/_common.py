@@ -17,7 +17,6 @@ import click
 from pydantic import ValidationError
 
 from sandmem._errors import UserError
-from sandmem.cli._models import client_options, memory_model_for_server, require_model_server
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
@@ -90,6 +89,8 @@ def layout_options(fn: F) -> F:
 
 def engine_options(fn: F) -> F:
     """``--engine`` and ``--model``: which engine generates memory."""
+    from sandmem.cli._models import client_options  # the model commands' modules, not memory's
+
     fn = click.option(
         "--model",
         "-m",
@@ -162,6 +163,8 @@ def generate_config(engine: str, model: str | None) -> MemoryGenerateConfig:
     (so it works for reasoning and non-reasoning models alike); none of them gives the
     configured defaults. A missing or unclear setting is a ``ConfigError`` (exit 2).
     """
+    from sandmem.cli._models import memory_model_for_server, require_model_server
+
     if engine == EXTRACTIVE:
         if model is not None:
             raise click.UsageError("use either --engine extractive or --model, not both")

@@ -252,14 +252,3 @@ def dismiss_command(
         emit_model(dropped)
         return
     click.echo(f"dismissed {dropped.id}")
-
-
-HISTORY_COMMANDS = (
-    log_command,
-    diff_command,
-    restore_command,
-    redact_history_command,
-    inbox_command,
-    approve_command,
-    dismiss_command,
-)

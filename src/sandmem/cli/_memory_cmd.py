@@ -14,10 +14,12 @@ import click
 from pydantic import TypeAdapter
 
 from sandmem._errors import MemoryNotFoundError
+from sandmem._log_lines import human_size
 from sandmem.cli._common import layout_config, layout_options, run_async, workspace_option
-from sandmem.cli._output import human_size, render_tree
+from sandmem.cli._group import LazyGroup
 from sandmem.memory import (
     ConversationInfo,
+    FileSize,
     MemoryFile,
     MemoryFileKind,
     MemoryStatus,
@@ -29,8 +31,23 @@ from sandmem.memory import (
     status,
 )
 
+#: the memory commands defined in other modules (imported when one runs)
+SUBCOMMANDS = {
+    "approve": "sandmem.cli._history_cmd:approve_command",
+    "diff": "sandmem.cli._history_cmd:diff_command",
+    "dismiss": "sandmem.cli._history_cmd:dismiss_command",
+    "forget": "sandmem.cli._generate_cmd:forget_command",
+    "generate": "sandmem.cli._generate_cmd:generate_command",
+    "inbox": "sandmem.cli._history_cmd:inbox_command",
+    "ingest": "sandmem.cli._ingest_cmd:ingest_command",
+    "log": "sandmem.cli._history_cmd:log_command",
+    "redact-history": "sandmem.cli._history_cmd:redact_history_command",
+    "restore": "sandmem.cli._history_cmd:restore_command",
+    "view": "sandmem.cli._view_cmd:view_command",
+}
 
-@click.group("memory")
+
+@click.group("memory", cls=LazyGroup, lazy=SUBCOMMANDS)
 def memory_group() -> None:
     """Inspect and maintain the memory of a workspace.
 
@@ -46,6 +63,39 @@ def emit_model(value: Any) -> None:
 
 
 # ---------------------------------------------------------------- tree
+
+
+def render_tree(entries: list[FileSize]) -> list[str]:
+    """Files as an indented tree (one tree per top-level directory), sizes on the right."""
+    root: dict[str, Any] = {}
+    for entry in entries:
+        node = root
+        parts = entry.path.split("/")
+        for part in parts[:-1]:
+            node = node.setdefault(part + "/", {})
+        node[parts[-1]] = entry.bytes or 0
+    lines: list[str] = []
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        names = sorted(node)
+        for index, name in enumerate(names):
+            last = index == len(names) - 1
+            value = node[name]
+            branch = "└── " if last else "├── "
+            if isinstance(value, dict):
+                lines.append(f"{prefix}{branch}{name}")
+                walk(value, prefix + ("    " if last else "│   "))
+            else:
+                lines.append(f"{prefix}{branch}{name}  {human_size(value)}")
+
+    for top in sorted(root):
+        value = root[top]
+        if isinstance(value, dict):
+            lines.append(top)
+            walk(value, "")
+        else:
+            lines.append(f"{top}  {human_size(value)}")
+    return lines
 
 
 @memory_group.command("tree")

@@ -28,7 +28,7 @@ from sandmem._log_lines import human_size as human_size
 from sandmem._log_lines import one_line as one_line
 from sandmem._log_lines import readable_warnings as readable_warnings
 from sandmem._usage import Usage
-from sandmem.memory import FileSize, GenerationProgress, GenerationReport
+from sandmem.memory import GenerationProgress, GenerationReport
 
 if TYPE_CHECKING:
     from sandmem.cli._live import LiveView
@@ -41,39 +41,6 @@ def stderr_console() -> Console:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
-
-
-def render_tree(entries: list[FileSize]) -> list[str]:
-    """Files as an indented tree (one tree per top-level directory), sizes on the right."""
-    root: dict[str, Any] = {}
-    for entry in entries:
-        node = root
-        parts = entry.path.split("/")
-        for part in parts[:-1]:
-            node = node.setdefault(part + "/", {})
-        node[parts[-1]] = entry.bytes or 0
-    lines: list[str] = []
-
-    def walk(node: dict[str, Any], prefix: str) -> None:
-        names = sorted(node)
-        for index, name in enumerate(names):
-            last = index == len(names) - 1
-            value = node[name]
-            branch = "└── " if last else "├── "
-            if isinstance(value, dict):
-                lines.append(f"{prefix}{branch}{name}")
-                walk(value, prefix + ("    " if last else "│   "))
-            else:
-                lines.append(f"{prefix}{branch}{name}  {human_size(value)}")
-
-    for top in sorted(root):
-        value = root[top]
-        if isinstance(value, dict):
-            lines.append(top)
-            walk(value, "")
-        else:
-            lines.append(f"{top}  {human_size(value)}")
-    return lines
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:

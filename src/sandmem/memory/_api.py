@@ -20,7 +20,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from sandmem._errors import MemoryLockedError, MemoryNotFoundError, SandboxError, UserError
 from sandmem.memory import state as gen_state
@@ -39,8 +39,6 @@ from sandmem.memory._results import (
     TokenUsage,
 )
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
-from sandmem.memory.generation._attach import get_manager
-from sandmem.memory.generation.manager import FlushReport, MemoryGenerationManager
 from sandmem.memory.layout import MemoryPaths, ensure_layout, read_text
 from sandmem.memory.views import _maintenance as maintenance
 from sandmem.memory.views._index import opened_index, rebuild_index
@@ -48,6 +46,9 @@ from sandmem.memory.views._viewer import PAGE_SIZE
 from sandmem.models._base import Model
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 from sandmem.sandboxes._session import SandboxSession
+
+if TYPE_CHECKING:  # generation is imported by the calls that generate, not by the looking ones
+    from sandmem.memory.generation.manager import FlushReport, MemoryGenerationManager
 
 T = TypeVar("T")
 
@@ -281,7 +282,7 @@ async def search(
     if limit < 1:
         raise UserError(f"the search limit must be at least 1, got {limit}")
     async with _opened(target, layout) as (session, paths, _):
-        async with opened_index(session, paths, search=True) as index:
+        async with opened_index(session, paths, "search") as index:
             hits = index.search(query, limit)
     return SearchResults(
         query=query,
@@ -380,6 +381,8 @@ def _manager(
     """The session's manager for the layout, its stop hook detached when ``detach``: on a
     session opened for this call (the call flushes explicitly, and a second flush at stop
     would retry what just failed), or when the caller asks (``flush_on_stop=False``)."""
+    from sandmem.memory.generation._attach import get_manager
+
     try:
         manager = get_manager(session, paths, config)
     except UserError as exc:

@@ -162,7 +162,8 @@ class MemoryStatus(_Result):
     counts: ConversationCounts
     """Conversations per state."""
     conversations: list[ConversationInfo]
-    """Every recorded conversation, most recently updated first."""
+    """The conversations that need attention: the pending and failed ones, most recently
+    updated first (``list_conversations`` pages through all of them)."""
     last_consolidation: ConsolidationInfo | None
     """The last consolidation, ``None`` when none ever ran."""
     files: dict[str, FileSize]

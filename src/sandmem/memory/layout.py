@@ -298,6 +298,25 @@ async def read_text(session: SandboxSession, path: str) -> str | None:
     return data.decode("utf-8", "replace")
 
 
+async def read_isolated(
+    session: SandboxSession, paths: list[str]
+) -> tuple[dict[str, bytes | None], dict[str, str]]:
+    """``read_many`` where one unreadable file (a directory, a symlink leaving the
+    workspace, a permission error) fails alone: it is left out and reported by path."""
+    try:
+        return await session.read_many(paths), {}
+    except SandboxError:
+        pass
+    found: dict[str, bytes | None] = {}
+    problems: dict[str, str] = {}
+    for path in paths:
+        try:
+            found[path] = (await session.read_many([path]))[path]
+        except SandboxError as exc:
+            problems[path] = f"unreadable: {exc}"
+    return found, problems
+
+
 # ---------------------------------------------------------------- headers
 
 _HEADER_LINE = re.compile(r"^([a-z_]+): ?(.*)$")
@@ -358,6 +377,15 @@ def fingerprint(data: bytes) -> RolloutFingerprint:
             terminal = segment.terminal_state
             break
     return RolloutFingerprint(segments, updated_at, terminal)
+
+
+def is_up_to_date(raw_memory_text: str | None, fp: RolloutFingerprint) -> bool:
+    """A raw memory is up to date when it records the rollout's last ``updated_at`` and its
+    segment count."""
+    if raw_memory_text is None:
+        return False
+    fields = parse_header(raw_memory_text)[0]
+    return fields.get("updated_at") == fp.updated_at and fields.get("segments") == str(fp.segments)
 
 
 #: rollouts larger than this are cut to their first and last half of it (at line boundaries)

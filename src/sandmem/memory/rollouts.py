@@ -16,7 +16,6 @@ from sandmem._items import Item, item_kind
 from sandmem.agent._context import RunOutcome, SandboxRunContext
 from sandmem.memory._json import loads_bounded
 from sandmem.memory._text import safe_text
-from sandmem.redaction import redact
 
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SLUG_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -48,6 +47,8 @@ def file_safe_rollout_id(key: str) -> str:
     a secret in a key never names a file), ``--``, then 16 hex of its SHA-256, so the same key
     always maps the same way and different keys get different files (ids used as they are
     never have this shape: see ``MAPPED_ID_PATTERN``)."""
+    from sandmem.redaction import redact  # its patterns compile on import: only when mapping
+
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     shown = redact(key.strip())
     slug = _SLUG_CHARS.sub("-", shown).strip("-._")[:100].rstrip("-._") or "conversation"
@@ -58,6 +59,8 @@ def conversation_rollout_id(key: str) -> tuple[str, str | None]:
     """The rollout id of a conversation key and, when it had to be mapped, the key: a valid
     id is used as it is unless it has the mapped shape or holds something secret-shaped
     (it would name a file, a state key and span attributes); anything else is mapped."""
+    from sandmem.redaction import redact
+
     try:
         value = validate_rollout_id(key)
     except ValueError:

@@ -738,6 +738,27 @@ def scan(root: Path, path: PathArg = ".") -> tuple[str, list[tuple[str, os.stat_
         return "/".join(loc.parts) or ".", sorted(found, key=lambda e: e[0])
 
 
+def scan_stats(root: Path, path: PathArg = ".") -> list[tuple[str, int, int, int]]:
+    """``(name, file type bits of st_mode, size, mtime in ns)`` of each entry, sorted by name;
+    symlinks are reported, not followed (``session.stat_dir``: one ``lstat`` per entry and
+    nothing else, for directories of tens of thousands of files)."""
+    with translate_errors("ls", path), _located(root, path, "ls") as loc:
+        fd = _open_dir(loc)
+        try:
+            found: list[tuple[str, int, int, int]] = []
+            append, lstat, kind_bits = found.append, os.stat, stat.S_IFMT(0o177777)
+            for name in os.listdir(fd):
+                try:
+                    st = lstat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:  # removed while listing
+                    continue
+                append((name, st.st_mode & kind_bits, st.st_size, st.st_mtime_ns))
+        finally:
+            os.close(fd)
+        found.sort()
+        return found
+
+
 def set_dir_mode(root: Path, path: PathArg, mode: int) -> None:
     """Set a directory's permission bits, setuid and setgid dropped (manifest ``Dir``)."""
     with translate_errors("chmod", path), _located(root, path, "chmod") as loc:

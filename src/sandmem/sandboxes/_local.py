@@ -214,13 +214,10 @@ class UnixLocalSandboxSession(SandboxSession):
 
     async def stat_dir(self, path: str) -> list[tuple[str, EntryKind, int, int | None]]:
         self._check_not_deleted("ls")
-        _rel, found = await asyncio.to_thread(_hostfs.scan, self.root, self._local(path))
+        found = await asyncio.to_thread(_hostfs.scan_stats, self.root, self._local(path))
         kinds = _KINDS
         other = EntryKind.OTHER
-        return [
-            (name, kinds.get(stat.S_IFMT(st.st_mode), other), st.st_size, st.st_mtime_ns)
-            for name, st in found
-        ]
+        return [(name, kinds.get(bits, other), size, mtime) for name, bits, size, mtime in found]
 
     async def ls(self, path: str | os.PathLike[str] = ".") -> list[FileEntry]:
         self._check_not_deleted("ls")

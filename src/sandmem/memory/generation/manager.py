@@ -39,7 +39,9 @@ from sandmem.memory.layout import (
     bound_rollout,
     ensure_layout,
     fingerprint,
+    is_up_to_date,
     make_way,
+    read_isolated,
     sweep_write_temps,
 )
 from sandmem.memory.rollouts import segment_line, utc_now
@@ -361,11 +363,11 @@ class MemoryGenerationManager:
         for start in range(0, len(changed), _PENDING_BATCH):
             batch = changed[start : start + _PENDING_BATCH]
             files = [self.paths.rollout_file(r) for r in batch]
-            rollouts, bad = await phase_two.read_isolated(self.session, files)
+            rollouts, bad = await read_isolated(self.session, files)
             for path, reason in bad.items():
                 self._problem(report, path, reason)
             batch_raw = [self.paths.raw_memory_file(r) for r in batch]
-            raws, _bad_raw = await phase_two.read_isolated(self.session, batch_raw)
+            raws, _bad_raw = await read_isolated(self.session, batch_raw)
             for rid, path, raw_path in zip(batch, files, batch_raw, strict=True):
                 data = rollouts.get(path)
                 if data is None:
@@ -398,7 +400,7 @@ class MemoryGenerationManager:
                 entry = state.rollouts[rid]
             else:
                 fp, raw = scan.fingerprints[rid]
-                up = phase_one.is_up_to_date(raw, fp)
+                up = is_up_to_date(raw, fp)
                 entry = gen_state.reconcile(state.rollouts.get(rid), fp.segments, fp.updated_at, up)
                 file_stat, raw_stat = scan.stats[rid]
                 entry = entry.model_copy(update={"file_stat": file_stat, "raw_stat": raw_stat})

@@ -262,12 +262,3 @@ async def write_artifacts(
             if await session.exists(old_path):
                 await session.remove(old_path)
     return WrittenArtifacts(raw_path, summary_path)
-
-
-def is_up_to_date(raw_memory_text: str | None, fp: RolloutFingerprint) -> bool:
-    """A raw memory is up to date when it records the rollout's last ``updated_at`` and its
-    segment count."""
-    if raw_memory_text is None:
-        return False
-    fields = parse_header(raw_memory_text)[0]
-    return fields.get("updated_at") == fp.updated_at and fields.get("segments") == str(fp.segments)

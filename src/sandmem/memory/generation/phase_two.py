@@ -41,7 +41,7 @@ from sandmem.memory.generation._metering import MeteredModel
 from sandmem.memory.generation._scoped_tools import ScopedFiles, scoped_tools
 from sandmem.memory.generation.phase_one import extra_guidance_block, resolve_model
 from sandmem.memory.history import Attribution, Retention
-from sandmem.memory.layout import MemoryPaths, parse_header, read_text
+from sandmem.memory.layout import MemoryPaths, parse_header, read_isolated, read_text
 from sandmem.memory.selection import (
     RawMemoryRef,
     SelectionDiff,
@@ -62,25 +62,6 @@ _READ_BATCH = 512
 
 
 # ---------------------------------------------------------------- selection
-
-
-async def read_isolated(
-    session: SandboxSession, paths: list[str]
-) -> tuple[dict[str, bytes | None], dict[str, str]]:
-    """``read_many`` where one unreadable file (a directory, a symlink leaving the
-    workspace, a permission error) fails alone: it is left out and reported by path."""
-    try:
-        return await session.read_many(paths), {}
-    except SandboxError:
-        pass
-    found: dict[str, bytes | None] = {}
-    problems: dict[str, str] = {}
-    for path in paths:
-        try:
-            found[path] = (await session.read_many([path]))[path]
-        except SandboxError as exc:
-            problems[path] = f"unreadable: {exc}"
-    return found, problems
 
 
 #: why a listed file was not read (``read_many`` under ``no_symlinks`` skips these)

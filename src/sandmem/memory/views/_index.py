@@ -2,11 +2,13 @@
 
 ``<memories_dir>/.index.sqlite`` caches what the views would otherwise read from every file on
 every call: per conversation, its rollout file's fingerprint, first user message and start
-time, and whether its raw memory is up to date and which rollout summary it names; and the
-search sections (with FTS5 tables) of ``MEMORY.md``, the rollout summaries and the skills.
+time, and whether its raw memory is up to date and which rollout summary it names; the
+entries of ``generation_state.json``; a summary of ``generation_log.jsonl`` (tokens per phase,
+the last consolidation run); and the search sections (``_search``) of ``MEMORY.md``, the
+rollout summaries and the skills.
 
 It is never the source of truth. Each row carries the size and modification time of the
-files it was derived from; every use first lists the layout's directories (one ``ls`` per
+files it was derived from; every use first lists the directories it needs (one ``ls`` per
 directory: names, sizes and mtimes, nothing read) and derives again exactly the rows whose
 files differ, appeared or went away. So a crash between a file write and the index update,
 a write by another process, an edit by hand or a deleted or corrupt index file cost a re-read
@@ -14,53 +16,48 @@ of what differs, never a wrong answer. A row whose file was modified less than `
 before it was derived is stored as unsure and derived again next time (a file rewritten
 twice within one timestamp tick, with the same size, would otherwise look unchanged). A
 backend that reports no mtime (``InMemorySandboxSession``) gets no trusted rows: it is
-re-derived on every call, correctly but without the speed.
+re-derived on every call, correctly but without the speed. The log is append-only: when it
+grew and its old end is unchanged, only the new lines are read.
 
 The file is read and written only through the sandbox session, so it goes through the one
-host-filesystem layer like every other workspace file: SQLite never opens a workspace path.
-The database lives in memory (``sqlite3.deserialize``) and is written back with
-``session.write`` (atomic: a reader sees the old or the new index, never a torn one) only when
-something changed. Two processes refreshing at once each write a complete index; whichever
-lands, the next reader checks it against the files again. A hidden file, it is left out of
-listings, store sync, the redaction pass and ``sandmem memory tree``.
+host-filesystem layer like every other workspace file. On a backend with host files SQLite
+works on the file itself (``/proc/self/fd/N``, opened without following links), reading only
+the pages a query needs; elsewhere the database lives in memory (``sqlite3.deserialize``) and
+is written back whole with ``session.write`` (atomic) only when something changed. A hidden
+file, it is left out of listings, store sync, the redaction pass and ``sandmem memory tree``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
-import math
 import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sandmem._errors import SandboxError, UserError
 from sandmem._items import content_text
-from sandmem.memory._results import IndexReport
-from sandmem.memory.generation import phase_one
-from sandmem.memory.generation.phase_two import read_isolated
+from sandmem.memory import state as gen_state
+from sandmem.memory._results import ConversationInfo, IndexReport
 from sandmem.memory.layout import (
     INDEX_DB,
     INDEX_LOCK,
     SUMMARIES_DIR,
     MemoryPaths,
     fingerprint,
+    is_up_to_date,
     make_way,
     parse_header,
+    read_isolated,
 )
 from sandmem.memory.rollouts import parse_segment
-from sandmem.memory.views._search import (
-    BM25_B,
-    BM25_K1,
-    HEADING_WEIGHT,
-    Hit,
-    _snippet,
-    _without_header,
-    query_terms,
-    split_sections,
-)
+from sandmem.memory.state import RolloutState, RolloutStatus
+from sandmem.memory.views import _search
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 from sandmem.sandboxes._types import EntryKind
@@ -71,7 +68,7 @@ INDEX_NAME = INDEX_DB
 #: how long a reader waits for another process refreshing the index
 LOCK_TIMEOUT_S = 60.0
 #: bump when the schema or what a row holds changes: an index of another version is rebuilt
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 #: a file modified this recently before its row was derived is checked again next time
 RACY_NS = 2_000_000_000
 #: a conversation's task is cut to this many characters
@@ -80,6 +77,8 @@ TASK_CHARS = 120
 _READ_BATCH = 64
 #: directories below skills/ deeper than this are not entered (as ``ScopedFiles.walk``)
 MAX_DEPTH = 8
+#: bytes before the log's indexed end that must be unchanged for only the new lines to be read
+_LOG_TAIL = 256
 
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
@@ -89,44 +88,19 @@ _SCHEMA = (
         started_at TEXT, task TEXT, up_to_date INTEGER, raw_present INTEGER,
         summary_name TEXT)""",
     "CREATE INDEX conversations_updated ON conversations (updated_at DESC, rid)",
+    """CREATE TABLE states (
+        rid TEXT PRIMARY KEY, status TEXT, segments INTEGER, updated_at TEXT, entry TEXT)""",
     "CREATE TABLE docs (path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER)",
-    """CREATE TABLE sections (
-        id INTEGER PRIMARY KEY, path TEXT, start INTEGER, heading TEXT, first_line TEXT,
-        length REAL, first_line_id INTEGER, line_count INTEGER)""",
-    "CREATE INDEX sections_path ON sections (path)",
-    """CREATE TABLE lines (
-        id INTEGER PRIMARY KEY, section INTEGER, line INTEGER, text TEXT, length REAL)""",
-    "CREATE INDEX lines_section ON lines (section)",
-    "CREATE VIRTUAL TABLE sections_fts USING fts5(heading, body, tokenize='porter unicode61')",
-    "CREATE VIRTUAL TABLE lines_fts USING fts5(text, tokenize='porter unicode61')",
 )
-_SESSION_TABLES = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.section_terms USING fts5vocab(main, sections_fts, "
-    "'instance')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.section_rows USING fts5vocab(main, sections_fts, "
-    "'row')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.line_terms USING fts5vocab(main, lines_fts, "
-    "'instance')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.line_rows USING fts5vocab(main, lines_fts, 'row')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.query USING fts5(text, tokenize='porter unicode61')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_terms USING fts5vocab(temp, query, 'instance')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stage_sections USING fts5(heading, body, "
-    "tokenize='porter unicode61')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stage_section_terms USING fts5vocab(temp, "
-    "stage_sections, 'instance')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stage_lines USING fts5(text, "
-    "tokenize='porter unicode61')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stage_line_terms USING fts5vocab(temp, "
-    "stage_lines, 'instance')",
-)
+#: the tables a rebuild empties
+_TABLES = ("conversations", "states", "docs", "sections", "sections_fts")
 
 Stat = tuple[int, int | None]
 
 
 @dataclass(frozen=True)
 class Conversation:
-    """What the index knows of one conversation's files (its state comes from
-    ``generation_state.json``, read by the caller)."""
+    """What the index knows of one conversation's files."""
 
     rollout_id: str
     segments: int
@@ -141,13 +115,42 @@ class Conversation:
 
 @dataclass
 class Listing:
-    """The regular, visible files of a layout's directories, each ``(size, mtime_ns)``."""
+    """The regular, visible files of a layout's directories, each ``(size, mtime_ns)``
+    (only the directories a call listed)."""
 
     memories: dict[str, Stat] = field(default_factory=dict)
     sessions: dict[str, Stat] = field(default_factory=dict)
     raw: dict[str, Stat] = field(default_factory=dict)
     summaries: dict[str, Stat] = field(default_factory=dict)
     skills: dict[str, Stat] = field(default_factory=dict)
+
+
+@dataclass
+class LogSummary:
+    """What the views need of ``generation_log.jsonl``: per phase (``"one"``, ``"two"``)
+    the runs, failed runs, requests and tokens, and the last consolidation's record."""
+
+    totals: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {
+            phase: dict.fromkeys(
+                ("runs", "failed_runs", "requests", "input_tokens", "output_tokens"), 0
+            )
+            for phase in ("one", "two")
+        }
+    )
+    last_two: dict[str, Any] | None = None
+
+    def add(self, record: dict[str, Any]) -> None:
+        bucket = self.totals.get(str(record.get("phase")))
+        if bucket is None:
+            return
+        bucket["runs"] += 1
+        bucket["failed_runs"] += record.get("status") in ("failed", "pending")
+        for key in ("requests", "input_tokens", "output_tokens"):
+            value = record.get(key)
+            bucket[key] += value if isinstance(value, int) and not isinstance(value, bool) else 0
+        if record.get("phase") == "two":
+            self.last_two = record
 
 
 def first_segment(data: bytes) -> tuple[str | None, str | None]:
@@ -182,39 +185,59 @@ async def list_files(session: SandboxSession, top: str, depth: int) -> dict[str,
     stat; symlinks and special files are left out (never followed)."""
     found: dict[str, Stat] = {}
     pending = [(top, 0)]
+    file, directory_kind = EntryKind.FILE, EntryKind.DIRECTORY
     while pending:
         directory, level = pending.pop()
         try:
             entries = await session.stat_dir(directory)
         except SandboxError:
             continue  # missing, or not a directory
+        prefix = f"{directory}/"
         for name, kind, size, mtime in entries:
-            if name.startswith("."):
+            if name[0] == ".":
                 continue
-            if kind == EntryKind.FILE:
-                found[f"{directory}/{name}"] = (size, mtime)
-            elif kind == EntryKind.DIRECTORY and level < depth:
-                pending.append((f"{directory}/{name}", level + 1))
+            if kind == file:
+                found[prefix + name] = (size, mtime)
+            elif kind == directory_kind and level < depth:
+                pending.append((prefix + name, level + 1))
     return found
 
 
-async def list_layout(session: SandboxSession, paths: MemoryPaths) -> Listing:
-    """One ``ls`` per directory of the layout (skills/ recursively)."""
+#: what each part of a call needs listed
+_NEEDS = {
+    "conversations": ("memories", "sessions", "raw", "summaries"),
+    "rollouts": ("memories", "sessions"),
+    "sizes": ("memories", "sessions", "raw", "summaries", "skills"),
+    "search": ("memories", "summaries", "skills"),
+}
+
+
+async def list_layout(
+    session: SandboxSession, paths: MemoryPaths, parts: Iterable[str] = ("sizes",)
+) -> Listing:
+    """One ``ls`` per directory the ``parts`` need (skills/ recursively)."""
+    wanted = {name for part in parts for name in _NEEDS[part]}
+    tops = {
+        "memories": (paths.memories_dir, 0),
+        "sessions": (paths.sessions_dir, MAX_DEPTH),
+        "raw": (paths.raw_dir, MAX_DEPTH),
+        "summaries": (paths.summaries_dir, MAX_DEPTH),
+        "skills": (paths.skills_dir, MAX_DEPTH),
+    }
+    listing = Listing()
     with no_symlinks():
-        return Listing(
-            memories=await list_files(session, paths.memories_dir, 0),
-            sessions=await list_files(session, paths.sessions_dir, MAX_DEPTH),
-            raw=await list_files(session, paths.raw_dir, MAX_DEPTH),
-            summaries=await list_files(session, paths.summaries_dir, MAX_DEPTH),
-            skills=await list_files(session, paths.skills_dir, MAX_DEPTH),
-        )
+        for name, (top, depth) in tops.items():
+            if name in wanted:
+                setattr(listing, name, await list_files(session, top, depth))
+    return listing
 
 
 def _create(conn: sqlite3.Connection) -> None:
     try:
         for statement in _SCHEMA:
             conn.execute(statement)
-    except sqlite3.OperationalError as exc:
+        _search.create_tables(conn)
+    except (sqlite3.OperationalError, UserError) as exc:
         conn.close()
         raise UserError(
             f"the memory index needs SQLite with FTS5, which this Python's sqlite3 lacks "
@@ -259,22 +282,22 @@ def _connect(data: bytes | None) -> sqlite3.Connection:
     return conn
 
 
-def _open_file(fd: int) -> tuple[sqlite3.Connection, bool]:
+def _open_file(fd: int) -> sqlite3.Connection:
     """The index in the file open as ``fd`` (SQLite opens ``/proc/self/fd/N``: the file the
-    host-filesystem layer checked, whatever the path names now) and whether it is new. An
-    unusable file is truncated and built again. The rollback journal stays in memory (no
-    side file is created by name); a crash mid-update is caught by the ``dirty`` mark."""
+    host-filesystem layer checked, whatever the path names now). An unusable file is
+    truncated and built again. The rollback journal stays in memory (no side file is created
+    by name); a crash mid-update is caught by the ``dirty`` mark."""
     conn = _file_connection(fd)
     try:
         if os.fstat(fd).st_size and _usable(conn):
-            return conn, False
+            return conn
     except sqlite3.DatabaseError as exc:
         logger.warning("memory index unreadable (%s): rebuilding it", exc)
     conn.close()
     os.ftruncate(fd, 0)
     conn = _file_connection(fd)
     _create(conn)
-    return conn, True
+    return conn
 
 
 def _file_connection(fd: int) -> sqlite3.Connection:
@@ -310,14 +333,12 @@ def _matches(stored: tuple[int | None, int | None], stat: Stat | None) -> bool:
 
 
 class LayoutIndex:
-    """The index of one layout: ``refresh_*`` bring it in line with the files, ``save``
-    commits (or writes back) what changed, ``close`` releases it.
+    """The index of one layout: ``refresh_*`` bring parts of it in line with the files,
+    ``save`` commits (or writes back) what changed, ``close`` releases it.
 
-    On a backend with host files (``session.open_host_fd``) SQLite works on the file
-    itself, reading only the pages a query needs; an update marks the index ``dirty`` (and
-    syncs) before its first change and clears the mark after the last, so an index a crash
-    left half-updated is rebuilt, never trusted. Elsewhere the index is loaded in memory
-    from ``read_bytes`` and written back whole with ``session.write`` (atomic)."""
+    On a backend with host files an update marks the index ``dirty`` (and syncs) before its
+    first change and clears the mark after the last, so an index a crash left half-updated
+    is rebuilt, never trusted."""
 
     def __init__(
         self,
@@ -335,10 +356,10 @@ class LayoutIndex:
         self.conn = conn
         self.fd = fd
         self.listing = Listing()
+        #: whether the last ``refresh`` listed the raw memories (else ``checked`` does)
+        self.raw_listed = False
         self.changed = False
-        #: rows added since the last ``_fill_lengths``: (id, heading, body) and (id, text)
-        self._new_sections: list[tuple[int, str, str]] = []
-        self._new_lines: list[tuple[int, str]] = []
+        _search.scratch(conn)
 
     @property
     def path(self) -> str:
@@ -357,7 +378,7 @@ class LayoutIndex:
                 return cls(session, paths, _connect(None), keep=False)
             if fd is not None:
                 try:
-                    conn, _new = _open_file(fd)
+                    conn = _open_file(fd)
                 except BaseException:
                     os.close(fd)
                     raise
@@ -404,40 +425,100 @@ class LayoutIndex:
             os.close(self.fd)
             self.fd = None
 
+    async def refresh(self, parts: Iterable[str]) -> None:
+        """List what ``parts`` need and bring those rows in line with the files:
+        ``"conversations"`` (rollout files and raw memories), ``"rollouts"`` (rollout files
+        only: ``checked`` verifies the raw memories of the rows a caller shows), ``"sizes"``
+        (every directory listed) and ``"search"``."""
+        parts = set(parts)
+        self.listing = await list_layout(self.session, self.paths, parts)
+        self.raw_listed = "conversations" in parts or "sizes" in parts
+        if "conversations" in parts or "rollouts" in parts:
+            await self._refresh_conversations()
+            await self._refresh_states()
+        if "search" in parts:
+            await self._refresh_search()
+
+    def _unchanged(self, key: str, *listings: dict[str, Stat]) -> tuple[bool, str | None]:
+        """Whether ``listings`` are exactly what they were when ``key``'s rows were last
+        brought in line with them (their digest is stored under ``key``), and the digest to
+        store once they are (``None`` while a file is too new to trust: see ``RACY_NS``)."""
+        newest = time.time_ns() - RACY_NS
+        digest = hashlib.sha1()
+        for entries in listings:
+            lines = []
+            for path, (size, mtime) in entries.items():
+                if mtime is None or mtime > newest:
+                    return False, None
+                lines.append(f"{path}\0{size}\0{mtime}")
+            digest.update("\n".join(lines).encode("utf-8", "surrogateescape"))
+            digest.update(b"\1")
+        value = digest.hexdigest()
+        return self._meta(key) == value, value
+
+    # ------------------------------------------------------------ meta
+
+    def _meta(self, key: str) -> Any:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError:
+            return None
+
+    def _set_meta(self, key: str, value: Any) -> None:
+        self.touch()
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
     # ------------------------------------------------------------ conversations
 
-    async def refresh_conversations(self) -> None:
-        """List the layout and derive again every conversation whose rollout file or raw
-        memory differs from its row."""
+    async def _refresh_conversations(self) -> None:
+        """Derive again every conversation whose rollout file (or raw memory, when listed)
+        differs from its row."""
+        raw_listed = self.raw_listed
+        listings = (
+            (self.listing.sessions, self.listing.raw) if raw_listed else (self.listing.sessions,)
+        )
+        key = "conversations_digest" if raw_listed else "rollouts_digest"
+        unchanged, digest = self._unchanged(key, *listings)
+        if unchanged:
+            return
         started_ns = time.time_ns()
-        self.listing = await list_layout(self.session, self.paths)
         rows = {
-            rid: ((fs, fm), (rs, rm))
+            rid: (fs, fm, rs, rm)
             for rid, fs, fm, rs, rm in self.conn.execute(
                 "SELECT rid, file_size, file_mtime, raw_size, raw_mtime FROM conversations"
             )
         }
         current: dict[str, tuple[Stat, Stat | None]] = {}
         prefix = f"{self.paths.sessions_dir}/"
+        raw_prefix = f"{self.paths.raw_dir}/"
+        raw = self.listing.raw
+        stale = []
         for path, stat in self.listing.sessions.items():
             name = path[len(prefix) :]
-            if name.endswith(".jsonl") and "/" not in name:
-                rid = name[:-6]
-                current[rid] = (stat, self.listing.raw.get(self.paths.raw_memory_file(rid)))
+            if not name.endswith(".jsonl") or "/" in name:
+                continue
+            rid = name[:-6]
+            raw_stat = raw.get(f"{raw_prefix}{rid}.md") if raw_listed else None
+            current[rid] = (stat, raw_stat)
+            row = rows.get(rid)
+            if row is None:
+                stale.append(rid)
+            elif row[1] is None or (row[0], row[1]) != stat:
+                stale.append(rid)
+            elif raw_listed and not _matches((row[2], row[3]), raw_stat):
+                stale.append(rid)
         gone = [rid for rid in rows if rid not in current]
-        stale = [
-            rid
-            for rid, (file_stat, raw_stat) in current.items()
-            if rid not in rows
-            or not _matches(rows[rid][0], file_stat)
-            or not _matches(rows[rid][1], raw_stat)
-        ]
         if gone:
-            self.conn.executemany("DELETE FROM conversations WHERE rid = ?", [(r,) for r in gone])
             self.touch()
+            self.conn.executemany("DELETE FROM conversations WHERE rid = ?", [(r,) for r in gone])
+        stale.sort()
         for start in range(0, len(stale), _READ_BATCH):
-            batch = sorted(stale)[start : start + _READ_BATCH]
-            await self._derive(batch, current, started_ns)
+            await self._derive(stale[start : start + _READ_BATCH], current, started_ns)
+        if digest is not None:
+            self._set_meta(key, digest)
 
     async def _derive(
         self,
@@ -450,8 +531,8 @@ class LayoutIndex:
         with no_symlinks():
             rollouts, _bad = await read_isolated(self.session, files)
             raws, _bad_raw = await read_isolated(self.session, raw_files)
+        self.touch()
         for rid, path, raw_path in zip(batch, files, raw_files, strict=True):
-            self.touch()
             data = rollouts.get(path)
             if data is None:  # unreadable: no row, so it is looked at again next time
                 self.conn.execute("DELETE FROM conversations WHERE rid = ?", (rid,))
@@ -473,24 +554,181 @@ class LayoutIndex:
                     fp.terminal_state,
                     started_at,
                     task,
-                    int(phase_one.is_up_to_date(raw, fp)),
+                    int(is_up_to_date(raw, fp)),
                     int(raw is not None),
                     summary_name(raw),
                 ),
             )
 
-    def conversations(self, limit: int | None = None, offset: int = 0) -> list[Conversation]:
-        """The indexed conversations, most recently updated first (then by id): ``limit``
-        of them (all when ``None``) after the first ``offset``."""
+    def conversations(
+        self, limit: int | None = None, offset: int = 0, ids: Iterable[str] | None = None
+    ) -> list[Conversation]:
+        """The indexed conversations (only ``ids`` when given), most recently updated first
+        (then by id): ``limit`` of them (all when ``None``) after the first ``offset``."""
+        columns = (
+            "SELECT rid, segments, updated_at, terminal_state, started_at, task, up_to_date, "
+            "raw_present, summary_name FROM conversations"
+        )
+        order = "ORDER BY updated_at DESC, rid LIMIT ? OFFSET ?"
+        page = (-1 if limit is None else limit, offset)
+        if ids is None:
+            rows = self.conn.execute(f"{columns} {order}", page)
+        else:
+            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS wanted (rid TEXT PRIMARY KEY)")
+            self.conn.execute("DELETE FROM temp.wanted")
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO temp.wanted VALUES (?)", ((i,) for i in ids)
+            )
+            rows = self.conn.execute(
+                f"{columns} WHERE rid IN (SELECT rid FROM temp.wanted) {order}", page
+            )
         return [
             Conversation(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), bool(r[7]), r[8])
-            for r in self.conn.execute(
-                "SELECT rid, segments, updated_at, terminal_state, started_at, task, "
-                "up_to_date, raw_present, summary_name FROM conversations "
-                "ORDER BY updated_at DESC, rid LIMIT ? OFFSET ?",
-                (-1 if limit is None else limit, offset),
-            )
+            for r in rows
         ]
+
+    def count(self) -> int:
+        """How many conversations are indexed."""
+        return int(self.conn.execute("SELECT count(*) FROM conversations").fetchone()[0])
+
+    # ------------------------------------------------------------ generation state
+
+    async def _refresh_states(self) -> None:
+        """Load ``generation_state.json`` into ``states`` when it differs from the copy."""
+        started_ns = time.time_ns()
+        stat = self.listing.memories.get(self.paths.state_json)
+        stored = self._meta("state_stat")
+        if stored is not None and _matches(tuple(stored), stat):
+            return
+        state, _problems = await gen_state.load(self.session, self.paths)
+        self.touch()
+        self.conn.execute("DELETE FROM states")
+        self.conn.executemany(
+            "INSERT INTO states VALUES (?, ?, ?, ?, ?)",
+            [
+                (rid, e.status, e.segments, e.updated_at, e.model_dump_json())
+                for rid, e in state.rollouts.items()
+            ],
+        )
+        self._set_meta("phase_two", state.phase_two.model_dump(mode="json"))
+        self._set_meta("state_stat", list(_trusted(stat, started_ns)))
+
+    def phase_two(self) -> gen_state.PhaseTwoState:
+        """The last consolidation's state (from the copy of ``generation_state.json``)."""
+        return gen_state.PhaseTwoState.model_validate(self._meta("phase_two") or {})
+
+    def statuses(self) -> dict[str, RolloutStatus]:
+        """Every indexed conversation's status (``state.status_of`` its state entry)."""
+        found: dict[str, RolloutStatus] = {}
+        status_of = gen_state.status_of
+        for (
+            rid,
+            up_to_date,
+            segments,
+            updated_at,
+            status,
+            s_segments,
+            s_updated,
+        ) in self.conn.execute(
+            "SELECT c.rid, c.up_to_date, c.segments, c.updated_at, s.status, s.segments, "
+            "s.updated_at FROM conversations AS c LEFT JOIN states AS s ON s.rid = c.rid"
+        ):
+            same = s_segments == segments and s_updated == updated_at
+            found[rid] = status_of(status, same, bool(up_to_date))
+        return found
+
+    async def checked(self, rows: list[Conversation]) -> list[Conversation]:
+        """``rows`` with their raw memories checked against the files when the raw directory
+        was not listed (``"rollouts"``): a row whose raw memory changed is derived again.
+        Also notes the rows' rollout summaries that exist, for ``infos``."""
+        if self.raw_listed or not rows:
+            return rows
+        started_ns = time.time_ns()
+        ids = [row.rollout_id for row in rows]
+        raw_files = {rid: self.paths.raw_memory_file(rid) for rid in ids}
+        with no_symlinks():
+            stats = await _stat_each(self.session, list(raw_files.values()))
+        stored = self._rows_of("SELECT rid, raw_size, raw_mtime FROM conversations", ids)
+        prefix = f"{self.paths.sessions_dir}/"
+        current: dict[str, tuple[Stat, Stat | None]] = {}
+        for rid in ids:
+            raw_stat = stats.get(raw_files[rid])
+            if not _matches(tuple(stored.get(rid, (None, None))), raw_stat):
+                current[rid] = (self.listing.sessions[f"{prefix}{rid}.jsonl"], raw_stat)
+        if current:
+            await self._derive(sorted(current), current, started_ns)
+            fresh = {row.rollout_id: row for row in self.conversations(ids=current)}
+            rows = [fresh.get(row.rollout_id, row) for row in rows]
+        names = {
+            f"{self.paths.memories_dir}/{row.summary_name}": row for row in rows if row.summary_name
+        }
+        with no_symlinks():
+            found = await _stat_each(self.session, list(names))
+        self.listing.summaries.update({p: s for p, s in found.items() if s is not None})
+        return rows
+
+    def _rows_of(self, select: str, ids: list[str]) -> dict[str, tuple[Any, ...]]:
+        found: dict[str, tuple[Any, ...]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self.conn.execute(f"{select} WHERE rid IN ({marks})", chunk):
+                found[row[0]] = tuple(row[1:])
+        return found
+
+    def infos(self, rows: list[Conversation]) -> list[ConversationInfo]:
+        """The public rows of ``rows``: their state entries reconciled with their files."""
+        entries: dict[str, RolloutState] = {}
+        ids = [row.rollout_id for row in rows]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for rid, entry in self.conn.execute(
+                f"SELECT rid, entry FROM states WHERE rid IN ({marks})", chunk
+            ):
+                entries[rid] = RolloutState.model_validate_json(entry)
+        summaries = self.listing.summaries
+        return [_info(self.paths, row, entries.get(row.rollout_id), summaries) for row in rows]
+
+    # ------------------------------------------------------------ the log
+
+    async def log_summary(self) -> LogSummary:
+        """``generation_log.jsonl`` summarised (reading only the lines added since the
+        summary was stored, when the file only grew)."""
+        stat = self.listing.memories.get(self.paths.log_jsonl)
+        stored = self._meta("log")
+        if stat is None:
+            return LogSummary()
+        if stored is not None and _matches(tuple(stored["stat"]), stat):
+            return LogSummary(stored["totals"], stored["last_two"])
+        started_ns = time.time_ns()
+        try:
+            data = (await self.session.read_many([self.paths.log_jsonl]))[self.paths.log_jsonl]
+        except SandboxError:
+            return LogSummary()
+        data = data or b""
+        summary, offset = LogSummary(), 0
+        if stored is not None:
+            end = int(stored["end"])
+            if len(data) >= end and data[max(0, end - _LOG_TAIL) : end].hex() == stored["tail"]:
+                summary, offset = LogSummary(stored["totals"], stored["last_two"]), end
+        end = max(data.rfind(b"\n") + 1, offset)  # a last line not yet ended waits
+        for record in gen_state.parse_log(data[offset:end]):
+            summary.add(record)
+        whole = end == len(data) == stat[0]
+        self._set_meta(
+            "log",
+            {
+                "stat": list(_trusted(stat, started_ns)) if whole else [None, None],
+                "end": end,
+                "tail": data[max(0, end - _LOG_TAIL) : end].hex(),
+                "totals": summary.totals,
+                "last_two": summary.last_two,
+            },
+        )
+        for record in gen_state.parse_log(data[end:]):
+            summary.add(record)
+        return summary
 
     # ------------------------------------------------------------ search
 
@@ -505,18 +743,23 @@ class LayoutIndex:
         found.update(self.listing.skills)
         return found
 
-    async def refresh_search(self) -> None:
-        """Index again every searchable file that differs from its row (call after
-        ``refresh_conversations``, which lists the layout)."""
-        started_ns = time.time_ns()
+    async def _refresh_search(self) -> None:
+        """Index again every searchable file that differs from its row."""
         files = self._searchable()
+        unchanged, digest = self._unchanged("search_digest", files)
+        if unchanged:
+            return
+        started_ns = time.time_ns()
         rows = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime FROM docs")}
         gone = [p for p in rows if p not in files]
         stale = sorted(
             p for p, stat in files.items() if p not in rows or not _matches(rows[p], stat)
         )
+        if gone or stale:
+            self.touch()
         for path in gone:
             self._drop(path)
+        summaries = f"{self.paths.summaries_dir}/"
         for start in range(0, len(stale), _READ_BATCH):
             batch = stale[start : start + _READ_BATCH]
             with no_symlinks():
@@ -532,227 +775,62 @@ class LayoutIndex:
                 text = data.decode("utf-8", "replace")
                 if "\x00" in text:
                     continue
-                if path.startswith(f"{self.paths.summaries_dir}/"):
-                    text = _without_header(text)
-                self._add_sections(path, text)
+                if path.startswith(summaries):
+                    text = _search._without_header(text)
+                _search.add_file(self.conn, path, text)
+        _search.fill_lengths(self.conn)
+        if digest is not None:
+            self._set_meta("search_digest", digest)
 
     def _drop(self, path: str) -> None:
-        self.touch()
-        ids = [i for (i,) in self.conn.execute("SELECT id FROM sections WHERE path = ?", (path,))]
-        if ids:
-            marks = ",".join("?" * len(ids))
-            line_ids = [
-                (i,)
-                for (i,) in self.conn.execute(
-                    f"SELECT id FROM lines WHERE section IN ({marks})", ids
-                )
-            ]
-            self.conn.executemany("DELETE FROM lines_fts WHERE rowid = ?", line_ids)
-            self.conn.execute(f"DELETE FROM lines WHERE section IN ({marks})", ids)
-            self.conn.execute(f"DELETE FROM sections_fts WHERE rowid IN ({marks})", ids)
-            self.conn.execute(f"DELETE FROM sections WHERE id IN ({marks})", ids)
+        _search.drop_file(self.conn, path)
         self.conn.execute("DELETE FROM docs WHERE path = ?", (path,))
 
-    def _add_sections(self, path: str, text: str) -> None:
-        """Insert the sections and non-blank lines of one file; their token counts are filled
-        by ``_fill_lengths``."""
-        for section in split_sections(path, text):
-            body = section.lines[1:] if section.heading is not None else section.lines
-            cur = self.conn.execute(
-                "INSERT INTO sections (path, start, heading, first_line) VALUES (?, ?, ?, ?)",
-                (path, section.start, section.heading, section.lines[0] if section.lines else ""),
-            )
-            sid = int(cur.lastrowid or 0)
-            document = (sid, section.title, "\n".join(body))
-            self.conn.execute(
-                "INSERT INTO sections_fts (rowid, heading, body) VALUES (?, ?, ?)", document
-            )
-            self._new_sections.append(document)
-            first_line_id, count = None, 0
-            for offset, line in enumerate(section.lines):
-                if not line.strip():
-                    continue
-                cur = self.conn.execute(
-                    "INSERT INTO lines (section, line, text) VALUES (?, ?, ?)",
-                    (sid, section.start + offset, line),
-                )
-                lid = int(cur.lastrowid or 0)
-                self.conn.execute("INSERT INTO lines_fts (rowid, text) VALUES (?, ?)", (lid, line))
-                self._new_lines.append((lid, line))
-                first_line_id = lid if first_line_id is None else first_line_id
-                count += 1
-            self.conn.execute(
-                "UPDATE sections SET first_line_id = ?, line_count = ? WHERE id = ?",
-                (first_line_id, count, sid),
-            )
-
-    def _fill_lengths(self) -> None:
-        """Token counts of the sections (heading tokens weighted) and lines added since the
-        last call, for BM25: the new rows are tokenized again in scratch tables whose
-        vocabularies hold only them (the main vocabularies can only be read by term)."""
-        if not self._new_sections and not self._new_lines:
-            return
-        for statement in _SESSION_TABLES:
-            self.conn.execute(statement)
-        self.conn.executemany(
-            "INSERT INTO temp.stage_sections (rowid, heading, body) VALUES (?, ?, ?)",
-            self._new_sections,
-        )
-        self.conn.executemany(
-            "INSERT INTO temp.stage_lines (rowid, text) VALUES (?, ?)", self._new_lines
-        )
-        lengths = dict.fromkeys((doc for doc, _, _ in self._new_sections), 0.0)
-        for doc, column in self.conn.execute("SELECT doc, col FROM temp.stage_section_terms"):
-            lengths[int(doc)] += HEADING_WEIGHT if column == "heading" else 1.0
-        self.conn.executemany(
-            "UPDATE sections SET length = ? WHERE id = ?", [(v, k) for k, v in lengths.items()]
-        )
-        line_lengths = dict.fromkeys((doc for doc, _ in self._new_lines), 0.0)
-        for (doc,) in self.conn.execute("SELECT doc FROM temp.stage_line_terms"):
-            line_lengths[int(doc)] += 1.0
-        self.conn.executemany(
-            "UPDATE lines SET length = ? WHERE id = ?", [(v, k) for k, v in line_lengths.items()]
-        )
-        self.conn.execute("DELETE FROM temp.stage_sections")
-        self.conn.execute("DELETE FROM temp.stage_lines")
-        self._new_sections, self._new_lines = [], []
-
-    def search(self, query: str, limit: int) -> list[Hit]:
+    def search(self, query: str, limit: int) -> list[_search.Hit]:
         """``search_memory``'s ranking over the indexed sections: the same hits, in the same
-        order, as the full scan of the same files."""
-        if limit < 1:
-            raise UserError(f"the search limit must be at least 1, got {limit}")
-        for statement in _SESSION_TABLES:
-            self.conn.execute(statement)
-        self._fill_lengths()
-        terms = query_terms(self.conn, query)
-        if not terms:
-            return []
-        total, length_sum = self.conn.execute(
-            "SELECT count(*), coalesce(sum(length), 0) FROM sections"
-        ).fetchone()
-        if not total:
-            return []
-        tf: dict[int, dict[str, float]] = {}
-        for term in terms:
-            for doc, column in self.conn.execute(
-                "SELECT doc, col FROM temp.section_terms WHERE term = ?", (term,)
-            ):
-                counts = tf.setdefault(int(doc), {})
-                weight = HEADING_WEIGHT if column == "heading" else 1.0
-                counts[term] = counts.get(term, 0.0) + weight
-        frequency = {t: sum(1 for c in tf.values() if t in c) for t in terms}
-        lengths = self._column("sections", "length", tf)
-        scores = _bm25(terms, tf, frequency, lengths, total, length_sum)
-        info = self._section_info(scores)
-        ranked = sorted(scores.items(), key=lambda i: (-i[1], info[i[0]].path, info[i[0]].start))
-        top = [(sid, score, info[sid]) for sid, score in ranked[:limit]]
-        best = self._best_lines(terms, [section for _, _, section in top])
-        hits = []
-        for sid, score, section in top:
-            line, text = best.get(sid, (section.start, section.first_line))
-            hits.append(Hit(section.path, line, round(score, 6), _snippet(text), section.heading))
-        return hits
-
-    def _column(self, table: str, column: str, docs: Iterable[int]) -> dict[int, float]:
-        ids = list(docs)
-        found: dict[int, float] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for doc, value in self.conn.execute(
-                f"SELECT id, {column} FROM {table} WHERE id IN ({marks})", chunk
-            ):
-                found[int(doc)] = float(value or 0.0)
-        return found
-
-    def _section_info(self, scores: dict[int, float]) -> dict[int, _Section]:
-        info = {}
-        ids = list(scores)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in self.conn.execute(
-                "SELECT id, path, start, heading, first_line, first_line_id, line_count "
-                f"FROM sections WHERE id IN ({marks})",
-                chunk,
-            ):
-                sid, path, begin, heading, first_line, first_id, count = row
-                info[int(sid)] = _Section(path, begin, heading, first_line, first_id, count, sid)
-        return info
-
-    def _best_lines(self, terms: list[str], sections: list[_Section]) -> dict[int, tuple[int, str]]:
-        """Each section's best-matching line (BM25 over every indexed line), by section id."""
-        owner: dict[int, int] = {}
-        for section in sections:
-            if section.first_line_id is not None:
-                for lid in range(section.first_line_id, section.first_line_id + section.line_count):
-                    owner[lid] = section.first_line_id
-        if not owner:
-            return {}
-        total, length_sum = self.conn.execute(
-            "SELECT count(*), coalesce(sum(length), 0) FROM lines"
-        ).fetchone()
-        tf: dict[int, dict[str, float]] = {}
-        frequency: dict[str, int] = {}
-        for term in terms:
-            row = self.conn.execute(
-                "SELECT doc FROM temp.line_rows WHERE term = ?", (term,)
-            ).fetchone()
-            frequency[term] = int(row[0]) if row else 0
-            for (doc,) in self.conn.execute(
-                "SELECT doc FROM temp.line_terms WHERE term = ?", (term,)
-            ):
-                if int(doc) in owner:
-                    counts = tf.setdefault(int(doc), {})
-                    counts[term] = counts.get(term, 0.0) + 1.0
-        scores = _bm25(terms, tf, frequency, self._column("lines", "length", tf), total, length_sum)
-        best: dict[int, tuple[float, int]] = {}
-        for lid, score in scores.items():
-            first = owner[lid]
-            if first not in best or (-score, lid) < (-best[first][0], best[first][1]):
-                best[first] = (score, lid)
-        found: dict[int, tuple[int, str]] = {}
-        by_first = {s.first_line_id: s for s in sections if s.first_line_id is not None}
-        for first, (_, lid) in best.items():
-            line, text = self.conn.execute(
-                "SELECT line, text FROM lines WHERE id = ?", (lid,)
-            ).fetchone()
-            found[by_first[first].sid] = (int(line), str(text))
-        return found
+        order, as the full scan of the same files (the same tables and query)."""
+        return _search.rank(self.conn, query, limit)
 
 
-@dataclass(frozen=True)
-class _Section:
-    path: str
-    start: int
-    heading: str | None
-    first_line: str
-    first_line_id: int | None
-    line_count: int
-    sid: int = 0
+async def _stat_each(session: SandboxSession, paths: list[str]) -> dict[str, Stat | None]:
+    """``stat_many``; a path it cannot stat (a symlink, a special file) counts as missing."""
+    try:
+        found = await session.stat_many(paths)
+    except SandboxError:
+        found = {}
+        for path in paths:
+            try:
+                found.update(await session.stat_many([path]))
+            except SandboxError:
+                found[path] = None
+    return {p: None if s is None else (s.size, s.mtime_ns) for p, s in found.items()}
 
 
-def _bm25(
-    terms: list[str],
-    tf: dict[int, dict[str, float]],
-    frequency: dict[str, int],
-    lengths: dict[int, float],
-    total: int,
-    length_sum: float,
-) -> dict[int, float]:
-    """Okapi BM25 as ``_search._Docs.scores`` computes it, over the documents in ``tf``."""
-    average = (length_sum / total) if total else 0.0
-    idf = {t: math.log(1 + (total - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
-    scored: dict[int, float] = {}
-    for doc, counts in tf.items():
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths.get(doc, 0.0) / (average or 1.0))
-        score = sum(
-            idf[t] * counts[t] * (BM25_K1 + 1) / (counts[t] + norm) for t in terms if t in counts
-        )
-        if score > 0:
-            scored[doc] = score
-    return scored
+def _info(
+    paths: MemoryPaths,
+    row: Conversation,
+    entry: RolloutState | None,
+    summaries: dict[str, Stat],
+) -> ConversationInfo:
+    entry = gen_state.reconcile(entry, row.segments, row.updated_at, row.up_to_date)
+    name = row.summary_name
+    summary = f"{paths.memories_dir}/{name}" if name is not None else None
+    return ConversationInfo(
+        rollout_id=row.rollout_id,
+        status=entry.status,
+        attempts=entry.attempts,
+        failure_kind=entry.failure_kind if entry.status != "done" else None,
+        next_retry_at=entry.next_retry_at if entry.status == "pending" else None,
+        last_error=entry.last_error,
+        last_attempt_at=entry.last_attempt_at,
+        segments=row.segments,
+        started_at=row.started_at,
+        updated_at=row.updated_at,
+        terminal_state=row.terminal_state,
+        task=row.task,
+        summary_file=summary if summary in summaries else None,
+        raw_memory_file=paths.raw_memory_file(row.rollout_id) if row.raw_present else None,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -771,24 +849,22 @@ async def _exclusive(session: SandboxSession, paths: MemoryPaths) -> AsyncIterat
 
 @contextlib.asynccontextmanager
 async def opened_index(
-    session: SandboxSession, paths: MemoryPaths, *, search: bool = False
+    session: SandboxSession, paths: MemoryPaths, *parts: str
 ) -> AsyncIterator[LayoutIndex]:
-    """The layout's index, refreshed against the files (``search``: the search tables too)
-    and saved when it changed, under the index lock."""
+    """The layout's index under the index lock, refreshed for ``parts`` (default
+    ``"conversations"``; ``"sizes"``: every directory listed; ``"search"``: the search
+    tables) and saved when it changed (also after the caller's use, which may add cached
+    summaries)."""
     async with _exclusive(session, paths):
         index = await LayoutIndex.load(session, paths)
         try:
-            await index.refresh_conversations()
-            if search:
-                await index.refresh_search()
-                index._fill_lengths()
-            await index.save()
+            await index.refresh(parts or ("conversations",))
             yield index
         finally:
-            index.close()
-
-
-_TABLES = ("conversations", "docs", "sections", "lines", "sections_fts", "lines_fts")
+            try:
+                await index.save()
+            finally:
+                index.close()
 
 
 async def rebuild_index(session: SandboxSession, paths: MemoryPaths) -> IndexReport:
@@ -799,9 +875,9 @@ async def rebuild_index(session: SandboxSession, paths: MemoryPaths) -> IndexRep
             index.touch()
             for table in _TABLES:
                 index.conn.execute(f"DELETE FROM {table}")
-            await index.refresh_conversations()
-            await index.refresh_search()
-            index._fill_lengths()
+            index.conn.execute("DELETE FROM meta WHERE key != 'dirty'")
+            await index.refresh(("conversations", "sizes", "search"))
+            await index.log_summary()
             count = index.conn.execute("SELECT count(*) FROM conversations").fetchone()[0]
             files = index.conn.execute("SELECT count(*) FROM docs").fetchone()[0]
             sections = index.conn.execute("SELECT count(*) FROM sections").fetchone()[0]

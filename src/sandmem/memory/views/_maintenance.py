@@ -14,10 +14,9 @@ These functions work through a ``SandboxSession`` on any backend; the public mem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
-from sandmem.memory import journal
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConsolidationInfo,
@@ -30,10 +29,6 @@ from sandmem.memory._results import (
     TokensPerPhase,
 )
 from sandmem.memory.config import MemoryGenerateConfig
-from sandmem.memory.generation._attach import get_manager
-from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, FlushReport
-from sandmem.memory.generation.phase_two import load_raw_memories
-from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
     RAW_DIR,
     SKILLS_DIR,
@@ -44,12 +39,11 @@ from sandmem.memory.layout import (
 )
 from sandmem.memory.rollouts import utc_now, validate_rollout_id
 from sandmem.memory.selection import SavedSelection
-from sandmem.memory.state import GenerationState, read_log
+from sandmem.memory.state import PhaseTwoState
 from sandmem.memory.views._index import (
     MAX_DEPTH,
-    Conversation,
-    LayoutIndex,
     Listing,
+    LogSummary,
     list_files,
     opened_index,
     summary_name,
@@ -57,8 +51,8 @@ from sandmem.memory.views._index import (
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
-#: a conversation's task is cut to this many characters
-TASK_CHARS = 120
+if TYPE_CHECKING:  # forgetting imports generation when it runs; looking never does
+    from sandmem.memory.generation.manager import FlushReport
 
 
 @dataclass(frozen=True)
@@ -89,102 +83,63 @@ async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
 
-def _info(
-    paths: MemoryPaths, model: GenerationState, row: Conversation, summaries: set[str]
-) -> ConversationInfo:
-    entry = gen_state.reconcile(
-        model.rollouts.get(row.rollout_id), row.segments, row.updated_at, row.up_to_date
-    )
-    name = row.summary_name
-    summary = f"{paths.memories_dir}/{name}" if name is not None else None
-    return ConversationInfo(
-        rollout_id=row.rollout_id,
-        status=entry.status,
-        attempts=entry.attempts,
-        failure_kind=entry.failure_kind if entry.status != "done" else None,
-        next_retry_at=entry.next_retry_at if entry.status == "pending" else None,
-        last_error=entry.last_error,
-        last_attempt_at=entry.last_attempt_at,
-        segments=row.segments,
-        started_at=row.started_at,
-        updated_at=row.updated_at,
-        terminal_state=row.terminal_state,
-        task=row.task,
-        summary_file=summary if summary in summaries else None,
-        raw_memory_file=paths.raw_memory_file(row.rollout_id) if row.raw_present else None,
-    )
-
-
 async def conversations(
     session: SandboxSession,
     paths: MemoryPaths,
-    state: GenerationState | None = None,
     *,
     limit: int | None = None,
     offset: int = 0,
-    index: LayoutIndex | None = None,
 ) -> list[ConversationInfo]:
     """Each recorded conversation and the state of its memory (see ``ConversationInfo``),
-    most recently updated first; ``offset`` and ``limit`` take one page of them. The files'
-    facts come from the layout index (``_index``), refreshed for what changed."""
+    most recently updated first; ``offset`` and ``limit`` take one page of them (only that
+    page's rows are built). The files' facts and the state entries come from the layout
+    index (``_index``), refreshed for what changed."""
     if (limit is not None and limit < 0) or offset < 0:
         raise UserError(f"limit and offset must not be negative, got {limit} and {offset}")
-    model = state if state is not None else (await gen_state.load(session, paths))[0]
-    if index is None:
-        async with opened_index(session, paths) as opened:
-            return await conversations(
-                session, paths, model, limit=limit, offset=offset, index=opened
-            )
-    page = index.conversations(limit, offset)
-    summaries = set(index.listing.summaries)
-    return [_info(paths, model, row, summaries) for row in page]
+    # one page: list the rollout files only, and check that page's raw memories one by one
+    part = "conversations" if limit is None else "rollouts"
+    async with opened_index(session, paths, part) as index:
+        return index.infos(await index.checked(index.conversations(limit, offset)))
 
 
-async def rollout_statuses(
-    session: SandboxSession, paths: MemoryPaths, state: GenerationState | None = None
-) -> list[dict[str, Any]]:
+async def rollout_statuses(session: SandboxSession, paths: MemoryPaths) -> list[dict[str, Any]]:
     """``conversations`` as JSON-ready dicts, sorted by rollout id."""
-    rows = await conversations(session, paths, state)
+    rows = await conversations(session, paths)
     return [row.model_dump() for row in sorted(rows, key=lambda row: row.rollout_id)]
 
 
 def token_totals(records: list[dict[str, Any]]) -> TokensPerPhase:
-    """Phase runs and tokens spent, per phase, summed from the log."""
-    totals = {
-        phase: {"runs": 0, "failed_runs": 0, "requests": 0, "input_tokens": 0, "output_tokens": 0}
-        for phase in ("one", "two")
-    }
+    """Phase runs and tokens spent, per phase, summed from log records."""
+    summary = LogSummary()
     for record in records:
-        bucket = totals.get(str(record.get("phase")))
-        if bucket is None:
-            continue
-        bucket["runs"] += 1
-        bucket["failed_runs"] += record.get("status") in ("failed", "pending")
-        for key in ("requests", "input_tokens", "output_tokens"):
-            value = record.get(key)
-            bucket[key] += value if isinstance(value, int) else 0
+        summary.add(record)
+    return _tokens(summary)
+
+
+def _tokens(log: LogSummary) -> TokensPerPhase:
+    """Phase runs and tokens spent, per phase, from the log's summary."""
     return TokensPerPhase(
-        phase_one=PhaseTokens(**totals["one"]), phase_two=PhaseTokens(**totals["two"])
+        phase_one=PhaseTokens(**log.totals["one"]), phase_two=PhaseTokens(**log.totals["two"])
     )
 
 
 def _last_consolidation(
-    state: GenerationState, records: list[dict[str, Any]], selection: SavedSelection
+    phase_two: PhaseTwoState, log: LogSummary, selection: SavedSelection
 ) -> ConsolidationInfo | None:
-    runs = [r for r in records if r.get("phase") == "two"]
-    phase_two = state.phase_two
+    last = log.last_two
     known = phase_two.status is not None
     last_success = phase_two.last_success_at or selection.updated_at
-    if not runs and not known and last_success is None:
+    if last is None and not known and last_success is None:
         return None
-    last = runs[-1] if runs else {}
+    ran = last is not None
+    last = last or {}
     duration = last.get("duration_s")
     return ConsolidationInfo(
         time=last.get("time") or phase_two.last_attempt_at or last_success,
         status=last.get("status") or phase_two.status,
-        error=last.get("error") if runs else phase_two.last_error,
-        failure_kind=last.get("failure_kind") if runs else phase_two.failure_kind,
-        missing=[str(m) for m in last.get("missing") or []] if runs else [],
+        error=last.get("error") if ran else phase_two.last_error,
+        failure_kind=last.get("failure_kind") if ran else phase_two.failure_kind,
+        missing=[str(m) for m in last.get("missing") or []] if ran else [],
         rollouts=len(last.get("rollouts") or []),
         duration_s=float(duration) if isinstance(duration, int | float) else None,
         last_success_at=last_success,
@@ -209,31 +164,39 @@ def _sizes(paths: MemoryPaths, listing: Listing) -> tuple[dict[str, FileSize], d
     return files, dirs
 
 
+#: the statuses ``status()`` lists one by one (the others are counted)
+ATTENTION = ("pending", "failed")
+
+
 async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemoryStatus:
-    """Everything ``status()`` reports: the conversations and their state (attempts, last
-    error), the last consolidation, file sizes, and tokens spent per phase (from
-    ``generation_log.jsonl``). The files' facts come from the layout index."""
-    state = (await gen_state.load(session, paths))[0]
-    async with opened_index(session, paths) as index:
-        rows = await conversations(session, paths, state, index=index)
+    """Everything ``status()`` reports: how many conversations are in each state, the
+    pending and failed ones (attempts, last error), the last consolidation, file sizes, and
+    tokens spent per phase (from ``generation_log.jsonl``). All of it comes from the layout
+    index: with nothing changed, a layout of 10,000 conversations costs its directory
+    listings and builds no row per conversation."""
+    async with opened_index(session, paths, "conversations", "sizes") as index:
+        statuses = index.statuses()
+        counts = dict.fromkeys(("done", "pending", "failed", "skipped"), 0)
+        for value in statuses.values():
+            counts[value] += 1
+        wanted = [rid for rid, value in statuses.items() if value in ATTENTION]
+        rows = index.infos(index.conversations(ids=wanted)) if wanted else []
         listing = index.listing
-    records = await read_log(session, paths)
-    counts = dict.fromkeys(("done", "pending", "failed", "skipped"), 0)
-    for row in rows:
-        counts[row.status] += 1
+        phase_two = index.phase_two()
+        log = await index.log_summary()
     files, dirs = _sizes(paths, listing)
     return MemoryStatus(
         workspace=str(session.root),
         memories_dir=paths.memories_dir,
         sessions_dir=paths.sessions_dir,
-        counts=ConversationCounts(total=len(rows), **counts),
+        counts=ConversationCounts(total=len(statuses), **counts),
         conversations=rows,
         last_consolidation=_last_consolidation(
-            state, records, await gen_state.load_selection(session, paths)
+            phase_two, log, await gen_state.load_selection(session, paths)
         ),
         files=files,
         dirs=dirs,
-        tokens=token_totals(records),
+        tokens=_tokens(log),
     )
 
 
@@ -299,6 +262,8 @@ async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: s
     in_state = rid in (await gen_state.load(session, paths))[0].rollouts
     if not files and not in_state:
         raise unknown_conversation(paths, rid)
+    from sandmem.memory.generation.phase_two import load_raw_memories
+
     consolidated = bool((await gen_state.load_selection(session, paths)).refs)
     others = [r for r in await load_raw_memories(session, paths) if r != rid]
     return ForgetPlan(rid, files, in_state, consolidated and not others)
@@ -340,6 +305,12 @@ async def forget_rollout(
     ``SandboxError`` when a lock stays held. A failed re-consolidation does not raise: it is
     in the flush report (the next generation retries it).
     """
+    from sandmem.memory import journal
+    from sandmem.memory.generation._attach import get_manager
+    from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
+    from sandmem.memory.generation.phase_two import load_raw_memories
+    from sandmem.memory.history import Attribution
+
     rid = checked_rollout_id(rollout_id)
     manager = get_manager(session, paths, config)
     await manager.prepare()

@@ -1,17 +1,21 @@
 """Ranked search over memory: sections of ``MEMORY.md``, rollout summaries and skills.
 
-Every Markdown file is split into *sections* at its headings; each section is a document of an
-in-memory SQLite FTS5 index, which tokenizes it (Unicode words, lower-cased, Porter-stemmed).
-The terms are read back through ``fts5vocab`` and ranked here with Okapi BM25 (a section's own
-heading weighs ``HEADING_WEIGHT`` times its body), using the always-positive inverse document
+Every Markdown file is split into *sections* at its headings. Each section is a row of a SQLite
+FTS5 table, which tokenizes it (Unicode words, lower-cased, Porter-stemmed), and of a plain
+``sections`` table holding where it is and its length in tokens (its own heading's tokens
+weigh ``HEADING_WEIGHT`` times its body's). ``rank`` scores sections with Okapi BM25 in one SQL
+statement over FTS5's term index (``fts5vocab``), using the always-positive inverse document
 frequency ``ln(1 + (N - n + 0.5) / (n + 0.5))``: FTS5's built-in ``bm25()`` floors the weight
 of a word found in most sections at 1e-6, so on a small memory every hit scored the same.
-The index is rebuilt on every call: memory is small (``MEMORY.md`` has a byte budget), so this
-takes milliseconds and needs no cache to invalidate. The query is tokenized as data (never
-parsed as FTS5 syntax), so no input can be a syntax error; any of its terms may match.
+Each hit points at its section's best line: the line scoring highest with the same term
+weights (length-normalised among the section's lines).
 
-``search_memory`` is the pure core (file texts in, hits out); ``search_layout`` reads the files
-of a layout through the sandbox session.
+The same tables serve two callers, so they rank identically by construction:
+``search_memory`` (the pure core: file texts in, hits out) builds them in memory for one
+call; the layout index (``_index``) keeps them in ``.index.sqlite`` and updates the rows of the
+files that changed. Scores are summed in query-term order whatever order SQLite visits rows in,
+so the two agree to the last bit. The query is tokenized as data (never parsed as FTS5 syntax),
+so no input can be a syntax error; any of its terms may match.
 """
 
 from __future__ import annotations
@@ -19,11 +23,10 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sandmem._errors import UserError
-from sandmem.memory.generation._scoped_tools import ScopedFiles
 from sandmem.memory.layout import MemoryPaths, parse_header, read_text
 from sandmem.sandboxes._session import SandboxSession
 
@@ -39,6 +42,31 @@ BM25_B = 0.75
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_TOKENIZE = "tokenize='porter unicode61'"
+#: the tables of the searchable sections (in ``.index.sqlite``, or in memory for one call)
+SCHEMA = (
+    """CREATE TABLE sections (
+        id INTEGER PRIMARY KEY, path TEXT, start INTEGER, heading TEXT, first_line TEXT,
+        length REAL DEFAULT 0)""",
+    "CREATE INDEX sections_path ON sections (path)",
+    f"CREATE VIRTUAL TABLE sections_fts USING fts5(heading, body, {_TOKENIZE})",
+)
+#: per-connection scratch tables: FTS5's vocabularies of the sections, and tables that
+#: tokenize the query, new sections (for their lengths) and candidate lines
+_SCRATCH = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.section_terms USING fts5vocab(main, sections_fts, "
+    "'instance')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.section_rows USING fts5vocab(main, sections_fts, "
+    "'row')",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.query USING fts5(text, {_TOKENIZE})",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_terms USING fts5vocab(temp, query, 'instance')",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.stage USING fts5(heading, body, {_TOKENIZE})",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stage_terms USING fts5vocab(temp, stage, 'instance')",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.stage_lines USING fts5(text, {_TOKENIZE})",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stage_line_terms USING fts5vocab(temp, "
+    "stage_lines, 'instance')",
+)
+_WEIGHTED = f"CASE col WHEN 'heading' THEN {HEADING_WEIGHT!r} ELSE 1.0 END"
 
 
 @dataclass(frozen=True)
@@ -107,9 +135,9 @@ def query_terms(conn: sqlite3.Connection, query: str) -> list[str]:
     """The distinct terms of ``query`` as the index sees them (lower-cased, Porter-stemmed),
     in order of first appearance, at most ``MAX_QUERY_TERMS``. The query is tokenized as
     data, never parsed as FTS5 syntax, so no input can be a syntax error."""
-    conn.execute("DELETE FROM query")
-    conn.execute("INSERT INTO query (rowid, text) VALUES (1, ?)", (query,))
-    rows = conn.execute("SELECT term FROM query_terms ORDER BY offset").fetchall()
+    conn.execute("DELETE FROM temp.query")
+    conn.execute("INSERT INTO temp.query (rowid, text) VALUES (1, ?)", (query,))
+    rows = conn.execute("SELECT term FROM temp.query_terms ORDER BY offset").fetchall()
     terms: list[str] = []
     for (term,) in rows:
         if term not in terms:
@@ -117,24 +145,40 @@ def query_terms(conn: sqlite3.Connection, query: str) -> list[str]:
     return terms[:MAX_QUERY_TERMS]
 
 
-def _connect() -> sqlite3.Connection:
-    conn = sqlite3.connect(":memory:")
+def create_tables(conn: sqlite3.Connection) -> None:
+    """Create the search tables (``SCHEMA``) in ``conn``'s main database."""
     try:
-        for statement in (
-            "CREATE VIRTUAL TABLE sections USING fts5(heading, body, tokenize='porter unicode61')",
-            "CREATE VIRTUAL TABLE section_terms USING fts5vocab(sections, 'instance')",
-            "CREATE VIRTUAL TABLE lines USING fts5(text, tokenize='porter unicode61')",
-            "CREATE VIRTUAL TABLE line_terms USING fts5vocab(lines, 'instance')",
-            "CREATE VIRTUAL TABLE query USING fts5(text, tokenize='porter unicode61')",
-            "CREATE VIRTUAL TABLE query_terms USING fts5vocab(query, 'instance')",
-        ):
+        for statement in SCHEMA:
             conn.execute(statement)
     except sqlite3.OperationalError as exc:
+        raise _no_fts5(exc) from exc
+
+
+def scratch(conn: sqlite3.Connection) -> None:
+    """Create this connection's scratch tables (``_SCRATCH``), once."""
+    try:
+        for statement in _SCRATCH:
+            conn.execute(statement)
+    except sqlite3.OperationalError as exc:
+        raise _no_fts5(exc) from exc
+
+
+def _no_fts5(exc: sqlite3.OperationalError) -> UserError:
+    return UserError(
+        f"memory search needs SQLite with FTS5, which this Python's sqlite3 lacks ({exc}); "
+        "use a Python build whose SQLite has FTS5 enabled"
+    )
+
+
+def _connect() -> sqlite3.Connection:
+    """A fresh in-memory search database."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        create_tables(conn)
+        scratch(conn)
+    except UserError:
         conn.close()
-        raise UserError(
-            f"memory search needs SQLite with FTS5, which this Python's sqlite3 lacks ({exc}); "
-            "use a Python build whose SQLite has FTS5 enabled"
-        ) from exc
+        raise
     return conn
 
 
@@ -143,66 +187,163 @@ def _snippet(line: str) -> str:
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
 
 
-def _index(conn: sqlite3.Connection, sections: list[Section]) -> list[tuple[int, int]]:
-    """Index every section (rowid = its position) and every non-blank line; returns
-    ``(section id, line number)`` for each indexed line (rowid = its position)."""
-    lines: list[tuple[int, int]] = []
-    for sid, section in enumerate(sections):
-        body = section.lines[1:] if section.heading is not None else section.lines
-        conn.execute(
-            "INSERT INTO sections (rowid, heading, body) VALUES (?, ?, ?)",
-            (sid, section.title, "\n".join(body)),
+# ---------------------------------------------------------------- writing
+
+
+def add_file(conn: sqlite3.Connection, path: str, text: str) -> None:
+    """Add the sections of one file (``drop_file`` it first when it was there); their
+    lengths are set by the next ``fill_lengths``."""
+    for section in split_sections(path, text):
+        body = "\n".join(section.lines[1:] if section.heading is not None else section.lines)
+        cur = conn.execute(
+            "INSERT INTO sections (path, start, heading, first_line) VALUES (?, ?, ?, ?)",
+            (path, section.start, section.heading, section.lines[0] if section.lines else ""),
         )
+        row = (cur.lastrowid, section.title, body)
+        conn.execute("INSERT INTO sections_fts (rowid, heading, body) VALUES (?, ?, ?)", row)
+        conn.execute("INSERT INTO temp.stage (rowid, heading, body) VALUES (?, ?, ?)", row)
+
+
+def drop_file(conn: sqlite3.Connection, path: str) -> None:
+    """Remove the sections of one file."""
+    conn.execute(
+        "DELETE FROM sections_fts WHERE rowid IN (SELECT id FROM sections WHERE path = ?)",
+        (path,),
+    )
+    conn.execute("DELETE FROM sections WHERE path = ?", (path,))
+
+
+def fill_lengths(conn: sqlite3.Connection) -> None:
+    """Set the length (heading tokens weighted) of the sections added since the last call,
+    counted from their copy in the scratch table ``stage``, then empty it."""
+    conn.execute(
+        "UPDATE sections SET length = counted.length FROM (SELECT doc, "
+        f"sum({_WEIGHTED}) AS length FROM temp.stage_terms GROUP BY doc) AS counted "
+        "WHERE sections.id = counted.doc"
+    )
+    conn.execute("DELETE FROM temp.stage")
+
+
+# ---------------------------------------------------------------- ranking
+
+
+def rank(conn: sqlite3.Connection, query: str, limit: int) -> list[Hit]:
+    """The ``limit`` best sections for ``query``, best first (ties: by path, then line)."""
+    if limit < 1:
+        raise UserError(f"the search limit must be at least 1, got {limit}")
+    terms = query_terms(conn, query)
+    total, length_sum = conn.execute(
+        "SELECT count(*), coalesce(sum(length), 0) FROM sections"
+    ).fetchone()
+    if not terms or not total:
+        return []
+    idf = []
+    for term in terms:
+        row = conn.execute("SELECT doc FROM temp.section_rows WHERE term = ?", (term,)).fetchone()
+        n = int(row[0]) if row else 0
+        idf.append(math.log(1 + (total - n + 0.5) / (n + 0.5)))
+    average = (length_sum / total) or 1.0
+    query_rows = ", ".join("(?, ?, ?)" for _ in terms)
+    # one column per term, added in term order: the sum does not depend on SQLite's row order
+    summed = " + ".join(
+        f"coalesce(max(CASE i WHEN {i} THEN part END), 0.0)" for i in range(len(terms))
+    )
+    sql = f"""
+        WITH q(i, term, idf) AS (VALUES {query_rows}),
+        tf(doc, i, idf, tf) AS (
+            SELECT t.doc, q.i, q.idf, sum(CASE t.col WHEN 'heading' THEN ? ELSE 1.0 END)
+            FROM q CROSS JOIN temp.section_terms AS t ON t.term = q.term
+            GROUP BY q.i, t.doc
+        ),
+        parts(doc, i, part) AS (
+            SELECT tf.doc, tf.i,
+                tf.idf * tf.tf * ? / (tf.tf + ? * (1 - ? + ? * s.length / ?))
+            FROM tf JOIN sections AS s ON s.id = tf.doc
+        ),
+        scored(doc, score) AS (SELECT doc, {summed} FROM parts GROUP BY doc)
+        SELECT s.id, s.path, s.start, s.heading, s.first_line, f.body, scored.score
+        FROM scored JOIN sections AS s ON s.id = scored.doc
+        JOIN sections_fts AS f ON f.rowid = scored.doc
+        ORDER BY scored.score DESC, s.path, s.start LIMIT ?
+    """
+    params: list[object] = []
+    for i, (term, weight) in enumerate(zip(terms, idf, strict=True)):
+        params += [i, term, weight]
+    params += [HEADING_WEIGHT, BM25_K1 + 1, BM25_K1, BM25_B, BM25_B, average, limit]
+    top = [_Top(*row) for row in conn.execute(sql, params)]
+    best = _best_lines(conn, terms, idf, top)
+    hits = []
+    for t in top:
+        line, snippet = best.get(t.sid, (t.start, _snippet(t.lines[0])))
+        hits.append(Hit(t.path, line, round(t.score, 6), snippet, t.heading))
+    return hits
+
+
+@dataclass(frozen=True)
+class _Top:
+    sid: int
+    path: str
+    start: int
+    heading: str | None
+    first_line: str
+    body: str
+    score: float
+
+    @property
+    def lines(self) -> list[str]:
+        """The section's lines, as in the file."""
+        body = self.body.split("\n")
+        return [self.first_line, *body] if self.heading is not None else body
+
+
+def _best_lines(
+    conn: sqlite3.Connection, terms: list[str], idf: list[float], top: list[_Top]
+) -> dict[int, tuple[int, str]]:
+    """Each section's best line ``(line number, snippet)`` by section id: BM25 with the
+    sections' term weights, lengths normalised among the section's non-blank lines; the
+    first line wins a tie. Sections without a matching line are left out."""
+    owners: dict[int, tuple[_Top, int, str]] = {}
+    for section in top:
         for offset, line in enumerate(section.lines):
             if line.strip():
-                conn.execute("INSERT INTO lines (rowid, text) VALUES (?, ?)", (len(lines), line))
-                lines.append((sid, section.start + offset))
-    return lines
-
-
-@dataclass
-class _Docs:
-    """Weighted term frequencies and lengths of the documents of one index."""
-
-    tf: dict[int, dict[str, float]]
-    length: dict[int, float]
-
-    @classmethod
-    def read(
-        cls, conn: sqlite3.Connection, vocab: str, weights: Mapping[str, float], count: int
-    ) -> _Docs:
-        tf: dict[int, dict[str, float]] = {doc: {} for doc in range(count)}
-        length = dict.fromkeys(range(count), 0.0)
-        for term, doc, column in conn.execute(f"SELECT term, doc, col FROM {vocab}"):
-            weight = weights.get(str(column), 1.0)
-            counts = tf[int(doc)]
-            counts[str(term)] = counts.get(str(term), 0.0) + weight
-            length[int(doc)] += weight
-        return cls(tf, length)
-
-    def scores(self, terms: list[str], docs: Iterable[int] | None = None) -> dict[int, float]:
-        """Okapi BM25 of each document that contains a term (``docs``: only these). The
-        document frequencies are over all documents of the index."""
-        total = len(self.tf)
-        average = (sum(self.length.values()) / total) if total else 0.0
-        frequency = {t: sum(1 for c in self.tf.values() if t in c) for t in terms}
-        # the "+ 1" keeps the weight positive when a term is in most documents: FTS5's own
-        # bm25() floors it at 1e-6 instead, so every hit of a common word scored the same
-        idf = {t: math.log(1 + (total - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
-        scored: dict[int, float] = {}
-        for doc in self.tf if docs is None else docs:
-            counts, norm = (
-                self.tf[doc],
-                BM25_K1 * (1 - BM25_B + BM25_B * self.length[doc] / (average or 1.0)),
-            )
+                owners[len(owners) + 1] = (section, section.start + offset, line)
+    conn.executemany(
+        "INSERT INTO temp.stage_lines (rowid, text) VALUES (?, ?)",
+        [(rowid, line) for rowid, (_, _, line) in owners.items()],
+    )
+    lengths = dict.fromkeys(owners, 0)
+    for doc, count in conn.execute("SELECT doc, count(*) FROM temp.stage_line_terms GROUP BY doc"):
+        lengths[int(doc)] = int(count)
+    weight = dict(zip(terms, idf, strict=True))
+    counts: dict[int, dict[str, int]] = {}
+    marks = ",".join("?" * len(terms))
+    for doc, term in conn.execute(
+        f"SELECT doc, term FROM temp.stage_line_terms WHERE term IN ({marks})", terms
+    ):
+        found = counts.setdefault(int(doc), {})
+        found[str(term)] = found.get(str(term), 0) + 1
+    conn.execute("DELETE FROM temp.stage_lines")
+    per_section: dict[int, list[int]] = {}
+    for rowid, (section, _, _) in owners.items():
+        per_section.setdefault(section.sid, []).append(rowid)
+    best: dict[int, tuple[int, str]] = {}
+    for sid, rowids in per_section.items():
+        average = (sum(lengths[r] for r in rowids) / len(rowids)) or 1.0
+        scored = []
+        for rowid in rowids:
+            found = counts.get(rowid, {})
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths[rowid] / average)
             score = sum(
-                idf[t] * counts[t] * (BM25_K1 + 1) / (counts[t] + norm)
+                weight[t] * found[t] * (BM25_K1 + 1) / (found[t] + norm)
                 for t in terms
-                if t in counts
+                if t in found
             )
             if score > 0:
-                scored[doc] = score
-        return scored
+                scored.append((-score, owners[rowid][1], owners[rowid][2]))
+        if scored:
+            _, number, text = min(scored)
+            best[sid] = (number, _snippet(text))
+    return best
 
 
 def search_memory(files: Mapping[str, str], query: str, limit: int = 10) -> list[Hit]:
@@ -213,28 +354,14 @@ def search_memory(files: Mapping[str, str], query: str, limit: int = 10) -> list
     """
     if limit < 1:
         raise UserError(f"the search limit must be at least 1, got {limit}")
-    sections = [s for path in sorted(files) for s in split_sections(path, files[path])]
     conn = _connect()
     try:
-        terms = query_terms(conn, query)
-        if not terms or not sections:
-            return []
-        line_ids = _index(conn, sections)
-        weights = {"heading": HEADING_WEIGHT, "body": 1.0}
-        section_docs = _Docs.read(conn, "section_terms", weights, len(sections))
-        line_docs = _Docs.read(conn, "line_terms", {}, len(line_ids))
+        for path in sorted(files):
+            add_file(conn, path, files[path])
+        fill_lengths(conn)
+        return rank(conn, query, limit)
     finally:
         conn.close()
-    ranked = sorted(section_docs.scores(terms).items(), key=lambda item: (-item[1], item[0]))
-    hits = []
-    for sid, score in ranked[:limit]:
-        section = sections[sid]
-        own = [i for i, (line_sid, _) in enumerate(line_ids) if line_sid == sid]
-        best = sorted(line_docs.scores(terms, own).items(), key=lambda item: (-item[1], item[0]))
-        line = line_ids[best[0][0]][1] if best else section.start
-        text = section.lines[line - section.start]
-        hits.append(Hit(section.path, line, round(score, 6), _snippet(text), section.heading))
-    return hits
 
 
 def _without_header(text: str) -> str:
@@ -249,7 +376,10 @@ def _without_header(text: str) -> str:
 
 async def searchable_files(session: SandboxSession, paths: MemoryPaths) -> dict[str, str]:
     """The texts search covers: ``MEMORY.md``, every rollout summary, every file under
-    ``skills/`` (hidden files skipped). Paths are workspace-relative."""
+    ``skills/`` (hidden files skipped). Paths are workspace-relative. The full scan the
+    index (``_index``) is checked against; the commands read the index."""
+    from sandmem.memory.generation._scoped_tools import ScopedFiles  # the same walk
+
     found: dict[str, str] = {}
     memory_md = await read_text(session, paths.memory_md)
     if memory_md is not None:

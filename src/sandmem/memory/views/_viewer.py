@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandmem._truncate import truncate_head_tail
 from sandmem.memory import state as gen_state
@@ -21,9 +21,10 @@ from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import GenerationState
 from sandmem.memory.views._maintenance import rollout_ids
-from sandmem.memory.views._viewer_history import collect_history
-from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
+
+if TYPE_CHECKING:  # imported by ``collect``: the memory API imports this module for PAGE_SIZE
+    from sandmem.redaction import Redactor
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -348,6 +349,8 @@ async def collect(
     ``page_size``, a layout with more conversations than that shows one page of them
     (``page``, newest first) and only what that page needs."""
     from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS, memory_read_prompt
+    from sandmem.memory.views._viewer_history import collect_history
+    from sandmem.redaction import Redactor
 
     reader = _Reader(session, Redactor())
     data = ViewerData(workspace, paths.memories_dir, paths.sessions_dir, generated_at)
