@@ -520,8 +520,13 @@ def test_results_document_every_field() -> None:
     ]
     assert len(models) >= 14
     for model in models:
+        schema = model.model_json_schema()  # reads the docstrings (not done at import)
         for field, info in model.model_fields.items():
             assert info.description, f"{model.__name__}.{field} has no docstring"
+            shown = schema["properties"][field]
+            target = shown.get("$ref", "").rpartition("/")[2]
+            # a description equal to the referenced model's own is given there only
+            assert shown.get("description") or schema["$defs"][target].get("description")
 
 
 @layouts

@@ -2,12 +2,17 @@
 whose JSON is what the ``sandmem memory`` commands print with ``--json``.
 
 Every field is documented in its attribute docstring, which also becomes its description in
-the models' JSON schema (``MemoryStatus.model_json_schema()``).
+the models' JSON schema (``MemoryStatus.model_json_schema()``). The docstrings are read when a
+schema is first asked for, not at import (pydantic's ``use_attribute_docstrings`` parses this
+module's source once per class: a fifth of a memory command's import time).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import ast
+import inspect
+import sys
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,7 +23,43 @@ MemoryFileKind = Literal["summary", "memory", "rollout_summary", "raw_memory", "
 
 
 class _Result(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    _described: ClassVar[bool] = False
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The JSON schema, each field described by its attribute docstring."""
+        _describe_fields()
+        return super().model_json_schema(*args, **kwargs)
+
+
+def _describe_fields() -> None:
+    """Set every result field's description from its attribute docstring (once), then
+    rebuild the models, nested ones first (they are defined first)."""
+    if _Result._described:
+        return
+    module = sys.modules[__name__]
+    tree = ast.parse(inspect.getsource(module))
+    models = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        model = getattr(module, node.name, None)
+        if not (isinstance(model, type) and issubclass(model, _Result)) or model is _Result:
+            continue
+        models.append(model)
+        for field, doc in zip(node.body, node.body[1:], strict=False):
+            if not (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)):
+                continue
+            if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)):
+                continue
+            info = model.model_fields.get(field.target.id)
+            if info is not None and isinstance(doc.value.value, str) and info.description is None:
+                info.description = inspect.cleandoc(doc.value.value)
+    for model in models:
+        model.model_rebuild(force=True)
+    _Result._described = True
 
 
 # ---------------------------------------------------------------- conversations and status

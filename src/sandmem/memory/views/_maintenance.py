@@ -164,10 +164,6 @@ def _sizes(paths: MemoryPaths, listing: Listing) -> tuple[dict[str, FileSize], d
     return files, dirs
 
 
-#: the statuses ``status()`` lists one by one (the others are counted)
-ATTENTION = ("pending", "failed")
-
-
 async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemoryStatus:
     """Everything ``status()`` reports: how many conversations are in each state, the
     pending and failed ones (attempts, last error), the last consolidation, file sizes, and
@@ -175,11 +171,7 @@ async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemorySt
     index: with nothing changed, a layout of 10,000 conversations costs its directory
     listings and builds no row per conversation."""
     async with opened_index(session, paths, "conversations", "sizes") as index:
-        statuses = index.statuses()
-        counts = dict.fromkeys(("done", "pending", "failed", "skipped"), 0)
-        for value in statuses.values():
-            counts[value] += 1
-        wanted = [rid for rid, value in statuses.items() if value in ATTENTION]
+        counts, wanted = index.status_counts()
         rows = index.infos(index.conversations(ids=wanted)) if wanted else []
         listing = index.listing
         phase_two = index.phase_two()
@@ -189,7 +181,7 @@ async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemorySt
         workspace=str(session.root),
         memories_dir=paths.memories_dir,
         sessions_dir=paths.sessions_dir,
-        counts=ConversationCounts(total=len(statuses), **counts),
+        counts=ConversationCounts(total=sum(counts.values()), **counts),
         conversations=rows,
         last_consolidation=_last_consolidation(
             phase_two, log, await gen_state.load_selection(session, paths)
