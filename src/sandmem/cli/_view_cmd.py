@@ -44,7 +44,7 @@ def write_view(
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="With more than 200 conversations: which page of them (newest first).",
+    help="With more than 100 conversations: which page of them (newest first).",
 )
 @click.option("--open", "open_page", is_flag=True, help="Open the page in a web browser.")
 @click.option("--json", "as_json", is_flag=True, help="Print the page's path as JSON.")

@@ -307,7 +307,7 @@ async def view_html(
     size over time. It loads nothing from the network and escapes all text; a file that
     cannot be read is left out and named on the page. ``title`` labels the page (default:
     the workspace's path). A layout with more than ``page_size`` conversations (default
-    200; ``None``: no limit) shows one page of them, newest first (``page``, 1-based), with
+    100; ``None``: no limit) shows one page of them, newest first (``page``, 1-based), with
     only the rollout summaries and runs of that page and those ``MEMORY.md`` cites. Changes
     no memory file (only the derived layout index)."""
     from sandmem.memory.views._viewer_html import build_page

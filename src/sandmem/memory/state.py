@@ -32,6 +32,7 @@ import asyncio
 import json
 import random
 import re
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -215,20 +216,36 @@ async def append_log(session: SandboxSession, paths: MemoryPaths, record: dict[s
     await session.append(paths.log_jsonl, log_line(record))
 
 
-async def read_log(session: SandboxSession, paths: MemoryPaths) -> list[dict[str, Any]]:
-    """The records of ``generation_log.jsonl``, oldest first (malformed lines are skipped)."""
+async def read_log(
+    session: SandboxSession, paths: MemoryPaths, rollouts: Collection[str] | None = None
+) -> list[dict[str, Any]]:
+    """The records of ``generation_log.jsonl``, oldest first (malformed lines are skipped;
+    ``rollouts``: see ``parse_log``)."""
     try:
         data = (await session.read_many([paths.log_jsonl]))[paths.log_jsonl]
     except SandboxError:
         return []
-    return parse_log(data or b"")
+    return parse_log(data or b"", rollouts)
 
 
-def parse_log(data: bytes) -> list[dict[str, Any]]:
+#: how ``append_log`` writes a phase-one run and the conversations of a run
+_PHASE_ONE = '"phase": "one"'
+_ROLLOUTS = re.compile(r'"rollouts": \[([^\]]*)\]')
+_IDS = re.compile(r'"([^"\\]*)"')
+
+
+def parse_log(data: bytes, rollouts: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The records of (a run of whole lines of) ``generation_log.jsonl``; malformed lines
-    are skipped."""
+    are skipped. ``rollouts``: the phase-one runs of other conversations are left out, told
+    apart by their text before parsing (one page of 10,000 conversations does not parse the
+    whole log)."""
+    wanted = None if rollouts is None else set(rollouts)
     records = []
     for line in data.decode("utf-8", "replace").splitlines():
+        if wanted is not None and _PHASE_ONE in line:
+            named = _ROLLOUTS.search(line)
+            if named is not None and not wanted.intersection(_IDS.findall(named.group(1))):
+                continue
         try:
             record = loads_bounded(line)
         except ValueError:

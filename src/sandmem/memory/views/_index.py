@@ -36,9 +36,9 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sandmem._errors import SandboxError, UserError
 from sandmem._items import content_text
@@ -63,6 +63,8 @@ from sandmem.sandboxes._session import SandboxSession
 from sandmem.sandboxes._types import EntryKind
 
 logger = logging.getLogger("sandmem.memory")
+
+T = TypeVar("T")
 
 INDEX_NAME = INDEX_DB
 #: how long a reader waits for another process refreshing the index
@@ -617,6 +619,19 @@ class LayoutIndex:
         self._set_meta("phase_two", state.phase_two.model_dump(mode="json"))
         self._set_meta("state_stat", list(_trusted(stat, started_ns)))
 
+    def cached(self, name: str, compute: Callable[[], T]) -> T:
+        """``compute()``, kept with the digest of the listings the conversation rows were
+        checked against (computed again when they changed or a file is too new to trust).
+        ``compute`` derives its value from the rows and listings only, as JSON data."""
+        key = self.digests.get("conversations_digest")
+        stored = self._meta(f"cache:{name}")
+        if key is not None and stored is not None and stored["key"] == key:
+            return cast(T, stored["value"])
+        value = compute()
+        if key is not None:
+            self._set_meta(f"cache:{name}", {"key": key, "value": value})
+        return value
+
     def phase_two(self) -> gen_state.PhaseTwoState:
         """The last consolidation's state (from the copy of ``generation_state.json``)."""
         return gen_state.PhaseTwoState.model_validate(self._meta("phase_two") or {})
@@ -803,6 +818,8 @@ class LayoutIndex:
                     text = _search._without_header(text)
                 _search.add_file(self.conn, path, text)
         _search.fill_lengths(self.conn)
+        if gone or stale:
+            self._set_meta("corpus", _search.corpus(self.conn))
         if digest is not None:
             self._set_meta("search_digest", digest)
 
@@ -813,7 +830,8 @@ class LayoutIndex:
     def search(self, query: str, limit: int) -> list[_search.Hit]:
         """``search_memory``'s ranking over the indexed sections: the same hits, in the same
         order, as the full scan of the same files (the same tables and query)."""
-        return _search.rank(self.conn, query, limit)
+        sizes = self._meta("corpus")
+        return _search.rank(self.conn, query, limit, tuple(sizes) if sizes else None)
 
 
 async def _stat_each(session: SandboxSession, paths: list[str]) -> dict[str, Stat | None]:

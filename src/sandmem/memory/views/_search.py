@@ -227,14 +227,23 @@ def fill_lengths(conn: sqlite3.Connection) -> None:
 # ---------------------------------------------------------------- ranking
 
 
-def rank(conn: sqlite3.Connection, query: str, limit: int) -> list[Hit]:
-    """The ``limit`` best sections for ``query``, best first (ties: by path, then line)."""
-    if limit < 1:
-        raise UserError(f"the search limit must be at least 1, got {limit}")
-    terms = query_terms(conn, query)
+def corpus(conn: sqlite3.Connection) -> tuple[int, float]:
+    """How many sections there are and their summed length (BM25's averages)."""
     total, length_sum = conn.execute(
         "SELECT count(*), coalesce(sum(length), 0) FROM sections"
     ).fetchone()
+    return int(total), float(length_sum)
+
+
+def rank(
+    conn: sqlite3.Connection, query: str, limit: int, sizes: tuple[int, float] | None = None
+) -> list[Hit]:
+    """The ``limit`` best sections for ``query``, best first (ties: by path, then line).
+    ``sizes``: ``corpus(conn)`` when the caller keeps it."""
+    if limit < 1:
+        raise UserError(f"the search limit must be at least 1, got {limit}")
+    terms = query_terms(conn, query)
+    total, length_sum = sizes if sizes is not None else corpus(conn)
     if not terms or not total:
         return []
     idf = []
@@ -260,11 +269,15 @@ def rank(conn: sqlite3.Connection, query: str, limit: int) -> list[Hit]:
                 tf.idf * tf.tf * ? / (tf.tf + ? * (1 - ? + ? * s.length / ?))
             FROM tf JOIN sections AS s ON s.id = tf.doc
         ),
-        scored(doc, score) AS (SELECT doc, {summed} FROM parts GROUP BY doc)
-        SELECT s.id, s.path, s.start, s.heading, s.first_line, f.body, scored.score
-        FROM scored JOIN sections AS s ON s.id = scored.doc
-        JOIN sections_fts AS f ON f.rowid = scored.doc
-        ORDER BY scored.score DESC, s.path, s.start LIMIT ?
+        scored(doc, score) AS (SELECT doc, {summed} FROM parts GROUP BY doc),
+        top(id, path, start, heading, first_line, score) AS (
+            SELECT s.id, s.path, s.start, s.heading, s.first_line, scored.score
+            FROM scored JOIN sections AS s ON s.id = scored.doc
+            ORDER BY scored.score DESC, s.path, s.start LIMIT ?
+        )
+        SELECT top.id, top.path, top.start, top.heading, top.first_line, f.body, top.score
+        FROM top JOIN sections_fts AS f ON f.rowid = top.id
+        ORDER BY top.score DESC, top.path, top.start
     """
     params: list[object] = []
     for i, (term, weight) in enumerate(zip(terms, idf, strict=True)):

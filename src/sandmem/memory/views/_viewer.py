@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandmem._truncate import truncate_head_tail
 from sandmem.memory import state as gen_state
+from sandmem.memory._results import ConversationInfo
 from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_header
 from sandmem.memory.selection import SavedSelection
-from sandmem.memory.state import GenerationState
+from sandmem.memory.state import PhaseTwoState
 from sandmem.memory.views._maintenance import rollout_ids
+from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # imported by ``collect``: the memory API imports this module for PAGE_SIZE
+    from sandmem.memory.views._index import LayoutIndex
     from sandmem.redaction import Redactor
 
 logger = logging.getLogger("sandmem.memory")
@@ -81,6 +84,8 @@ class ViewerData:
     page: int = 1
     pages: int = 1
     total: int = 0
+    #: the last consolidation's state (for ``selection``)
+    phase_two: PhaseTwoState = field(default_factory=PhaseTwoState)
 
 
 def error_class(error: Any) -> str | None:
@@ -117,6 +122,26 @@ class _Reader:
 
         return await self.guard(path, read, None)
 
+    async def texts(self, paths: list[str]) -> dict[str, str]:
+        """``text`` of several files, read at once (missing or unreadable ones are left
+        out; a batch that fails is read file by file)."""
+        from sandmem.memory.layout import read_isolated
+
+        found: dict[str, str] = {}
+        with no_symlinks():
+            for start in range(0, len(paths), 64):
+                batch = paths[start : start + 64]
+                data, bad = await read_isolated(self.session, batch)
+                for path, reason in bad.items():
+                    self.problems.append(f"{path}: {reason}")
+                for path, value in data.items():
+                    if value is not None:
+                        text = truncate_head_tail(
+                            value.decode("utf-8", "replace"), _SHOW_MAX_TOKENS, what=path
+                        )
+                        found[path] = self.redactor.redact(text)
+        return found
+
     async def listing(self, path: str) -> list[str]:
         async def ls() -> list[str]:
             if not await self.session.is_dir(path):
@@ -129,13 +154,21 @@ class _Reader:
 async def _summaries(
     reader: _Reader, paths: MemoryPaths, only: set[str] | None = None
 ) -> list[Summary]:
-    """The rollout summaries (``only``: those of these names relative to
-    ``memories_dir``)."""
+    """The rollout summaries (``only``: those of these names relative to ``memories_dir``,
+    read at once without listing the others)."""
+    if only is None:
+        names = [n for n in await reader.listing(paths.summaries_dir) if n.endswith(".md")]
+    else:
+        prefix = f"{SUMMARIES_DIR}/"
+        names = sorted(
+            n[len(prefix) :]
+            for n in only
+            if n.startswith(prefix) and n.endswith(".md") and "/" not in n[len(prefix) :]
+        )
+    texts = await reader.texts([f"{paths.summaries_dir}/{name}" for name in names])
     found = []
-    for name in await reader.listing(paths.summaries_dir):
-        if not name.endswith(".md") or (only is not None and f"{SUMMARIES_DIR}/{name}" not in only):
-            continue
-        text = await reader.text(f"{paths.summaries_dir}/{name}")
+    for name in names:
+        text = texts.get(f"{paths.summaries_dir}/{name}")
         if text is not None:
             fields, body = parse_header(text)
             found.append(Summary(f"{SUMMARIES_DIR}/{name}", fields, body.strip()))
@@ -151,9 +184,14 @@ async def _skills(reader: _Reader, paths: MemoryPaths) -> list[tuple[str, str]]:
     return found
 
 
-async def _log(reader: _Reader, paths: MemoryPaths) -> list[dict[str, Any]]:
+async def _log(
+    reader: _Reader, paths: MemoryPaths, rollouts: set[str] | None = None
+) -> list[dict[str, Any]]:
+    """The phase runs of the log, oldest first (``rollouts``: the consolidations and the
+    phase-one runs of these conversations only; the others are not parsed)."""
+
     async def read() -> list[dict[str, Any]]:
-        return await gen_state.read_log(reader.session, paths)
+        return await gen_state.read_log(reader.session, paths, rollouts)
 
     empty: list[dict[str, Any]] = []
     records = [
@@ -200,16 +238,15 @@ async def _conversations(
     session: SandboxSession,
     paths: MemoryPaths,
     log: list[dict[str, Any]],
-    limit: int | None = None,
-    offset: int = 0,
+    page: list[ConversationInfo] | None = None,
 ) -> list[dict[str, Any]]:
-    """``maintenance.conversations`` (the public memory API's rows; ``limit``/``offset``:
-    one page of them, newest first), with the error's class and the phase-one tokens from the
-    log; oldest first."""
+    """``maintenance.conversations`` (the public memory API's rows; ``page``: these rows,
+    newest first), with the error's class and the phase-one tokens from the log; oldest
+    first."""
     from sandmem.memory.views._maintenance import conversations
 
     async def rows() -> list[dict[str, Any]]:
-        found = await conversations(session, paths, limit=limit, offset=offset)
+        found = page if page is not None else await conversations(session, paths)
         return [info.model_dump() for info in found]
 
     empty: list[dict[str, Any]] = []
@@ -233,10 +270,10 @@ async def _conversations(
 
 
 def _selection(
-    state: GenerationState, saved: SavedSelection
+    phase_two: PhaseTwoState, saved: SavedSelection
 ) -> tuple[dict[str, list[str]], str | None]:
     """added / retained / removed at the last consolidation, and when it was."""
-    result = state.phase_two.selection_diff()
+    result = phase_two.selection_diff()
     if not result and saved.refs:
         result = {"selected": [ref.rollout_id for ref in saved.refs]}
     return result, saved.updated_at
@@ -267,7 +304,7 @@ def _size_points(
 
 
 #: the newest conversations a page shows by default (``view_html(page_size=...)``)
-PAGE_SIZE = 200
+PAGE_SIZE = 100
 #: at most this many points per series of the size chart on a paged view
 _MAX_POINTS = 400
 _CITED = re.compile(re.escape(SUMMARIES_DIR) + r"/[^\s)\]`'\"<>]+\.md")
@@ -287,10 +324,16 @@ async def _one_page(
     data.pages = -(-data.total // page_size)
     data.page = min(max(1, page), data.pages)
     offset = (data.page - 1) * page_size
-    data.conversations = await _conversations(
-        reader, session, paths, data.log, limit=page_size, offset=offset
-    )
-    ids = {str(row.get("rollout_id")) for row in data.conversations}
+
+    async def indexed() -> _Indexed:
+        return await _from_index(session, paths, page_size, offset)
+
+    found = await reader.guard("the layout index", indexed, _Indexed())
+    data.log = await _log(reader, paths, {row.rollout_id for row in found.rows})
+    data.conversations = await _conversations(reader, session, paths, data.log, found.rows)
+    consolidated = _size_points(data.log, {})[-_MAX_POINTS:]
+    data.sizes = consolidated + [SizePoint(t, "raw memories", b) for t, b in found.raw_sizes]
+    data.phase_two = found.phase_two
     wanted = set(_CITED.findall(data.memory_md))
     prefix = f"{paths.memories_dir}/"
     for row in data.conversations:
@@ -298,42 +341,50 @@ async def _one_page(
         if isinstance(name, str):
             wanted.add(name.removeprefix(prefix))
     data.summaries = await _summaries(reader, paths, wanted)
-    data.log = [
-        r
-        for r in data.log
-        if r.get("phase") == "two"
-        or (isinstance(r.get("rollouts"), list) and ids.intersection(map(str, r["rollouts"])))
-    ]
 
 
-async def _indexed_sizes(
-    session: SandboxSession, paths: MemoryPaths, log: list[dict[str, Any]]
-) -> list[SizePoint]:
-    """``_size_points`` from the layout index (raw memory sizes from a listing, dates from
-    the index; nothing read), each series cut to ``_MAX_POINTS``."""
+@dataclass
+class _Indexed:
+    """What a page takes from the layout index: its rows, the raw memories' size series
+    (``_raw_series``) and the last consolidation's state."""
+
+    rows: list[ConversationInfo] = field(default_factory=list)
+    raw_sizes: list[tuple[str, int]] = field(default_factory=list)
+    phase_two: PhaseTwoState = field(default_factory=PhaseTwoState)
+
+
+async def _from_index(
+    session: SandboxSession, paths: MemoryPaths, limit: int, offset: int
+) -> _Indexed:
+    """One page's rows, the size series and the consolidation state, in one pass over the
+    layout index (the directories listed once; nothing read when nothing changed)."""
     from sandmem.memory.views._index import opened_index
 
     async with opened_index(session, paths) as index:
-        rows = index.conversations()
-        raw = index.listing.raw
+        rows = index.infos(index.conversations(limit, offset))
+        kept = index.cached("raw_sizes", lambda: _raw_series(paths, index))
+        return _Indexed(rows, [(str(t), int(b)) for t, b in kept], index.phase_two())
+
+
+def _raw_series(paths: MemoryPaths, index: LayoutIndex) -> list[tuple[str, int]]:
+    """The raw memories' accumulated size by ``updated_at``, at most ``_MAX_POINTS``."""
+    raw = index.listing.raw
     dated = sorted(
         (row.updated_at, raw[path][0])
-        for row in rows
+        for row in index.conversations()
         if row.raw_present
         and (path := paths.raw_memory_file(row.rollout_id)) in raw
         and row.updated_at != "unknown"
     )
-    points = _size_points(log, {})
     total, series = 0, []
     for when, size in dated:
         total += size
-        series.append(SizePoint(when, "raw memories", total))
+        series.append((when, total))
     step = max(1, -(-len(series) // _MAX_POINTS))
     kept = series[step - 1 :: step]
     if series and (not kept or kept[-1] is not series[-1]):
         kept.append(series[-1])
-    consolidated = points[-_MAX_POINTS:]
-    return consolidated + kept
+    return kept
 
 
 async def collect(
@@ -363,27 +414,21 @@ async def collect(
         data.memory_prompt = memory_read_prompt(summary, paths.memories_dir, live_update=True) or ""
     data.memory_md = await reader.text(paths.memory_md) or ""
     data.skills = await _skills(reader, paths)
-    data.log = await _log(reader, paths)
     data.total = len(await reader.guard("sessions", lambda: rollout_ids(session, paths), []))
     raw: dict[str, tuple[dict[str, str], int]] | None = None
     if page_size is None or data.total <= page_size:
+        data.log = await _log(reader, paths)
         data.summaries = await _summaries(reader, paths)
         raw = await _raw_headers(reader, paths)
         data.conversations = await _conversations(reader, session, paths, data.log)
     else:
         await _one_page(reader, session, paths, data, page, page_size)
-    data.selection, data.selection_updated_at = _selection(
-        (await gen_state.load(session, paths))[0], await gen_state.load_selection(session, paths)
-    )
     if raw is not None:
+        data.phase_two = (await gen_state.load(session, paths))[0].phase_two
         data.sizes = _size_points(data.log, raw)
-    else:
-        log = data.log
-
-        async def sizes() -> list[SizePoint]:
-            return await _indexed_sizes(session, paths, log)
-
-        data.sizes = await reader.guard("sizes", sizes, [])
+    data.selection, data.selection_updated_at = _selection(
+        data.phase_two, await gen_state.load_selection(session, paths)
+    )
     data.history = await reader.guard(
         "history", lambda: collect_history(session, paths, reader.redactor), []
     )
