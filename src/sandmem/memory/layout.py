@@ -8,10 +8,12 @@ what phase one writes (``PHASE_ONE_DIRS``) are named here once; every other modu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,8 @@ RAW_MEMORIES_MD = "raw_memories.md"
 SELECTION_JSON = "phase_two_selection.json"
 STATE_JSON = "generation_state.json"
 LOG_JSONL = "generation_log.jsonl"
+#: what the last flush with nothing to do saw (``state.load_settled``; derived, hidden)
+SETTLED_JSON = ".settled.json"
 RAW_DIR = "raw_memories"
 SUMMARIES_DIR = "rollout_summaries"
 SKILLS_DIR = "skills"
@@ -117,6 +121,10 @@ class MemoryPaths:
     @property
     def state_json(self) -> str:
         return self._m(STATE_JSON)
+
+    @property
+    def settled_json(self) -> str:
+        return self._m(SETTLED_JSON)
 
     @property
     def log_jsonl(self) -> str:
@@ -315,6 +323,28 @@ async def read_isolated(
         except SandboxError as exc:
             problems[path] = f"unreadable: {exc}"
     return found, problems
+
+
+#: a file modified this recently is not trusted to look changed: one rewritten twice within
+#: one timestamp tick, with the same size, would otherwise look unchanged
+RACY_NS = 2_000_000_000
+
+
+def listing_digest(listings: Iterable[Iterable[tuple[str, int, int | None]]]) -> str | None:
+    """A digest of directory listings (``(name, size, mtime_ns)`` entries), to tell cheaply
+    that nothing in them changed; ``None`` when an entry has no mtime or was modified
+    within ``RACY_NS`` (it cannot be trusted to show its next change)."""
+    newest = time.time_ns() - RACY_NS
+    digest = hashlib.sha1()
+    for entries in listings:
+        lines = []
+        for name, size, mtime in entries:
+            if mtime is None or mtime > newest:
+                return None
+            lines.append(f"{name}\0{size}\0{mtime}")
+        digest.update("\n".join(lines).encode("utf-8", "surrogateescape"))
+        digest.update(b"\1")
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- headers

@@ -2,8 +2,10 @@
 
 The sole reader and writer of a layout's state files: ``generation_state.json`` (``load`` /
 ``save``), ``phase_two_selection.json`` (``load_selection`` / ``save_selection``; a
-consolidation commits it through ``memory.journal``) and ``generation_log.jsonl``
-(``append_log`` / ``read_log``). Everything else asks here, in typed values.
+consolidation commits it through ``memory.journal``), ``generation_log.jsonl``
+(``append_log`` / ``read_log``) and ``.settled.json`` (``load_settled`` / ``save_settled``:
+what the last flush with nothing to do saw, so the next one can tell it has nothing to do
+from directory listings alone). Everything else asks here, in typed values.
 
 ``generation_state.json`` is derived data. The raw memory headers say which rollouts are up to
 date; the state adds what files cannot say: attempts, the last error and its class, when to
@@ -204,6 +206,27 @@ async def save_selection(
     session: SandboxSession, paths: MemoryPaths, selected: list[RawMemoryRef], updated_at: str
 ) -> None:
     await write_json(session, paths.selection_json, selection_document(selected, updated_at))
+
+
+async def load_settled(session: SandboxSession, paths: MemoryPaths) -> dict[str, Any] | None:
+    """What the last flush that found nothing to do saw (``.settled.json``: derived data,
+    written by the manager; ``None`` when missing or unreadable)."""
+    try:
+        data = (await session.read_many([paths.settled_json]))[paths.settled_json]
+        value = loads_bounded(data.decode("utf-8", "replace")) if data else None
+    except (SandboxError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+async def save_settled(
+    session: SandboxSession, paths: MemoryPaths, value: dict[str, Any] | None
+) -> None:
+    """Write ``.settled.json`` (``None``: remove it)."""
+    if value is not None:
+        await write_json(session, paths.settled_json, value)
+    elif await session.exists(paths.settled_json):
+        await session.remove(paths.settled_json)
 
 
 def log_line(record: dict[str, Any]) -> bytes:

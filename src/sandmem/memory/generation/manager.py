@@ -40,6 +40,7 @@ from sandmem.memory.layout import (
     ensure_layout,
     fingerprint,
     is_up_to_date,
+    listing_digest,
     make_way,
     read_isolated,
     sweep_write_temps,
@@ -141,6 +142,25 @@ async def _listed_stats(
             path = f"{directory}/{name}"
             found[path] = FileStat(size, mtime) if kind == EntryKind.FILE else None
     return found, listed
+
+
+def _nothing_to_do(stored: dict[str, Any], now: dict[str, Any], retry_failed: bool) -> bool:
+    """Whether the files a flush reads are exactly as a flush that had nothing to do left
+    them (``retry_failed`` also needs no failed rollout to retry)."""
+    same = all(stored.get(key) == value for key, value in now.items())
+    return same and not (retry_failed and stored.get("failed", 1))
+
+
+def _did_nothing(report: FlushReport) -> bool:
+    """A flush that extracted, deferred, failed, found problems and consolidated nothing."""
+    return (
+        not report.pending
+        and not report.deferred
+        and not report.failed
+        and not report.problems
+        and not report.timed_out
+        and report.phase_two == "skipped"
+    )
 
 
 @dataclass
@@ -293,6 +313,14 @@ class MemoryGenerationManager:
                 redactor=self.redactor,
                 retention=phase_two.retention_of(self.config),
             )
+            settled = await self._settled_view()
+            stored = await gen_state.load_settled(self.session, self.paths)
+            if settled is not None and stored is not None and not report.problems:
+                if _nothing_to_do(stored, settled, retry_failed):
+                    report.phase_two = "skipped"
+                    return
+            if stored is not None:  # this flush may change what it certified
+                await gen_state.save_settled(self.session, self.paths, None)
             state, problems = await gen_state.load(self.session, self.paths)
             loaded = None if problems else state.to_json()
             for problem in problems:
@@ -300,7 +328,8 @@ class MemoryGenerationManager:
                 self._problem(report, path, reason)
             due = await self._reconcile(state, report, retry_failed, wait_backoff)
             await self._phase_one(sorted(due), state, report, provider)
-            if state.to_json() != loaded:  # a flush with nothing to do writes nothing
+            wrote = state.to_json() != loaded
+            if wrote:  # a flush with nothing to do writes nothing
                 await self._save_state(state)
             if report.problems:
                 await append_log(
@@ -313,6 +342,35 @@ class MemoryGenerationManager:
             async with tracing.aspan(_trace.PHASE_TWO) as span:
                 await self._phase_two(state, report, provider)
                 _trace.phase_two_done(span, report)
+            if settled is not None and not wrote and _did_nothing(report):
+                failed = sum(e.status == "failed" for e in state.rollouts.values())
+                await gen_state.save_settled(
+                    self.session, self.paths, {**settled, "failed": failed}
+                )
+
+    async def _settled_view(self) -> dict[str, Any] | None:
+        """What decides that a flush has nothing to do, from two directory listings and two
+        ``stat`` calls: the rollout files and raw memories (names, sizes, mtimes), the state
+        and selection files, and phase two's cap. ``None`` when a file is too new to trust
+        (``RACY_NS``) or the backend gives no mtimes: the flush then checks everything."""
+        listings = []
+        for directory in (self.paths.sessions_dir, self.paths.raw_dir):
+            try:
+                entries = await self.session.stat_dir(directory)
+            except SandboxError:
+                entries = []  # not there (yet): no rollouts, or no raw memories
+            listings.append([(name, size, mtime) for name, _kind, size, mtime in entries])
+        files = [self.paths.state_json, self.paths.selection_json]
+        try:
+            stats = await self.session.stat_many(files)
+        except SandboxError:
+            return None
+        pairs = [(path, s.size, s.mtime_ns) for path, s in stats.items() if s is not None]
+        digest = listing_digest([*listings, pairs])
+        if digest is None:
+            return None
+        cap = self.config.max_raw_memories_for_consolidation
+        return {"version": 1, "files": digest, "cap": cap}
 
     # ------------------------------------------------------------ phase one
 

@@ -30,7 +30,6 @@ file, it is left out of listings, store sync, the redaction pass and ``sandmem m
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -47,10 +46,12 @@ from sandmem.memory._results import ConversationInfo, IndexReport
 from sandmem.memory.layout import (
     INDEX_DB,
     INDEX_LOCK,
+    RACY_NS,
     SUMMARIES_DIR,
     MemoryPaths,
     fingerprint,
     is_up_to_date,
+    listing_digest,
     make_way,
     parse_header,
     read_isolated,
@@ -71,8 +72,6 @@ INDEX_NAME = INDEX_DB
 LOCK_TIMEOUT_S = 60.0
 #: bump when the schema or what a row holds changes: an index of another version is rebuilt
 INDEX_VERSION = 2
-#: a file modified this recently before its row was derived is checked again next time
-RACY_NS = 2_000_000_000
 #: a conversation's task is cut to this many characters
 TASK_CHARS = 120
 #: files read at once while deriving rows
@@ -447,20 +446,11 @@ class LayoutIndex:
         """Whether ``listings`` are exactly what they were when ``key``'s rows were last
         brought in line with them (their digest is stored under ``key``), and the digest to
         store once they are (``None`` while a file is too new to trust: see ``RACY_NS``)."""
-        newest = time.time_ns() - RACY_NS
-        digest = hashlib.sha1()
-        for entries in listings:
-            lines = []
-            for path, (size, mtime) in entries.items():
-                if mtime is None or mtime > newest:
-                    self.digests[key] = None
-                    return False, None
-                lines.append(f"{path}\0{size}\0{mtime}")
-            digest.update("\n".join(lines).encode("utf-8", "surrogateescape"))
-            digest.update(b"\1")
-        value = digest.hexdigest()
+        value = listing_digest(
+            ((path, size, mtime) for path, (size, mtime) in entries.items()) for entries in listings
+        )
         self.digests[key] = value
-        return self._meta(key) == value, value
+        return value is not None and self._meta(key) == value, value
 
     # ------------------------------------------------------------ meta
 

@@ -1,0 +1,172 @@
+"""A flush with nothing to do tells so from directory listings alone: after one flush found
+nothing to do (``.settled.json``), the next one reads no state file and no rollout while the
+files are exactly as it saw them, and does the full check as soon as anything a flush reads
+changed — an append to a rollout file, a raw memory edited in place, the state or selection
+file, phase two's cap — or when it must retry failed rollouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory import state as gen_state
+from sandmem.memory.generation._attach import get_manager
+from sandmem.memory.generation.manager import FlushReport, MemoryGenerationManager
+from sandmem.memory.layout import MemoryPaths
+from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
+
+PATHS = MemoryPaths("memories", "sessions")
+EXTRACT = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
+
+
+def _segment(rid: str, task: str, minute: int = 0) -> str:
+    return (
+        json.dumps(
+            {
+                "updated_at": f"2026-05-01T10:{minute:02d}:00+00:00",
+                "rollout_id": rid,
+                "input": [{"role": "user", "content": task}],
+                "generated_items": [{"role": "assistant", "content": f"Done: {task}."}],
+                "terminal_metadata": {"terminal_state": "completed"},
+            }
+        )
+        + "\n"
+    )
+
+
+#: a moment two minutes ago: a file changed in the last two seconds is never trusted
+PAST = time.time() - 120
+
+
+def _age(root: Path) -> None:
+    """Date every file back to ``PAST`` (the same moment each time)."""
+    past = PAST
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (past, past))
+
+
+class _Loads:
+    """Counts the reads of the state file (the full check starts with one)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        load = gen_state.load
+
+        async def counting(session: SandboxSession, paths: MemoryPaths) -> object:
+            self.count += 1
+            return await load(session, paths)
+
+        monkeypatch.setattr(gen_state, "load", counting)
+
+
+@pytest.fixture
+async def settled(tmp_path: Path) -> AsyncIterator[tuple[Path, MemoryGenerationManager]]:
+    """A layout of two extracted and consolidated conversations, aged, after a flush that
+    found nothing to do."""
+    root = tmp_path / "ws"
+    session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
+    async with session:
+        for number, rid in enumerate(("invoice", "deploy")):
+            await session.write(PATHS.rollout_file(rid), _segment(rid, f"Fix the {rid}", number))
+        manager = get_manager(session, PATHS, EXTRACT)
+        manager.detach_stop_hook()
+        first = await manager.flush()
+        assert sorted(first.processed) == ["deploy", "invoice"]
+        _age(root)
+        assert _idle(await manager.flush())  # records the aged files' stats in the state
+        _age(root)
+        assert _idle(await manager.flush())  # the full check: nothing to do, so it says so
+        assert (root / PATHS.settled_json).exists()
+        yield root, manager
+
+
+def _idle(report: FlushReport) -> bool:
+    return report == FlushReport(phase_two="skipped")
+
+
+async def test_an_unchanged_layout_is_settled_from_listings(
+    settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _root, manager = settled
+    loads = _Loads(monkeypatch)
+    assert _idle(await manager.flush())
+    assert _idle(await manager.flush(wait_backoff=False))
+    assert loads.count == 0
+
+
+async def test_an_append_to_a_rollout_is_extracted(
+    settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, manager = settled
+    loads = _Loads(monkeypatch)
+    with (root / PATHS.rollout_file("invoice")).open("a") as f:  # in place: no rename
+        f.write(_segment("invoice", "Also round the tax", 30))
+    report = await manager.flush()
+    assert report.processed == ["invoice"] and loads.count == 1
+    assert not (root / PATHS.settled_json).exists()  # what it certified changed
+
+
+async def test_a_raw_memory_edited_in_place_is_checked(
+    settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, manager = settled
+    loads = _Loads(monkeypatch)
+    raw = root / PATHS.raw_memory_file("deploy")
+    with raw.open("r+") as f:  # same size, same directory entry: only the file's mtime moves
+        text = f.read()
+        f.seek(0)
+        f.write(text.replace("segments: 1", "segments: 9"))
+    report = await manager.flush()
+    assert loads.count == 1
+    assert report.processed == ["deploy"]  # no longer up to date: extracted again
+
+
+@pytest.mark.parametrize("change", ["state", "selection", "cap"])
+async def test_the_state_selection_or_cap_changing_means_a_full_check(
+    settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    root, manager = settled
+    loads = _Loads(monkeypatch)
+    if change == "cap":
+        manager.config = manager.config.model_copy(update={"max_raw_memories_for_consolidation": 1})
+    else:
+        path = root / (PATHS.state_json if change == "state" else PATHS.selection_json)
+        path.write_text(path.read_text() + " ")
+    await manager.flush()
+    assert loads.count == 1
+
+
+async def test_retrying_failed_rollouts_is_a_full_check(
+    settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, manager = settled
+    state_file = root / PATHS.state_json
+    state = json.loads(state_file.read_text())
+    state["rollouts"]["deploy"]["status"] = "failed"
+    state_file.write_text(json.dumps(state))
+    _age(root)
+    assert _idle(await manager.flush())  # failed rollouts wait for retry_failed
+    assert json.loads((root / PATHS.settled_json).read_text())["failed"] == 1
+    loads = _Loads(monkeypatch)
+    assert _idle(await manager.flush())
+    assert loads.count == 0
+    await manager.flush(retry_failed=True)
+    assert loads.count == 1
+
+
+async def test_files_too_new_to_trust_are_always_checked(
+    settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, manager = settled
+    os.utime(root / PATHS.rollout_file("invoice"))  # touched now: same size, new mtime
+    loads = _Loads(monkeypatch)
+    assert _idle(await manager.flush())
+    assert _idle(await manager.flush())
+    assert loads.count == 2  # within two seconds nothing is certified
