@@ -9,9 +9,19 @@ rollout id that is a common word).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandmem.memory.selection import RawMemoryRef
-from sandmem.memory.verify import cites, follow_up_message, source_entries, verify
+from sandmem.memory.verify import (
+    Citations,
+    SourceEntry,
+    cited,
+    cites,
+    follow_up_message,
+    source_entries,
+    verify,
+)
 
 
 def ref(rid: str, slug: str = "task") -> RawMemoryRef:
@@ -148,3 +158,25 @@ def test_a_citation_after_a_code_block_or_comment_still_counts() -> None:
         + "### B\n<!--\nx\n-->\nSources:\n- rollout_summaries/b_task.md\n"
     )
     assert cites(memory, ref("a")) and cites(memory, ref("b"))
+
+
+_PIECES = st.sampled_from(
+    ["rollout_summaries/", "ab", "a", "b-c", "_", ".", "/", " ", ",", ".md", "x.md", "ab_", "9"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    texts=st.lists(
+        st.tuples(st.lists(_PIECES, max_size=8).map("".join), st.booleans()), max_size=4
+    ),
+    rollout_id=st.sampled_from(["a", "ab", "b-c", "ab_", "a.b", "9"]),
+    summary=st.sampled_from(["", "ab_x.md", "x.md", "rollout_summaries/ab", "a b.md", "ab"]),
+)
+def test_citations_collected_once_answer_as_the_entry_by_entry_check(
+    texts: list[tuple[str, bool]], rollout_id: str, summary: str
+) -> None:
+    # the set lookups of a large consolidation's check agree with matching each entry
+    entries = [SourceEntry(text, ids) for text, ids in texts]
+    ref = RawMemoryRef(rollout_id, "t", f"sessions/{rollout_id}.jsonl", summary, "completed")
+    assert Citations(entries).names(ref) == cited(entries, ref)

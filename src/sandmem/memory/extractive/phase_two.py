@@ -29,7 +29,7 @@ from sandmem.memory.extractive._summary import render_summary
 from sandmem.memory.extractive._text import cut_lines, nbytes
 from sandmem.memory.layout import SUMMARIES_DIR
 from sandmem.memory.selection import RawMemoryRef
-from sandmem.memory.verify import cites
+from sandmem.memory.verify import Citations, source_entries
 from sandmem.redaction import redact
 
 _DETAIL_KINDS = frozenset({"file", "note", "result", "directory", "outcome"})
@@ -142,7 +142,8 @@ def _cite_the_rest(memory_md: str, refs: list[RawMemoryRef], *, compact: bool = 
     """Every selected conversation is cited (the verification rule): those whose group was
     dropped for having no learnings or for the budget are listed as sources at the end (by
     rollout id only when the full source lines would not fit the budget)."""
-    missing = [r for r in refs if not cites(memory_md, r)]
+    citations = Citations(source_entries(memory_md))
+    missing = [r for r in refs if not citations.names(r)]
     if not missing:
         return memory_md
     if compact:

@@ -28,6 +28,7 @@ from sandmem.memory.live_edit import apply_live_edit, patch_targets, workspace_r
 from sandmem.memory.mcp._store import StoreSync
 from sandmem.memory.rollouts import note_segment, validate_rollout_id
 from sandmem.memory.store import MemoryStore
+from sandmem.memory.views._maintenance import conversation_page
 from sandmem.redaction import Redactor
 from sandmem.tracing import Span, span
 
@@ -392,10 +393,11 @@ class MemoryTools:
         return page(path, text, args.offset, args.limit)
 
     async def _memory_list(self, args: ListArgs, caller: Caller, handle: Span) -> str:
-        found = await api.list_conversations(self._target, layout=self.options.layout)
+        async with api._opened(self._target, self.options.layout) as (session, paths, _):
+            found, total = await conversation_page(session, paths, limit=args.limit)
         keep = ("rollout_id", "status", "updated_at", "task", "summary_file")
-        rows = [c.model_dump(include=set(keep)) for c in found[: args.limit]]
-        more = len(found) - len(rows)
+        rows = [c.model_dump(include=set(keep)) for c in found]  # one page, from the index
+        more = total - len(rows)
         text = json.dumps(rows, ensure_ascii=False, indent=1)
         return text + (f"\n({more} older conversations not shown)" if more > 0 else "")
 

@@ -94,12 +94,24 @@ async def conversations(
     most recently updated first; ``offset`` and ``limit`` take one page of them (only that
     page's rows are built). The files' facts and the state entries come from the layout
     index (``_index``), refreshed for what changed."""
+    return (await conversation_page(session, paths, limit=limit, offset=offset))[0]
+
+
+async def conversation_page(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[ConversationInfo], int]:
+    """``conversations`` and how many conversations there are in all."""
     if (limit is not None and limit < 0) or offset < 0:
         raise UserError(f"limit and offset must not be negative, got {limit} and {offset}")
     # one page: list the rollout files only, and check that page's raw memories one by one
     part = "conversations" if limit is None else "rollouts"
     async with opened_index(session, paths, part) as index:
-        return index.infos(await index.checked(index.conversations(limit, offset)))
+        page = index.infos(await index.checked(index.conversations(limit, offset)))
+        return page, index.count()
 
 
 async def rollout_statuses(session: SandboxSession, paths: MemoryPaths) -> list[dict[str, Any]]:
