@@ -24,6 +24,8 @@ from sandmem.memory.state import (
     parse_state,
     reconcile,
     record_failure,
+    state_text,
+    status_of,
 )
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -183,3 +185,36 @@ def test_json_depth_limit() -> None:
         loads_bounded("[" * 200_000 + "]" * 200_000)
     # many brackets inside strings are not depth
     assert loads_bounded(json.dumps({"code": "[" * 1000})) == {"code": "[" * 1000}
+
+
+def test_the_state_file_is_one_entry_a_line_and_parses_back() -> None:
+    state, _ = parse_state(
+        json.dumps(
+            {
+                "version": 1,
+                "rollouts": {
+                    "b": {"status": "failed", "attempts": 3, "last_error": 'x "quoted"'},
+                    "a": {"status": "done", "segments": 2, "updated_at": "t"},
+                },
+                "phase_two": {"status": "done", "selection": '{"added": ["a"]}'},
+            }
+        ),
+        "state.json",
+    )
+    text = state_text(state.to_json())
+    assert json.loads(text) == state.to_json()
+    rollouts = text.split('"rollouts": {\n', 1)[1].split("\n  }", 1)[0].splitlines()
+    assert [line.split(": ", 1)[0].strip() for line in rollouts] == ['"a"', '"b"']
+    assert json.loads(rollouts[0].split(": ", 1)[1].rstrip(",")) == state.to_json()["rollouts"]["a"]
+    assert json.loads(state_text({"version": 1, "rollouts": {}})) == {"version": 1, "rollouts": {}}
+
+
+@pytest.mark.parametrize("up_to_date", [True, False])
+@pytest.mark.parametrize("same", [True, False])
+@pytest.mark.parametrize("status", [None, "pending", "done", "failed", "skipped"])
+def test_status_of_is_what_reconcile_gives(
+    status: str | None, same: bool, up_to_date: bool
+) -> None:
+    entry = None if status is None else RolloutState(status=status, segments=2, updated_at="t")
+    reconciled = reconcile(entry, 2 if same else 3, "t", up_to_date)
+    assert status_of(status, same, up_to_date) == reconciled.status  # type: ignore[arg-type]

