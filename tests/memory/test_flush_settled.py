@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sandmem import memory as api
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 from sandmem.memory import state as gen_state
 from sandmem.memory.generation._attach import get_manager
@@ -45,11 +46,10 @@ PAST = time.time() - 120
 
 
 def _age(root: Path) -> None:
-    """Date every file back to ``PAST`` (the same moment each time)."""
+    """Date every file and directory back to ``PAST`` (the same moment each time)."""
     past = PAST
-    for path in root.rglob("*"):
-        if path.is_file():
-            os.utime(path, (past, past))
+    for path in sorted(root.rglob("*"), reverse=True):  # a directory after what it holds
+        os.utime(path, (past, past), follow_symlinks=False)
 
 
 class _Loads:
@@ -94,7 +94,8 @@ def _idle(report: FlushReport) -> bool:
 async def test_an_unchanged_layout_is_settled_from_listings(
     settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _root, manager = settled
+    root, manager = settled
+    await api.search(root, "invoice")  # looking at memory rewrites only the derived index
     loads = _Loads(monkeypatch)
     assert _idle(await manager.flush())
     assert _idle(await manager.flush(wait_backoff=False))
@@ -106,8 +107,10 @@ async def test_an_append_to_a_rollout_is_extracted(
 ) -> None:
     root, manager = settled
     loads = _Loads(monkeypatch)
-    with (root / PATHS.rollout_file("invoice")).open("a") as f:  # in place: no rename
+    rollout = root / PATHS.rollout_file("invoice")
+    with rollout.open("a") as f:  # in place: no rename, the directory unchanged
         f.write(_segment("invoice", "Also round the tax", 30))
+    os.utime(rollout, (PAST + 1, PAST + 1))  # old enough to trust: the listing tells it
     report = await manager.flush()
     assert report.processed == ["invoice"] and loads.count == 1
     assert not (root / PATHS.settled_json).exists()  # what it certified changed
@@ -123,6 +126,7 @@ async def test_a_raw_memory_edited_in_place_is_checked(
         text = f.read()
         f.seek(0)
         f.write(text.replace("segments: 1", "segments: 9"))
+    os.utime(raw, (PAST + 1, PAST + 1))  # an mtime of its own, old enough to trust
     report = await manager.flush()
     assert loads.count == 1
     assert report.processed == ["deploy"]  # no longer up to date: extracted again

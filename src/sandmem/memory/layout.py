@@ -173,6 +173,7 @@ MEMORY_ENTRIES: dict[str, tuple[EntryKind, bool]] = {
     CONSOLIDATED_MD: (_FILE, False),
     INDEX_DB: (_FILE, False),
     INDEX_LOCK: (_FILE, False),
+    SETTLED_JSON: (_FILE, False),
 }
 
 
@@ -264,11 +265,14 @@ async def _move_aside(
 _SKILLS_SWEEP_DEPTH = 4
 
 
-async def sweep_write_temps(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+async def sweep_write_temps(
+    session: SandboxSession, paths: MemoryPaths, *, skip: tuple[str, ...] = ()
+) -> list[str]:
     """Remove the temp files an atomic write leaves when its process is killed before the
     rename (the target itself is whole: old or new). Called under the layout's generation
     lock; a temp whose write may still finish (its process is alive, e.g. a run making a live
-    memory update, which does not take that lock) is kept. Returns what was removed.
+    memory update, which does not take that lock) is kept. ``skip``: directories the caller
+    knows hold none. Returns what was removed.
     """
     removed: list[str] = []
 
@@ -284,7 +288,8 @@ async def sweep_write_temps(session: SandboxSession, paths: MemoryPaths) -> list
                 await sweep(path, depth - 1)
 
     for directory in (paths.memories_dir, paths.raw_dir, paths.summaries_dir, paths.backup_dir):
-        await sweep(directory, 0)
+        if directory not in skip:
+            await sweep(directory, 0)
     await sweep(paths.skills_dir, _SKILLS_SWEEP_DEPTH)
     return removed
 

@@ -33,7 +33,10 @@ from sandmem.memory.generation._gate import AdaptiveGate, FixedGate, Gate
 from sandmem.memory.generation._redact_pass import MemoryRedactionPass
 from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
+    INDEX_DB,
+    INDEX_LOCK,
     LOCK,
+    SETTLED_JSON,
     MemoryPaths,
     RolloutFingerprint,
     bound_rollout,
@@ -142,6 +145,13 @@ async def _listed_stats(
             path = f"{directory}/{name}"
             found[path] = FileStat(size, mtime) if kind == EntryKind.FILE else None
     return found, listed
+
+
+#: entries of the memory directory that change without changing what a flush would do: the
+#: layout index (rewritten by reads; a side file of it too), its lock, the layout lock, the
+#: settled record itself
+def _not_settled(name: str) -> bool:
+    return name.startswith(INDEX_DB) or name in (INDEX_LOCK, LOCK, SETTLED_JSON)
 
 
 def _nothing_to_do(stored: dict[str, Any], now: dict[str, Any], retry_failed: bool) -> bool:
@@ -300,7 +310,14 @@ class MemoryGenerationManager:
     ) -> None:
         async with self.session.lock(self.paths.lock, timeout=LOCK_TIMEOUT_S):
             await self.prepare()
-            removed = await sweep_write_temps(self.session, self.paths)
+            settled, temps = await self._settled_view()
+            stored = await gen_state.load_settled(self.session, self.paths)
+            quiet = settled is not None and stored is not None
+            quiet = quiet and _nothing_to_do(stored or {}, settled or {}, retry_failed)
+            # the files are as a flush that swept them left them: no new temp can be in the
+            # raw memories (listed) or the summaries (their directory's mtime is unchanged)
+            skip = () if temps or not quiet else (self.paths.raw_dir, self.paths.summaries_dir)
+            removed = await sweep_write_temps(self.session, self.paths, skip=skip)
             if removed:
                 logger.warning("removed %d temp file(s) left by a killed write", len(removed))
             for note in await journal.recover(self.session, self.paths):
@@ -313,12 +330,9 @@ class MemoryGenerationManager:
                 redactor=self.redactor,
                 retention=phase_two.retention_of(self.config),
             )
-            settled = await self._settled_view()
-            stored = await gen_state.load_settled(self.session, self.paths)
-            if settled is not None and stored is not None and not report.problems:
-                if _nothing_to_do(stored, settled, retry_failed):
-                    report.phase_two = "skipped"
-                    return
+            if quiet and not report.problems:
+                report.phase_two = "skipped"
+                return
             if stored is not None:  # this flush may change what it certified
                 await gen_state.save_settled(self.session, self.paths, None)
             state, problems = await gen_state.load(self.session, self.paths)
@@ -348,29 +362,30 @@ class MemoryGenerationManager:
                     self.session, self.paths, {**settled, "failed": failed}
                 )
 
-    async def _settled_view(self) -> dict[str, Any] | None:
-        """What decides that a flush has nothing to do, from two directory listings and two
-        ``stat`` calls: the rollout files and raw memories (names, sizes, mtimes), the state
-        and selection files, and phase two's cap. ``None`` when a file is too new to trust
-        (``RACY_NS``) or the backend gives no mtimes: the flush then checks everything."""
+    async def _settled_view(self) -> tuple[dict[str, Any] | None, bool]:
+        """What decides that a flush has nothing to do, from three directory listings: the
+        memory directory's own entries (the state and selection files, a commit record, the
+        subdirectories' mtimes), the rollout files and the raw memories (names, sizes,
+        mtimes), and phase two's cap; and whether the raw memories hold a hidden entry (a
+        write's temp). ``None`` when a file is too new to trust (``RACY_NS``) or the backend
+        gives no mtimes: the flush then checks everything."""
         listings = []
-        for directory in (self.paths.sessions_dir, self.paths.raw_dir):
+        temps = False
+        for directory in (self.paths.memories_dir, self.paths.sessions_dir, self.paths.raw_dir):
             try:
                 entries = await self.session.stat_dir(directory)
             except SandboxError:
                 entries = []  # not there (yet): no rollouts, or no raw memories
+            if directory == self.paths.memories_dir:  # what reads and this check rewrite
+                entries = [e for e in entries if not _not_settled(e[0])]
+            elif directory == self.paths.raw_dir:
+                temps = any(name.startswith(".") for name, _kind, _size, _mtime in entries)
             listings.append([(name, size, mtime) for name, _kind, size, mtime in entries])
-        files = [self.paths.state_json, self.paths.selection_json]
-        try:
-            stats = await self.session.stat_many(files)
-        except SandboxError:
-            return None
-        pairs = [(path, s.size, s.mtime_ns) for path, s in stats.items() if s is not None]
-        digest = listing_digest([*listings, pairs])
+        digest = listing_digest(listings)
         if digest is None:
-            return None
+            return None, temps
         cap = self.config.max_raw_memories_for_consolidation
-        return {"version": 1, "files": digest, "cap": cap}
+        return {"version": 1, "files": digest, "cap": cap}, temps
 
     # ------------------------------------------------------------ phase one
 
