@@ -122,7 +122,7 @@ async def _noop_flush(root: Path) -> float:
     return elapsed
 
 
-async def _measure(root: Path, count: int, repeat: int) -> dict[str, Any]:
+async def _measure(root: Path, count: int, repeat: int, settle: bool) -> dict[str, Any]:
     built = await _build(root, count)
     started = time.perf_counter()
     index = await api.reindex(root)
@@ -150,7 +150,8 @@ async def _measure(root: Path, count: int, repeat: int) -> dict[str, Any]:
     page = await api.view_html(root)
     result["view"] = time.perf_counter() - started
     result["view_bytes"] = len(page.encode("utf-8"))
-    await _settle(root)
+    if settle:  # else the no-op flush may be a full check (a smoke run's fresh files)
+        await _settle(root)
     result["noop"] = median([await _noop_flush(root) for _ in range(repeat)])
     return result
 
@@ -186,12 +187,13 @@ def _verdict(first: dict[str, Any], last: dict[str, Any]) -> str:
     return "; ".join(f"{what}: {'met' if ok else '**MISSED**'}" for what, ok in checks)
 
 
-def run(counts: tuple[int, ...] = COUNTS, repeat: int = REPEAT) -> Figure:
+def run(counts: tuple[int, ...] = COUNTS, repeat: int = REPEAT, settle: bool = True) -> Figure:
     keep = os.environ.get("SANDMEM_SCALE_DIR")
     with tempfile.TemporaryDirectory(prefix="sandmem-scale-") as scratch:
         base = Path(keep) if keep else Path(scratch)
         results = [
-            asyncio.run(_measure(base / f"layout-{count}", count, repeat)) for count in counts
+            asyncio.run(_measure(base / f"layout-{count}", count, repeat, settle))
+            for count in counts
         ]
     rows = [
         [

@@ -173,7 +173,7 @@ def test_ingest_figure_records_once_and_then_only_the_appended_turn() -> None:
 
 
 def test_scale_figure_runs_on_tiny_layouts() -> None:
-    figure = bench_scale.run(counts=(4, 8), repeat=1)
+    figure = bench_scale.run(counts=(4, 8), repeat=1, settle=False)
     check_section(figure, "scale")
     results = figure.data["results"]
     assert [r["count"] for r in results] == [4, 8]

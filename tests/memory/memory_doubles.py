@@ -1,5 +1,5 @@
 """Deterministic models for memory tests: a scripted agent, a phase-one extractor, and a
-phase-two consolidator that writes through its scoped tools."""
+phase-two consolidator that writes through its scoped tools; and a rollout file's line."""
 
 from __future__ import annotations
 
@@ -79,3 +79,22 @@ def phase_two_model(summary: str = "Summary: fixed src/app.py; run `pytest -q`."
         return "consolidated"
 
     return FunctionModel(fn, name="phase-two")
+
+
+def segment_line(rid: str, task: str, minute: int = 0, answer: str = "done") -> str:
+    """One completed run segment of ``rid`` as a rollout file line: ``task`` asked, ``answer``
+    given, at 10:``minute`` on 2026-05-01."""
+    return (
+        json.dumps(
+            {
+                "updated_at": f"2026-05-01T10:{minute:02d}:00+00:00",
+                "rollout_id": rid,
+                "input": [{"role": "user", "content": task}],
+                "generated_items": [
+                    {"role": "assistant", "content": f"{answer}: {task.lower()}. Tests pass."}
+                ],
+                "terminal_metadata": {"terminal_state": "completed"},
+            }
+        )
+        + "\n"
+    )

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from memory_doubles import segment_line as _segment
 
 from sandmem import memory as api
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
@@ -24,21 +25,6 @@ from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
 PATHS = MemoryPaths("memories", "sessions")
 EXTRACT = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
-
-
-def _segment(rid: str, task: str, minute: int = 0) -> str:
-    return (
-        json.dumps(
-            {
-                "updated_at": f"2026-05-01T10:{minute:02d}:00+00:00",
-                "rollout_id": rid,
-                "input": [{"role": "user", "content": task}],
-                "generated_items": [{"role": "assistant", "content": f"Done: {task}."}],
-                "terminal_metadata": {"terminal_state": "completed"},
-            }
-        )
-        + "\n"
-    )
 
 
 #: a moment two minutes ago: a file changed in the last two seconds is never trusted

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from memory_doubles import segment_line as segment
 
 from sandmem import UserError
 from sandmem import memory as api
@@ -44,23 +45,6 @@ TOPICS = [
     ("poetry", "Switch the project from pip to poetry"),
     ("health", "Return 200 from the health check when redis is down"),
 ]
-
-
-def segment(rid: str, task: str, minute: int, answer: str = "done") -> str:
-    return (
-        json.dumps(
-            {
-                "updated_at": f"2026-05-01T10:{minute:02d}:00+00:00",
-                "rollout_id": rid,
-                "input": [{"role": "user", "content": task}],
-                "generated_items": [
-                    {"role": "assistant", "content": f"{answer}: {task.lower()}. Tests pass."}
-                ],
-                "terminal_metadata": {"terminal_state": "completed"},
-            }
-        )
-        + "\n"
-    )
 
 
 def age(root: Path, seconds: float = 120.0) -> None:

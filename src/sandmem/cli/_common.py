@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from sandmem._errors import UserError
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
@@ -56,6 +57,12 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
     asyncio.run(main())
     return box[0]
+
+
+def emit_model(value: Any) -> None:
+    """A result model (or a list or dict holding them) as indented JSON on stdout."""
+    data = TypeAdapter(Any).dump_python(value, mode="json")
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def workspace_option(*, required: bool) -> Callable[[F], F]:

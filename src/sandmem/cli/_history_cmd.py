@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from sandmem.cli._common import (
+    emit_model,
     layout_config,
     layout_options,
     run_async,
@@ -19,7 +20,6 @@ from sandmem.cli._common import (
     store_options,
     workspace_option,
 )
-from sandmem.cli._memory_cmd import emit_model
 from sandmem.memory import (
     ProposalInfo,
     VersionInfo,

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from sandmem.cli._common import (
+    emit_model,
     engine_options,
     generate_config,
     layout_config,
@@ -23,7 +24,6 @@ from sandmem.cli._common import (
     run_async,
     workspace_option,
 )
-from sandmem.cli._memory_cmd import emit_model
 from sandmem.cli._output import report_lines
 from sandmem.memory import (
     IngestReport,

@@ -6,16 +6,20 @@ result model's JSON.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import TypeAdapter
 
 from sandmem._errors import MemoryNotFoundError
 from sandmem._log_lines import human_size
-from sandmem.cli._common import layout_config, layout_options, run_async, workspace_option
+from sandmem.cli._common import (
+    emit_model,
+    layout_config,
+    layout_options,
+    run_async,
+    workspace_option,
+)
 from sandmem.cli._group import LazyGroup
 from sandmem.memory import (
     ConversationInfo,
@@ -54,12 +58,6 @@ def memory_group() -> None:
     Every subcommand takes --workspace (default: the current directory) and the layout
     flags --memories-dir / --sessions-dir.
     """
-
-
-def emit_model(value: Any) -> None:
-    """A result model (or a list or dict holding them) as indented JSON on stdout."""
-    data = TypeAdapter(Any).dump_python(value, mode="json")
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 # ---------------------------------------------------------------- tree

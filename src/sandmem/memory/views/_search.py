@@ -147,27 +147,23 @@ def query_terms(conn: sqlite3.Connection, query: str) -> list[str]:
 
 def create_tables(conn: sqlite3.Connection) -> None:
     """Create the search tables (``SCHEMA``) in ``conn``'s main database."""
-    try:
-        for statement in SCHEMA:
-            conn.execute(statement)
-    except sqlite3.OperationalError as exc:
-        raise _no_fts5(exc) from exc
+    _create(conn, SCHEMA)
 
 
 def scratch(conn: sqlite3.Connection) -> None:
     """Create this connection's scratch tables (``_SCRATCH``), once."""
+    _create(conn, _SCRATCH)
+
+
+def _create(conn: sqlite3.Connection, statements: tuple[str, ...]) -> None:
     try:
-        for statement in _SCRATCH:
+        for statement in statements:
             conn.execute(statement)
     except sqlite3.OperationalError as exc:
-        raise _no_fts5(exc) from exc
-
-
-def _no_fts5(exc: sqlite3.OperationalError) -> UserError:
-    return UserError(
-        f"memory search needs SQLite with FTS5, which this Python's sqlite3 lacks ({exc}); "
-        "use a Python build whose SQLite has FTS5 enabled"
-    )
+        raise UserError(
+            f"memory search needs SQLite with FTS5, which this Python's sqlite3 lacks ({exc}); "
+            "use a Python build whose SQLite has FTS5 enabled"
+        ) from exc
 
 
 def _connect() -> sqlite3.Connection:
