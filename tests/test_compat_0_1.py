@@ -33,7 +33,7 @@ from sandmem import (
     Shell,
     UnixLocalSandboxClient,
 )
-from sandmem.memory import generate, search, status
+from sandmem.memory import generate, list_conversations, search, status
 from sandmem.models import ModelRequest
 from sandmem.sandboxes import Manifest, SandboxSessionState, _ownership
 from sandmem.testing import FunctionModel
@@ -60,8 +60,10 @@ async def test_a_0_1_layout_reads_as_generated(era: str, tmp_path: Path) -> None
     before = [p.read_bytes() for p in files]
 
     found = await status(workspace)
-    assert {c.rollout_id for c in found.conversations} == CONVERSATIONS
-    assert {c.status for c in found.conversations} == {"done"}
+    assert found.counts.done == found.counts.total == len(CONVERSATIONS)
+    rows = await list_conversations(workspace)
+    assert {c.rollout_id for c in rows} == CONVERSATIONS
+    assert {c.status for c in rows} == {"done"}
     assert found.last_consolidation is not None
     assert found.last_consolidation.status == "done"
     assert found.tokens.phase_one.requests == 0  # the extractive engine's log records
@@ -99,9 +101,9 @@ async def test_a_new_run_reads_0_1_memory_and_records_beside_it(era: str, tmp_pa
         config = RunConfig(sandbox=SandboxRunConfig(session=session))
         await Runner.run(agent, "What did we fix?", run_config=config, conversation_id="third")
     assert summary.splitlines()[0] in seen[0]
-    after = await status(workspace)
-    assert {c.rollout_id for c in after.conversations} == {*CONVERSATIONS, "third"}
-    assert {c.status for c in after.conversations} == {"done"}
+    rows = await list_conversations(workspace)
+    assert {c.rollout_id for c in rows} == {*CONVERSATIONS, "third"}
+    assert {c.status for c in rows} == {"done"}
 
 
 @pytest.mark.parametrize("era", ERAS)
