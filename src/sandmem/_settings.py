@@ -20,7 +20,7 @@ class Reasoning(BaseModel):
     """Reasoning options: ``effort`` and ``summary`` (``"auto"``, ``"concise"``,
     ``"detailed"``)."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", defer_build=True)
 
     effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
@@ -71,7 +71,7 @@ class ModelSettings(BaseModel):
     API call. ``retry`` (a ``ModelRetrySettings`` or a dict) sets the request's retry count.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     temperature: float | None = None
     top_p: float | None = None

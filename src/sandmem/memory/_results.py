@@ -23,7 +23,7 @@ MemoryFileKind = Literal["summary", "memory", "rollout_summary", "raw_memory", "
 
 
 class _Result(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     _described: ClassVar[bool] = False
 

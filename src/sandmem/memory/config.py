@@ -127,7 +127,7 @@ class MemoryReadConfig(BaseModel):
     review inbox (``sandmem memory inbox``) instead of changing memory; later runs read the
     approved memory."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     live_update: bool | Literal["propose"] = True
 
@@ -141,7 +141,9 @@ class MemoryGenerateConfig(BaseModel):
     per layout). Models are a name (resolved by ``model_provider``, default the OpenAI
     provider), a ``Model``, or ``"extractive"`` for the deterministic model-free engine."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     max_raw_memories_for_consolidation: int = 256
     phase_one_model: str | Model = "gpt-5.4-mini"

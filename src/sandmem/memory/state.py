@@ -67,7 +67,7 @@ PhaseTwoStatus = Literal["done", "incomplete", "proposed", "failed", "skipped", 
 class RolloutState(BaseModel):
     """One rollout's entry in ``generation_state.json``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     status: RolloutStatus = "pending"
     attempts: int = Field(default=0, ge=0)
@@ -92,7 +92,7 @@ class RolloutState(BaseModel):
 class PhaseTwoState(BaseModel):
     """The last consolidation of the layout."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     status: PhaseTwoStatus | None = None
     last_error: str | None = None
@@ -131,7 +131,7 @@ class PhaseTwoState(BaseModel):
 class GenerationState(BaseModel):
     """The whole ``generation_state.json``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     version: int = STATE_VERSION
     rollouts: dict[str, RolloutState] = Field(default_factory=dict)
