@@ -17,10 +17,10 @@ from sandmem.memory._api import MemoryTarget, _locked, _opened, _run_sync
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
 from sandmem.memory.history import Attribution, Version, unified
-from sandmem.memory.layout import INDEX_NAME, MemoryPaths
+from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.store._history_sync import replace_mirror, sync_history
 from sandmem.memory.store._sync import redact_store
-from sandmem.memory.views._index import remove_index
+from sandmem.memory.views._index import INDEX_NAME, remove_index
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
