@@ -11,8 +11,6 @@ from collections.abc import Iterator
 
 import click
 
-from sandmem.redaction import redact
-
 
 def human_size(size: int | None) -> str:
     if size is None:
@@ -29,6 +27,14 @@ def human_size(size: int | None) -> str:
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def redact(text: str) -> str:
+    """``redaction.redact``, imported when a line is shown (its patterns compile on import:
+    a command that logs nothing does not pay for them)."""
+    from sandmem.redaction import redact as redact_text
+
+    return redact_text(text)
 
 
 class RedactLogRecords(logging.Filter):
