@@ -160,3 +160,22 @@ async def test_files_too_new_to_trust_are_always_checked(
     assert _idle(await manager.flush())
     assert _idle(await manager.flush())
     assert loads.count == 2  # within two seconds nothing is certified
+
+
+@pytest.mark.parametrize("edited", ["MEMORY.md", "skills/deploy/SKILL.md"])
+async def test_a_memory_file_edited_by_hand_is_versioned(
+    settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch, edited: str
+) -> None:
+    # a settled flush skips the hand-edit check only while no memory file changed
+    root, manager = settled
+    path = root / PATHS.memories_dir / edited
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:  # in place
+        f.write("\n- Deploys need the VPN.\n")
+    os.utime(path, (PAST + 1, PAST + 1))
+    for parent in path.relative_to(root / PATHS.memories_dir).parents:  # even when no
+        os.utime(root / PATHS.memories_dir / parent, (PAST, PAST))  # directory looks touched
+    loads = _Loads(monkeypatch)
+    await manager.flush()
+    assert loads.count == 1
+    assert (await api.log(root))[0].kind == "hand_edit"

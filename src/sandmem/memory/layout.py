@@ -330,6 +330,35 @@ async def read_isolated(
     return found, problems
 
 
+#: ``(size, mtime_ns)`` of a file (``None`` when the backend gives no mtime)
+Stat = tuple[int, int | None]
+#: directories below skills/ deeper than this are not entered (as ``ScopedFiles.walk``)
+MAX_DEPTH = 8
+
+
+async def list_files(session: SandboxSession, top: str, depth: int) -> dict[str, Stat]:
+    """Regular, visible files below ``top`` (``depth`` levels of subdirectories), with their
+    stat; symlinks and special files are left out (never followed)."""
+    found: dict[str, Stat] = {}
+    pending = [(top, 0)]
+    file, directory_kind = EntryKind.FILE, EntryKind.DIRECTORY
+    while pending:
+        directory, level = pending.pop()
+        try:
+            entries = await session.stat_dir(directory)
+        except SandboxError:
+            continue  # missing, or not a directory
+        prefix = f"{directory}/"
+        for name, kind, size, mtime in entries:
+            if name[0] == ".":
+                continue
+            if kind == file:
+                found[prefix + name] = (size, mtime)
+            elif kind == directory_kind and level < depth:
+                pending.append((prefix + name, level + 1))
+    return found
+
+
 #: a file modified this recently is not trusted to look changed: one rewritten twice within
 #: one timestamp tick, with the same size, would otherwise look unchanged
 RACY_NS = 2_000_000_000

@@ -36,6 +36,7 @@ from sandmem.memory.layout import (
     INDEX_DB,
     INDEX_LOCK,
     LOCK,
+    MAX_DEPTH,
     SETTLED_JSON,
     MemoryPaths,
     RolloutFingerprint,
@@ -43,6 +44,7 @@ from sandmem.memory.layout import (
     ensure_layout,
     fingerprint,
     is_up_to_date,
+    list_files,
     listing_digest,
     make_way,
     read_isolated,
@@ -323,13 +325,14 @@ class MemoryGenerationManager:
             for note in await journal.recover(self.session, self.paths):
                 path, _, reason = note.partition(": ")
                 report.problems.setdefault(path, reason)
-            await journal.notice(  # an edit made outside any run: a version of its own
-                self.session,
-                self.paths,
-                Attribution("hand_edit"),
-                redactor=self.redactor,
-                retention=phase_two.retention_of(self.config),
-            )
+            if not quiet:  # (settled: no memory file changed since a flush versioned them)
+                await journal.notice(  # an edit made outside any run: a version of its own
+                    self.session,
+                    self.paths,
+                    Attribution("hand_edit"),
+                    redactor=self.redactor,
+                    retention=phase_two.retention_of(self.config),
+                )
             if quiet and not report.problems:
                 report.phase_two = "skipped"
                 return
@@ -363,12 +366,12 @@ class MemoryGenerationManager:
                 )
 
     async def _settled_view(self) -> tuple[dict[str, Any] | None, bool]:
-        """What decides that a flush has nothing to do, from three directory listings: the
-        memory directory's own entries (the state and selection files, a commit record, the
-        subdirectories' mtimes), the rollout files and the raw memories (names, sizes,
-        mtimes), and phase two's cap; and whether the raw memories hold a hidden entry (a
-        write's temp). ``None`` when a file is too new to trust (``RACY_NS``) or the backend
-        gives no mtimes: the flush then checks everything."""
+        """What decides that a flush has nothing to do, from directory listings: the memory
+        directory's own entries (the state and selection files, ``MEMORY.md``, a commit
+        record, the subdirectories' mtimes), the rollout files, the raw memories and the
+        skills (names, sizes, mtimes), and phase two's cap; and whether the raw memories hold
+        a hidden entry (a write's temp). ``None`` when a file is too new to trust
+        (``RACY_NS``) or the backend gives no mtimes: the flush then checks everything."""
         listings = []
         temps = False
         for directory in (self.paths.memories_dir, self.paths.sessions_dir, self.paths.raw_dir):
@@ -381,6 +384,9 @@ class MemoryGenerationManager:
             elif directory == self.paths.raw_dir:
                 temps = any(name.startswith(".") for name, _kind, _size, _mtime in entries)
             listings.append([(name, size, mtime) for name, _kind, size, mtime in entries])
+        with no_symlinks():
+            skills = await list_files(self.session, self.paths.skills_dir, MAX_DEPTH)
+        listings.append([(path, size, mtime) for path, (size, mtime) in skills.items()])
         digest = listing_digest(listings)
         if digest is None:
             return None, temps

@@ -46,11 +46,14 @@ from sandmem.memory._results import ConversationInfo, IndexReport
 from sandmem.memory.layout import (
     INDEX_DB,
     INDEX_LOCK,
+    MAX_DEPTH,
     RACY_NS,
     SUMMARIES_DIR,
     MemoryPaths,
+    Stat,
     fingerprint,
     is_up_to_date,
+    list_files,
     listing_digest,
     make_way,
     parse_header,
@@ -61,7 +64,6 @@ from sandmem.memory.state import RolloutState, RolloutStatus
 from sandmem.memory.views import _search
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
-from sandmem.sandboxes._types import EntryKind
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -76,8 +78,6 @@ INDEX_VERSION = 2
 TASK_CHARS = 120
 #: files read at once while deriving rows
 _READ_BATCH = 64
-#: directories below skills/ deeper than this are not entered (as ``ScopedFiles.walk``)
-MAX_DEPTH = 8
 #: bytes before the log's indexed end that must be unchanged for only the new lines to be read
 _LOG_TAIL = 256
 
@@ -95,8 +95,6 @@ _SCHEMA = (
 )
 #: the tables a rebuild empties
 _TABLES = ("conversations", "states", "docs", "sections", "sections_fts")
-
-Stat = tuple[int, int | None]
 
 
 @dataclass(frozen=True)
@@ -179,29 +177,6 @@ def summary_name(raw_memory_text: str | None) -> str | None:
     if not name.startswith(f"{SUMMARIES_DIR}/") or ".." in name.split("/"):
         return None
     return name
-
-
-async def list_files(session: SandboxSession, top: str, depth: int) -> dict[str, Stat]:
-    """Regular, visible files below ``top`` (``depth`` levels of subdirectories), with their
-    stat; symlinks and special files are left out (never followed)."""
-    found: dict[str, Stat] = {}
-    pending = [(top, 0)]
-    file, directory_kind = EntryKind.FILE, EntryKind.DIRECTORY
-    while pending:
-        directory, level = pending.pop()
-        try:
-            entries = await session.stat_dir(directory)
-        except SandboxError:
-            continue  # missing, or not a directory
-        prefix = f"{directory}/"
-        for name, kind, size, mtime in entries:
-            if name[0] == ".":
-                continue
-            if kind == file:
-                found[prefix + name] = (size, mtime)
-            elif kind == directory_kind and level < depth:
-                pending.append((prefix + name, level + 1))
-    return found
 
 
 #: what each part of a call needs listed

@@ -30,10 +30,12 @@ from sandmem.memory._results import (
 )
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.layout import (
+    MAX_DEPTH,
     RAW_DIR,
     SKILLS_DIR,
     SUMMARIES_DIR,
     MemoryPaths,
+    list_files,
     parse_header,
     read_text,
 )
@@ -41,10 +43,8 @@ from sandmem.memory.rollouts import utc_now, validate_rollout_id
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import PhaseTwoState
 from sandmem.memory.views._index import (
-    MAX_DEPTH,
     Listing,
     LogSummary,
-    list_files,
     opened_index,
     summary_name,
 )
