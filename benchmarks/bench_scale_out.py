@@ -82,11 +82,19 @@ async def _seed(s3: Any, prefix: str, layouts: int, rollouts: int) -> None:
     )
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (and its reaped children) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _cpu_s(pid: int, stat: str = "stat") -> float:
+    """User + system CPU seconds of process ``pid`` (and its reaped children) so far; with
+    ``stat="task/<pid>/stat"``, of its main thread alone."""
+    fields = Path(f"/proc/{pid}/{stat}").read_text().rsplit(")", 1)[1].split()
     ticks = sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _main_thread_s(pid: int) -> float:
+    """CPU seconds of the main thread of ``pid``: a worker's event loop (the pipeline, the
+    model client, Redis); the rest of a worker's CPU is its threads (S3 requests in botocore,
+    lease renewals)."""
+    return _cpu_s(pid, f"task/{pid}/stat")
 
 
 def _machine_busy_s() -> float:
@@ -200,15 +208,17 @@ def _throughput(
     rollouts: int,
     redis: Any,
     s3: Any,
-    base_url: str,
+    server: Any,
     tmp: Path,
-) -> tuple[float, int, dict[str, float]]:
+) -> tuple[float, int, dict[str, float], int]:
+    """Seconds until every layout was done, layouts done, CPU seconds by process group (and
+    the machine's), and the model requests the jobs made."""
     count, concurrency = shape
     prefix = f"scale-{count}x{concurrency}-{uuid.uuid4().hex[:6]}"
     queue = f"bench-{uuid.uuid4().hex[:6]}"
     asyncio.run(_seed(s3, prefix, layouts, rollouts))
     log = tmp / f"w{count}x{concurrency}.log"
-    procs = _workers(count, concurrency, redis.url, s3, prefix, queue, base_url, log)
+    procs = _workers(count, concurrency, redis.url, s3, prefix, queue, server.base_url, log)
     pids = {
         "workers": [p.pid for p in procs],
         "SeaweedFS": [s3.proc.pid],
@@ -217,7 +227,9 @@ def _throughput(
     }
     try:
         cpu_before = {k: sum(_cpu_s(p) for p in v) for k, v in pids.items()}
+        cpu_before[_LOOP] = sum(_main_thread_s(p) for p in pids["workers"])
         machine_before = _machine_busy_s()
+        requests_before = len(server.requests)
         started = time.perf_counter()
         asyncio.run(_enqueue(s3, prefix, layouts, redis.url, queue))
         done, elapsed = 0, 0.0
@@ -228,9 +240,10 @@ def _throughput(
                 continue  # cheap: three Redis commands, not one S3 request per layout
             elapsed = time.perf_counter() - started
             cpu = {k: sum(_cpu_s(p) for p in v) - cpu_before[k] for k, v in pids.items()}
+            cpu[_LOOP] = sum(_main_thread_s(p) for p in pids["workers"]) - cpu_before[_LOOP]
             cpu[_MACHINE] = _machine_busy_s() - machine_before
             done = asyncio.run(_done(s3, prefix, layouts, rollouts))
-        return elapsed, done, cpu
+        return elapsed, done, cpu, len(server.requests) - requests_before
     finally:
         for proc in procs:
             proc.kill()
@@ -311,7 +324,7 @@ def run(
         try:
             stops = asyncio.run(_stop_times(s3, redis.url, server.base_url, stop_samples, tmp))
             results = {
-                shape: _throughput(shape, layouts, rollouts, redis, s3, server.base_url, tmp)
+                shape: _throughput(shape, layouts, rollouts, redis, s3, server, tmp)
                 for shape in shapes
             }
         finally:
@@ -328,6 +341,47 @@ def run(
 
 #: the key of the whole machine's busy CPU seconds in a result's CPU split
 _MACHINE = "machine"
+#: the key of the workers' main threads (their event loops) in a result's CPU split
+_LOOP = "worker event loops"
+
+
+def _bound(
+    results: dict[tuple[int, int], tuple[float, int, dict[str, float], int]],
+    shape: tuple[int, int],
+    solo_per_minute: float,
+) -> str:
+    """What held the run of ``shape`` back from ``concurrency`` x the solo rate."""
+    if shape not in results:
+        return ""
+    elapsed, _, cpu, _ = results[shape]
+    count, concurrency = shape
+    core = cpu.get("workers", 0.0) / elapsed / count
+    return (
+        f"{concurrency} jobs in flight at a solo job's latency would make "
+        f"{concurrency * solo_per_minute:.0f} a minute; the worker process kept "
+        f"{core:.0%} of a core busy (one event loop, and Python runs one thread at a time), so "
+        "what is left between the two is the worker's CPU and the latency it adds to each job."
+    )
+
+
+def _where(
+    results: dict[tuple[int, int], tuple[float, int, dict[str, float], int]],
+    shape: tuple[int, int],
+) -> str:
+    """Where a job's CPU went in the run of ``shape``, in a sentence."""
+    if shape not in results:
+        return ""
+    _, done, cpu, _ = results[shape]
+    jobs = max(done, 1) / 1000
+    worker, loop = cpu.get("workers", 0.0), cpu.get(_LOOP, 0.0)
+    return (
+        f"Where its CPU went, a job: {worker / jobs:.0f} ms in the worker ({loop / jobs:.0f} ms on "
+        f"its event loop, {(worker - loop) / jobs:.0f} ms in its threads, which make the S3 "
+        f"requests), {cpu.get('SeaweedFS', 0.0) / jobs:.0f} ms in SeaweedFS, "
+        f"{cpu.get('bench + fake model server', 0.0) / jobs:.0f} ms in the fake model server and "
+        f"this script, {cpu.get('Redis', 0.0) / jobs:.0f} ms in Redis; the whole machine, other "
+        f"work included, was busy {cpu.get(_MACHINE, 0.0) / jobs:.0f} ms a job."
+    )
 
 
 def _label(shape: tuple[int, int]) -> str:
@@ -341,15 +395,17 @@ def _figure(
     delay_s: float,
     stop_samples: int,
     stops: dict[str, float],
-    results: dict[tuple[int, int], tuple[float, int, dict[str, float]]],
+    results: dict[tuple[int, int], tuple[float, int, dict[str, float], int]],
 ) -> Figure:
-    per_minute = {k: done / elapsed * 60 for k, (elapsed, done, _) in results.items()}
+    per_minute = {k: done / elapsed * 60 for k, (elapsed, done, _, _) in results.items()}
     base = min(results)
     cores = os.cpu_count() or 1
     rows = []
-    for shape, (elapsed, done, cpu_all) in results.items():
-        cpu = {k: v for k, v in cpu_all.items() if k != _MACHINE}
+    for shape, (elapsed, done, cpu_all, _) in results.items():
+        cpu = {k: v for k, v in cpu_all.items() if k not in (_MACHINE, _LOOP)}
         total = sum(cpu.values())
+        ms = 1000 / max(done, 1)  # seconds of CPU -> milliseconds a job
+        worker, loop = cpu.get("workers", 0.0), cpu_all.get(_LOOP, 0.0)
         rows.append(
             [
                 _label(shape),
@@ -359,18 +415,23 @@ def _figure(
                 f"{per_minute[shape] / per_minute[base]:.2f}x",
                 f"{total / elapsed / cores:.0%}",
                 f"{cpu_all.get(_MACHINE, 0.0) / elapsed / cores:.0%}",
-                f"{cpu.get('workers', 0.0) / max(done, 1) * 1000:.0f} ms",
+                f"{worker * ms:.0f} ms (event loop {loop * ms:.0f}, threads "
+                f"{(worker - loop) * ms:.0f})",
                 ", ".join(f"{name} {v / total:.0%}" for name, v in cpu.items() if total),
             ]
         )
+    requests = sum(r[3] for r in results.values()) / max(sum(r[1] for r in results.values()), 1)
     body = (
-        f"{layouts} layouts x {rollouts} rollouts, the fake model server at "
-        f"{delay_s * 1000:.0f} ms per request, Redis and SeaweedFS on loopback, one job per "
-        "layout enqueued after the workers were ready (warm: imports, model and S3 clients and "
-        f'connections made before the first job). "CPU used" is the share of this machine\'s '
-        f'{cores} cores that these processes used during the run, "machine busy" the share '
-        'every process on the machine used (other work included); "worker CPU a job" is the '
-        "workers' CPU time over the jobs done.\n\n"
+        f"{layouts} layouts x {rollouts} rollouts, each layout new (its first job), the fake "
+        f"model server at {delay_s * 1000:.0f} ms per request ({requests:.1f} model requests a "
+        f"job: {rollouts} extractions at once, then the consolidation), Redis and SeaweedFS on "
+        "loopback, one job per layout enqueued after the workers were ready (warm: imports, "
+        'model and S3 clients and connections made before the first job). "CPU used" is the '
+        f"share of this machine's {cores} cores that these processes used during the run, "
+        '"machine busy" the share every process on the machine used (other work included); '
+        '"worker CPU a job" is the workers\' CPU time over the jobs done, split into their '
+        "main threads (the event loop: the memory pipeline, the OpenAI client, Redis) and their "
+        "other threads (S3 requests in botocore, lease renewals).\n\n"
         + table(
             [
                 "workers",
@@ -401,8 +462,10 @@ def _figure(
     meaning = (
         f"One worker process at concurrency 16 ran {per_minute.get(one, 0.0):.1f} jobs per minute "
         f"against {per_minute[base]:.1f} for a solo worker ({ratio:.2f}x): its jobs wait on the "
-        f"model together on one event loop. {_label(top)} ran {per_minute[top]:.1f} jobs per "
-        f"minute with the machine's CPU {top_cpu:.0%} busy: "
+        f"model together on one event loop. {_bound(results, one, per_minute[base])} "
+        f"{_where(results, one)} "
+        f"{_label(top)} ran {per_minute[top]:.1f} jobs per minute with the machine's CPU "
+        f"{top_cpu:.0%} busy: "
         + (
             "CPU-bound, not latency-bound, on this machine."
             if top_cpu >= 0.8

@@ -121,6 +121,30 @@ def test_schema_built_once_per_tool() -> None:
     assert tool.spec() is tool.spec()
 
 
+async def test_closures_made_per_run_share_their_shape_but_call_their_own_function() -> None:
+    def make(prefix: str, days: int = 3) -> FunctionTool:
+        @function_tool
+        async def plan(city: str, nights: int = days) -> str:
+            """Plan a trip.
+
+            Args:
+                city: Where to go.
+            """
+            return f"{prefix}{city}:{nights}"
+
+        return plan
+
+    a, b, c = make("a-"), make("b-"), make("c-", days=5)
+    assert a.params_json_schema == b.params_json_schema
+    assert a.params_json_schema is not b.params_json_schema  # each tool owns its copy
+    assert a.description == "Plan a trip."
+    ctx: Any = None
+    assert await a.on_invoke_tool(ctx, '{"city": "Rome"}') == "a-Rome:3"
+    assert await b.on_invoke_tool(ctx, '{"city": "Rome"}') == "b-Rome:3"
+    # another default is another signature: its own model (the default is 5 here)
+    assert await c.on_invoke_tool(ctx, '{"city": "Rome"}') == "c-Rome:5"
+
+
 async def test_spec_objects_reused_across_turns() -> None:
     tool = function_tool(google)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -17,9 +19,10 @@ import pytest
 from services import FreezableProxy, RedisServer, S3Server, start_redis
 
 from sandmem import Filesystem, Memory, RunConfig, Runner, SandboxAgent, SandboxRunConfig, Shell
-from sandmem.distributed import RedisQueue, RedisScheduler, S3MemoryStore, Worker
+from sandmem.distributed import MemoryStoreError, RedisQueue, RedisScheduler, S3MemoryStore, Worker
 from sandmem.distributed._jobs import JobMessage
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.generation import _job as job_module
 from sandmem.memory.store._sync import read_current
 from sandmem.models import ModelRequest
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
@@ -102,6 +105,22 @@ async def _memory_citing(store: S3MemoryStore, rollout: str, within: float = 30.
             return memory
         await asyncio.sleep(0.2)
     raise AssertionError(f"MEMORY.md never cited {rollout}:\n{memory}")
+
+
+async def _queued(
+    redis: RedisServer, queue: str, bucket: str, prefix: str, memories_dir: str = "memories"
+) -> RedisQueue:
+    """The queue with one job on it for the layout ``prefix``/``memories_dir``."""
+    job = JobMessage.model_validate(
+        {
+            "store": {"bucket": bucket, "prefix": prefix},
+            "memories_dir": memories_dir,
+            "sessions_dir": "sessions",
+        }
+    )
+    queued = RedisQueue(redis.url, queue)
+    await queued.enqueue(job.layout_id, job.encode())
+    return queued
 
 
 async def _dead_letter(queue: RedisQueue, within: float = 30.0) -> None:
@@ -219,15 +238,9 @@ async def test_a_permanent_s3_error_fails_the_job_once(
     prefix, queue = _names()
     # a key over S3's 1,024 bytes: KeyTooLongError (400) on every request of this layout (the
     # layout itself is valid: 1,004 characters, the longest a layout directory may have)
-    job = JobMessage.model_validate(
-        {
-            "store": {"bucket": s3_server.bucket, "prefix": prefix},
-            "memories_dir": "/".join(["m" * 200] * 5),
-            "sessions_dir": "sessions",
-        }
+    redis = await _queued(
+        redis_server, queue, s3_server.bucket, prefix, memories_dir="/".join(["m" * 200] * 5)
     )
-    redis = RedisQueue(redis_server.url, queue)
-    await redis.enqueue(job.layout_id, job.encode())
     async with _worker(redis_server.url, s3_server, prefix, queue, retry_base_s=0.1) as worker:
         await _dead_letter(redis)
         await asyncio.sleep(1.0)  # a retry would have come by now (base 0.1 s)
@@ -235,6 +248,72 @@ async def test_a_permanent_s3_error_fails_the_job_once(
     await redis.aclose()
     assert len(dead) == 1 and "KeyTooLong" in dead[0]["reason"], dead
     assert worker.done == 1  # one run, no retry loop
+
+
+async def test_a_permanent_error_is_written_to_the_layouts_log_once(
+    redis_server: RedisServer,
+    s3_server: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prefix, queue = _names()
+    store = S3MemoryStore(s3_server.bucket, prefix, endpoint_url=s3_server.endpoint_url)
+    session = await _run(
+        tmp_path / "ws", store, RedisScheduler(redis_server.url, queue=queue), "p1"
+    )
+    await session.stop()
+    stages: list[str] = []
+
+    async def refused(*args: Any) -> Any:  # as S3 answers a request it will never allow
+        stages.append("stage")
+        raise MemoryStoreError(f"{store.describe()}: AccessDenied", retryable=False)
+
+    monkeypatch.setattr(job_module, "_stage", refused)
+    redis = RedisQueue(redis_server.url, queue)
+    async with _worker(redis_server.url, s3_server, prefix, queue, retry_base_s=0.1) as worker:
+        await _dead_letter(redis)
+        await asyncio.sleep(1.0)  # a retry would have come by now (base 0.1 s)
+    dead = await redis.dead()
+    await redis.aclose()
+    assert stages == ["stage"] and worker.done == 1  # the sweeper did not run it again
+    assert len(dead) == 1 and "AccessDenied" in dead[0]["reason"]
+    assert await store.pending_marks("memories") == []  # the marks it saw were cleared
+    _, files = await read_current(store, "memories", lambda p: p == "generation_log.jsonl")
+    failed = [json.loads(line) for line in files["generation_log.jsonl"].decode().splitlines()]
+    failed = [r for r in failed if r.get("phase") == "job"]
+    assert len(failed) == 1 and failed[0]["status"] == "failed"
+    assert "AccessDenied" in failed[0]["error"] and failed[0]["retryable"] is False
+
+
+async def test_a_retryable_error_backs_off_then_fails_after_max_attempts(
+    redis_server: RedisServer, s3_server: S3Server
+) -> None:
+    prefix, queue = _names()
+    redis = await _queued(redis_server, queue, s3_server.bucket, prefix)
+    with socket.socket() as closed:  # a port nothing listens on: S3 unreachable
+        closed.bind(("127.0.0.1", 0))
+        unreachable = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    worker = Worker(
+        RedisQueue(redis_server.url, queue, visibility_timeout_s=5),
+        S3MemoryStore(s3_server.bucket, prefix, endpoint_url=unreachable, max_attempts=1),
+        EXTRACT,
+        max_attempts=3,
+        retry_base_s=0.05,
+        sweep_interval_s=60,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await _dead_letter(redis)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+        await worker.queue.aclose()
+    dead = await redis.dead()
+    await redis.aclose()
+    assert worker.done == 3  # three runs, then failed for good
+    assert len(dead) == 1 and "after 3 attempts" in dead[0]["reason"]
+    assert "unreachable" in dead[0]["reason"]
 
 
 async def test_garbage_on_the_queue_is_set_aside_and_the_worker_goes_on(
@@ -269,15 +348,7 @@ async def test_a_job_outside_the_workers_store_is_refused_once(
     redis_server: RedisServer, s3_server: S3Server
 ) -> None:
     prefix, queue = _names()
-    job = JobMessage.model_validate(
-        {
-            "store": {"bucket": s3_server.bucket, "prefix": "elsewhere"},
-            "memories_dir": "memories",
-            "sessions_dir": "sessions",
-        }
-    )
-    redis = RedisQueue(redis_server.url, queue)
-    await redis.enqueue(job.layout_id, job.encode())
+    redis = await _queued(redis_server, queue, s3_server.bucket, "elsewhere")
     async with _worker(redis_server.url, s3_server, prefix, queue) as worker:
         await _dead_letter(redis)
     dead = await redis.dead()

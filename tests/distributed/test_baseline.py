@@ -86,7 +86,24 @@ async def test_extractive_memory_after_a_live_edit_is_the_same_locally_and_on_a_
     assert memory.count(LIVE) == 1
 
 
-async def test_a_workers_consolidation_tells_the_model_about_a_live_edit(
+def _consolidations(fake: FakeOpenAIServer) -> list[str]:
+    """The phase-two requests so far (the first of each consolidation), as JSON text."""
+    return [
+        json.dumps(req.body)
+        for req in fake.requests
+        if "write_file" in req.tool_names() and not req.tool_outputs()
+    ]
+
+
+def _edit_block(request: str) -> str:
+    """The diff a phase-two request shows under its live-edit heading."""
+    return request.split(EDITED, 1)[1].split("```", 2)[1]
+
+
+EDITED = "MEMORY.md was edited since the last consolidation"
+
+
+async def test_a_workers_consolidation_tells_the_model_about_a_live_edit_as_a_local_one_does(
     redis_server: RedisServer, s3_server: S3Server, fake_openai: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     model = MemoryModel()
@@ -104,8 +121,14 @@ async def test_a_workers_consolidation_tells_the_model_about_a_live_edit(
     deferred = EXTRACT.model_copy(
         update={"schedule": RedisScheduler(redis_server.url, queue=queue)}
     )
-    root = tmp_path / "ws"
     try:
+        # locally: the stop consolidates in the workspace
+        await _conversation(tmp_path / "local", "h8-r0", config)
+        await _conversation(tmp_path / "local", "h8-r1", config, edit=True)
+        local = _consolidations(fake_openai)
+        fake_openai.requests.clear()
+        # the same sequence with a store and a worker
+        root = tmp_path / "ws"
         async with _worker(redis_server.url, s3_server, prefix, queue, config=config):
             await _conversation(root, "h8-r0", deferred, store)
             await _memory_citing(store, "h8-r0")
@@ -113,13 +136,9 @@ async def test_a_workers_consolidation_tells_the_model_about_a_live_edit(
             await _memory_citing(store, "h8-r1")
     finally:
         await provider.aclose()
-    consolidations = [
-        json.dumps(req.body)
-        for req in fake_openai.requests
-        if "write_file" in req.tool_names() and not req.tool_outputs()
-    ]
-    assert len(consolidations) == 2
-    assert "MEMORY.md was edited since the last consolidation" not in consolidations[0]
-    assert "MEMORY.md was edited since the last consolidation" in consolidations[1]
-    edits = consolidations[1].split("MEMORY.md was edited since the last consolidation", 1)[1]
-    assert f"+{LIVE}" in edits.split("```", 2)[1]  # the edit, as an added line of the diff
+    worker = _consolidations(fake_openai)
+    assert len(local) == len(worker) == 2
+    assert EDITED not in worker[0] and EDITED in worker[1]
+    assert f"+{LIVE}" in _edit_block(worker[1])  # the edit, as an added line of the diff
+    assert _edit_block(worker[1]) == _edit_block(local[1])
+    assert _untimed(worker[1]) == _untimed(local[1])

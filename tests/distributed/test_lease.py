@@ -9,6 +9,7 @@ import pytest
 from services import RedisServer
 
 from sandmem.distributed import LeaseBusy, LeaseLost, RedisLease
+from sandmem.distributed._lease import lease_client
 
 
 async def test_one_holder_at_a_time_and_tokens_grow(redis_server: RedisServer) -> None:
@@ -39,3 +40,21 @@ async def test_a_stalled_holder_loses_the_lease_to_a_new_one(redis_server: Redis
         with pytest.raises(LeaseLost):
             await stalled.check()
     await stalled.release()
+
+
+async def test_leases_of_a_worker_share_one_client_and_leave_it_open(
+    redis_server: RedisServer,
+) -> None:
+    client = lease_client(redis_server.url)
+    name = uuid.uuid4().hex
+    try:
+        tokens = []
+        for _ in range(3):
+            async with RedisLease(redis_server.url, name, ttl_s=5, client=client) as lease:
+                await lease.check()
+                tokens.append(lease.token)
+            assert client.get(lease.key) is None  # released
+        assert tokens == sorted(tokens) and len(set(tokens)) == 3
+        assert client.ping()  # still open for the next job
+    finally:
+        client.close()

@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from sandmem.distributed import MemoryStoreConflict, MemoryStoreError, RedisScheduler
+from sandmem.distributed._botocore import is_retryable as s3_retryable
 from sandmem.distributed._jobs import PoisonMessage, parse_job
 from sandmem.distributed._queue import redact_url
-from sandmem.distributed._s3 import is_retryable as s3_retryable
 from sandmem.distributed._worker import is_retryable
 
 

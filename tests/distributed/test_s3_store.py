@@ -9,6 +9,7 @@ import pytest
 from services import S3Server
 
 from sandmem.distributed import S3MemoryStore
+from sandmem.distributed._s3 import _PACKS_MAX
 from sandmem.memory.store._base import MemoryStoreConflict
 
 
@@ -49,14 +50,101 @@ async def test_a_version_under_a_newer_fence_refuses_an_older_writer(s3_server: 
         await store.commit("memories", newer, {"MEMORY.md": b"zombie\n"}, fence=3)
 
 
+async def _uploads(store: S3MemoryStore) -> set[str]:
+    root = store._key("memories", "versions")
+    return {key[len(root) + 1 :] for key in await store._list(root)}
+
+
 async def test_old_versions_are_pruned_but_the_replaced_one_is_kept(s3_server: S3Server) -> None:
     store = _store(s3_server)
     versions = [await store.commit("memories", None, {"a.md": b"0"})]
     for index in range(1, 4):
         versions.append(await store.commit("memories", versions[-1], {"a.md": str(index).encode()}))
-    keys = await store._list(store._key("memories", "versions"))
-    kept = {key.split("/versions/", 1)[1].split("/", 1)[0] for key in keys}
-    assert kept == {versions[-1].version, versions[-2].version}
+    assert await _uploads(store) == {f"{v.version}.pack" for v in versions[-2:]}
+
+
+async def test_a_commit_uploads_one_pack_of_what_changed_and_pruning_keeps_what_is_reused(
+    s3_server: S3Server,
+) -> None:
+    store = _store(s3_server)
+    first = await store.commit("memories", None, {"keep.md": b"same", "a.md": b"0"})
+    versions = [first]
+    for index in range(1, 4):
+        files = {"keep.md": b"same", "a.md": str(index).encode()}
+        versions.append(await store.commit("memories", versions[-1], files))
+    last = versions[-1]
+    # keep.md was uploaded once, in the first version's pack; every later one names it
+    assert last.home("keep.md") == first.version and last.home("a.md") == last.version
+    assert await _uploads(store) == {
+        f"{first.version}.pack",
+        f"{versions[-2].version}.pack",  # the replaced version's own: a reader may be on it
+        f"{last.version}.pack",
+    }
+    current = await store.current("memories")
+    assert current == last
+    files = await store.read_files("memories", current, ["keep.md", "a.md"])
+    assert files == {"keep.md": b"same", "a.md": b"3"}
+    # a file dropped from the layout is pruned with the last version that uses it
+    dropped = await store.commit("memories", last, {"a.md": b"3"})
+    final = await store.commit("memories", dropped, {"a.md": b"4"})
+    assert await _uploads(store) == {f"{last.version}.pack", f"{final.version}.pack"}
+
+
+async def test_a_fresh_commit_reuses_no_upload_so_the_next_one_prunes_them_all(
+    s3_server: S3Server,
+) -> None:
+    store = _store(s3_server)
+    old = await store.commit("memories", None, {"keep.md": b"secret", "a.md": b"0"})
+    fresh = await store.commit("memories", old, {"keep.md": b"secret", "a.md": b"0"}, fresh=True)
+    assert fresh.homes == {}  # everything in its own pack
+    last = await store.commit("memories", fresh, {"keep.md": b"secret", "a.md": b"1"})
+    assert await _uploads(store) == {f"{fresh.version}.pack", f"{last.version}.pack"}
+
+
+async def test_a_version_spread_over_too_many_packs_is_packed_again(s3_server: S3Server) -> None:
+    store = _store(s3_server)
+    files = {f"f{n}.md": b"0" for n in range(12)}
+    version = await store.commit("memories", None, files)
+    homes = []
+    for n in range(12):  # each commit changes one more file: one more pack to read
+        files = {**files, f"f{n}.md": b"1"}
+        version = await store.commit("memories", version, files)
+        homes.append(len({version.home(p) for p in version.files}))
+    assert max(homes) == _PACKS_MAX and homes[-1] < _PACKS_MAX
+    assert await store.read_files("memories", version, sorted(files)) == files
+
+
+async def test_a_version_of_one_object_per_file_still_reads_and_moves_into_packs(
+    s3_server: S3Server,
+) -> None:
+    from sandmem.memory.store._base import MemoryVersion, sha256
+
+    store = _store(s3_server)  # as versions were written before packs
+    files = {"MEMORY.md": b"old\n", "skills/a/SKILL.md": b"skill\n"}
+    for path, data in files.items():
+        await store._put(store._key("memories", "versions", "0001-a", path), data)
+    old = MemoryVersion("0001-a", {p: sha256(d) for p, d in files.items()})
+    await store._put(store._key("memories", "CURRENT"), old.to_json())
+    current = await store.current("memories")
+    assert (
+        current is not None and await store.read_files("memories", current, sorted(files)) == files
+    )
+    moved = await store.commit("memories", current, files)
+    assert moved.homes == {} and set(moved.spans) == set(files)  # all in its own pack
+    await store.commit("memories", moved, {**files, "MEMORY.md": b"new\n"})
+    assert await _uploads(store) == {
+        f"{moved.version}.pack",
+        f"{(await store.current('memories')).version}.pack",
+    }
+
+
+async def test_a_file_that_does_not_match_its_digest_is_skipped(s3_server: S3Server) -> None:
+    store = _store(s3_server)
+    first = await store.commit("memories", None, {"MEMORY.md": b"good\n"})
+    version = await store.commit("memories", first, {"MEMORY.md": b"good\n", "b.md": b"b\n"})
+    await store._put(store._pack_key("memories", first.version), b"evil\n")
+    files = await store.read_files("memories", version, ["MEMORY.md", "b.md"])
+    assert files == {"b.md": b"b\n"}  # the tampered bytes are never used
 
 
 async def test_a_reader_on_a_pruned_version_reads_the_newer_one(s3_server: S3Server) -> None:
@@ -75,15 +163,17 @@ async def test_a_reader_on_a_pruned_version_reads_the_newer_one(s3_server: S3Ser
 async def test_an_oversized_object_is_skipped_never_read_whole(
     s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 25, class 4: an object larger than ``MAX_OBJECT_BYTES`` (a segment, a memory
-    file, a pending mark) is skipped and reported; the others are read."""
-    from sandmem.distributed import _s3
+    """Issue 25, class 4: an object larger than ``MAX_OBJECT_BYTES`` (a segment, a pack of
+    memory files, a pending mark) is skipped and reported; the others are read."""
+    from sandmem.distributed import _botocore
 
     store = _store(s3_server)
     await store.put_segment("sessions", "small", b'{"n": 1}\n')
     await store.put_segment("sessions", "huge", b'{"n": 2}\n' + b" " * 200)
-    version = await store.commit("memories", None, {"MEMORY.md": b"ok", "big.md": b"x" * 300})
-    monkeypatch.setattr(_s3, "MAX_OBJECT_BYTES", 100)
+    first = await store.commit("memories", None, {"MEMORY.md": b"ok"})
+    # big.md alone in the second pack (MEMORY.md stays in the first)
+    version = await store.commit("memories", first, {"MEMORY.md": b"ok", "big.md": b"x" * 300})
+    monkeypatch.setattr(_botocore, "MAX_OBJECT_BYTES", 100)
     assert await store.segments("sessions") == {"small": [b'{"n": 1}\n']}
     files = await store.read_files("memories", version, ["MEMORY.md", "big.md"])
     assert files == {"MEMORY.md": b"ok"}

@@ -61,6 +61,21 @@ def test_a_hostile_file_name_is_skipped_where_a_version_enters(name: str) -> Non
     assert name not in MemoryVersion.from_json(raw, "e").files
 
 
+@pytest.mark.parametrize(
+    "place",
+    [{"homes": {"a.md": home}} for home in ["../v", "v/../../x", "", "a b", "/v"]]
+    + [
+        {"spans": {"a.md": span}}
+        for span in [[-1, 2], [0], [0, 1, 2], ["0", 1], [0.5, 1], [True, 1], "x"]
+    ],
+)
+def test_a_file_whose_place_is_not_valid_is_skipped(place: dict[str, object]) -> None:
+    record = {"version": "v2", "files": {"MEMORY.md": "h", "a.md": "h"}, **place}
+    version = MemoryVersion.from_json(json.dumps(record).encode(), "e")
+    assert version.files == {"MEMORY.md": "h"} and version.skipped == ("a.md",)
+    assert version.home("MEMORY.md") == "v2"
+
+
 @pytest.mark.parametrize("version", ["../v", "v/../../x", "", "a b", "/v"])
 def test_a_hostile_version_id_is_refused(version: str) -> None:
     with pytest.raises(MemoryStoreError, match="invalid id"):

@@ -10,9 +10,11 @@ single ``response`` property, and ``parse_structured_output`` unwraps them again
 from __future__ import annotations
 
 import abc
+import functools
 import json
 import re
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, cast
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -66,6 +68,15 @@ def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 def is_wrapped(tp: type[Any]) -> bool:
     """Whether the schema for ``tp`` wraps it in a ``{"response": ...}`` object."""
+    try:
+        return _is_wrapped(cast(Hashable, tp))
+    except TypeError:  # an unhashable type form: not memoised
+        return _is_wrapped.__wrapped__(tp)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_wrapped(tp: Any) -> bool:
+    # memoised: every structured answer asks it (each phase-one extraction does)
     return not _is_object_schema(_hoist_root_ref(TypeAdapter(tp).json_schema()))
 
 

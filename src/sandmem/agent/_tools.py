@@ -9,6 +9,7 @@ parameter is not part of the schema.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import json
 import math
@@ -208,10 +209,57 @@ class _ToolOptions:
     timeout_error_function: ToolErrorFunction | None = None
 
 
-def _make_tool(fn: Callable[..., Any], options: _ToolOptions) -> FunctionTool:
+@dataclass(frozen=True)
+class _Shape:
+    """What a function's signature and docstring make of a tool (pure, so it can be reused)."""
+
+    params: type[BaseModel]
+    takes_context: bool
+    schema: dict[str, Any]
+    description: str
+
+
+#: shapes already built, by everything they depend on: a closure made anew for every run (the
+#: memory tools of each consolidation, bound to its workspace) costs its pydantic model and
+#: schema once per process, not once per run. A bounded memo of pure values, not a registry.
+_SHAPES: dict[tuple[Any, ...], _Shape] = {}
+_SHAPES_MAX = 512
+
+
+def _shape_key(fn: Callable[..., Any], options: _ToolOptions) -> tuple[Any, ...] | None:
+    try:
+        key = (
+            fn.__code__,
+            id(fn.__globals__),  # get_type_hints resolves names there
+            fn.__doc__,
+            fn.__defaults__,
+            tuple(sorted((fn.__kwdefaults__ or {}).items())),
+            tuple(fn.__annotations__.items()),
+            options.strict_mode,
+            options.use_docstring_info,
+        )
+        hash(key)
+    except (AttributeError, TypeError):  # not a plain function, or an unhashable default
+        return None
+    return key
+
+
+def _shape(fn: Callable[..., Any], options: _ToolOptions) -> _Shape:
+    key = _shape_key(fn, options)
+    if key is not None and key in _SHAPES:
+        return _SHAPES[key]
     doc = parse_docstring(fn.__doc__) if options.use_docstring_info else None
     params, takes_context = _params_model(fn, doc.params if doc else {})
     schema = _schema(params, options.strict_mode, fn.__name__)
+    shape = _Shape(params, takes_context, schema, doc.description if doc else "")
+    if key is not None and len(_SHAPES) < _SHAPES_MAX:
+        _SHAPES[key] = shape
+    return shape
+
+
+def _make_tool(fn: Callable[..., Any], options: _ToolOptions) -> FunctionTool:
+    shape = _shape(fn, options)
+    params, takes_context = shape.params, shape.takes_context
     is_async = inspect.iscoroutinefunction(fn)
     if options.timeout is not None and not is_async:
         raise ValueError(
@@ -227,8 +275,8 @@ def _make_tool(fn: Callable[..., Any], options: _ToolOptions) -> FunctionTool:
 
     return FunctionTool(
         name=options.name or fn.__name__,
-        description=options.description or (doc.description if doc else ""),
-        params_json_schema=schema,
+        description=options.description or shape.description,
+        params_json_schema=copy.deepcopy(shape.schema),
         on_invoke_tool=on_invoke_tool,
         strict_json_schema=options.strict_mode,
         is_enabled=options.is_enabled,

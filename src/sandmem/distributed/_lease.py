@@ -34,6 +34,12 @@ return 0
 """
 
 
+def lease_client(redis_url: str) -> Any:
+    """A synchronous Redis client for leases (5 s bounds on every command)."""
+    redis = require("redis")
+    return redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+
 class LeaseLost(SandmemError):
     """The lease expired or was taken over; whatever the holder was about to write is dropped
     (the job runs again)."""
@@ -47,10 +53,18 @@ class RedisLease:
     """``async with RedisLease(url, name, ttl_s=30):`` holds the lease ``name``.
 
     Renewal runs in a thread of its own, so a busy or blocked event loop in the holder cannot
-    make it lose the lease; only a dead or frozen process does."""
+    make it lose the lease; only a dead or frozen process does. ``client`` is a (thread-safe,
+    pooled) synchronous Redis client to use instead of one of its own: a worker shares one
+    across its leases, so a job does not open a connection to take its lease."""
 
     def __init__(
-        self, redis_url: str, name: str, *, ttl_s: float = 30.0, wait_s: float = 10.0
+        self,
+        redis_url: str,
+        name: str,
+        *,
+        ttl_s: float = 30.0,
+        wait_s: float = 10.0,
+        client: Any = None,
     ) -> None:
         if ttl_s <= 0.3:
             raise ValueError("ttl_s must be over 0.3 seconds")
@@ -59,15 +73,15 @@ class RedisLease:
         self.ttl_ms = int(ttl_s * 1000)
         self.wait_s = wait_s
         self.token = 0
-        self._redis: Any = None
+        self._redis: Any = client
+        self._own_client = client is None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._lost = False
 
     def _client(self) -> Any:
         if self._redis is None:
-            redis = require("redis")
-            self._redis = redis.Redis.from_url(self.redis_url, socket_timeout=5)
+            self._redis = lease_client(self.redis_url)
         return self._redis
 
     def _try_acquire(self) -> bool:
@@ -118,8 +132,9 @@ class RedisLease:
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 self._redis.eval(_RELEASE, 1, self.key, str(self.token))
-            self._redis.close()
-            self._redis = None
+            if self._own_client:
+                self._redis.close()
+                self._redis = None
 
     async def release(self) -> None:
         await asyncio.to_thread(self._release)

@@ -1,24 +1,25 @@
 """``S3MemoryStore``: a layout's rollouts and memory versions in S3-compatible storage.
 
-Built on ``boto3`` (the ``distributed`` extra): it is the reference S3 client, speaks to AWS
-and to every S3-compatible server (MinIO, SeaweedFS, Ceph, R2), and sends the conditional
-writes (``IfMatch`` / ``IfNoneMatch`` on ``put_object``) that the version switch relies on.
-Its calls block, so each runs in a worker thread. Every request is bounded: a connect timeout,
-a read timeout and a number of attempts (botocore's ``standard`` retry mode, which backs off
-with jitter on network errors, 5xx and throttling), all settings of the store.
+Built on botocore (``boto3``'s core, the ``distributed`` extra): it is the reference S3
+client, speaks to AWS and to every S3-compatible server (MinIO, SeaweedFS, Ceph, R2), and sends
+the conditional writes (``IfMatch`` / ``IfNoneMatch`` on ``put_object``) that the version switch
+relies on. Its calls block, so each runs in a worker thread; the client skips per-request
+work the store never uses (``_botocore.lean_client``). Every request is bounded: a connect
+timeout, a read timeout and a number of attempts (botocore's ``standard`` retry mode, which
+backs off with jitter on network errors, 5xx and throttling), all settings of the store.
 
-Errors are translated at one boundary (``_call``) into the store's exception tree::
+Requests are what a generation job spends most of its CPU on (about 1 ms of botocore each, as
+much again in the server), so a commit is one **pack** of the files that changed plus the
+``CURRENT`` switch, and reading a version is one download per pack (``commit``).
 
-    MemoryStoreConflict      412 / 409: another writer made a version first
-    FileNotFoundError        a missing key
-    MemoryStoreError         retryable=True: network errors, timeouts, 5xx, throttling
-                             retryable=False: every other 4xx (bad request, access denied, a
-                             missing bucket): trying again cannot help
+Errors are translated at one boundary (``_request``, with ``_botocore.translated``) into the
+store's exception tree (drawn in ``distributed/_botocore.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import threading
@@ -27,9 +28,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from sandmem._errors import UserError
-from sandmem._extras import require
+from sandmem.distributed._botocore import lean_client, read_object, translated
 from sandmem.memory.store._base import (
-    MAX_OBJECT_BYTES,
     MalformedStoreObject,
     MemoryStore,
     MemoryStoreConflict,
@@ -41,34 +41,20 @@ from sandmem.memory.store._base import (
 
 logger = logging.getLogger("sandmem.distributed")
 
-_CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
-_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
-#: 4xx codes that mean "later may work" (throttling, a request that timed out at the server)
-_RETRYABLE_CODES = {
-    "Throttling",
-    "ThrottlingException",
-    "SlowDown",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "RequestLimitExceeded",
-    "TooManyRequests",
-    "TooManyRequestsException",
-    "ProvisionedThroughputExceededException",
-    "InternalError",
-    "ServiceUnavailable",
-}
 _PENDING_DIR = "pending"
+#: the name ending of a version's pack: ``versions/<id>.pack`` holds the files it uploaded
+_PACK = ".pack"
+#: a version never spreads its files over more packs than this (see ``commit``)
+_PACKS_MAX = 8
 
 
-def is_retryable(code: str, status: str) -> bool:
-    """The retry rule for an S3 error response: throttling, server-side timeouts and 5xx may
-    pass later; every other 4xx is permanent (conflicts and missing keys are told apart before
-    this rule is asked)."""
-    if code in _RETRYABLE_CODES or status in {"429", "408"}:
-        return True
-    if status.isdigit():
-        return not 400 <= int(status) < 500
-    return not code  # no status and no code: not an answer from the server
+@dataclasses.dataclass
+class _Listing:
+    """Keys listed under ``root`` at one moment, and the prefixes already answered from them."""
+
+    root: str
+    keys: list[str]
+    taken: set[str] = dataclasses.field(default_factory=set)
 
 
 class S3MemoryStore(MemoryStore):
@@ -111,6 +97,8 @@ class S3MemoryStore(MemoryStore):
         self._shared: dict[str, Any] = {}
         self._client_lock = threading.Lock()
         self._gate = asyncio.Semaphore(max_parallel)
+        #: a listing made ahead for a job (``prefetch``)
+        self._prefetched: _Listing | None = None
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> S3MemoryStore:
@@ -130,6 +118,7 @@ class S3MemoryStore(MemoryStore):
         other.__dict__.update(self.__dict__)
         other.prefix = "/".join(p for p in (self.prefix, prefix.strip("/")) if p)
         other._gate = asyncio.Semaphore(self._max_parallel)
+        other._prefetched = None
         return other
 
     def spec(self) -> dict[str, Any]:
@@ -141,57 +130,42 @@ class S3MemoryStore(MemoryStore):
     def _make_client(self) -> Any:
         with self._client_lock:
             if "client" not in self._shared:
-                boto3 = require("boto3")
-                config = require("botocore.config").Config(
+                self._shared["client"] = lean_client(
                     max_pool_connections=self._max_parallel,
                     connect_timeout=self.connect_timeout_s,
                     read_timeout=self.read_timeout_s,
                     retries={"mode": "standard", "total_max_attempts": self.max_attempts},
+                    **{k: v for k, v in self._client_args.items() if v is not None},
                 )
-                args = {k: v for k, v in self._client_args.items() if v is not None}
-                self._shared["client"] = boto3.session.Session().client("s3", config=config, **args)
             return self._shared["client"]
 
     def _key(self, *parts: str) -> str:
         return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
 
     async def _call(self, method: str, **kwargs: Any) -> Any:
-        botocore = require("botocore.exceptions")
+        return await self._request(method, kwargs)
+
+    async def _get(self, key: str) -> tuple[bytes, str]:
+        body, etag = await self._request("get_object", {"Key": key}, read=True)
+        return body, etag
+
+    async def _request(self, method: str, kwargs: dict[str, Any], read: bool = False) -> Any:
+        """One request, in a worker thread; with ``read`` the body is read in that thread too
+        and returned as ``(body, etag)``. Every error of the request or its body is translated
+        here (see the module docstring)."""
         if "client" not in self._shared:
             await asyncio.to_thread(self._make_client)
         async with self._gate:
             try:
                 fn = getattr(self._shared["client"], method)
+                if read:
+                    return await asyncio.to_thread(read_object, fn, Bucket=self.bucket, **kwargs)
                 return await asyncio.to_thread(fn, Bucket=self.bucket, **kwargs)
-            except botocore.ClientError as exc:
-                code = str(exc.response.get("Error", {}).get("Code", ""))
-                status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-                if code in _CONFLICT_CODES or status in {"412", "409"}:
-                    raise MemoryStoreConflict(f"{self.describe()}: {code}") from exc
-                if code == "NoSuchBucket":
-                    raise MemoryStoreError(
-                        f"{self.describe()}: the bucket does not exist", retryable=False
-                    ) from exc
-                if code in _MISSING_CODES or status == "404":
-                    raise FileNotFoundError(kwargs.get("Key", "")) from exc
-                raise MemoryStoreError(
-                    f"{self.describe()}: {code or exc}", retryable=is_retryable(code, status)
-                ) from exc
-            except botocore.BotoCoreError as exc:
-                raise MemoryStoreError(f"{self.describe()} is unreachable: {exc}") from exc
-
-    async def _get(self, key: str) -> tuple[bytes, str]:
-        """An object's bytes and tag; ``MalformedStoreObject`` (nothing read) for one larger
-        than ``MAX_OBJECT_BYTES``."""
-        response = await self._call("get_object", Key=key)
-        size = response.get("ContentLength")
-        if isinstance(size, int) and size > MAX_OBJECT_BYTES:
-            response["Body"].close()
-            raise MalformedStoreObject(f"{self.describe()}: {key} is {size} bytes; not read")
-        body = await asyncio.to_thread(response["Body"].read, MAX_OBJECT_BYTES + 1)
-        if len(body) > MAX_OBJECT_BYTES:
-            raise MalformedStoreObject(f"{self.describe()}: {key} is too large; not read")
-        return body, str(response.get("ETag", ""))
+            except Exception as exc:
+                error = translated(exc, self.describe(), str(kwargs.get("Key", "")))
+                if error is None:
+                    raise
+                raise error from exc
 
     async def _get_many(self, keys: list[str]) -> list[bytes | None]:
         """The bytes of each key; ``None`` for one too large (skipped and logged: one bad
@@ -220,6 +194,15 @@ class S3MemoryStore(MemoryStore):
             if not page.get("IsTruncated"):
                 return sorted(keys)
             token = page.get("NextContinuationToken")
+
+    async def _list_once(self, prefix: str) -> list[str]:
+        """The keys under ``prefix``: from the listing ``prefetch`` made when it covers
+        ``prefix`` and no earlier call took that part of it, else from a new listing."""
+        held = self._prefetched
+        if held is not None and prefix.startswith(held.root + "/") and prefix not in held.taken:
+            held.taken.add(prefix)
+            return [key for key in held.keys if key.startswith(prefix + "/")]
+        return await self._list(prefix)
 
     async def _delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):
@@ -265,12 +248,43 @@ class S3MemoryStore(MemoryStore):
             return None
         return MemoryVersion.from_json(raw, etag)
 
+    def _pack_key(self, memories_dir: str, vid: str) -> str:
+        return self._key(memories_dir, "versions", f"{vid}{_PACK}")
+
+    def _file_key(self, memories_dir: str, version: MemoryVersion, path: str) -> str:
+        """The object holding ``path``'s bytes: its home's pack, or (a version written before
+        packs) an object of its own."""
+        if path in version.spans:
+            return self._pack_key(memories_dir, version.home(path))
+        return self._key(memories_dir, "versions", version.home(path), path)
+
     async def read_files(
         self, memories_dir: str, version: MemoryVersion, paths: list[str]
     ) -> dict[str, bytes]:
-        keys = [self._key(memories_dir, "versions", version.version, p) for p in paths]
-        bodies = await self._get_many(keys)
-        return {path: body for path, body in zip(paths, bodies, strict=True) if body is not None}
+        """One request per object (a pack serves all its files). A file whose object is too
+        large, or whose bytes do not match its digest, is skipped (logged): one bad object
+        never blocks the layout, and its bytes are never used."""
+        keys = {p: self._file_key(memories_dir, version, p) for p in paths}
+        unique = sorted(set(keys.values()))
+        bodies = dict(zip(unique, await self._get_many(unique), strict=True))
+        out: dict[str, bytes] = {}
+        for path, key in keys.items():
+            data = bodies[key]
+            if data is None:
+                continue
+            if path in version.spans:
+                offset, length = version.spans[path]
+                data = data[offset : offset + length]
+            if sha256(data) != version.files[path]:
+                logger.warning(
+                    "skipped %s of memory version %s in %s: it does not match its digest",
+                    path,
+                    version.version,
+                    self.describe(),
+                )
+                continue
+            out[path] = data
+        return out
 
     async def commit(
         self,
@@ -279,17 +293,39 @@ class S3MemoryStore(MemoryStore):
         files: dict[str, bytes],
         *,
         fence: int = 0,
+        fresh: bool = False,
     ) -> MemoryVersion:
+        """Upload the files that changed since ``base`` (all of them when ``fresh``) as one
+        pack under a new version id (an unchanged file keeps the pack it is in, named in
+        ``homes``), then switch ``CURRENT``. A version whose files would lie in more than
+        ``_PACKS_MAX`` packs is written as one new pack of them all, so a reader never needs
+        more requests than that."""
         if base is not None and fence and base.fence > fence:
             raise MemoryStoreConflict(
                 f"{self.describe()}: a writer with a newer lease (fence {base.fence}) committed"
             )
         vid = new_sequence()
-        await asyncio.gather(
-            *(self._put(self._key(memories_dir, "versions", vid, p), d) for p, d in files.items())
-        )
+        digests = {p: sha256(d) for p, d in files.items()}
+        # a file keeps its place when its bytes are unchanged and already in a pack
+        same = base.files if base is not None else {}
+        kept = base.spans if base is not None and not fresh else {}
+        reused = {p for p, digest in digests.items() if p in kept and same.get(p) == digest}
+        homes = {p: base.home(p) for p in reused} if base is not None else {}
+        if len(set(homes.values())) >= _PACKS_MAX:  # spread too thin: one new pack of all
+            reused, homes = set(), {}
+        spans = {p: kept[p] for p in reused}
+        pack: list[bytes] = []
+        offset = 0
+        for path, data in files.items():
+            if path not in reused:
+                spans[path] = (offset, len(data))
+                pack.append(data)
+                offset += len(data)
+        key = self._pack_key(memories_dir, vid)
+        if pack:
+            await self._put(key, b"".join(pack))
         version = MemoryVersion(
-            vid, {p: sha256(d) for p, d in files.items()}, fence=fence, updated_at=time.time()
+            vid, digests, fence=fence, updated_at=time.time(), homes=homes, spans=spans
         )
         condition = {"IfMatch": base.etag} if base is not None else {"IfNoneMatch": "*"}
         try:
@@ -297,11 +333,13 @@ class S3MemoryStore(MemoryStore):
                 self._key(memories_dir, "CURRENT"), version.to_json(), **condition
             )
         except MemoryStoreConflict:
-            await self._delete(await self._list(self._key(memories_dir, "versions", vid)))
+            if pack:
+                await self._delete([key])
             raise
+        committed = dataclasses.replace(version, etag=etag)
         if base is not None:
-            await self._prune(memories_dir, older_than=base.version)
-        return MemoryVersion(vid, version.files, fence, etag, version.updated_at)
+            await self._prune(memories_dir, committed, base)
+        return committed
 
     # -- the history mirror: <memories_dir>/history/<name> -------------------------------
 
@@ -312,7 +350,7 @@ class S3MemoryStore(MemoryStore):
 
     async def history_names(self, memories_dir: str) -> list[str]:
         root = self._key(memories_dir, "history")
-        return [key[len(root) + 1 :] for key in await self._list(root)]
+        return [key[len(root) + 1 :] for key in await self._list_once(root)]
 
     async def read_history(self, memories_dir: str, names: list[str]) -> dict[str, bytes]:
         async def one(name: str) -> tuple[str, bytes | None]:
@@ -327,15 +365,17 @@ class S3MemoryStore(MemoryStore):
     async def delete_history(self, memories_dir: str, names: list[str]) -> None:
         await self._delete([self._key(memories_dir, "history", n) for n in names])
 
-    async def _prune(self, memories_dir: str, older_than: str) -> None:
-        """Remove versions older than the one just replaced: a reader may still be on that one,
-        and a newer id may be another writer's upload in progress."""
+    async def _prune(self, memories_dir: str, new: MemoryVersion, base: MemoryVersion) -> None:
+        """Remove uploads older than the version just replaced that neither it nor the new
+        one uses: a reader may still be on the replaced one, and a newer id may be another
+        writer's upload in progress."""
         root = self._key(memories_dir, "versions")
-        stale = [
-            key
-            for key in await self._list(root)
-            if key[len(root) + 1 :].split("/", 1)[0] < older_than
-        ]
+        used = {self._file_key(memories_dir, v, p) for v in (new, base) for p in v.files}
+        stale = []
+        for key in await self._list_once(root):
+            home = key[len(root) + 1 :].split("/", 1)[0].removesuffix(_PACK)
+            if home < base.version and key not in used:
+                stale.append(key)
         if stale:
             await self._delete(stale)
 
@@ -347,7 +387,14 @@ class S3MemoryStore(MemoryStore):
         await self._put(key, json.dumps(body).encode(), IfNoneMatch="*")
 
     async def pending_marks(self, memories_dir: str) -> list[str]:
-        return await self._list(self._key(memories_dir, _PENDING_DIR))
+        return await self._list_once(self._key(memories_dir, _PENDING_DIR))
+
+    async def prefetch(self, memories_dir: str) -> None:
+        """One listing of the memories dir for the three a job makes next (its pending marks,
+        the history mirror, the uploads its first commit prunes): each is answered once from
+        it. A listing only misses what was written after it, which the next job sees."""
+        root = self._key(memories_dir)
+        self._prefetched = _Listing(root, await self._list(root))
 
     async def clear_marks(self, memories_dir: str, marks: list[str]) -> None:
         root = self._key(memories_dir, _PENDING_DIR) + "/"

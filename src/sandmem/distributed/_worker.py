@@ -35,7 +35,7 @@ from typing import Any
 
 from sandmem._errors import UserError
 from sandmem.distributed._jobs import JobMessage, PoisonMessage, StoreSpec, mark_job, parse_job
-from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease
+from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease, lease_client
 from sandmem.distributed._queue import RedisQueue
 from sandmem.distributed._s3 import S3MemoryStore
 from sandmem.memory.store._base import MemoryStoreConflict, MemoryStoreError
@@ -95,6 +95,8 @@ class Worker:
         self.running: set[str] = set()
         self.done = 0
         self._warm = False
+        #: one pooled synchronous Redis client for every lease this worker takes
+        self._leases: Any = None
 
     # -- start ------------------------------------------------------------------------------
 
@@ -109,6 +111,7 @@ class Worker:
         import sandmem.memory.generation.phase_two  # noqa: F401
 
         await self.queue.client().ping()
+        await asyncio.to_thread(self._lease_client().ping)
         try:
             await self.root.warm()
         except MemoryStoreError as exc:  # jobs will say so too; the worker still serves
@@ -164,6 +167,9 @@ class Worker:
             if jobs:
                 await asyncio.wait(jobs)
             await asyncio.gather(*chores, return_exceptions=True)
+            if self._leases is not None:
+                leases, self._leases = self._leases, None
+                await asyncio.to_thread(leases.close)
 
     async def _every(self, interval_s: float, fn: Any, first: float | None = None) -> None:
         await asyncio.sleep(interval_s if first is None else first)
@@ -173,6 +179,11 @@ class Worker:
             except Exception as exc:
                 logger.warning("worker chore %s failed: %s", getattr(fn, "__name__", fn), exc)
             await asyncio.sleep(interval_s)
+
+    def _lease_client(self) -> Any:
+        if self._leases is None:
+            self._leases = lease_client(self.queue.url)
+        return self._leases
 
     async def _beat(self) -> None:
         await self.queue.heartbeat(sorted(self.running))
@@ -199,8 +210,9 @@ class Worker:
             logger.error("%s %s moved to the dead-letter list: %s", kind, message_id, reason)
             await self.queue.dead_letter(message_id, raw, reason)
             return
+        marks: list[str] = []  # the layout's pending marks the job saw
         try:
-            await self._run_one(store, job)
+            await self._run_one(store, job, marks)
         except LeaseBusy:
             await self.queue.retry_later(message_id, 1.0, raw)
         except (LeaseLost, MemoryStoreConflict) as exc:
@@ -209,19 +221,22 @@ class Worker:
             if is_retryable(exc):
                 await self._retry_or_fail(message_id, job, store, exc)
             else:
-                await self._fail(message_id, job, store, exc)
+                await self._fail(message_id, job, store, exc, marks=marks)
         else:
             await self.queue.ack(message_id)
 
-    async def _run_one(self, store: S3MemoryStore, job: JobMessage) -> None:
+    async def _run_one(self, store: S3MemoryStore, job: JobMessage, marks: list[str]) -> None:
         from sandmem.memory.generation._job import run_job
         from sandmem.memory.layout import MemoryPaths
 
         paths = MemoryPaths(job.memories_dir, job.sessions_dir)
         ttl = self.lease_ttl_s
-        async with RedisLease(self.queue.url, job.layout, ttl_s=ttl, wait_s=0.0) as lease:
+        lease = RedisLease(
+            self.queue.url, job.layout, ttl_s=ttl, wait_s=0.0, client=self._lease_client()
+        )
+        async with lease:
             logger.info("job for %s: lease token %d", job.layout, lease.token)
-            report = await run_job(store, paths, self.config, lease=lease)
+            report = await run_job(store, paths, self.config, lease=lease, seen_marks=marks)
             logger.info("job for %s done: %s", job.layout, report)
 
     async def _retry_or_fail(
@@ -257,7 +272,12 @@ class Worker:
         store: S3MemoryStore,
         exc: BaseException,
         how: str = "",
+        marks: list[str] | None = None,
     ) -> None:
+        """Fail the job for good: logged, written to the layout's log, dead-lettered. With
+        ``marks`` (a permanent error) the pending marks it saw are cleared, so no sweep runs
+        the same work again; without (retries ran out) they stay, and a later sweep tries the
+        layout again once its interval has passed."""
         from sandmem.memory.generation._job import record_job_failure
         from sandmem.memory.layout import MemoryPaths
 
@@ -267,6 +287,9 @@ class Worker:
         paths = MemoryPaths(job.memories_dir, job.sessions_dir)
         with contextlib.suppress(Exception):
             await record_job_failure(store, paths, error)
+        if marks:
+            with contextlib.suppress(Exception):
+                await store.clear_marks(paths.memories_dir, marks)
         await self.queue.dead_letter(message_id, job.encode(), error)
 
     # -- the sweeper ------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """The generation job: memory generated for one layout of a remote store.
 
-The job stages the layout from the store into a temporary workspace, runs the ordinary
-two-phase pipeline on it through a ``SandboxSession`` (every file written and read through
-the session API, like any workspace), and commits the result as a new version (phase-one
-artifacts first, so a job that dies in phase two never extracts a rollout version again). A
-commit that loses the race re-stages from the newer version, keeps its phase-one artifacts,
-and runs phase two again: no update is lost, no rollout version extracted twice.
+The job stages the layout from the store into a workspace held in memory
+(``InMemorySandboxSession``: the store is the truth, so nothing of a job is worth a file, an
+fsync or a thread hop on the worker's disk), runs the ordinary two-phase pipeline on it
+through the ``SandboxSession`` API like any workspace, and commits the result as a new
+version (phase-one artifacts first, so a job that dies in phase two never extracts a rollout
+version again). A commit that loses the race re-stages from the newer version, keeps its
+phase-one artifacts, and runs phase two again: no update is lost, no rollout version
+extracted twice.
 
 Every file the pipeline reads back travels with the version, including the dot-file
 ``.consolidated_MEMORY.md`` (``MEMORY.md`` as the last consolidation left it): with it a
@@ -32,10 +34,9 @@ from sandmem.memory.store._base import (
     MemoryVersion,
     checked_segments,
 )
-from sandmem.memory.store._history_sync import sync_history
+from sandmem.memory.store._history_sync import MirrorNames, sync_history
 from sandmem.memory.store._sync import _COMMIT_ATTEMPTS, Lease, read_current, walk_files
-from sandmem.sandboxes._local import UnixLocalSandboxClient
-from sandmem.sandboxes._manifest import Manifest
+from sandmem.sandboxes._in_memory import InMemorySandboxClient
 
 if TYPE_CHECKING:
     from sandmem.memory.config import MemoryGenerateConfig
@@ -68,11 +69,17 @@ async def run_job(
     *,
     lease: Lease | None = None,
     retry_failed: bool = False,
+    seen_marks: list[str] | None = None,
 ) -> FlushReport:
-    """Generate memory for one layout of ``store`` (see the module docstring)."""
+    """Generate memory for one layout of ``store`` (see the module docstring). The pending
+    marks the job saw are added to ``seen_marks`` (a caller that gives up on the job for good
+    clears them, so no sweep runs it again for the same work)."""
     inline = config.model_copy(update={"schedule": "inline"})
     carry: dict[str, bytes] = {}
+    await store.prefetch(paths.memories_dir)
     marks = await store.pending_marks(paths.memories_dir)
+    if seen_marks is not None:
+        seen_marks.extend(marks)
     for _ in range(_COMMIT_ATTEMPTS):
         job = _Job(store, paths, lease)
         try:
@@ -130,22 +137,21 @@ class _Job:
         carry: dict[str, bytes],
         retry_failed: bool,
     ) -> FlushReport:
-        # a fresh workspace of its own (``sandmem-ws-*`` in the temp directory): staged,
-        # generated and read back through the session, removed by ``delete``
-        client = UnixLocalSandboxClient()
-        session = await client.create(manifest=Manifest())
+        client = InMemorySandboxClient()
+        session = await client.create()
         self._session = session
         try:
             await session.start()
             self.base, self.committed = await _stage(session, self.store, self.paths)
-            await sync_history(session, self.paths, self.store, full=False)
+            mirror = MirrorNames()  # the history mirror is listed once a job
+            await sync_history(session, self.paths, self.store, full=False, mirror=mirror)
             for name, data in carry.items():
                 await session.write(f"{self.paths.memories_dir}/{name}", data)
             manager = MemoryGenerationManager(session, self.paths, config)
             manager.after_phase_one = self._commit
             report = await manager.flush(retry_failed=retry_failed)
             await self._commit()
-            await sync_history(session, self.paths, self.store, full=False)
+            await sync_history(session, self.paths, self.store, full=False, mirror=mirror)
             await session.stop()
         finally:
             self._session = None

@@ -6,11 +6,12 @@ files in object storage, so sessions on many hosts share one memory:
 
 - **rollouts** are pushed as segments, one object each (object stores have no append), keyed
   ``<sessions_dir>/<rollout-id>/<sequence>-<random>.jsonl``; the sequence orders them;
-- **memory files** are committed as a whole **version** (``<memories_dir>/versions/<id>/...``)
-  and made current by one conditional write of ``<memories_dir>/CURRENT`` (``If-Match`` the
-  version it was based on, ``If-None-Match: *`` for the first). A writer that lost the race
-  gets ``MemoryStoreConflict`` and never overwrites: ``MEMORY.md``, ``memory_summary.md`` and
-  ``skills/`` change together or not at all, for every reader;
+- **memory files** are committed as a whole **version** (the S3 store uploads the files that
+  changed as one pack, ``<memories_dir>/versions/<id>.pack``; the record names each file's
+  digest and place) and made current by one conditional write of ``<memories_dir>/CURRENT``
+  (``If-Match`` the version it was based on, ``If-None-Match: *`` for the first). A writer
+  that lost the race gets ``MemoryStoreConflict`` and never overwrites: ``MEMORY.md``,
+  ``memory_summary.md`` and ``skills/`` change together or not at all, for every reader;
 - **pending marks** (``<memories_dir>/pending/<sequence>.json``): a stop that defers generation
   writes one before it pushes, naming the layout; the job that processed the layout removes the
   marks it saw when it started. A mark left behind (a lost enqueue, a broker restarted empty)
@@ -30,7 +31,7 @@ import os
 import re
 import time
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sandmem._errors import SandmemError
@@ -128,13 +129,18 @@ def checked_segments(found: dict[str, list[bytes]], where: str) -> dict[str, lis
 @dataclass(frozen=True)
 class MemoryVersion:
     """One committed set of memory files. ``files`` maps each path (relative to the
-    memories dir) to its SHA-256; ``fence`` is the lease token of the writer (0 without a
-    lease); ``etag`` is the store's tag of the ``CURRENT`` object that named it.
+    memories dir) to its SHA-256. Where the bytes are: ``homes`` maps a path whose bytes an
+    earlier version uploaded (unchanged since) to that version's id (``home``), so a commit
+    uploads only what changed; ``spans`` maps a path to its ``(offset, length)`` in its home's
+    pack (the one object a commit uploads for all its files; a path without a span is an
+    object of its own). ``fence`` is the lease token of the writer (0 without a lease);
+    ``etag`` is the store's tag of the ``CURRENT`` object that named it.
 
     A version is where store data enters: a version id that is not a plain id raises
-    ``MemoryStoreError``; a file name that is not ``safe_name`` is left out of ``files``
-    (logged, and listed in ``skipped``), so one bad object is reported and never blocks a
-    pull, a job or a run start."""
+    ``MemoryStoreError``; a file whose name is not ``safe_name`` (or that would need to be a
+    file and a directory at once), whose home is not a plain id or whose span is not two
+    non-negative integers is left out of ``files`` (logged, and listed in ``skipped``), so one
+    bad object is reported and never blocks a pull, a job or a run start."""
 
     version: str
     files: dict[str, str]
@@ -142,6 +148,8 @@ class MemoryVersion:
     etag: str = ""
     updated_at: float = 0.0
     skipped: tuple[str, ...] = ()
+    homes: dict[str, str] = field(default_factory=dict)
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.version, str) or not _ID.fullmatch(self.version):
@@ -149,37 +157,64 @@ class MemoryVersion:
                 f"the store's current memory version has an invalid id {self.version!r}",
                 retryable=False,
             )
-        bad = tuple(name for name in self.files if not safe_name(name))
+        bad = tuple(name for name in self.files if not self._valid(name))
         bad += tuple(sorted(_without_conflicts([n for n in self.files if n not in bad])))
         if bad:
             logger.warning("memory version %s: skipped invalid file names %r", self.version, bad)
             files = {k: v for k, v in self.files.items() if k not in bad}
             object.__setattr__(self, "files", files)
             object.__setattr__(self, "skipped", self.skipped + bad)
+        homes = {k: v for k, v in self.homes.items() if k in self.files and v != self.version}
+        object.__setattr__(self, "homes", homes)
+        spans = {k: (int(v[0]), int(v[1])) for k, v in self.spans.items() if k in self.files}
+        object.__setattr__(self, "spans", spans)
+
+    def _valid(self, name: str) -> bool:
+        span = self.spans.get(name, (0, 0))
+        home = self.homes.get(name, self.version)
+        return (
+            safe_name(name)
+            and isinstance(home, str)
+            and _ID.fullmatch(home) is not None
+            and isinstance(span, tuple | list)
+            and len(span) == 2
+            and all(type(n) is int and 0 <= n < 2**63 for n in span)
+        )
+
+    def home(self, path: str) -> str:
+        """The id of the version whose upload holds ``path``'s bytes."""
+        return self.homes.get(path, self.version)
 
     def to_json(self) -> bytes:
-        data = {
+        data: dict[str, Any] = {
             "version": self.version,
             "files": self.files,
             "fence": self.fence,
             "updated_at": self.updated_at,
         }
+        if self.homes:
+            data["homes"] = self.homes
+        if self.spans:
+            data["spans"] = {k: list(v) for k, v in self.spans.items()}
         return json.dumps(data, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes, etag: str) -> MemoryVersion:
         """The version in a ``CURRENT`` object; ``MalformedStoreObject`` for anything that is
         not one (not JSON, nested too deep, a field of the wrong type, a number out of range,
-        an invalid version id)."""
+        an invalid version id). A file's bad home or span skips that file only."""
         try:
             data = loads_bounded(raw)
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             files = data.get("files")
+            homes, spans = data.get("homes", {}), data.get("spans", {})
             fence, updated = data.get("fence") or 0, data.get("updated_at") or 0.0
             if (
                 not isinstance(files, dict)
                 or not all(isinstance(v, str) for v in files.values())
+                or not isinstance(homes, dict)
+                or not isinstance(spans, dict)
                 or not isinstance(data.get("version"), str)
                 or not isinstance(fence, int)
                 or isinstance(fence, bool)
@@ -194,6 +229,8 @@ class MemoryVersion:
                 fence=fence,
                 etag=etag,
                 updated_at=float(updated),
+                homes=dict(homes),
+                spans={k: tuple(v) if isinstance(v, list) else v for k, v in spans.items()},
             )
         except (ValueError, UnicodeDecodeError, MemoryStoreError) as exc:
             raise MalformedStoreObject(
@@ -246,9 +283,12 @@ class MemoryStore(abc.ABC):
         files: dict[str, bytes],
         *,
         fence: int = 0,
+        fresh: bool = False,
     ) -> MemoryVersion:
         """Make ``files`` the new current version if ``base`` is still current; raise
-        ``MemoryStoreConflict`` otherwise. Files unchanged since ``base`` may be reused."""
+        ``MemoryStoreConflict`` otherwise. Files unchanged since ``base`` may be reused, unless
+        ``fresh``: then nothing of an older version's uploads is (``redact-history`` needs the
+        old uploads gone)."""
 
     # optional: pending marks (a store without them relies on the enqueue alone)
 
@@ -262,6 +302,11 @@ class MemoryStore(abc.ABC):
 
     async def clear_marks(self, memories_dir: str, marks: list[str]) -> None:
         """Remove ``marks`` (those a finished job saw when it started)."""
+        return None
+
+    async def prefetch(self, memories_dir: str) -> None:
+        """A generation job is about to list the layout's pending marks, history mirror and
+        memory uploads: a store may list them in one request here (optional)."""
         return None
 
     # -- the history mirror (optional: a store without it keeps history per workspace) ------
@@ -317,6 +362,7 @@ class LocalMemoryStore(MemoryStore):
         files: dict[str, bytes],
         *,
         fence: int = 0,
+        fresh: bool = False,
     ) -> MemoryVersion:
         raise MemoryStoreError("LocalMemoryStore keeps memory in the workspace", retryable=False)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sandmem.memory import history
@@ -30,6 +31,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger("sandmem.memory.store")
 
 
+@dataclass
+class MirrorNames:
+    """The store mirror's names as a caller last saw them (``None``: not listed yet)."""
+
+    names: set[str] | None = None
+
+
+async def _mirror_names(store: MemoryStore, md: str, mirror: MirrorNames | None) -> set[str]:
+    if mirror is not None and mirror.names is not None:
+        return set(mirror.names)
+    return set(await store.history_names(md))
+
+
 def _blobs_of(version: Version) -> set[str]:
     return set(version.files.values()) | ({version.selection} if version.selection else set())
 
@@ -41,15 +55,18 @@ async def sync_history(
     *,
     full: bool = True,
     retention: Retention = DEFAULT_RETENTION,
+    mirror: MirrorNames | None = None,
 ) -> int:
     """Download the store's newer versions and upload the workspace's new ones; returns how
     many were downloaded. ``full=False`` (a generation job's fresh workspace) downloads only
-    the newest version when the workspace has none."""
+    the newest version when the workspace has none. ``mirror``, when given, carries the
+    mirror's names from one call to the next (a job syncs at its start and its end and lists
+    the mirror once)."""
     if not store.remote:
         return 0
     md = paths.memories_dir
     local = history.Store(session, paths)
-    names = set(await store.history_names(md))
+    names = await _mirror_names(store, md, mirror)
     remote_versions = {n[9:] for n in names if n.startswith("versions/") and _version_name(n[9:])}
     remote_objects = {n[8:] for n in names if n.startswith("objects/")}
     local_versions = await local.version_names()
@@ -85,6 +102,9 @@ async def sync_history(
             remote_versions.add(name)
             uploaded += 1
     await _prune_mirror(store, md, remote_versions, remote_objects, retention)
+    if mirror is not None:
+        mirror.names = {f"versions/{n}" for n in remote_versions}
+        mirror.names |= {f"objects/{d}" for d in remote_objects}
     if wanted or uploaded:
         logger.debug("history of %s: %d down, %d up", md, len(wanted), uploaded)
     return len(wanted)
@@ -141,6 +161,8 @@ async def _prune_mirror(
         referenced |= _blobs_of(Version.from_json(loads_bounded(raw)))
     await store.delete_history(md, [f"versions/{n}" for n in drop])
     await store.delete_history(md, [f"objects/{d}" for d in sorted(objects - referenced)])
+    versions.difference_update(drop)
+    objects.intersection_update(referenced)
 
 
 async def replace_mirror(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> None:

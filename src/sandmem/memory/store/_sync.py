@@ -314,8 +314,9 @@ async def redact_store(
 ) -> bool:
     """After ``redact-history``: the store's current memory version (every file of it: the
     ones hosts pull, raw memories, state) rewritten with ``redact`` (``str -> str``) and
-    committed twice, so the store's own pruning (a commit removes the versions older than the
-    one it replaced) drops every version that held the old bytes. A workspace that was on the
+    committed twice, the first time uploading every file anew, so the store's own pruning (a
+    commit removes the uploads older than the version it replaced that neither version uses)
+    drops every upload that held the old bytes. A workspace that was on the
     redacted version moves its sync state to the new one (its files were redacted the same
     way), so its next push finds no edit to merge back. True when the store changed."""
     if not store.remote:
@@ -327,8 +328,10 @@ async def redact_store(
             return False
         clean = {name: redact_bytes(data, redact) for name, data in files.items()}
         try:
-            first = await store.commit(md, current, clean)
-            second = await store.commit(md, first, clean)  # prunes ``current`` and older
+            # uploaded anew (an old pack holds the old bytes), then once more on top, so the
+            # second commit's pruning removes ``current``'s uploads and everything older
+            first = await store.commit(md, current, clean, fresh=True)
+            second = await store.commit(md, first, clean)
         except MemoryStoreConflict:
             continue
         pulled = await _pulled(session, paths)
