@@ -35,7 +35,7 @@ from sandmem import (
 )
 from sandmem.memory import generate, list_conversations, search, status
 from sandmem.models import ModelRequest
-from sandmem.sandboxes import Manifest, SandboxSessionState, _ownership
+from sandmem.sandboxes import Manifest, SandboxSessionState
 from sandmem.testing import FunctionModel
 
 DATA = Path(__file__).parent / "data" / "compat_0_1"
@@ -112,7 +112,8 @@ async def test_a_0_1_session_state_parses_and_its_snapshot_restores(
 ) -> None:
     """The 0.1 state format and snapshot archive still read. A state written before states
     carried a ``proof`` is refused by ``resume`` for that reason alone (issue 25, documented in
-    docs/security.md); signed on this host, the same state resumes from its 0.1 snapshot."""
+    docs/security.md); once its owner vouches for it (``state.signed()``), it resumes from its
+    0.1 snapshot."""
     state = json.loads((DATA / era / "state.json").read_text())
     snapshots = tmp_path / "snapshots"
     snapshots.mkdir()
@@ -128,8 +129,7 @@ async def test_a_0_1_session_state_parses_and_its_snapshot_restores(
 
     parsed = SandboxSessionState.model_validate_json(text)
     assert parsed.snapshot is not None and parsed.snapshot.base_path == snapshots
-    parsed.proof = _ownership.sign(parsed.model_dump(mode="json"))
-    session = await client.resume(parsed)
+    session = await client.resume(parsed.signed())
     async with session:
         memory_md = await session.read_bytes("memories/MEMORY.md")
         rollouts = sorted(await session.listdir("sessions"))

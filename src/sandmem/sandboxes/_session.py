@@ -183,6 +183,15 @@ class SandboxSessionState(BaseModel):
             raise ValueError("session_id must be 1-128 characters from [A-Za-z0-9_-]")
         return value
 
+    def signed(self) -> SandboxSessionState:
+        """A copy carrying this host's proof, for a state you vouch for: one saved by sandmem
+        0.1 (before states carried a proof, ``resume`` refuses them) or one you wrote yourself.
+        Signing vouches for every field, root and ownership included: never sign a state that
+        came from a place others can write."""
+        state = self.model_copy(deep=True, update={"proof": None})
+        state.proof = _ownership.sign(state.model_dump(mode="json"))
+        return state
+
 
 def parse_state(value: SandboxSessionState | str | bytes) -> SandboxSessionState:
     """A state from a model or its JSON text, parsed and proven (``_ownership.verify``): the
@@ -296,9 +305,7 @@ class SandboxSession(abc.ABC):
     def state(self) -> SandboxSessionState:
         """A copy of the session's state (``manifest.root`` is the workspace), signed so that
         ``client.resume`` can tell it from an edited one."""
-        state = self._state.model_copy(deep=True, update={"proof": None})
-        state.proof = _ownership.sign(state.model_dump(mode="json"))
-        return state
+        return self._state.signed()
 
     @property
     def proven(self) -> bool:
