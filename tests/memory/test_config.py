@@ -168,3 +168,14 @@ def test_model_settings_of_the_wrong_type_are_a_type_error(field: str) -> None:
 def test_memory_without_read_and_generate_names_both() -> None:
     with pytest.raises(ValueError, match="requires at least one of `read` or `generate`"):
         Memory(read=None, generate=None)
+
+
+def test_for_model_is_the_one_model_form() -> None:
+    assert MemoryGenerateConfig.for_model(None) == MemoryGenerateConfig()
+    extractive = MemoryGenerateConfig.for_model("extractive", max_attempts=5)
+    assert (extractive.phase_one_model, extractive.phase_two_model) == ("extractive", "extractive")
+    assert extractive.max_attempts == 5
+    named = MemoryGenerateConfig.for_model("local-model")
+    assert (named.phase_one_model, named.phase_two_model) == ("local-model", "local-model")
+    # the server's own settings: a user's model may or may not take reasoning settings
+    assert named.phase_one_model_settings is None and named.phase_two_model_settings is None

@@ -175,20 +175,13 @@ def generate_config(engine: str, model: str | None) -> MemoryGenerateConfig:
     if engine == EXTRACTIVE:
         if model is not None:
             raise click.UsageError("use either --engine extractive or --model, not both")
-        return MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
+        return MemoryGenerateConfig.for_model(EXTRACTIVE)
     try:
         require_model_server("; or pass --engine extractive to generate memory without a model")
         model = memory_model_for_server(model)
     except UserError as exc:
         raise ConfigError(str(exc)) from None
-    if model is None:
-        return MemoryGenerateConfig()
-    return MemoryGenerateConfig(
-        phase_one_model=model,
-        phase_two_model=model,
-        phase_one_model_settings=None,
-        phase_two_model_settings=None,
-    )
+    return MemoryGenerateConfig.for_model(model)
 
 
 @contextlib.asynccontextmanager

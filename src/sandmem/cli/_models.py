@@ -71,17 +71,7 @@ class ModelChoice:
     memory_source: str
 
     def generate_config(self) -> MemoryGenerateConfig:
-        if self.memory is None:
-            return MemoryGenerateConfig()
-        if self.memory == EXTRACTIVE:
-            return MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
-        # the server's own defaults: a name the user picked may or may not be a reasoning model
-        return MemoryGenerateConfig(
-            phase_one_model=self.memory,
-            phase_two_model=self.memory,
-            phase_one_model_settings=None,
-            phase_two_model_settings=None,
-        )
+        return MemoryGenerateConfig.for_model(self.memory)
 
     def memory_text(self) -> str:
         if self.memory is None:

@@ -122,17 +122,10 @@ class _Setup:
     def agent(self) -> tuple[SandboxAgent, RecordingModel]:
         model = RecordingModel(scripted_engineer() if self.llm is None else self.llm)
         if self.offline:
-            generate = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
+            generate = MemoryGenerateConfig.for_model(EXTRACTIVE)
         else:
             assert self.llm is not None
-            # no reasoning settings: any model the user names (reasoning or not) must work
-            generate = MemoryGenerateConfig(
-                phase_one_model=self.llm,
-                phase_one_model_settings=None,
-                phase_two_model=self.llm,
-                phase_two_model_settings=None,
-                model_provider=self.provider,
-            )
+            generate = MemoryGenerateConfig.for_model(self.llm, model_provider=self.provider)
         agent = SandboxAgent(
             name="acme-engineer",
             instructions=_INSTRUCTIONS,

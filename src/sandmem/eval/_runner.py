@@ -187,13 +187,7 @@ class _StepRun:
                 memory_model: Any = options.memory_model or EXTRACTIVE
             else:
                 memory_model = options.memory_model or options.model
-            generate = MemoryGenerateConfig(
-                phase_one_model=memory_model,
-                phase_one_model_settings=None,
-                phase_two_model=memory_model,
-                phase_two_model_settings=None,
-                model_provider=options.provider,
-            )
+            generate = MemoryGenerateConfig.for_model(memory_model, model_provider=options.provider)
             layout = MemoryLayoutConfig(
                 memories_dir=self.layout.memories_dir, sessions_dir=self.layout.sessions_dir
             )

@@ -337,17 +337,10 @@ def generate_config(
     if engine == EXTRACTIVE:
         if model is not None:
             raise UserError("use either engine='extractive' or a model, not both")
-        return MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
+        return MemoryGenerateConfig.for_model(EXTRACTIVE)
     if engine not in (None, "model"):
         raise UserError(f"engine must be 'model' or 'extractive', not {engine!r}")
-    if model is None:
-        return MemoryGenerateConfig()
-    return MemoryGenerateConfig(
-        phase_one_model=model,
-        phase_two_model=model,
-        phase_one_model_settings=None,
-        phase_two_model_settings=None,
-    )
+    return MemoryGenerateConfig.for_model(model)
 
 
 def _report(report: FlushReport) -> GenerationReport:

@@ -206,6 +206,23 @@ class MemoryGenerateConfig(BaseModel):
             raise ValueError("a model name must not be empty")
         return value
 
+    @classmethod
+    def for_model(cls, model: str | Model | None, **fields: Any) -> MemoryGenerateConfig:
+        """One model for both phases: ``"extractive"`` runs both without a model; a name or a
+        ``Model`` runs both with the server's own default settings (right for reasoning and
+        non-reasoning models alike); ``None`` gives the defaults. ``fields`` set the rest."""
+        if model is None:
+            return cls(**fields)
+        if isinstance(model, str) and model == EXTRACTIVE:
+            return cls(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE, **fields)
+        return cls(
+            phase_one_model=model,
+            phase_two_model=model,
+            phase_one_model_settings=None,
+            phase_two_model_settings=None,
+            **fields,
+        )
+
     def comparable(self) -> tuple[Any, ...]:
         """A value equal for configs that generate memory the same way (used to detect two
         different generate configs for one layout)."""
