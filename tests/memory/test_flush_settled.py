@@ -1,8 +1,8 @@
 """A flush with nothing to do tells so from directory listings alone: after one flush found
 nothing to do (``.settled.json``), the next one reads no state file and no rollout while the
 files are exactly as it saw them, and does the full check as soon as anything a flush reads
-changed — an append to a rollout file, a raw memory edited in place, the state or selection
-file, phase two's cap — or when it must retry failed rollouts."""
+changed — an append to a rollout file, a raw memory replaced, the state or selection file,
+phase two's cap — or when it must retry failed rollouts."""
 
 from __future__ import annotations
 
@@ -102,20 +102,41 @@ async def test_an_append_to_a_rollout_is_extracted(
     assert not (root / PATHS.settled_json).exists()  # what it certified changed
 
 
-async def test_a_raw_memory_edited_in_place_is_checked(
+async def test_a_raw_memory_replaced_is_checked(
     settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """sandmem writes raw memories whole (a temp renamed over the file): their directory's
+    mtime moves, so the listings tell it without a ``stat`` per raw memory."""
     root, manager = settled
     loads = _Loads(monkeypatch)
+    raw = PATHS.raw_memory_file("deploy")
+    text = (root / raw).read_text()
+    await manager.session.write(raw, text.replace("segments: 1", "segments: 9"))
+    for path in (root / raw, root / PATHS.raw_dir):
+        os.utime(path, (PAST + 1, PAST + 1))  # old enough to trust
+    report = await manager.flush()
+    assert loads.count == 1
+    assert report.processed == ["deploy"]  # no longer up to date: extracted again
+
+
+async def test_a_raw_memory_edited_in_place_is_repaired_by_the_next_full_check(
+    settled: tuple[Path, MemoryGenerationManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A raw memory edited in place by hand (same name, same directory) is not seen by a
+    settled flush (raw memories are not ``stat``-ed there); the next flush that checks
+    everything extracts it again before phase two can read it."""
+    root, manager = settled
     raw = root / PATHS.raw_memory_file("deploy")
     with raw.open("r+") as f:  # same size, same directory entry: only the file's mtime moves
         text = f.read()
         f.seek(0)
         f.write(text.replace("segments: 1", "segments: 9"))
-    os.utime(raw, (PAST + 1, PAST + 1))  # an mtime of its own, old enough to trust
+    os.utime(raw, (PAST + 1, PAST + 1))
+    assert _idle(await manager.flush())
+    await manager.session.write(PATHS.rollout_file("tax"), _segment("tax", "Fix the tax", 7))
     report = await manager.flush()
-    assert loads.count == 1
-    assert report.processed == ["deploy"]  # no longer up to date: extracted again
+    assert sorted(report.processed) == ["deploy", "tax"]
+    assert "segments: 9" not in raw.read_text()
 
 
 @pytest.mark.parametrize("change", ["state", "selection", "cap"])

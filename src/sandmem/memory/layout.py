@@ -8,9 +8,11 @@ what phase one writes (``PHASE_ONE_DIRS``) are named here once; every other modu
 
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 import logging
+import operator
 import re
 import time
 from collections.abc import Iterable
@@ -367,18 +369,28 @@ RACY_NS = 2_000_000_000
 def listing_digest(listings: Iterable[Iterable[tuple[str, int, int | None]]]) -> str | None:
     """A digest of directory listings (``(name, size, mtime_ns)`` entries), to tell cheaply
     that nothing in them changed; ``None`` when an entry has no mtime or was modified
-    within ``RACY_NS`` (it cannot be trusted to show its next change)."""
+    within ``RACY_NS`` (it cannot be trusted to show its next change). The names, sizes and
+    mtimes are packed by C code (``join``, ``array``): a listing holds a file per
+    conversation."""
     newest = time.time_ns() - RACY_NS
     digest = hashlib.sha1()
-    for entries in listings:
-        lines = []
-        for name, size, mtime in entries:
-            if mtime is None or mtime > newest:
-                return None
-            lines.append(f"{name}\0{size}\0{mtime}")
-        digest.update("\n".join(lines).encode("utf-8", "surrogateescape"))
-        digest.update(b"\1")
+    for listing in listings:
+        entries = listing if isinstance(listing, list) else list(listing)
+        try:
+            sizes = array.array("q", map(_SIZE, entries))
+            mtimes = array.array("q", map(_MTIME, entries))  # a None mtime raises TypeError
+        except (TypeError, OverflowError):
+            return None
+        if mtimes and max(mtimes) > newest:
+            return None
+        names = "\0".join(map(_NAME, entries)).encode("utf-8", "surrogateescape")
+        for part in (names, sizes.tobytes(), mtimes.tobytes()):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
     return digest.hexdigest()
+
+
+_NAME, _SIZE, _MTIME = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 
 
 # ---------------------------------------------------------------- headers

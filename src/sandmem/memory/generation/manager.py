@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -147,6 +148,10 @@ async def _listed_stats(
             path = f"{directory}/{name}"
             found[path] = FileStat(size, mtime) if kind == EntryKind.FILE else None
     return found, listed
+
+
+#: the parts of a listing entry the settled check compares
+_NAME_SIZE_MTIME = operator.itemgetter(0, 2, 3)
 
 
 #: entries of the memory directory that change without changing what a flush would do: the
@@ -368,30 +373,44 @@ class MemoryGenerationManager:
     async def _settled_view(self) -> tuple[dict[str, Any] | None, bool]:
         """What decides that a flush has nothing to do, from directory listings: the memory
         directory's own entries (the state and selection files, ``MEMORY.md``, a commit
-        record, the subdirectories' mtimes), the rollout files, the raw memories and the
-        skills (names, sizes, mtimes), and phase two's cap; and whether the raw memories hold
-        a hidden entry (a write's temp). ``None`` when a file is too new to trust
-        (``RACY_NS``) or the backend gives no mtimes: the flush then checks everything."""
-        listings = []
-        temps = False
-        for directory in (self.paths.memories_dir, self.paths.sessions_dir, self.paths.raw_dir):
-            try:
-                entries = await self.session.stat_dir(directory)
-            except SandboxError:
-                entries = []  # not there (yet): no rollouts, or no raw memories
-            if directory == self.paths.memories_dir:  # what reads and this check rewrite
-                entries = [e for e in entries if not _not_settled(e[0])]
-            elif directory == self.paths.raw_dir:
-                temps = any(name.startswith(".") for name, _kind, _size, _mtime in entries)
-            listings.append([(name, size, mtime) for name, _kind, size, mtime in entries])
+        record, the subdirectories' mtimes), the rollout files and the skills (names, sizes,
+        mtimes), the raw memories' names, and phase two's cap; and whether the raw memories
+        hold a hidden entry (a write's temp). ``None`` when a file is too new to trust
+        (``RACY_NS``) or the backend gives no mtimes: the flush then checks everything.
+
+        Raw memories are not ``stat``-ed (half the cost at 10,000 conversations): sandmem
+        replaces them whole, which moves their directory's mtime (in the first listing); one
+        edited in place by hand is found, and extracted again, by the next flush that checks
+        everything."""
+        memories, sessions = await asyncio.gather(
+            self._stat_dir(self.paths.memories_dir), self._stat_dir(self.paths.sessions_dir)
+        )
+        try:
+            raw = sorted(await self.session.listdir(self.paths.raw_dir))
+        except SandboxError:
+            raw = []  # not there (yet)
+        temps = "\0." in "\0" + "\0".join(raw)  # a hidden name: a write's temp
         with no_symlinks():
             skills = await list_files(self.session, self.paths.skills_dir, MAX_DEPTH)
-        listings.append([(path, size, mtime) for path, (size, mtime) in skills.items()])
-        digest = listing_digest(listings)
+        digest = listing_digest(
+            [
+                # what reads and this check rewrite are left out
+                [_NAME_SIZE_MTIME(e) for e in memories if not _not_settled(e[0])],
+                list(map(_NAME_SIZE_MTIME, sessions)),
+                [(name, 0, 0) for name in raw],
+                [(path, size, mtime) for path, (size, mtime) in skills.items()],
+            ]
+        )
         if digest is None:
             return None, temps
         cap = self.config.max_raw_memories_for_consolidation
-        return {"version": 1, "files": digest, "cap": cap}, temps
+        return {"version": 2, "files": digest, "cap": cap}, temps
+
+    async def _stat_dir(self, directory: str) -> list[tuple[str, EntryKind, int, int | None]]:
+        try:
+            return await self.session.stat_dir(directory)
+        except SandboxError:
+            return []  # not there (yet): no rollouts
 
     # ------------------------------------------------------------ phase one
 
