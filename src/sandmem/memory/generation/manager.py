@@ -382,9 +382,8 @@ class MemoryGenerationManager:
         replaces them whole, which moves their directory's mtime (in the first listing); one
         edited in place by hand is found, and extracted again, by the next flush that checks
         everything."""
-        memories, sessions = await asyncio.gather(
-            self._stat_dir(self.paths.memories_dir), self._stat_dir(self.paths.sessions_dir)
-        )
+        memories = await self._stat_dir(self.paths.memories_dir)
+        sessions = await self._stat_dir(self.paths.sessions_dir)
         try:
             raw = sorted(await self.session.listdir(self.paths.raw_dir))
         except SandboxError:
