@@ -26,8 +26,8 @@ from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, MemoryGenerationMa
 from sandmem.memory.ingestion import _detect, _sqlite
 from sandmem.memory.ingestion._claude import claude_events
 from sandmem.memory.ingestion._codex import codex_events, subagent_parent
-from sandmem.memory.ingestion._items import Element, chat_events, responses_events
-from sandmem.memory.ingestion._lines import LineReader, decode_line, read_head_lines, tail_digest
+from sandmem.memory.ingestion._items import Element, item_events
+from sandmem.memory.ingestion._lines import LineReader, decode_line, tail_digest
 from sandmem.memory.ingestion._model import Event, Line, SourceMeta
 from sandmem.memory.ingestion._report import IngestedSource, IngestReport
 from sandmem.memory.ingestion._segments import Draft, drafts, segment_of
@@ -138,27 +138,54 @@ class Ingestor:
     async def _file(self, path: Path) -> list[IngestedSource]:
         if not await asyncio.to_thread(path.is_file):
             return [_skipped(path, "not a file (missing, a directory or a device)")]
-        head = await asyncio.to_thread(_detect.read_head, path)
-        found, why = _detect.sniff(head)
+        detection = await asyncio.to_thread(_detect.detect, path)
+        found = detection.format
         fmt = self.format
         if fmt == "auto":
             if found is None:
-                return [_skipped(path, f"cannot tell the format: {why}; pass --format")]
+                return [_skipped(path, f"cannot tell the format: {detection.why}; pass --format")]
             fmt = found
-        if head.startswith(_sqlite.SQLITE_MAGIC):
+        if detection.sqlite:
             if fmt != "openai-agents":
                 return [_skipped(path, f"a SQLite database is not {fmt}; use openai-agents")]
             return await self._database(path)
-        if fmt == "document" or (
+        document = fmt == "document" or (
             found == "document" and fmt in ("openai-agents", "responses", "chat")
-        ):
-            return [await self._document(path, None if fmt == "document" else fmt)]
+        )
         if fmt == "openai-agents":
             fmt = "responses"  # to_input_list() items written one a line
-        return [await self._jsonl(path, fmt, head)]
+        if fmt in _detect.ITEM_FORMATS or document:
+            kept = await self._kept_format(path, None if fmt == "document" else fmt)
+            if isinstance(kept, IngestedSource):
+                return [kept]
+            fmt = kept or fmt
+        if document:
+            return [await self._document(path, None if fmt == "document" else fmt)]
+        return [await self._jsonl(path, fmt, detection.objects)]
 
-    async def _jsonl(self, path: Path, fmt: str, head: bytes) -> IngestedSource:
-        session_id, suffix = _identity(fmt, path, read_head_lines(head))
+    async def _kept_format(self, path: Path, fmt: str | None) -> str | IngestedSource | None:
+        """The format an earlier ingest of this item-list file decided (its conversation,
+        ``responses-<file>`` or ``chat-<file>``, already holds segments of it): kept, so a file
+        that gains a tool call or is truncated is never read again under a new name. A format
+        asked for that differs from the kept one is refused (``failed``)."""
+        recorded = [
+            name
+            for name in _detect.ITEM_FORMATS
+            if await self._through(self._stream(path, name, path.stem, "")) is not None
+        ]
+        if not recorded or fmt in recorded:
+            return fmt if recorded else None
+        if self.format in ("auto", "document"):
+            return recorded[0]
+        return _failed(
+            path,
+            f"this file was ingested as {recorded[0]}, not {fmt}: its format is kept so that "
+            "nothing is recorded twice; forget the conversation to ingest it as another format",
+            self._stream(path, recorded[0], path.stem, ""),
+        )
+
+    async def _jsonl(self, path: Path, fmt: str, head: list[dict[str, Any]]) -> IngestedSource:
+        session_id, suffix = _identity(fmt, path, head)
         stream = self._stream(path, fmt, session_id, suffix)
         if self.sessions is not None and session_id not in self.sessions:
             return _skipped(path, f"session {session_id} was not asked for", stream)
@@ -226,7 +253,7 @@ class Ingestor:
             )
         meta = SourceMeta(fmt, session_id=path.stem, stream=stream.stream)
         elements = [(i, None, value) for i, value in enumerate(items) if i >= start]
-        kept, more = _take(_element_parser(fmt)(elements, meta), start, self.max_bytes)
+        kept, more = _take(item_events(elements, meta), start, self.max_bytes)
         found = drafts(kept)
         throughs = [
             {"pos": d.last_pos + 1, "items_sha256": digests.get(d.last_pos + 1)} for d in found
@@ -247,7 +274,7 @@ class Ingestor:
                 if value is None:
                     meta.drop("malformed_row")
             elements: list[Element] = [(i, t, v) for i, t, v in rows if v is not None]
-            kept, more = _take(responses_events(elements, meta), after, self.max_bytes)
+            kept, more = _take(item_events(elements, meta), after, self.max_bytes)
             found = drafts(kept)
             throughs = [{"pos": d.last_pos} for d in found]
             results.append(
@@ -343,7 +370,6 @@ def _parser(fmt: str) -> Callable[[Iterable[Line], SourceMeta], Iterator[Event]]
         return codex_events
     if fmt == "claude-code":
         return claude_events
-    element_parser = _element_parser(fmt)
 
     def lines_as_items(lines: Iterable[Line], meta: SourceMeta) -> Iterator[Event]:
         ends: dict[int, int] = {}
@@ -354,15 +380,11 @@ def _parser(fmt: str) -> Callable[[Iterable[Line], SourceMeta], Iterator[Event]]
                     ends[line.pos] = line.end
                     yield line.pos, None, line.data
 
-        for event in element_parser(elements(), meta):
+        for event in item_events(elements(), meta):
             event.end = ends.get(event.pos)
             yield event
 
     return lines_as_items
-
-
-def _element_parser(fmt: str) -> Callable[[Iterable[Element], SourceMeta], Iterator[Event]]:
-    return chat_events if fmt == "chat" else responses_events
 
 
 def _take(events: Iterable[Event], start: int, budget: int) -> tuple[list[Event], bool]:

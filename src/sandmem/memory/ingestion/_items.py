@@ -24,24 +24,41 @@ Element = tuple[int, str | None, Any]
 RESPONSES_TYPES = KEPT_ITEM_TYPES | {"reasoning", "message", "compaction", "item_reference"}
 
 
-def responses_events(elements: Iterable[Element], meta: SourceMeta) -> Iterator[Event]:
-    """Events of Responses items: user and assistant messages, tool calls and their outputs
-    as they are; system and developer messages and reasoning are dropped and counted."""
+def item_events(elements: Iterable[Element], meta: SourceMeta) -> Iterator[Event]:
+    """Events of a list of items, each read by its own shape: Responses items (messages, tool
+    calls and their outputs as they are; system and developer messages and reasoning dropped
+    and counted) and Chat Completions messages (``assistant`` messages with ``tool_calls``
+    become a message and function calls, ``tool`` messages function call outputs). One file
+    may hold both: a plain user/assistant list gains a tool call in either shape."""
     for pos, time, value in elements:
         if not isinstance(value, dict):
             meta.drop("malformed_item")
             continue
-        kind = value.get("type", "message" if "role" in value else None)
-        if kind == "message":
-            event = _message(value, meta)
-        elif kind in KEPT_ITEM_TYPES:
-            event = Event(0, bound_value(strip_encrypted(value)))
-        else:
-            meta.drop("reasoning" if kind == "reasoning" else f"item:{kind}")
-            continue
-        if event is not None:
+        events = _chat(value, meta) if chat_shaped(value) else _responses_item(value, meta)
+        for event in events:
             event.pos, event.time = pos, time
             yield event
+
+
+def _responses_item(value: dict[str, Any], meta: SourceMeta) -> list[Event]:
+    kind = value.get("type", "message" if "role" in value else None)
+    if kind == "message":
+        event = _message(value, meta)
+        return [event] if event is not None else []
+    if kind in KEPT_ITEM_TYPES:
+        return [Event(0, bound_value(strip_encrypted(value)))]
+    meta.drop("reasoning" if kind == "reasoning" else f"item:{kind}")
+    return []
+
+
+def chat_shaped(value: dict[str, Any]) -> bool:
+    """Whether an item is a Chat Completions message that only that format has (a ``tool``
+    or ``function`` message, an assistant message with ``tool_calls``)."""
+    if "type" in value:
+        return False
+    return value.get("role") in ("tool", "function") or bool(
+        {"tool_calls", "tool_call_id"} & set(value)
+    )
 
 
 def _message(value: dict[str, Any], meta: SourceMeta) -> Event | None:
@@ -54,18 +71,6 @@ def _message(value: dict[str, Any], meta: SourceMeta) -> Event | None:
         meta.drop("empty_message")
         return None
     return Event(0, message(str(role), text), turn=role == "user")
-
-
-def chat_events(elements: Iterable[Element], meta: SourceMeta) -> Iterator[Event]:
-    """Events of Chat Completions messages: ``assistant`` messages with ``tool_calls`` become
-    a message and function calls, ``tool`` messages function call outputs."""
-    for pos, time, value in elements:
-        if not isinstance(value, dict):
-            meta.drop("malformed_item")
-            continue
-        for event in _chat(value, meta):
-            event.pos, event.time = pos, time
-            yield event
 
 
 def _chat(value: dict[str, Any], meta: SourceMeta) -> list[Event]:
@@ -99,18 +104,6 @@ def _chat(value: dict[str, Any], meta: SourceMeta) -> list[Event]:
                 )
             )
     return events
-
-
-def looks_like_chat(values: Iterable[Any]) -> bool:
-    """Whether a list of items is Chat Completions messages (``tool_calls``, ``tool`` role)."""
-    for value in values:
-        if isinstance(value, dict) and (
-            value.get("role") in ("tool", "function")
-            or "tool_calls" in value
-            or "tool_call_id" in value
-        ):
-            return True
-    return False
 
 
 def looks_like_items(values: list[Any]) -> bool:

@@ -96,8 +96,3 @@ def tail_digest(path: Path, offset: int) -> str | None:
         return None
     return hashlib.sha256(data).hexdigest()
 
-
-def read_head_lines(head: bytes, limit: int = 50) -> list[dict[str, Any]]:
-    """The JSON objects among the first ``limit`` lines of ``head``."""
-    found = [decode_line(raw) for raw in head.split(b"\n")[:limit]]
-    return [d for d in found if d is not None]
