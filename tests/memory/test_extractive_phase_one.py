@@ -107,7 +107,7 @@ def test_bug_fix_with_failed_then_passing_tests() -> None:
 
 def test_user_correcting_the_agent() -> None:
     _, summary, raw = run("user_correction")
-    assert '- Preference: "No, don\'t use pip in this repo."' in summary
+    assert '- Preference (message 2): "No, don\'t use pip in this repo."' in summary
     assert '- Preference: "Always use uv: `uv sync`, then `uv run pytest -q`."' in raw
     assert '- Preference: "And please use click instead of argparse for new options."' in raw
     assert '- Correction: "Wait, the flag also needs a short form -v."' in raw

@@ -10,9 +10,12 @@ from typing import Any
 
 from sandmem._items import Item, content_text, item_kind
 from sandmem.memory._render import ParsedRollout, RolloutSegment
+from sandmem.memory.extractive._edit_tools import changes_state, edit_tool_changes
 from sandmem.memory.extractive._patches import PatchChange, patch_changes
+from sandmem.memory.extractive._salience import Statement, fact_line, statements
 from sandmem.memory.extractive._shell import (
     describe_content,
+    edits_files,
     file_effects,
     kind_of,
     listed_dir,
@@ -20,21 +23,10 @@ from sandmem.memory.extractive._shell import (
     read_exec_output,
     viewed_file,
 )
-from sandmem.memory.extractive._text import clip, one_line, sentences
+from sandmem.memory.extractive._text import clip, one_line
 from sandmem.memory.rollouts import exception_text
 from sandmem.redaction import Redactor
 
-_PREFERENCE = re.compile(
-    r"\b(?:always|never|i(?:'d| would)? prefer|prefer(?:s|red|ably)?|don't|dont|do not|"
-    r"instead|please use|from now on|make sure to)\b",
-    re.I,
-)
-_CORRECTION = re.compile(
-    r"^(?:no\b|nope\b|actually\b|wait\b|wrong\b|not quite\b|that'?s (?:not|wrong)\b|"
-    r"that is (?:not|wrong)\b|you (?:should|shouldn't|should not|forgot|missed)\b|"
-    r"(?:please )?(?:revert|undo|stop)\b)",
-    re.I,
-)
 _TOOL_ERROR = re.compile(r"^\s*error\b[:\s]", re.I)
 _FAILED_LINE = re.compile(r"^(?:FAILED|ERROR)\s+\S")
 _EXC_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit)\b:?")
@@ -60,8 +52,9 @@ _GENERIC = re.compile(
 )
 _RESULT_LINE = re.compile(r"\b\d+ (?:passed|failed|errors?|tests? ran)\b|^OK\b|^Ran \d+ tests?")
 _ALTERNATIVE_KINDS = ("run", "tests", "build", "lint")
-_MAX_REQUESTS = 6
-_MAX_QUOTES = 8
+#: the kinds of command whose output's most concrete line is kept when they succeed (they
+#: changed state: a script, a build, an install, a deploy); tests keep their result line
+_STATEFUL_KINDS = ("run", "build", "other")
 
 
 @dataclass
@@ -78,8 +71,15 @@ class Step:
     exit_code: int | None = None
     timed_out: bool = False
     error: str = ""
-    result: str = ""  # e.g. "3 passed" for a test run
+    result: str = ""  # e.g. "3 passed" for a test run, the output line of a deploy script
     changes: list[PatchChange] = field(default_factory=list)
+    #: the step changed files without naming them all (``git apply``, a formatter, ``patch``)
+    edited: bool = False
+
+    @property
+    def changed(self) -> bool:
+        """Whether the step changed files (an edit tool, a patch, a shell edit)."""
+        return bool(self.changes) or self.edited
 
 
 @dataclass
@@ -113,9 +113,12 @@ class Outcome:
 
 @dataclass
 class Facts:
+    #: every user message, in order
     requests: list[str] = field(default_factory=list)
     #: the requests that ask for something (not only corrections and preferences)
     tasks: list[str] = field(default_factory=list)
+    #: what the users said worth keeping, from every message (``_salience``)
+    statements: list[Statement] = field(default_factory=list)
     corrections: list[str] = field(default_factory=list)
     preferences: list[str] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
@@ -185,20 +188,16 @@ class _Walker:
         text = text.strip()
         if not text:
             return
-        asks = first
-        for sentence in sentences(text):
-            if sentence.endswith("?"):
-                asks = True
-            elif _PREFERENCE.search(sentence):
-                _add_unique(self.facts.preferences, sentence)
-            elif not first and _CORRECTION.match(sentence):
-                _add_unique(self.facts.corrections, sentence)
-            else:
-                asks = True
-        if len(self.facts.requests) < _MAX_REQUESTS:
-            self.facts.requests.append(text)
-            if asks:
-                self.facts.tasks.append(text)
+        said = statements(text, len(self.facts.requests) + 1)
+        self.facts.requests.append(text)
+        self.facts.statements.extend(said)
+        for statement in said:
+            if statement.kind == "preference":
+                _add_unique(self.facts.preferences, statement.text)
+            elif statement.kind == "correction":
+                _add_unique(self.facts.corrections, statement.text)
+        if first or any(s.kind not in ("preference", "correction") for s in said) or not said:
+            self.facts.tasks.append(text)
 
     def _call(self, segment: int, item: Item) -> None:
         name = str(item.get("name") or "tool")
@@ -214,6 +213,9 @@ class _Walker:
             target = changes[0].path if changes else ""
             step = Step(number, segment, name, "apply_patch", "patch", f"patch:{target}")
             step.changes = changes
+        elif (edits := edit_tool_changes(name, args)) is not None:
+            step = Step(number, segment, name, name, "patch", f"patch:{edits[0].path}")
+            step.changes = edits
         else:
             step = Step(number, segment, name, name, "tool", f"tool:{name}")
         self.facts.steps.append(step)
@@ -232,6 +234,8 @@ class _Walker:
             return
         if step.tool != "exec_command":
             step.ok = True
+            if step.kind == "tool" and changes_state(step.tool):
+                step.result = fact_line(text, 120)
             return
         self._exec_result(step, text, args)
 
@@ -244,7 +248,11 @@ class _Walker:
             step.error = "" if outcome.timed_out else error_line(outcome.body)
             return
         step.ok = True if outcome.exit_code == 0 else None
-        step.result = result_line(outcome.body) if step.kind == "tests" else ""
+        step.edited = edits_files(step.label)
+        if step.kind == "tests":
+            step.result = result_line(outcome.body)
+        elif step.kind in _STATEFUL_KINDS or step.edited:
+            step.result = fact_line(outcome.body, 120)
         for effect in file_effects(step.label, workdir):
             if effect.action in ("moved", "copied"):
                 step.changes.append(PatchChange(effect.action, effect.path, "", effect.detail))
@@ -268,7 +276,7 @@ class _Walker:
             target.holds = target.holds or fact.holds
             return
         _add_unique(fact.actions, change.action)
-        if change.action == "created" and change.detail and not fact.holds:
+        if change.action in ("created", "written") and change.detail and not fact.holds:
             fact.holds = change.detail
         elif change.detail:
             _add_unique(fact.details, change.detail)
@@ -286,7 +294,7 @@ class _Walker:
 
 
 def _add_unique(values: list[str], value: str) -> None:
-    if value not in values and len(values) < _MAX_QUOTES:
+    if value not in values:
         values.append(value)
 
 
@@ -353,7 +361,8 @@ def _recover(failure: Failure, step: Step, steps: list[Step]) -> None:
     failure.fixes = [
         s
         for s in steps[failure.first.number : step.number - 1]
-        if s.ok is True and (s.changes or s.kind == "build")
+        if (s.ok is True or (s.ok is None and s.kind == "patch"))
+        and (s.changed or s.kind == "build")
     ]
 
 

@@ -19,9 +19,14 @@ KINDS = (
     "task",
     "preference",
     "correction",
+    "decision",
+    "constraint",
     "fix",
     "failed",
     "works",
+    "fact",
+    "changed",
+    "request",
     "outcome",
     "file",
     "note",
@@ -29,7 +34,9 @@ KINDS = (
     "directory",
 )
 _LABEL = re.compile(
-    r"^(task|outcome|result|preference|correction|fix|failed|works|file|directory)\s*:\s*", re.I
+    r"^(task|outcome|result|preference|correction|decision|constraint|fact|request|changed|fix|"
+    r"failed|works|file|directory)\s*:\s*",
+    re.I,
 )
 _CITATION = re.compile(r"\s*\((?:rollouts?|rollout[_ ]id:?|source:?)\s+[^()]*\)\s*[.;]?\s*$", re.I)
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")

@@ -72,6 +72,21 @@ def describe_update(op: UpdateFile) -> str:
         removed = [t.strip() for k, t in hunk.lines if k == "-" and t.strip()]
         added = [t.strip() for k, t in hunk.lines if k == "+" and t.strip()]
         parts.extend(_describe_hunk(removed, added))
+    return _join(parts)
+
+
+def describe_lines(pairs: list[tuple[str, str]]) -> str:
+    """The same description for edits given as ``(old text, new text)`` pairs (an edit
+    tool's replacements)."""
+    parts: list[str] = []
+    for old, new in pairs:
+        removed = [t.strip() for t in old.splitlines() if t.strip()]
+        added = [t.strip() for t in new.splitlines() if t.strip()]
+        parts.extend(_describe_hunk(removed, added))
+    return _join(parts)
+
+
+def _join(parts: list[str]) -> str:
     if len(parts) > _CHANGES_PER_FILE:
         parts = [*parts[:_CHANGES_PER_FILE], f"{len(parts) - _CHANGES_PER_FILE} more changes"]
     return "; ".join(parts)

@@ -222,13 +222,70 @@ def _command_effects(args: list[str], cwd: str) -> list[FileEffect]:
         return [FileEffect("created", p, what) for p in operands]
     if name == "tee":
         return [FileEffect("written", p) for p in operands]
-    if name in ("mv", "cp") and len(operands) >= 2:
+    if name in ("mv", "cp", "install") and len(operands) >= 2:
         action = "moved" if name == "mv" else "copied"
         dest = operands[-1]
         return [FileEffect(action, src, dest) for src in operands[:-1]]
     if name in ("sed", "perl") and any(a.startswith(("-i", "-pi")) for a in args[1:]):
         return [FileEffect("changed", operands[-1])] if operands else []
+    return _other_effects(name, args, operands, cwd)
+
+
+def _other_effects(name: str, args: list[str], operands: list[str], cwd: str) -> list[FileEffect]:
+    """``git checkout/restore -- files``, ``dd of=``, ``chmod``/``chown`` (the files after the
+    mode), ``truncate``, ``ln``, ``awk -i inplace``."""
+    if name == "git" and len(args) > 1 and args[1] in ("checkout", "restore") and "--" in args:
+        return [FileEffect("changed", _join(cwd, a), "restored") for a in _after_dashes(args)]
+    if name == "dd":
+        return [FileEffect("written", _join(cwd, a[3:])) for a in args[1:] if a.startswith("of=")]
+    if name in ("chmod", "chown") and len(operands) >= 2:
+        return [FileEffect("changed", p, f"{name} {args[1]}") for p in operands[1:]]
+    if name == "truncate":
+        size = args[args.index("-s") + 1] if "-s" in args[:-1] else None
+        return [FileEffect("changed", p) for p in operands if size is None or p != _join(cwd, size)]
+    if name == "ln" and operands:
+        return [FileEffect("created", operands[-1], "link")]
+    if name == "awk" and "inplace" in args and operands:
+        return [FileEffect("changed", operands[-1])]
     return []
+
+
+def _after_dashes(args: list[str]) -> list[str]:
+    return args[args.index("--") + 1 :]
+
+
+#: commands that change files without naming them: patches, git operations that rewrite the
+#: working tree, formatters and linters asked to fix
+_GIT_REWRITES = frozenset(
+    "apply am checkout switch restore reset stash pull merge rebase cherry-pick revert".split()
+)
+_FIX_FLAGS = frozenset({"--fix", "--write", "-w", "--in-place", "-i", "--inplace", "--apply"})
+_FORMATTERS = frozenset({"black", "isort", "autopep8", "autoflake", "gofmt", "goimports"})
+_CHECK_ONLY = frozenset({"--check", "--diff", "--check-only", "-l", "--list-different"})
+
+
+def edits_files(cmd: str) -> bool:
+    """Whether a command changes files in ways :func:`file_effects` cannot name: ``patch``,
+    ``git apply`` / ``checkout`` / ``reset`` / ``stash`` / ``pull`` / ..., a formatter
+    (``black``, ``ruff format``, ``cargo fmt``, ``gofmt -w``, ...) or a linter asked to fix
+    (``--fix``, ``--write``)."""
+    for words in simple_commands(cmd):
+        words = _core(words)
+        if not words:
+            continue
+        name = posixpath.basename(words[0])
+        rest = words[1:]
+        if name == "patch" or (name == "git" and rest[:1] and rest[0] in _GIT_REWRITES):
+            return True
+        if _CHECK_ONLY & set(rest):
+            continue
+        if name in _FORMATTERS or (name == "ruff" and "format" in rest[:2]):
+            return True
+        if name in ("cargo", "go") and rest[:1] in (["fmt"], ["fix"]):
+            return True
+        if _FIX_FLAGS & set(rest) and name not in ("sed", "perl", "grep", "rg", "ls"):
+            return True
+    return False
 
 
 def viewed_file(cmd: str, workdir: str | None = None) -> str | None:

@@ -149,6 +149,40 @@ def fit_sections(
     return cut_lines(render_sections(head, sections), max_bytes)
 
 
+def fit_scored(
+    head: str, sections: list[Section], scores: list[list[float]], max_bytes: int
+) -> str:
+    """Render ``sections`` within ``max_bytes`` by dropping their lowest-scoring lines first,
+    wherever they are (ties: the longer line first, then the later one); each section's first
+    ``keep`` lines stay, and a section that lost lines ends with one ``- … N more omitted``
+    line. ``scores[i][j]`` is the score of line ``j`` of section ``i``."""
+    size = nbytes(render_sections(head, sections))
+    if size <= max_bytes:
+        return render_sections(head, sections)
+    candidates = sorted(
+        (
+            (score, -nbytes(section.lines[j]), -j, i, j)
+            for i, section in enumerate(sections)
+            for j, score in enumerate(scores[i])
+            if j >= section.keep
+        ),
+    )
+    dropped: dict[int, set[int]] = {}
+    for _, minus_size, _, i, j in candidates:
+        if size <= max_bytes:
+            break
+        gone = dropped.setdefault(i, set())
+        if not gone:
+            size += nbytes(f"- {ELLIPSIS} 99 more omitted") + 1
+        gone.add(j)
+        size -= -minus_size + 1
+    for i, gone in dropped.items():
+        section = sections[i]
+        section.lines = [ln for j, ln in enumerate(section.lines) if j not in gone]
+        section.lines.append(f"- {ELLIPSIS} {len(gone)} more omitted")
+    return cut_lines(render_sections(head, sections), max_bytes)
+
+
 def cut_lines(text: str, max_bytes: int) -> str:
     """``text`` if it fits; otherwise its longest prefix of whole lines that fits."""
     if nbytes(text) <= max_bytes:

@@ -13,15 +13,15 @@ from sandmem.memory._render import parse_rollout
 from sandmem.memory._types import PhaseOneArtifacts
 from sandmem.memory.extractive._facts import Facts, Failure, FileFact, Step, analyse
 from sandmem.memory.extractive._patches import PatchChange
+from sandmem.memory.extractive._salience import LABELS, Statement, fact_count, salient_quote
 from sandmem.memory.extractive._text import (
     Section,
     clip,
     code,
     cut_lines,
-    fit_sections,
+    fit_scored,
     nbytes,
     one_line,
-    quote,
     sentences,
     slugify,
 )
@@ -29,10 +29,19 @@ from sandmem.redaction import redact
 
 #: a redaction marker, left out of slugs
 _MARKER = re.compile(r"\[REDACTED:[^\]]*\]")
+#: the rollout summary's budget for a conversation of one user message; each further user
+#: message adds :data:`SUMMARY_BYTES_PER_MESSAGE`, up to :data:`SUMMARY_CAP_BYTES`
 SUMMARY_MAX_BYTES = 6 * 1024
+SUMMARY_BYTES_PER_MESSAGE = 1024
+SUMMARY_CAP_BYTES = 64 * 1024
+#: the raw memory's budget, grown the same way
 RAW_MEMORY_MAX_BYTES = 3 * 1024
+RAW_MEMORY_BYTES_PER_MESSAGE = 384
+RAW_MEMORY_CAP_BYTES = 16 * 1024
 SLUG_MAX_CHARS = 60
 MAX_STEP_LINES = 30
+#: more step lines for longer conversations, up to this many
+MAX_STEP_LINES_CAP = 120
 _USEFUL_KINDS = ("tests", "build", "lint", "run")
 _GERUNDS = {
     "changed": "editing",
@@ -43,6 +52,22 @@ _GERUNDS = {
     "copied": "copying",
 }
 _KIND_PRIORITY = {"patch": 1, "tests": 1, "build": 1, "lint": 1, "run": 2, "tool": 2, "other": 2}
+#: how much a line of each summary section is worth keeping (plus its concrete facts)
+_STEP_SCORES = {0: 6.0, 1: 5.0, 2: 4.0, 3: 2.0}
+
+
+def summary_budget(user_messages: int) -> int:
+    """The rollout summary's byte budget: 6 KiB, plus 1 KiB per user message after the
+    first, at most 64 KiB."""
+    extra = SUMMARY_BYTES_PER_MESSAGE * max(user_messages - 1, 0)
+    return min(SUMMARY_MAX_BYTES + extra, SUMMARY_CAP_BYTES)
+
+
+def raw_memory_budget(user_messages: int) -> int:
+    """The raw memory's byte budget: 3 KiB, plus 384 bytes per user message after the first,
+    at most 16 KiB."""
+    extra = RAW_MEMORY_BYTES_PER_MESSAGE * max(user_messages - 1, 0)
+    return min(RAW_MEMORY_MAX_BYTES + extra, RAW_MEMORY_CAP_BYTES)
 
 
 def extract(rollout_id: str, rollout_text: str) -> PhaseOneArtifacts | None:
@@ -51,15 +76,22 @@ def extract(rollout_id: str, rollout_text: str) -> PhaseOneArtifacts | None:
     facts = analyse(parse_rollout(rollout_text))
     if not facts.requests:
         return None
+    messages = len(facts.requests)
     return PhaseOneArtifacts(
         rollout_slug=slugify(_MARKER.sub(" ", redact(facts.requests[0])), SLUG_MAX_CHARS),
-        rollout_summary=_bounded(render_summary(facts), SUMMARY_MAX_BYTES),
-        raw_memory=_bounded(render_raw_memory(facts, rollout_id), RAW_MEMORY_MAX_BYTES),
+        rollout_summary=_bounded(render_summary(facts), summary_budget(messages)),
+        raw_memory=_bounded(render_raw_memory(facts, rollout_id), raw_memory_budget(messages)),
     )
 
 
 def _bounded(text: str, max_bytes: int) -> str:
     return cut_lines(redact(text), max_bytes).rstrip("\n") + "\n"
+
+
+def quote(text: str, limit: int) -> str:
+    """``text`` quoted on one line within ``limit`` characters, its most telling sentences
+    kept when it is longer."""
+    return '"' + salient_quote(text, limit) + '"'
 
 
 def title(facts: Facts) -> str:
@@ -88,7 +120,8 @@ def step_phrase(step: Step) -> str:
         return f"{target} → {status}" + (f": {code(step.error)}" if step.error else "")
     changes = "; ".join(change_phrase(c) for c in step.changes)
     if step.tool != "exec_command" and step.ok:
-        return f"{target}: {changes}" if changes else f"{target} → ok"
+        said = f" ({step.result})" if step.result else ""
+        return f"{target}: {changes}" if changes else f"{target} → ok{said}"
     status = _exit(step, "ok" if step.ok else "no result")
     if step.result:
         status += f" ({step.result})"
@@ -127,6 +160,8 @@ def fix_phrase(failure: Failure) -> str:
         worked = "worked instead" if failure.instead else "worked"
         return text + (f"; {then} {rerun} {worked}" if rerun else f"; {then} it worked")
     verb = "passed" if first.kind == "tests" else "worked"
+    if not failure.fixes and after.changed:
+        return text + f"; then {what(after, 120)}, which changes files, {verb}"
     if not failure.fixes:
         return text + f"; then it {verb} on a rerun with no change in between"
     return text + f"; then it {verb}"
@@ -157,24 +192,49 @@ def file_phrase(fact: FileFact) -> str:
 
 
 def render_summary(facts: Facts) -> str:
+    """The rollout summary, within :func:`summary_budget` of its user messages: what is cut
+    first is what scores lowest (routine steps, plain sentences), never by position."""
     multi = len(facts.outcomes) > 1
+    first = quote(facts.requests[0], 300)
+    said = [s for s in facts.statements if not _quoted(s, first)]
+    steps, step_scores = _step_lines(facts.steps, multi, len(facts.requests))
+    outcomes = _outcome_lines(facts, multi)
     sections = [
-        Section("Request", [f"- {quote(r, 300)}" for r in facts.requests]),
-        Section("Outcome", _outcome_lines(facts, multi)),
-        Section("Steps that mattered", _step_lines(facts.steps, multi)),
-        Section("Files", [f"- {file_phrase(f)}" for f in facts.files.values()]),
-        Section("Errors and what came after", [f"- {fix_phrase(f)}" for f in facts.failures]),
+        Section("Request", [f"- {first}"]),
         Section(
-            "User corrections and preferences",
-            [f"- Correction: {quote(c, 240)}" for c in facts.corrections]
-            + [f"- Preference: {quote(p, 240)}" for p in facts.preferences],
+            "What the user said",
+            [f"- {LABELS[s.kind]} (message {s.turn}): {quote(s.text, 300)}" for s in said],
+            keep=0,
+        ),
+        Section("Outcome", [line for line, _ in outcomes], keep=0),
+        Section("Steps that mattered", steps, keep=0),
+        Section("Files", [f"- {file_phrase(f)}" for f in facts.files.values()], keep=0),
+        Section(
+            "Errors and what came after", [f"- {fix_phrase(f)}" for f in facts.failures], keep=0
         ),
     ]
+    scores = [
+        [10.0],
+        [float(s.score) for s in said],
+        [score for _, score in outcomes],
+        step_scores,
+        [3.0 + fact_count(line) / 8 for line in sections[4].lines],
+        [7.0] * len(facts.failures),
+    ]
     head = f"# {title(facts)}\n"
-    return fit_sections(head, sections, SUMMARY_MAX_BYTES, [2, 3, 0, 1, 4, 5])
+    return fit_scored(head, sections, scores, summary_budget(len(facts.requests)))
 
 
-def _outcome_lines(facts: Facts, multi: bool) -> list[str]:
+def _quoted(statement: Statement, request: str) -> bool:
+    """Whether a plain sentence of the first message is already in its quoted request."""
+    return (
+        statement.turn == 1
+        and statement.kind in ("request", "fact")
+        and (statement.text in request)
+    )
+
+
+def _outcome_lines(facts: Facts, multi: bool) -> list[tuple[str, float]]:
     lines = []
     for outcome in facts.outcomes:
         prefix = f"Segment {outcome.segment}: " if multi else "Terminal state: "
@@ -183,21 +243,25 @@ def _outcome_lines(facts: Facts, multi: bool) -> list[str]:
             line += f" ({outcome.exception})"
         if outcome.answer:
             line += f". Final answer: {quote(outcome.answer, 400)}"
-        lines.append(line)
+        last = outcome is facts.outcomes[-1]
+        lines.append((line, 9.0 if last else 4.0 + min(fact_count(outcome.answer), 4)))
     return lines
 
 
-def _step_lines(steps: list[Step], multi: bool) -> list[str]:
+def _step_lines(steps: list[Step], multi: bool, messages: int) -> tuple[list[str], list[float]]:
+    limit = min(MAX_STEP_LINES + 3 * max(messages - 1, 0), MAX_STEP_LINES_CAP)
     ranked = sorted(steps, key=lambda s: (_priority(s), s.number))
-    shown = sorted(ranked[:MAX_STEP_LINES], key=lambda s: s.number)
+    shown = sorted(ranked[:limit], key=lambda s: s.number)
     lines = [f"- {f'[s{s.segment}] ' if multi else ''}{step_phrase(s)}" for s in shown]
+    scores = [_STEP_SCORES[_priority(s)] + min(fact_count(s.result), 2) / 4 for s in shown]
     if len(steps) > len(shown):
         lines.append(f"- ({len(steps) - len(shown)} routine steps not shown)")
-    return lines
+        scores.append(1.0)
+    return lines, scores
 
 
 def _priority(step: Step) -> int:
-    if step.ok is False or step.changes:
+    if step.ok is False or step.changed:
         return 0
     return _KIND_PRIORITY.get(step.kind, 3)
 
@@ -207,16 +271,38 @@ def _priority(step: Step) -> int:
 
 def render_raw_memory(facts: Facts, rollout_id: str) -> str:
     """Bullets, most durable first, each ending with ``(rollout <id>)``; bullets that do not
-    fit :data:`RAW_MEMORY_MAX_BYTES` are left out, least important first."""
+    fit :func:`raw_memory_budget` are left out, least important first."""
     cite = f" (rollout {rollout_id})"
     ranked: list[str] = []
     ranked += [f"- Task: {quote(r, 240)}" for r in facts.tasks[:3]]
     ranked.append(f"- Outcome: {outcome_phrase(facts)}")
     ranked += [f"- Preference: {quote(p, 240)}" for p in facts.preferences]
+    ranked += [f"- Correction: {quote(c, 240)}" for c in facts.corrections]
+    shown = {quote(r, 240)[1:-1] for r in facts.tasks[:3]}
+    said = [
+        s
+        for s in sorted(facts.statements, key=lambda s: -s.score)
+        if s.kind in ("decision", "constraint", "fact", "request")
+        and not any(s.text in t for t in shown)
+    ]
+    ranked += [f"- {LABELS[s.kind]}: {quote(s.text, 240)}" for s in said if s.score >= 7]
     ranked += [f"- Fix: {fix_phrase(f)}" for f in facts.failures if f.recovered_by]
     ranked += [f"- Works: {w}" for w in _working_commands(facts.steps)]
-    ranked += [f"- Correction: {quote(c, 240)}" for c in facts.corrections]
+    answer = next((o.answer for o in reversed(facts.outcomes) if o.answer), "")
+    if answer:
+        ranked.append(f"- Result: {quote(answer, 300)}")
+    ranked += [
+        f"- {LABELS[s.kind]}: {quote(s.text, 240)}"
+        for s in said
+        if s.score < 7 and fact_count(s.text)
+    ]
     ranked += [f"- Failed: {fix_phrase(f)}" for f in facts.failures if not f.recovered_by]
+    ranked += [f"- Changed: {_changed_phrase(s)}" for s in facts.steps if _stateful_result(s)]
+    ranked += [
+        f"- Result: {quote(o.answer, 240)}"
+        for o in facts.outcomes[:-1]
+        if o.answer and fact_count(o.answer) >= 2
+    ]
     ranked += [f"- File: {file_phrase(f)}" for f in facts.files.values()]
     ranked += [
         f"- Directory: {code(d.rstrip('/') + '/')} contains "
@@ -225,19 +311,28 @@ def render_raw_memory(facts: Facts, rollout_id: str) -> str:
         for d, entries in facts.dirs.items()
         if entries
     ]
-    answer = next((o.answer for o in reversed(facts.outcomes) if o.answer), "")
-    if answer:
-        ranked.append(f"- Result: {quote(answer, 300)}")
     head = f"## {title(facts)}\n"
-    budget = RAW_MEMORY_MAX_BYTES - nbytes(head)
+    budget = raw_memory_budget(len(facts.requests)) - nbytes(head)
     kept: set[int] = set()
+    seen: set[str] = set()
     for index, bullet in enumerate(ranked):
         size = nbytes(bullet + cite + "\n")
-        if size <= budget:
+        if size <= budget and bullet not in seen:
             kept.add(index)
+            seen.add(bullet)
             budget -= size
     order = _display_order(ranked)
     return head + "".join(ranked[i] + cite + "\n" for i in order if i in kept)
+
+
+def _stateful_result(step: Step) -> bool:
+    """A tool call that changed something and said what (a deploy, a migration), other than
+    the scripts, builds and tests that ``Works`` bullets already name with their result."""
+    return step.ok is True and bool(step.result) and step.kind in ("other", "tool")
+
+
+def _changed_phrase(step: Step) -> str:
+    return f"{what(step, 120)} → {code(step.result)}"
 
 
 _DISPLAY = (
@@ -246,6 +341,11 @@ _DISPLAY = (
     "Result",
     "Preference",
     "Correction",
+    "Decision",
+    "Constraint",
+    "Request",
+    "Fact",
+    "Changed",
     "Fix",
     "Failed",
     "Works",

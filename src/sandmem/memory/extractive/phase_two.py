@@ -32,7 +32,11 @@ from sandmem.memory.selection import RawMemoryRef
 from sandmem.memory.verify import Citations, source_entries
 from sandmem.redaction import redact
 
-_DETAIL_KINDS = frozenset({"file", "note", "result", "directory", "outcome"})
+#: single-source bullets of these kinds go first when MEMORY.md is over its budget, oldest
+#: groups first (the rollout summaries, which MEMORY.md points to, still hold them)
+_DETAIL_KINDS = frozenset(
+    {"file", "note", "result", "directory", "outcome", "request", "fact", "changed"}
+)
 _INTRO = (
     "Task groups distilled from {n} conversation(s), newest first, by sandmem's offline "
     "extractive engine. Search it with the task's keywords; open a rollout summary only when "

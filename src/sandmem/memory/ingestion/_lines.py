@@ -95,4 +95,3 @@ def tail_digest(path: Path, offset: int) -> str | None:
     if len(data) != offset - start:
         return None
     return hashlib.sha256(data).hexdigest()
-
