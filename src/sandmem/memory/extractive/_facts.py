@@ -190,7 +190,11 @@ class _Walker:
             return
         said = statements(text, len(self.facts.requests) + 1)
         self.facts.requests.append(text)
-        self.facts.statements.extend(said)
+        known = {s.text for s in self.facts.statements}
+        for statement in said:  # a sentence said again is kept once, where it was first said
+            if statement.text not in known:
+                known.add(statement.text)
+                self.facts.statements.append(statement)
         for statement in said:
             if statement.kind == "preference":
                 _add_unique(self.facts.preferences, statement.text)
