@@ -71,6 +71,9 @@ _FILLER = re.compile(
     re.I,
 )
 
+#: how much of a tool's output is searched for its result line (outputs end with it)
+_TAIL_LINES = 40
+_TAIL_CHARS = 8_000
 #: the classes of what a user said, most worth keeping first
 KINDS = ("correction", "preference", "decision", "constraint", "request", "fact")
 _KIND_SCORE = {
@@ -167,10 +170,10 @@ def salient_quote(text: str, limit: int) -> str:
 
 
 def fact_line(body: str, limit: int = 200) -> str:
-    """The line of a tool's output that states the most concrete facts (the last of equals:
-    outputs end with their result), or ``""`` when none holds any."""
+    """The line among the last lines of a tool's output that states the most concrete facts
+    (the last of equals: outputs end with their result), or ``""`` when none holds any."""
     best, best_count = "", 0
-    for line in body.splitlines()[-200:]:
+    for line in body[-_TAIL_CHARS:].splitlines()[-_TAIL_LINES:]:
         line = line.strip()
         if not line or len(line) > 4 * limit:
             continue

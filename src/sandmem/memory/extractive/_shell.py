@@ -4,6 +4,7 @@ description of what a file holds."""
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
@@ -91,6 +92,13 @@ def read_exec_output(text: str) -> ExecOutcome:
 def tokens(cmd: str) -> list[str] | None:
     """Shell tokens of ``cmd`` (operators as their own tokens); a heredoc body is left out;
     ``None`` when the command cannot be tokenised (unbalanced quotes)."""
+    found = _tokens(cmd)
+    return None if found is None else list(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _tokens(cmd: str) -> tuple[str, ...] | None:
+    """``tokens``, remembered: one step's command is read by several rules."""
     lines = cmd.split("\n")
     heredoc = next((i for i, line in enumerate(lines) if "<<" in line), None)
     if heredoc is not None:
@@ -98,7 +106,7 @@ def tokens(cmd: str) -> list[str] | None:
     lexer = shlex.shlex(" ; ".join(lines), posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     try:
-        return list(lexer)
+        return tuple(lexer)
     except ValueError:
         return None
 
