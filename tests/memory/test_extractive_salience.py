@@ -7,10 +7,12 @@ changed state are kept too."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sandmem.memory import generate_sync, ingest_sync, search_sync
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.extractive import consolidate, extract
 from sandmem.memory.extractive._salience import classify, salient_quote
@@ -199,3 +201,33 @@ def test_a_long_quote_keeps_its_most_concrete_sentences() -> None:
 def test_extraction_is_deterministic() -> None:
     text = _conversation(_messages(25, 20, PLANTED["decision"]))
     assert extract("conv", text) == extract("conv", text)
+
+
+def test_a_late_fact_of_an_ingested_chat_is_found_by_search(tmp_path: Path) -> None:
+    """Through the whole pipeline: a chat transcript whose fact is in its 14th user message and
+    in a tool's output, ingested, generated with the extractive engine, then searched."""
+    source = tmp_path / "chat.jsonl"
+    rows: list[dict[str, Any]] = []
+    for n in range(1, 16):
+        text = FILLER[n % len(FILLER)] if n > 1 else "Help me ship the ledger export."
+        if n == 14:
+            text = "The export bucket is called quasar-ledger-eu and lives in eu-north-1."
+        rows += [{"role": "user", "content": text}]
+        if n == 9:
+            call = {"id": "c9", "type": "function", "function": {"name": "deploy_export"}}
+            rows += [
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c9", "content": "Released build 7731 to prod"},
+            ]
+        rows += [{"role": "assistant", "content": f"Done ({n})."}]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ingest_sync(workspace, [source])
+    assert generate_sync(workspace, engine="extractive").complete
+    for query, fact in (
+        ("which bucket holds the export", "quasar-ledger-eu"),
+        ("release build number prod", "Released build 7731 to prod"),
+    ):
+        hits = search_sync(workspace, query).hits
+        assert hits and fact in hits[0].snippet, (query, hits[:2])
