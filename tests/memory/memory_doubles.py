@@ -8,6 +8,10 @@ import re
 from collections.abc import Callable
 
 from sandmem._items import Item
+from sandmem.memory._types import SelectedMemory
+from sandmem.memory.extractive import extract
+from sandmem.memory.layout import fingerprint
+from sandmem.memory.selection import RawMemoryRef
 from sandmem.models._base import ModelRequest
 from sandmem.testing import FunctionModel, last_user_text, tool_call, tool_outputs
 
@@ -98,3 +102,19 @@ def segment_line(rid: str, task: str, minute: int = 0, answer: str = "done") -> 
         )
         + "\n"
     )
+
+
+def extracted(rollout_id: str, text: str) -> SelectedMemory:
+    """What the pipeline would hand phase two after an extractive phase one of a rollout
+    file's ``text``."""
+    artifacts = extract(rollout_id, text)
+    assert artifacts is not None
+    fp = fingerprint(text.encode())
+    ref = RawMemoryRef(
+        rollout_id=rollout_id,
+        updated_at=fp.updated_at,
+        rollout_path=f"sessions/{rollout_id}.jsonl",
+        rollout_summary_file=f"rollout_summaries/{rollout_id}_{artifacts.rollout_slug}.md",
+        terminal_state=fp.terminal_state,
+    )
+    return SelectedMemory(ref, artifacts.raw_memory, artifacts.rollout_summary)

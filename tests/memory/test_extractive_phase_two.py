@@ -8,11 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from memory_doubles import extracted
 
 from sandmem.memory._types import ConsolidationInputs, ConsolidationOutput, SelectedMemory
-from sandmem.memory.extractive import consolidate, extract
-from sandmem.memory.layout import fingerprint
-from sandmem.memory.selection import RawMemoryRef
+from sandmem.memory.extractive import consolidate
 
 DATA = Path(__file__).parents[1] / "data" / "extractive"
 GOLDEN = DATA / "golden"
@@ -41,18 +40,7 @@ def assert_golden(path: Path, actual: str) -> None:
 
 def selected(name: str) -> SelectedMemory:
     """What the pipeline would hand phase two after an extractive phase one of ``name``."""
-    text = (DATA / "rollouts" / f"{name}.jsonl").read_text(encoding="utf-8")
-    artifacts = extract(name, text)
-    assert artifacts is not None
-    fp = fingerprint(text.encode())
-    ref = RawMemoryRef(
-        rollout_id=name,
-        updated_at=fp.updated_at,
-        rollout_path=f"sessions/{name}.jsonl",
-        rollout_summary_file=f"rollout_summaries/{name}_{artifacts.rollout_slug}.md",
-        terminal_state=fp.terminal_state,
-    )
-    return SelectedMemory(ref, artifacts.raw_memory, artifacts.rollout_summary)
+    return extracted(name, (DATA / "rollouts" / f"{name}.jsonl").read_text(encoding="utf-8"))
 
 
 def inputs(

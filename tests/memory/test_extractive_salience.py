@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_doubles import extracted
 
 from sandmem.memory import generate_sync, ingest_sync, search_sync
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.extractive import consolidate, extract
 from sandmem.memory.extractive._salience import classify, salient_quote
 from sandmem.memory.extractive.phase_one import raw_memory_budget, summary_budget
-from sandmem.memory.layout import fingerprint
-from sandmem.memory.selection import RawMemoryRef
 
 FILLER = [
     "Now run the tests again.",
@@ -76,17 +75,7 @@ def test_what_the_user_said_is_kept_from_any_message(kind: str, count: int, at: 
 
 
 def _selected(rollout_id: str, text: str) -> SelectedMemory:
-    artifacts = extract(rollout_id, text.replace('"conv"', json.dumps(rollout_id)))
-    assert artifacts is not None
-    fp = fingerprint(text.encode())
-    ref = RawMemoryRef(
-        rollout_id=rollout_id,
-        updated_at=fp.updated_at,
-        rollout_path=f"sessions/{rollout_id}.jsonl",
-        rollout_summary_file=f"rollout_summaries/{rollout_id}_{artifacts.rollout_slug}.md",
-        terminal_state=fp.terminal_state,
-    )
-    return SelectedMemory(ref, artifacts.raw_memory, artifacts.rollout_summary)
+    return extracted(rollout_id, text.replace('"conv"', json.dumps(rollout_id)))
 
 
 def test_late_facts_reach_memory_md() -> None:

@@ -12,7 +12,7 @@ matters only for a source seen for the first time.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -20,7 +20,8 @@ from typing import Any, BinaryIO, Literal
 from sandmem.memory.ingestion._claude import ENTRY_TYPES
 from sandmem.memory.ingestion._codex import WRAPPER_TYPES
 from sandmem.memory.ingestion._items import RESPONSES_TYPES, chat_shaped, looks_like_items
-from sandmem.memory.ingestion._lines import decode_line
+from sandmem.memory.ingestion._lines import LineReader, decode_line
+from sandmem.memory.ingestion._model import SourceMeta
 from sandmem.memory.ingestion._sqlite import SQLITE_MAGIC
 
 Format = Literal["codex", "claude-code", "openai-agents", "responses", "chat"]
@@ -102,10 +103,9 @@ def _early_codex(first: dict[str, Any]) -> bool:
     return "id" in first and "timestamp" in first and "type" not in first
 
 
-def _decide(lines: Iterable[bytes | None], start: bytes) -> Detection:
+def _decide(objects: Iterable[dict[str, Any] | None], start: bytes) -> Detection:
     decider = _Decider()
-    for raw in lines:
-        obj = decode_line(raw) if raw is not None else None
+    for obj in objects:
         if obj is None:
             continue  # a garbage line among JSON lines is the parser's to skip and count
         decider.feed(obj)
@@ -129,7 +129,7 @@ def sniff(head: bytes) -> tuple[str | None, str]:
     not (the pure form of :func:`detect`)."""
     if head.startswith(SQLITE_MAGIC):
         return "openai-agents", "a SQLite database"
-    found = _decide(head.split(b"\n"), head[:_CHUNK])
+    found = _decide((decode_line(raw) for raw in head.split(b"\n")), head[:_CHUNK])
     return found.format, found.why
 
 
@@ -140,32 +140,22 @@ def detect(path: Path) -> Detection:
         if start.startswith(SQLITE_MAGIC):
             return Detection("openai-agents", "a SQLite database", sqlite=True)
         stream.seek(0)
-        return _decide(_bounded_lines(stream), start)
+        bounded = _Bounded(stream, DETECT_MAX_BYTES)
+        lines = LineReader(bounded, SourceMeta("detect"), DETECT_MAX_LINE_BYTES)
+        return _decide((line.data for line in lines), start)
 
 
-def _bounded_lines(stream: BinaryIO) -> Iterator[bytes | None]:
-    """The lines of ``stream`` within :data:`DETECT_MAX_BYTES` (a last line is given only when
-    it ends the file); a line over :data:`DETECT_MAX_LINE_BYTES` comes as ``None``."""
-    left = DETECT_MAX_BYTES
-    buffer = bytearray()
-    skipping = False
-    while left > 0 and (chunk := stream.read(min(_CHUNK, left))):
-        left -= len(chunk)
-        start = 0
-        while (newline := chunk.find(b"\n", start)) >= 0:
-            if not skipping:
-                buffer += chunk[start:newline]
-            yield None if skipping or len(buffer) > DETECT_MAX_LINE_BYTES else bytes(buffer)
-            buffer.clear()
-            skipping = False
-            start = newline + 1
-        if not skipping:
-            buffer += chunk[start:]
-            if len(buffer) > DETECT_MAX_LINE_BYTES:
-                skipping = True
-                buffer.clear()
-    if left > 0 and buffer and not skipping:
-        yield bytes(buffer)  # the file's last line, without a newline
+class _Bounded:
+    """A binary stream that ends after its first ``left`` bytes."""
+
+    def __init__(self, stream: BinaryIO, left: int) -> None:
+        self.stream, self.left = stream, left
+
+    def read(self, size: int, /) -> bytes:
+        wanted = min(size, self.left)
+        chunk = self.stream.read(wanted) if wanted > 0 else b""
+        self.left -= len(chunk)
+        return chunk
 
 
 def jsonl_format(objects: list[dict[str, Any]]) -> str | None:

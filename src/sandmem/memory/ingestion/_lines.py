@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.ingestion._model import Line, SourceMeta
@@ -26,16 +26,26 @@ def decode_line(raw: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+class ByteSource(Protocol):
+    """What ``LineReader`` reads from: an open binary file, or a bounded view of one."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
 class LineReader:
     """Iterates over the complete lines of ``stream`` from its start. A last line without a
     newline counts only when it is a whole JSON object (a writer may still be adding to it);
     otherwise it is left for the next ingest (``pending_bytes`` says how much). Blank lines
-    are skipped; a line over ``MAX_LINE_BYTES`` comes as ``data=None`` and is counted as
+    are skipped; a line over ``max_line_bytes`` (default ``MAX_LINE_BYTES``) comes as
+    ``data=None`` and is counted as
     ``oversized_line`` in ``meta``."""
 
-    def __init__(self, stream: BinaryIO, meta: SourceMeta) -> None:
+    def __init__(
+        self, stream: ByteSource, meta: SourceMeta, max_line_bytes: int | None = None
+    ) -> None:
         self.stream = stream
         self.meta = meta
+        self.max_line_bytes = max_line_bytes
         self.pending_bytes = 0
 
     def _decode(self, raw: bytes) -> dict[str, Any] | None:
@@ -45,11 +55,12 @@ class LineReader:
         return data
 
     def __iter__(self) -> Iterator[Line]:
+        limit = self.max_line_bytes or MAX_LINE_BYTES
         index = 0
         chunk_start = 0  # file offset of chunk[0]
         line_start = 0  # file offset where the current line begins
         buffer = bytearray()
-        skipping = False  # inside a line over MAX_LINE_BYTES: its bytes are not kept
+        skipping = False  # inside a line over max_line_bytes: its bytes are not kept
         while chunk := self.stream.read(_CHUNK):
             start = 0
             while (newline := chunk.find(b"\n", start)) >= 0:
@@ -57,7 +68,7 @@ class LineReader:
                 if not skipping:
                     buffer += chunk[start:newline]
                 self.meta.position = index
-                if skipping or len(buffer) > MAX_LINE_BYTES:
+                if skipping or len(buffer) > limit:
                     self.meta.drop("oversized_line")
                     yield Line(index, line_end, None)
                     index += 1
@@ -70,7 +81,7 @@ class LineReader:
                 start = newline + 1
             if not skipping:
                 buffer += chunk[start:]
-                if len(buffer) > MAX_LINE_BYTES:
+                if len(buffer) > limit:
                     skipping = True
                     buffer.clear()
             chunk_start += len(chunk)
