@@ -1,5 +1,6 @@
-"""From a parsed rollout to the facts phase one reports: requests, outcomes, steps, files,
-failures and their recovery, user corrections and preferences."""
+"""From a parsed rollout to the facts phase one reports: requests, what users said (from every
+message), outcomes, steps (edits by any tool counted as changes), files, failures and their
+recovery."""
 
 from __future__ import annotations
 

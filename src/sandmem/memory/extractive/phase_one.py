@@ -1,8 +1,9 @@
 """Extractive phase one: a rollout file's text in → slug, rollout summary and raw memory out.
 
-Pure and deterministic: no clock, no randomness, no I/O. Bounds: the rollout summary is at most
-:data:`SUMMARY_MAX_BYTES`, the raw memory at most :data:`RAW_MEMORY_MAX_BYTES` (UTF-8), the slug
-at most :data:`SLUG_MAX_CHARS` characters.
+Pure and deterministic: no clock, no randomness, no I/O. Bounds grow with the conversation's
+user messages: the rollout summary is at most :func:`summary_budget` bytes, the raw memory at
+most :func:`raw_memory_budget` (UTF-8); the slug at most :data:`SLUG_MAX_CHARS` characters.
+What a budget cuts is chosen by salience (``_salience``), never by position.
 """
 
 from __future__ import annotations
