@@ -95,7 +95,9 @@ class FirstWord(AgentOutputSchemaBase):
 
 
 async def test_non_strict_and_hand_written_output_schemas() -> None:
-    answers = iter(['{"jokes": {"1": "knock knock"}}', '{"words": ["hello", "there"]}', "{}"])
+    answers = iter(
+        ['{"jokes": {"1": "knock knock"}}', '{"words": ["hello", "there"]}', "{}", "{}"]
+    )
     model = FunctionModel(lambda request: next(answers))
     agent = Agent(name="a", model=model, output_type=Jokes)
     with pytest.raises(UserError, match="free-form keys"):
@@ -110,6 +112,8 @@ async def test_non_strict_and_hand_written_output_schemas() -> None:
     assert model.requests[1].output_schema.name == "first_word"
     with pytest.raises(ModelBehaviorError, match="refused by first word"):
         await Runner.run(agent, "words")  # the schema's validate_json rejects "{}"
+    # refused once, the model was asked once to repair its answer, and refused again
+    assert "could not be used" in str(model.requests[-1].input[-1]["content"])
     assert AgentOutputSchema(str).is_plain_text()
 
 

@@ -5,6 +5,7 @@
     │   └── CapabilityNotBoundError   a capability used before ``bind(session)`` (also ValueError)
     ├── MaxTurnsExceeded          a run hit its turn limit (carries the partial items)
     ├── ModelBehaviorError        the model answered with something unusable
+    │   └── RepeatedToolCallError     the same failing tool call, again and again (ends the run)
     ├── ModelRequestError         a model request failed after the client's retries
     ├── ToolTimeoutError          a function tool ran past its ``timeout`` (``raise_exception``)
     ├── MCPServerError            an agent's MCP server could not be reached or failed a request
@@ -63,6 +64,30 @@ class MaxTurnsExceeded(SandmemError):
 
 class ModelBehaviorError(SandmemError):
     """The model's answer could not be used (e.g. invalid structured output)."""
+
+
+class RepeatedToolCallError(ModelBehaviorError):
+    """The model sent the same tool call (same tool, same arguments) and it failed the same
+    way ``times`` times in one run: the run stops instead of spending its turn budget on it
+    (``RunConfig.max_repeated_tool_failures``). ``items`` holds the items the run produced;
+    ``tool_name``, ``arguments`` and ``last_error`` say which call."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool_name: str,
+        arguments: str,
+        times: int,
+        last_error: str,
+        items: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.arguments = arguments
+        self.times = times
+        self.last_error = last_error
+        self.items: list[dict[str, Any]] = list(items or [])
 
 
 class ToolTimeoutError(SandmemError):

@@ -6,12 +6,18 @@ default); a field one API lacks is left out for it (see ``docs/runtime.md`` for 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sandmem._errors import UserError
 from sandmem._retry import ModelRetryBackoffSettings
+
+#: the answer-length cap a run's requests carry when its settings set none
+DEFAULT_MAX_TOKENS = 4096
+MAX_TOKENS_ENV = "SANDMEM_MAX_TOKENS"
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
@@ -69,6 +75,9 @@ class ModelSettings(BaseModel):
     ``ModelSettings`` is (see :meth:`coerce`). ``extra_headers`` / ``extra_query`` /
     ``extra_body`` go to the HTTP request; ``extra_args`` are extra keyword arguments of the
     API call. ``retry`` (a ``ModelRetrySettings`` or a dict) sets the request's retry count.
+    ``max_tokens`` caps the answer's length (``None``: the caller's default; a run sends
+    ``DEFAULT_MAX_TOKENS``); ``text_tool_calls`` decides whether tool calls written as text
+    are run (see ``sandmem.models._text_tools``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -93,6 +102,11 @@ class ModelSettings(BaseModel):
     extra_headers: dict[str, str] | None = None
     extra_args: dict[str, Any] | None = None
     retry: ModelRetrySettings | None = None
+    #: recover tool calls the model wrote as text (a fenced JSON call, ``<tool_call>`` tags,
+    #: a bare object or a list) for tools the request offered; ``None``: the
+    #: ``SANDMEM_TEXT_TOOL_CALLS`` environment variable, else on for every server but OpenAI's
+    #: (never sent to the server; see ``docs/runtime.md``)
+    text_tool_calls: bool | None = None
 
     @field_validator("reasoning", mode="before")
     @classmethod
@@ -138,3 +152,18 @@ class ModelSettings(BaseModel):
     def to_json_dict(self) -> dict[str, Any]:
         """The set fields as JSON-ready data."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def with_max_tokens(settings: ModelSettings, default: int) -> ModelSettings:
+    """``settings`` with ``max_tokens`` set: its own value, else ``SANDMEM_MAX_TOKENS``, else
+    ``default``. Every request sandmem makes carries a cap, so a model that runs on (a small
+    local model can write thousands of tokens) cannot hold a request for minutes."""
+    if settings.max_tokens is not None:
+        return settings
+    raw = os.environ.get(MAX_TOKENS_ENV, "").strip()
+    value = default
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise UserError(f"{MAX_TOKENS_ENV} must be a positive integer, got {raw!r}")
+        value = int(raw)
+    return settings.model_copy(update={"max_tokens": value})

@@ -87,7 +87,7 @@ def test_parse_ignores_unified_diff_ranges_and_crlf() -> None:
     ("text", "message"),
     [
         ("", "must start with a '*** Begin Patch' line"),
-        ("*** Update File: a\n-x\n+y\n*** End Patch", "must start with a '*** Begin Patch'"),
+        ("Please change x to y in a", "must start with a '*** Begin Patch'"),
         ("*** Begin Patch\n*** Delete File: a\n", "must end with an '*** End Patch'"),
         (patch("*** Delete File: a") + "more", "text after '*** End Patch'"),
         (patch(), "no file operations"),
@@ -104,6 +104,8 @@ def test_malformed_patch_is_a_clear_patch_error(text: str, message: str) -> None
         parse_patch(text)
     assert message in str(info.value)
     assert isinstance(info.value, SandmemError)
+    assert "The expected form" in str(info.value)  # every syntax error shows an example
+    assert "*** Update File: src/app.py" in str(info.value)
 
 
 def test_parse_refuses_paths_that_leave_the_workspace() -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from sandmem._errors import UserError
 from sandmem._settings import ModelSettings
 from sandmem.models._base import Model, ModelProvider
 from sandmem.sandboxes._workspace_scope import normalize_cwd
@@ -73,7 +74,15 @@ class RunConfig:
     trace_metadata: dict[str, Any] | None = None
     tracing_disabled: bool = False
     trace_include_sensitive_data: bool = False
+    #: the run stops with ``RepeatedToolCallError`` when the same tool call (same tool, same
+    #: arguments) has failed this many times (``None``: never)
+    max_repeated_tool_failures: int | None = 3
 
     def __post_init__(self) -> None:
         if self.model_settings is not None:
             self.model_settings = ModelSettings.coerce(self.model_settings)
+        repeats = self.max_repeated_tool_failures
+        if repeats is not None and (isinstance(repeats, bool) or repeats < 1):
+            raise UserError(
+                f"RunConfig.max_repeated_tool_failures must be >= 1 or None, got {repeats!r}"
+            )

@@ -19,6 +19,7 @@ from typing import Any, cast
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from sandmem._errors import ModelBehaviorError, UserError
+from sandmem._prompts import load_prompt, render_prompt
 from sandmem.models._base import OutputSchema
 
 #: key of the wrapper object used for types whose schema is not an object
@@ -84,12 +85,12 @@ def parse_structured_output(tp: type[Any], text: str) -> Any:
     """Parse and validate the model's JSON answer as ``tp``.
 
     Raises ``ModelBehaviorError`` saying what was wrong when the text is not JSON or does not
-    validate. A Markdown code fence around the JSON is tolerated.
+    validate. A Markdown code fence around the JSON, and text before or after it, are
+    tolerated (``json_answer``).
     """
     name = _type_name(tp)
-    body = _strip_code_fence(text)
     try:
-        data = json.loads(body)
+        data = json_answer(text)
     except json.JSONDecodeError as exc:
         raise ModelBehaviorError(
             f"the model's structured output for {name} is not valid JSON ({exc}); "
@@ -296,6 +297,42 @@ def _type_name(tp: type[Any]) -> str:
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return tp.__name__
     return getattr(tp, "__name__", repr(tp))
+
+
+_FENCED = re.compile(r"```[ \t]*[A-Za-z0-9_-]*[ \t]*\n(.*?)\n[ \t]*```", re.DOTALL)
+
+
+def json_answer(text: str) -> Any:
+    """The JSON value of a model's answer: the whole text, else a fenced block in it, else the
+    first object or list in it with whatever follows cut off (small models add a sentence
+    after the JSON, or wrap it in a fence). Raises ``json.JSONDecodeError`` (the whole text's)
+    when none parses."""
+    body = _strip_code_fence(text)
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as first:
+        for match in _FENCED.finditer(text):
+            try:
+                return json.loads(match.group(1))
+            except json.JSONDecodeError:
+                continue
+        decoder = json.JSONDecoder()
+        starts = sorted(i for i in (body.find("{"), body.find("[")) if i != -1)
+        for start in starts:
+            try:
+                return decoder.raw_decode(body, start)[0]
+            except json.JSONDecodeError:
+                continue
+        raise first
+
+
+def json_repair_message(exc: Exception) -> str:
+    """The follow-up sent once when a structured answer could not be parsed: what was wrong
+    (without the answer itself, which the model has) and the form wanted."""
+    problem = " ".join(str(exc).split("; it answered:", 1)[0].split())
+    if len(problem) > 300:
+        problem = problem[:297] + "..."
+    return render_prompt(load_prompt("sandmem", "json_repair"), problem=problem)
 
 
 def _strip_code_fence(text: str) -> str:

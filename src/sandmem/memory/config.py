@@ -132,6 +132,12 @@ class MemoryReadConfig(BaseModel):
     live_update: bool | Literal["propose"] = True
 
 
+#: the answer-length cap of each phase's requests when its settings set none (phase one answers
+#: a summary and a raw memory in one JSON object; phase two writes whole files in a tool call)
+PHASE_ONE_MAX_TOKENS = 4096
+PHASE_TWO_MAX_TOKENS = 16384
+
+
 def _default_settings() -> ModelSettings:
     return ModelSettings(reasoning=Reasoning(effort="medium"))
 

@@ -23,8 +23,10 @@ import openai
 from openai import AsyncOpenAI
 
 from sandmem._errors import ModelRequestError, UserError
+from sandmem._items import Item
 from sandmem._settings import ModelSettings
-from sandmem.models._base import Model
+from sandmem.models import _text_tools
+from sandmem.models._base import Model, ModelRequest
 
 #: a client, or a function (plain or async) returning the client to use for this request
 ClientSource = AsyncOpenAI | Callable[[], AsyncOpenAI | Awaitable[AsyncOpenAI]]
@@ -47,6 +49,19 @@ async def resolve_client(
     retry = settings.retry if settings else None
     retries = None if retry is None else 0 if retry.runner_managed else retry.max_retries
     return client if retries is None else client.with_options(max_retries=retries)
+
+
+def recover_text_tool_calls(
+    output: list[Item], request: ModelRequest, client: AsyncOpenAI
+) -> list[Item]:
+    """``output`` with tool calls written as text turned into tool calls, when the request
+    offered tools and recovery is on for it (``models/_text_tools.py``)."""
+    if not request.tools:
+        return output
+    base_url = getattr(client, "base_url", None)
+    if not _text_tools.enabled(request.settings.text_tool_calls, base_url):
+        return output
+    return _text_tools.recover(output, [tool.name for tool in request.tools])
 
 
 def is_retryable_status(status: int) -> bool:

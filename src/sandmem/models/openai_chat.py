@@ -31,6 +31,7 @@ from sandmem.models._openai_common import (
     OpenAIModelBase,
     apply_extra_args,
     raw_body_call,
+    recover_text_tool_calls,
     resolve_client,
     set_if,
     tool_choice,
@@ -57,7 +58,7 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
                 f"Chat Completions returned {type(completion).__name__}, expected a ChatCompletion"
             )
         return ModelResponse(
-            output=output_items(self.model, completion),
+            output=recover_text_tool_calls(output_items(self.model, completion), request, client),
             usage=_usage(completion),
             response_id=completion.id,
             model=completion.model,
@@ -85,7 +86,9 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
                 async for chunk in stream:
                     for event in acc.add(chunk):
                         yield event
-        yield acc.response(assemble_items)
+        response = acc.response(assemble_items)
+        response.output = recover_text_tool_calls(response.output, request, client)
+        yield response
 
 
 def build_request(model: str, request: ModelRequest) -> dict[str, Any]:

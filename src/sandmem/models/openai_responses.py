@@ -20,6 +20,7 @@ from sandmem.models._openai_common import (
     OpenAIModelBase,
     apply_extra_args,
     raw_body_call,
+    recover_text_tool_calls,
     resolve_client,
     set_if,
     tool_choice,
@@ -42,7 +43,9 @@ class OpenAIResponsesModel(OpenAIModelBase):
             raise ModelBehaviorError(
                 f"Responses API returned {type(response).__name__}, expected a Response"
             )
-        return _model_response(self.model, response)
+        result = _model_response(self.model, response)
+        result.output = recover_text_tool_calls(result.output, request, client)
+        return result
 
     async def stream_response(self, request: ModelRequest) -> AsyncIterator[Any]:
         """Stream through ``responses.create(stream=True)``: yields the API's own events (text
@@ -67,7 +70,9 @@ class OpenAIResponsesModel(OpenAIModelBase):
                 f"the Responses API stream for model {self.model!r} ended without a completed "
                 "response"
             )
-        yield _model_response(self.model, final)
+        result = _model_response(self.model, final)
+        result.output = recover_text_tool_calls(result.output, request, client)
+        yield result
 
 
 def _model_response(model: str, response: Response) -> ModelResponse:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,10 +29,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sandmem._errors import MaxTurnsExceeded, ModelBehaviorError, ToolTimeoutError, UserError
-from sandmem._items import Item, item_kind, message_text, normalize_input
+from sandmem._errors import (
+    MaxTurnsExceeded,
+    ModelBehaviorError,
+    RepeatedToolCallError,
+    ToolTimeoutError,
+    UserError,
+)
+from sandmem._items import Item, item_kind, message_text, normalize_input, user_message
 from sandmem._prompts import load_prompt, render_prompt
-from sandmem._settings import ModelSettings
+from sandmem._settings import DEFAULT_MAX_TOKENS, ModelSettings, with_max_tokens
 from sandmem._usage import RequestUsage, Usage
 from sandmem.agent._agent import Agent
 from sandmem.agent._capability import (
@@ -52,6 +59,7 @@ from sandmem.agent._mcp_tools import mcp_tools
 from sandmem.agent._run_config import RunConfig
 from sandmem.agent._run_items import as_run_item
 from sandmem.agent._sandboxed import SandboxedAgent
+from sandmem.agent._schema import json_repair_message
 from sandmem.agent._session import Session
 from sandmem.agent._stream_events import (
     AgentEndEvent,
@@ -280,7 +288,7 @@ async def _prepare(spec: RunSpec, ctx: SandboxRunContext) -> _Prepared:
     tools = _collect_tools(agent, capabilities, mcp)
     schema = _output_schema(agent.output_type)
     model = _resolve_model(agent, config)
-    settings = agent.settings.resolve(config.model_settings)
+    settings = with_max_tokens(agent.settings.resolve(config.model_settings), DEFAULT_MAX_TOKENS)
     for cap in capabilities:
         await cap.on_run_start(ctx)
     for cap in capabilities:
@@ -327,6 +335,10 @@ class _Turns:
             conversation if conversation and conversation.startswith("conv_") else None
         )
         self.previous_response_id = spec.previous_response_id
+        #: failures of each tool call in this run, by (tool, arguments as canonical JSON)
+        self.failures: dict[tuple[str, str], int] = {}
+        #: whether the run already asked the model to repair an unparsable structured answer
+        self.repaired = False
 
     async def run(self, transcript: list[Item], input_items: list[Item]) -> Any:
         server_state = self.previous_response_id is not None or self.conversation is not None
@@ -352,7 +364,16 @@ class _Turns:
                     continue
                 has_final, value = True, decision.final_output
             else:
-                has_final, value = _final_output(self.agent, response.output)
+                try:
+                    has_final, value = _final_output(self.agent, response.output)
+                except ModelBehaviorError as exc:
+                    if self.repaired:
+                        raise
+                    self.repaired = True  # one repair turn per run, then the error stands
+                    repair = user_message(json_repair_message(exc))
+                    generated.append(as_run_item(repair, self.agent))
+                    unsent.append(repair)
+                    continue
             if not has_final:
                 raise ModelBehaviorError(
                     f"model {self.prep.model.name!r} returned neither a tool call nor the "
@@ -432,7 +453,8 @@ class _Turns:
         """The output items of ``calls`` (run concurrently), and the results of the calls to
         known tools (for ``tool_use_behavior``)."""
         tools = {t.name: t for t in self.prep.tools if await t.enabled_for(self.ctx, self.agent)}
-        done = await asyncio.gather(*(self._invoke_tool(tools, call) for call in calls))
+        invoked = await asyncio.gather(*(self._invoke_tool(tools, call) for call in calls))
+        done = [(output, value) for output, value, _ in invoked]
         outputs = [output for output, _ in done]
         results = []
         for call, (output, value) in zip(calls, done, strict=True):
@@ -444,7 +466,32 @@ class _Turns:
             tool = tools.get(str(call.get("name", "")))
             if tool is not None:
                 results.append(FunctionToolResult(tool, value, item))
+        for call, (output, _, failed) in zip(calls, invoked, strict=True):
+            if failed:
+                self._count_failure(call, output)
         return outputs, results
+
+    def _count_failure(self, call: Item, output: Item) -> None:
+        """Count a failed call; the same call failing ``max_repeated_tool_failures`` times
+        ends the run (a model repeating a malformed call would otherwise use every turn)."""
+        limit = self.spec.run_config.max_repeated_tool_failures
+        name, arguments = str(call.get("name", "")), str(call.get("arguments") or "{}")
+        key = (name, _canonical(arguments))
+        self.failures[key] = times = self.failures.get(key, 0) + 1
+        if limit is None or times < limit:
+            return
+        error = str(output.get("output", ""))
+        raise RepeatedToolCallError(
+            f"the model sent the same failing call to {name!r} {times} times (last error: "
+            f"{_clip(error)}); the run stops rather than spend its turns on it. A small "
+            "model may need clearer instructions or a stronger model; "
+            "RunConfig(max_repeated_tool_failures=...) sets the limit",
+            tool_name=name,
+            arguments=arguments,
+            times=times,
+            last_error=error,
+            items=self.progress.new_items,
+        )
 
     def _nested_runner(self, call_id: str) -> Callable[..., Awaitable[Any]]:
         """The function an agent tool calls to run its agent as a nested run of this call."""
@@ -491,8 +538,11 @@ class _Turns:
 
         return run_nested
 
-    async def _invoke_tool(self, tools: dict[str, FunctionTool], call: Item) -> tuple[Item, Any]:
-        """The output item of ``call``, and the tool's own return value (or the error text)."""
+    async def _invoke_tool(
+        self, tools: dict[str, FunctionTool], call: Item
+    ) -> tuple[Item, Any, bool]:
+        """The output item of ``call``, the tool's own return value (or the error text), and
+        whether the call failed (an unknown tool, or the tool raised)."""
         name, call_id = str(call.get("name", "")), str(call.get("call_id", ""))
         arguments = str(call.get("arguments") or "{}")
         tool = tools.get(name)
@@ -501,7 +551,8 @@ class _Turns:
             output: Any = (
                 f"Error: UnknownTool: there is no tool named {name!r}; available: {available}"
             )
-            return {"type": "function_call_output", "call_id": call_id, "output": output}, output
+            item = {"type": "function_call_output", "call_id": call_id, "output": output}
+            return item, output, True
         tool_ctx = ToolContext.for_call(self.ctx, name, call_id, arguments)
         tool_ctx.run_nested = self._nested_runner(call_id)
         await self.emit(ToolStartEvent(tool_ctx, self.agent, tool))
@@ -521,7 +572,21 @@ class _Turns:
                 output = await output
             output = value = to_tool_output(output)
         await self.emit(ToolEndEvent(tool_ctx, self.agent, tool, output, error))
-        return {"type": "function_call_output", "call_id": call_id, "output": output}, value
+        item = {"type": "function_call_output", "call_id": call_id, "output": output}
+        return item, value, error is not None
+
+
+def _canonical(arguments: str) -> str:
+    """Arguments as canonical JSON (key order and spacing do not make a call different)."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments.strip()
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
 
 
 async def _finish(prep: _Prepared, ctx: SandboxRunContext, outcome: RunOutcome) -> None:

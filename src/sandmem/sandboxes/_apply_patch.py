@@ -140,6 +140,8 @@ def _apply_hunks(path: str, original: bytes, hunks: tuple[Hunk, ...]) -> bytes:
                 raise _mismatch(path, number, hunk, lines, start)
         else:
             at = insert_at if hunk.headers and not hunk.end_of_file else len(lines)
+            if hunk.insert_after is not None and not hunk.headers:
+                at = max(cursor, min(hunk.insert_after, len(lines)))
         out.extend(lines[cursor:at])
         file_index = at
         for kind, patch_text in hunk.lines:

@@ -25,9 +25,17 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
 
-from sandmem._errors import SandboxPathError, SandmemError
+from sandmem._errors import SandboxPathError
+from sandmem.sandboxes._patch_ops import (
+    AddFile,
+    DeleteFile,
+    Hunk,
+    PatchError,
+    PatchOp,
+    UpdateFile,
+)
+from sandmem.sandboxes._unified_diff import looks_like_unified_diff, parse_unified_diff
 
 __all__ = [
     "AddFile",
@@ -51,62 +59,6 @@ _OP_PREFIXES = (ADD, DELETE, UPDATE)
 _DIFF_RANGE = re.compile(r"^-\d+(,\d+)? \+\d+(,\d+)? @@")
 
 
-class PatchError(SandmemError):
-    """A patch is malformed or does not fit the files; nothing was written.
-
-    ``path`` names the file and ``hunk`` the 1-based hunk number when they apply; ``line`` is
-    the 1-based line of the patch text for syntax errors.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | None = None,
-        hunk: int | None = None,
-        line: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.path = path
-        self.hunk = hunk
-        self.line = line
-
-
-@dataclass(frozen=True)
-class Hunk:
-    """One ``@@`` section: header lines to find first, then ``(kind, text)`` lines where kind is
-    ``" "`` (context), ``"-"`` (removed) or ``"+"`` (added)."""
-
-    headers: tuple[str, ...]
-    lines: tuple[tuple[str, str], ...]
-    end_of_file: bool = False
-
-    @property
-    def old_lines(self) -> list[str]:
-        return [text for kind, text in self.lines if kind != "+"]
-
-
-@dataclass(frozen=True)
-class AddFile:
-    path: str
-    lines: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class DeleteFile:
-    path: str
-
-
-@dataclass(frozen=True)
-class UpdateFile:
-    path: str
-    hunks: tuple[Hunk, ...]
-    move_to: str | None = None
-
-
-PatchOp = AddFile | DeleteFile | UpdateFile
-
-
 def _patch_path(raw: str, line_no: int) -> str:
     path = raw.strip()
     if not path:
@@ -122,45 +74,94 @@ def _patch_path(raw: str, line_no: int) -> str:
     return norm
 
 
+#: shown with every syntax error, so a model that wrote another form sees the one wanted
+FORMAT_HINT = f"""The expected form (a standard unified diff with '--- a/path', '+++ b/path' and \
+'@@ -3,7 +3,8 @@' lines is accepted too):
+{BEGIN}
+{UPDATE}src/app.py
+@@ def greet():
+-    print("hi")
++    print("hello")
+{ADD}notes/todo.txt
++first line of the new file
+{DELETE}old.txt
+{END}"""
+
+
 def parse_patch(text: str) -> list[PatchOp]:
-    """Parse patch text into operations; raises ``PatchError`` naming the offending line."""
+    """Parse patch text into operations; raises ``PatchError`` naming the offending line and
+    showing the expected form (``FORMAT_HINT``).
+
+    Besides the native format, a standard unified diff is accepted (bare, or between the
+    ``Begin``/``End`` lines), and so are a Markdown code fence around the patch and native
+    operations without the ``Begin``/``End`` lines."""
     lines = [line.rstrip("\r") for line in text.strip().split("\n")]
-    if not lines or lines[0].strip() != BEGIN:
-        raise PatchError(f"the patch must start with a '{BEGIN}' line", line=1)
+    offset = 0
+    if len(lines) >= 2 and lines[0].startswith("```") and lines[-1].strip() == "```":
+        lines, offset = lines[1:-1], 1
+    try:
+        return _parse(lines, offset)
+    except PatchError as exc:
+        raise PatchError(
+            f"{exc}\n{FORMAT_HINT}", path=exc.path, hunk=exc.hunk, line=exc.line
+        ) from None
+
+
+def _parse(lines: list[str], offset: int) -> list[PatchOp]:
+    first = lines[0].strip() if lines else ""
+    if first != BEGIN:
+        if looks_like_unified_diff(lines):
+            return parse_unified_diff(lines, offset + 1, _patch_path)
+        if not _is_op_start(first):
+            raise PatchError(f"the patch must start with a '{BEGIN}' line", line=offset + 1)
+        # the operations without their Begin/End lines: read as if they were there
+        lines = [BEGIN, *lines] if lines[-1].strip() == END else [BEGIN, *lines, END]
+        offset -= 1
     try:
         end = next(i for i, line in enumerate(lines) if line.strip() == END)
     except StopIteration:
-        raise PatchError(f"the patch must end with an '{END}' line", line=len(lines)) from None
+        raise PatchError(
+            f"the patch must end with an '{END}' line", line=offset + len(lines)
+        ) from None
     if any(line.strip() for line in lines[end + 1 :]):
-        raise PatchError(f"line {end + 2}: text after '{END}'", line=end + 2)
+        raise PatchError(f"line {offset + end + 2}: text after '{END}'", line=offset + end + 2)
+    inner = lines[1:end]
+    body = [line for line in inner if line.strip()]
+    if body and not _is_op_start(body[0]) and looks_like_unified_diff(inner):
+        return parse_unified_diff(inner, offset + 2, _patch_path)
+    return _parse_native(lines, end, offset)
+
+
+def _parse_native(lines: list[str], end: int, offset: int) -> list[PatchOp]:
     ops: list[PatchOp] = []
     i = 1
     while i < end:
         line = lines[i]
         if line.startswith(ADD):
-            path = _patch_path(line[len(ADD) :], i + 1)
+            path = _patch_path(line[len(ADD) :], offset + i + 1)
             i, body = _parse_added_lines(lines, i + 1, end)
             ops.append(AddFile(path, body))
         elif line.startswith(DELETE):
-            ops.append(DeleteFile(_patch_path(line[len(DELETE) :], i + 1)))
+            ops.append(DeleteFile(_patch_path(line[len(DELETE) :], offset + i + 1)))
             i += 1
         elif line.startswith(UPDATE):
-            path = _patch_path(line[len(UPDATE) :], i + 1)
+            path = _patch_path(line[len(UPDATE) :], offset + i + 1)
             i += 1
             move_to = None
             if i < end and lines[i].startswith(MOVE):
-                move_to = _patch_path(lines[i][len(MOVE) :], i + 1)
+                move_to = _patch_path(lines[i][len(MOVE) :], offset + i + 1)
                 i += 1
             i, hunks = _parse_hunks(lines, i, end, path)
             if not hunks and move_to is None:
-                raise PatchError(f"'{UPDATE}{path}' has no hunks", path=path, line=i)
+                raise PatchError(f"'{UPDATE}{path}' has no hunks", path=path, line=offset + i)
             ops.append(UpdateFile(path, tuple(hunks), move_to))
         elif not line.strip():
             i += 1
         else:
             raise PatchError(
-                f"line {i + 1}: expected '{ADD}', '{UPDATE}', '{DELETE}' or '{END}', got {line!r}",
-                line=i + 1,
+                f"line {offset + i + 1}: expected '{ADD}', '{UPDATE}', '{DELETE}' or '{END}', "
+                f"got {line!r}",
+                line=offset + i + 1,
             )
     if not ops:
         raise PatchError("the patch contains no file operations")

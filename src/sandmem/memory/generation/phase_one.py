@@ -11,14 +11,14 @@ import asyncio
 import functools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sandmem import tracing
 from sandmem._errors import MemoryGenerationError, ModelBehaviorError, ModelRequestError
 from sandmem._items import user_message
 from sandmem._prompts import escape_fence, load_prompt, render_prompt
-from sandmem._settings import ModelSettings
+from sandmem._settings import ModelSettings, with_max_tokens
 from sandmem._usage import Usage
 from sandmem.memory._render import (
     parse_rollout,
@@ -27,7 +27,7 @@ from sandmem.memory._render import (
 )
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import PhaseOneArtifacts
-from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory.config import EXTRACTIVE, PHASE_ONE_MAX_TOKENS, MemoryGenerateConfig
 from sandmem.memory.generation._gate import Gate
 from sandmem.memory.generation._metering import MeteredModel
 from sandmem.memory.layout import (
@@ -135,7 +135,7 @@ async def call_model(
     when it fails or its answer is unusable. ``request_slot`` runs the request only
     (rendering happens before a slot is taken); an adaptive gate may send it again after a
     429 (each request is counted)."""
-    from sandmem.agent._schema import parse_structured_output
+    from sandmem.agent._schema import json_repair_message, parse_structured_output
 
     model = MeteredModel(
         tracing.instrument_model(resolve_model(config.phase_one_model, provider)), usage or Usage()
@@ -148,8 +148,40 @@ async def call_model(
         input=[user_message(rendered)],
         tools=[],
         output_schema=_artifacts_schema(),
-        settings=config.phase_one_model_settings or ModelSettings(),
+        settings=with_max_tokens(
+            config.phase_one_model_settings or ModelSettings(), PHASE_ONE_MAX_TOKENS
+        ),
     )
+    text = await _ask(model, request, rollout_id, request_slot)
+    try:
+        artifacts: PhaseOneArtifacts = parse_structured_output(PhaseOneArtifacts, text)
+    except ModelBehaviorError as exc:
+        # one repair request: the answer, then what was wrong with it (small models wrap JSON
+        # in prose or cut it short; asked once, they usually answer it clean)
+        repair = replace(
+            request,
+            input=[
+                *request.input,
+                {"type": "message", "role": "assistant", "content": text},
+                user_message(json_repair_message(exc)),
+            ],
+        )
+        text = await _ask(model, repair, rollout_id, request_slot)
+        try:
+            artifacts = parse_structured_output(PhaseOneArtifacts, text)
+        except ModelBehaviorError as again:
+            raise MemoryGenerationError(
+                f"phase one output for rollout {rollout_id} is not valid, also after one "
+                f"repair request: {again}",
+                rollout_id=rollout_id,
+            ) from again
+    return artifacts
+
+
+async def _ask(
+    model: Model, request: ModelRequest, rollout_id: str, request_slot: Gate | None
+) -> str:
+    """The text of the model's answer to ``request`` (in ``request_slot`` when given)."""
     try:
         if request_slot is None:
             response = await model.get_response(request)
@@ -161,14 +193,7 @@ async def call_model(
             rollout_id=rollout_id,
             retryable=True,
         ) from exc
-    text = _output_text(response.output)
-    try:
-        artifacts: PhaseOneArtifacts = parse_structured_output(PhaseOneArtifacts, text)
-    except ModelBehaviorError as exc:
-        raise MemoryGenerationError(
-            f"phase one output for rollout {rollout_id} is not valid: {exc}", rollout_id=rollout_id
-        ) from exc
-    return artifacts
+    return _output_text(response.output)
 
 
 @functools.cache

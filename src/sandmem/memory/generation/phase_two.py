@@ -29,6 +29,7 @@ from sandmem._errors import (
 )
 from sandmem._items import user_message
 from sandmem._prompts import code_block, load_prompt, render_prompt
+from sandmem._settings import ModelSettings, with_max_tokens
 from sandmem._usage import Usage
 from sandmem.agent._agent import Agent
 from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
@@ -36,7 +37,7 @@ from sandmem.memory import journal, layout
 from sandmem.memory import state as gen_state
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
-from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory.config import EXTRACTIVE, PHASE_TWO_MAX_TOKENS, MemoryGenerateConfig
 from sandmem.memory.generation._metering import MeteredModel
 from sandmem.memory.generation._scoped_tools import ScopedFiles, scoped_tools
 from sandmem.memory.generation.phase_one import extra_guidance_block, resolve_model
@@ -334,7 +335,9 @@ def _agent(
         name="memory-consolidation",
         instructions=consolidation_instructions(inputs),
         model=MeteredModel(resolve_model(config.phase_two_model, provider), usage),
-        model_settings=config.phase_two_model_settings,
+        model_settings=with_max_tokens(
+            config.phase_two_model_settings or ModelSettings(), PHASE_TWO_MAX_TOKENS
+        ),
         tools=scoped_tools(
             files,
             inputs.memories_dir,
