@@ -19,7 +19,15 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAIServer  # tests/ is on sys.path (pytest rootdir conftest)
 
-_MODEL_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "SANDMEM_OPENAI_API", "SANDMEM_MODEL")
+_MODEL_ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "SANDMEM_OPENAI_API",
+    "SANDMEM_MODEL",
+    "SANDMEM_TIMEOUT",
+    "SANDMEM_MAX_TOKENS",
+    "SANDMEM_TEXT_TOOL_CALLS",
+)
 
 
 class NetworkAccessBlocked(OSError):

@@ -67,9 +67,15 @@ def test_failed_consolidation_exits_1_and_says_how_to_retry(
     assert result.exit_code == 1
     assert result.stdout == ANSWER + "\n"  # the answer is still printed, and first
     last = result.stderr.splitlines()[-1]
-    assert last.startswith("Error: memory generation did not complete: consolidation failed")
+    assert last.startswith(
+        "Error: memory generation did not complete: the model's consolidation failed (memory "
+        "was consolidated by the extractive engine instead"
+    )
     assert f"retry with `sandmem memory generate -w {tmp_path}`" in last
     assert (tmp_path / "sessions/s1.jsonl").exists()
+    # memory did not go blank: the extractive engine's summary, marked as such
+    summary = (tmp_path / "memories/memory_summary.md").read_text()
+    assert summary.startswith("_Consolidated without a model")
     json_run = invoke("run", "-w", tmp_path, "-m", "m", "--json", "hi", env=env)
     assert json_run.exit_code == 1
     end = json.loads(json_run.stdout.splitlines()[-1])

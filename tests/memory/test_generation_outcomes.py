@@ -76,7 +76,10 @@ async def test_a_consolidation_that_leaves_a_conversation_out_is_incomplete(
     assert "first" in before
 
     seen: list[ModelRequest] = []
-    lazy = good.model_copy(update={"phase_two_model": lazy_consolidator(seen)})
+    # without the extractive fallback (tests/memory/test_phase_two_fallback.py has it on)
+    lazy = good.model_copy(
+        update={"phase_two_model": lazy_consolidator(seen), "phase_two_fallback": False}
+    )
     sandbox._memory_managers.clear()
     manager = get_manager(sandbox, PATHS, lazy)
     await manager.record(segment("second", "second task", "2026-01-02T00:00:00Z"))
@@ -165,7 +168,9 @@ async def test_a_failed_follow_up_turn_keeps_the_written_result_as_incomplete(
         ]
 
     config = MemoryGenerateConfig(
-        phase_one_model=phase_one_model(), phase_two_model=FunctionModel(fn)
+        phase_one_model=phase_one_model(),
+        phase_two_model=FunctionModel(fn),
+        phase_two_fallback=False,
     )
     await get_manager(sandbox, PATHS, config).record(segment("r1", "task"))
     report = await flush(sandbox, config)
@@ -183,6 +188,7 @@ async def test_tokens_are_counted_when_consolidation_fails(sandbox: SandboxSessi
         phase_one_model=phase_one_model(),
         phase_two_model=FunctionModel(busy),
         phase_two_max_turns=3,
+        phase_two_fallback=False,
     )
     await get_manager(sandbox, PATHS, config).record(segment("r1", "task"))
     report = await flush(sandbox, config)
@@ -212,7 +218,8 @@ async def test_tokens_are_counted_when_phase_one_output_is_invalid(
     await get_manager(sandbox, PATHS, config).record(segment("r1", "task"))
     report = await flush(sandbox, config)
     assert report.failure_kinds == {"r1": "rollout"}
-    assert report.phase_one_usage.requests == 1 and report.phase_one_usage.input_tokens > 0
+    # the answer, then one repair request: both counted
+    assert report.phase_one_usage.requests == 2 and report.phase_one_usage.input_tokens > 0
     [record] = [r for r in await read_log(sandbox, PATHS) if r.get("phase") == "one"]
     assert record["input_tokens"] == report.phase_one_usage.input_tokens > 0
 

@@ -99,7 +99,7 @@ async def test_statuses_follow_the_manager(tmp_path: Path) -> None:
 
 
 async def test_status_after_a_failed_consolidation(tmp_path: Path) -> None:
-    cfg = config(phase_two_model=failing("consolidator down"))
+    cfg = config(phase_two_model=failing("consolidator down"), phase_two_fallback=False)
     async with await open_session(tmp_path) as session:
         await record(session, cfg, "a", "first")
         manager = get_manager(session, PATHS, cfg)

@@ -449,7 +449,9 @@ async def test_failed_consolidation_rolls_back() -> None:
             ]
         raise RuntimeError("consolidator crashed")
 
-    broken = Memory(generate=generate_config(phase_two_model=FunctionModel(halfway)))
+    broken = Memory(
+        generate=generate_config(phase_two_model=FunctionModel(halfway), phase_two_fallback=False)
+    )
     resumed = await client.resume(sandbox.state)
     async with resumed:
         await Runner.run(

@@ -336,6 +336,11 @@ def status_lines(data: MemoryStatus) -> list[str]:
         if last.error:
             kind = f"  ({last.failure_kind} failure)" if last.failure_kind else ""
             lines.append(f"  error: {last.error}{kind}")
+        if last.status == "fallback":
+            lines.append(
+                "  memory was consolidated by the extractive engine; the model is tried again "
+                "at the next generation"
+            )
         if last.missing:
             lines.append(f"  pending for the next consolidation: {', '.join(last.missing)}")
         if last.last_success_at and last.status != "done":

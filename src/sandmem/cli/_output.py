@@ -56,6 +56,7 @@ _PHASE_TWO_TEXT = {
     "skipped": "nothing new to consolidate",
     "failed": "consolidation failed (previous memory kept)",
     "incomplete": "consolidation incomplete (what was written is kept)",
+    "fallback": "consolidated by the extractive engine (the model's consolidation failed)",
     "not_run": "consolidation not run",
 }
 
@@ -124,6 +125,11 @@ def incomplete_text(report: GenerationReport) -> str:
     if report.phase_two == "incomplete":
         missing = ", ".join(report.phase_two_missing)
         problems.append(f"consolidation incomplete (what was written is kept; pending: {missing})")
+    elif report.phase_two == "fallback":
+        problems.append(
+            "the model's consolidation failed (memory was consolidated by the extractive "
+            "engine instead; the model is tried again next time)"
+        )
     elif report.phase_two not in ("done", "skipped"):
         problems.append(f"consolidation {report.phase_two} (previous memory kept)")
     if report.timed_out:

@@ -128,7 +128,9 @@ class ConsolidationInfo(_Result):
     """When it ran (ISO-8601 UTC)."""
     status: str | None
     """``done``, ``incomplete`` (committed, but some conversations were left out: see
-    ``missing``) or ``failed`` (or another outcome the generation log records)."""
+    ``missing``), ``fallback`` (the model's consolidation did not succeed and the extractive
+    engine's was committed; ``error`` is the model's) or ``failed`` (or another outcome the
+    generation log records)."""
     error: str | None
     """Its error when it failed (redacted)."""
     failure_kind: str | None = None
@@ -324,7 +326,9 @@ class GenerationReport(_Result):
     has not come and the server did not answer this generation."""
     phase_two: str
     """The consolidation: ``done``, ``incomplete`` (what was written is kept; see
-    ``phase_two_missing``), ``skipped`` (nothing new), ``failed`` (the previous memory is
+    ``phase_two_missing``), ``fallback`` (the model's consolidation failed or was
+    incomplete, and the extractive engine's was committed instead; the model is tried again
+    at the next generation), ``skipped`` (nothing new), ``failed`` (the previous memory is
     kept), or ``not_run``."""
     phase_two_error: str | None
     """The consolidation's error when it failed, or what an incomplete one left out."""

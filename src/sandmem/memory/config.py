@@ -164,6 +164,10 @@ class MemoryGenerateConfig(BaseModel):
     retry_backoff_max_s: float = Field(default=3600.0, ge=0)
     flush_timeout_s: float = Field(default=600.0, gt=0)
     phase_two_max_turns: int = Field(default=500, ge=1)
+    #: when the model's consolidation fails or is incomplete, the extractive engine
+    #: consolidates instead (marked as such; the model is tried again at the next flush), so
+    #: memory never goes blank; ``False`` keeps the previous memory (or the incomplete result)
+    phase_two_fallback: bool = True
     memory_md_max_bytes: int = Field(default=96_000, gt=0)
     summary_max_bytes: int = Field(default=24_000, gt=0)
     skill_file_max_bytes: int = Field(default=64_000, gt=0)

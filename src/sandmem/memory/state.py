@@ -61,7 +61,11 @@ STATE_VERSION = 1
 
 FailureKind = Literal["environment", "configuration", "rollout"]
 RolloutStatus = Literal["pending", "done", "failed", "skipped"]
-PhaseTwoStatus = Literal["done", "incomplete", "proposed", "failed", "skipped", "not_run"]
+#: ``fallback``: the model's consolidation failed or was incomplete and the extractive engine's
+#: was committed instead (the model is tried again at the next flush)
+PhaseTwoStatus = Literal[
+    "done", "incomplete", "proposed", "fallback", "failed", "skipped", "not_run"
+]
 
 
 class RolloutState(BaseModel):

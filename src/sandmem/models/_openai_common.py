@@ -90,8 +90,9 @@ def translated_errors(model: str, api: str) -> Iterator[None]:
         yield
     except openai.APITimeoutError as exc:
         raise ModelRequestError(
-            f"{where} timed out after the client's retries; raise the timeout "
-            "(OpenAIProvider(timeout=...), or --timeout / SANDMEM_TIMEOUT) or try again later",
+            f"{where} timed out{_timeout_of(exc)} after the client's retries; a local "
+            "server on a CPU can take minutes per answer: raise the timeout (--timeout "
+            "SECONDS or SANDMEM_TIMEOUT, or OpenAIProvider(timeout=...)) or try again later",
             retryable=True,
             timeout=True,
         ) from exc
@@ -117,6 +118,16 @@ def translated_errors(model: str, api: str) -> Iterator[None]:
             f"{where} got a reply that is not valid JSON ({exc}); is the server OpenAI-compatible?",
             retryable=True,
         ) from exc
+
+
+def _timeout_of(exc: openai.APITimeoutError) -> str:
+    """`` at N s``: the read timeout the request had, when the client says ("" otherwise)."""
+    try:
+        timeout = exc.request.extensions.get("timeout") or {}
+        read = timeout.get("read") if isinstance(timeout, dict) else None
+    except Exception:  # a client whose request carries no extensions
+        return ""
+    return f" at {read:g} s" if isinstance(read, int | float) else ""
 
 
 def _retry_after(headers: Any) -> float | None:

@@ -29,7 +29,8 @@ from sandmem._usage import Usage
 from sandmem.memory import journal
 from sandmem.memory import state as gen_state
 from sandmem.memory.config import MemoryGenerateConfig
-from sandmem.memory.generation import _trace, phase_one, phase_two
+from sandmem.memory.generation import _degrade, _trace, phase_one, phase_two
+from sandmem.memory.generation._fallback import fall_back
 from sandmem.memory.generation._gate import AdaptiveGate, FixedGate, Gate
 from sandmem.memory.generation._redact_pass import MemoryRedactionPass
 from sandmem.memory.history import Attribution
@@ -751,6 +752,10 @@ class MemoryGenerationManager:
                 },
                 force=True,
             )
+            if isinstance(exc, phase_two.EngineError) and _degrade.needs_fallback(
+                self.config, None
+            ):
+                await fall_back(self, state, report, plan, error, provider, self._save_forced)
             return
         checked = result.verification
         missing = [r.rollout_id for r in checked.missing]
@@ -782,12 +787,18 @@ class MemoryGenerationManager:
                 "missing": report.phase_two_missing,
                 "duration_s": round(time.monotonic() - started, 3),
                 **_usage_fields(usage),
-                "memory_bytes": await self._memory_bytes(),
+                "memory_bytes": await self.memory_bytes(),
             },
             force=True,
         )
+        if result.outcome == "incomplete" and _degrade.needs_fallback(self.config, checked):
+            assert outcome_error is not None
+            await fall_back(self, state, report, plan, outcome_error, provider, self._save_forced)
 
-    async def _memory_bytes(self) -> int:
+    async def _save_forced(self, state: GenerationState, log: dict[str, Any]) -> None:
+        await self._save(state, log, force=True)
+
+    async def memory_bytes(self) -> int:
         """``MEMORY.md`` + ``memory_summary.md`` as consolidated (the viewer's size chart)."""
         found = await self.session.stat_many([self.paths.memory_md, self.paths.summary_md])
         return sum(stat.size for stat in found.values() if stat is not None)

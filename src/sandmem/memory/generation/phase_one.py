@@ -118,6 +118,47 @@ def validate_artifacts(artifacts: PhaseOneArtifacts, rollout_id: str) -> PhaseOn
     return PhaseOneArtifacts(rollout_slug=slug, rollout_summary=summary, raw_memory=raw)
 
 
+#: the copy rule: a model's summary or raw memory of at least ``COPY_MIN_WORDS`` words is
+#: refused when ``COPY_SHARE`` or more of its runs of ``COPY_RUN`` words appear word for word
+#: in the transcript it was given (a summary condenses; quoting an error line is fine)
+COPY_RUN = 8
+COPY_SHARE = 0.5
+COPY_MIN_WORDS = 80
+_WORD = re.compile(r"\w+")
+
+
+def _runs(words: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + COPY_RUN]) for i in range(len(words) - COPY_RUN + 1)}
+
+
+def copied_share(text: str, transcript: str) -> float:
+    """The share of ``text``'s runs of ``COPY_RUN`` words (case-insensitive) that appear in
+    ``transcript`` word for word (0.0 for a text shorter than ``COPY_MIN_WORDS`` words)."""
+    words = _WORD.findall(text.lower())
+    if len(words) < COPY_MIN_WORDS:
+        return 0.0
+    mine = [tuple(words[i : i + COPY_RUN]) for i in range(len(words) - COPY_RUN + 1)]
+    source = _runs(_WORD.findall(transcript.lower()))
+    return sum(run in source for run in mine) / len(mine)
+
+
+def refuse_copies(artifacts: PhaseOneArtifacts, transcript: str, rollout_id: str) -> None:
+    """Raise ``MemoryGenerationError`` when the summary or the raw memory is mostly a copy of
+    the transcript (the copy rule above)."""
+    for name, text in (
+        ("rollout_summary", artifacts.rollout_summary),
+        ("raw_memory", artifacts.raw_memory),
+    ):
+        share = copied_share(text, transcript)
+        if share >= COPY_SHARE:
+            raise MemoryGenerationError(
+                f"phase one's {name} for rollout {rollout_id} is mostly a copy of the "
+                f"transcript ({share:.0%} of its {COPY_RUN}-word runs appear in it word for "
+                "word); a summary must condense what happened, so it was refused",
+                rollout_id=rollout_id,
+            )
+
+
 def resolve_model(spec: str | Model, provider: ModelProvider) -> Model:
     return spec if isinstance(spec, Model) else provider.get_model(spec)
 
@@ -175,6 +216,7 @@ async def call_model(
                 f"repair request: {again}",
                 rollout_id=rollout_id,
             ) from again
+    await asyncio.to_thread(refuse_copies, artifacts, rendered, rollout_id)
     return artifacts
 
 

@@ -18,14 +18,13 @@ import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from sandmem._errors import (
     MaxTurnsExceeded,
     MemoryGenerationError,
     SandboxError,
-    SandmemError,
 )
 from sandmem._items import user_message
 from sandmem._prompts import code_block, load_prompt, render_prompt
@@ -38,6 +37,7 @@ from sandmem.memory import state as gen_state
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.config import EXTRACTIVE, PHASE_TWO_MAX_TOKENS, MemoryGenerateConfig
+from sandmem.memory.generation import _degrade
 from sandmem.memory.generation._metering import MeteredModel
 from sandmem.memory.generation._scoped_tools import ScopedFiles, scoped_tools
 from sandmem.memory.generation.phase_one import extra_guidance_block, resolve_model
@@ -283,7 +283,58 @@ def consolidation_instructions(inputs: ConsolidationInputs) -> str:
     )
 
 
-Outcome = Literal["done", "incomplete", "proposed"]
+def bookkeeping(inputs: ConsolidationInputs) -> str:
+    """The consolidation's brief without the inputs' own text: its instructions, selection
+    lines and input headers, and the follow-up turn (what must never become memory)."""
+    bare = replace(
+        inputs,
+        current_memory_md="",
+        consolidated_memory_md="",
+        current_summary_md="",
+        raw_memories_md="",
+        extra_prompt=None,
+    )
+    missing = verify("", inputs.added, inputs.removed)
+    return consolidation_instructions(bare) + "\n" + follow_up_message(missing, inputs.memories_dir)
+
+
+async def _strip_copied_brief(
+    session: SandboxSession, paths: MemoryPaths, inputs: ConsolidationInputs
+) -> None:
+    """Remove the brief's bookkeeping lines (and the fallback's note) the model copied into
+    the staged files. After an extractive fallback, a model that left the summary as the
+    fallback wrote it did not consolidate: ``EngineError`` (the fallback stays)."""
+    lines = _degrade.brief_lines(bookkeeping(inputs) + "\n" + _degrade.FALLBACK_NOTE)
+    if inputs.current_summary_md.startswith(_degrade.FALLBACK_NOTE):
+        staged = await read_text(session, journal.staged(paths, paths.summary_md)) or ""
+        before = _degrade.strip_brief(inputs.current_summary_md, lines)[0]
+        if _degrade.strip_brief(staged, lines)[0].strip() == before.strip():
+            raise EngineError(
+                "the model left memory_summary.md as the extractive fallback wrote it; the "
+                "fallback stays until a consolidation by the model succeeds"
+            )
+    for path in (paths.memory_md, paths.summary_md):
+        target = journal.staged(paths, path)
+        text = await read_text(session, target)
+        if not text:
+            continue
+        clean, removed = _degrade.strip_brief(text, lines)
+        if removed:
+            logger.warning(
+                "consolidation copied %d line(s) of its brief into %s; removed", removed, path
+            )
+            await session.write(target, clean)
+
+
+#: ``fallback``: the model's consolidation failed or was incomplete, and the extractive
+#: engine's was committed instead (``_degrade``)
+Outcome = Literal["done", "incomplete", "proposed", "fallback"]
+
+
+class EngineError(MemoryGenerationError):
+    """The consolidation engine failed, or its result was refused (empty, over budget): the
+    live files are unchanged. Only this failure falls back to the extractive engine; a commit
+    refused because memory changed meanwhile does not."""
 
 
 @dataclass(frozen=True)
@@ -390,11 +441,15 @@ async def _run_agent(
 
 
 async def _run_extractive(
-    session: SandboxSession, paths: MemoryPaths, inputs: ConsolidationInputs
+    session: SandboxSession, paths: MemoryPaths, inputs: ConsolidationInputs, *, marked: bool
 ) -> Verification:
+    """The extractive engine's consolidation, on the stage (``marked``: its summary says it
+    stands in for a model that failed)."""
     from sandmem.memory.extractive import consolidate
 
     output = consolidate(inputs)
+    if marked:
+        output = replace(output, memory_summary_md=_degrade.mark_summary(output.memory_summary_md))
     for rel, text in sorted(output.skills.items()):
         target = ScopedFiles(session, paths.memories_dir).check(
             f"{paths.skills_dir}/{rel}", write=True
@@ -507,31 +562,46 @@ async def consolidate(
     now: str,
     provider: ModelProvider,
     usage: Usage,
+    *,
+    fallback_of: str | None = None,
 ) -> ConsolidationResult:
     """Run phase two as a transaction; requests are added to ``usage`` as they are made.
-    Raises ``MemoryGenerationError`` after discarding the stage."""
+    Raises ``MemoryGenerationError`` after discarding the stage.
+
+    ``fallback_of`` (the model's error) runs the extractive engine in place of a model that
+    failed: its summary is marked, its version says so, and the selection is left as it was
+    before this flush, so the next flush gives the model the same conversations again."""
+    if fallback_of is not None:
+        config = config.model_copy(update={"phase_two_model": EXTRACTIVE})
     raw_document = safe_text(raw_memories_document(p.selected, p.bodies))
     await session.write(paths.raw_memories_md, raw_document)
     inputs = await gather_inputs(session, paths, config, p, raw_document)
     base = await journal.begin(session, paths)
     try:
         if config.phase_two_model == EXTRACTIVE:
-            checked = await _run_extractive(session, paths, inputs)
+            checked = await _run_extractive(session, paths, inputs, marked=fallback_of is not None)
         else:
-            checked = await _run_agent(session, paths, inputs, config, provider, usage)
+            await _run_agent(session, paths, inputs, config, provider, usage)
+            await _strip_copied_brief(session, paths, inputs)
+            checked = verify(await _staged_memory(session, paths), inputs.added, inputs.removed)
         await _check_result(session, paths, config, redactor)
     except BaseException as exc:
         await journal.discard(session, paths)
         if isinstance(exc, MaxTurnsExceeded):
-            raise MemoryGenerationError(
+            raise EngineError(
                 f"consolidation hit its turn limit ({config.phase_two_max_turns}); previous "
                 "memory kept"
             ) from exc
-        if isinstance(exc, SandmemError) and not isinstance(exc, MemoryGenerationError):
-            raise MemoryGenerationError(f"consolidation failed: {exc}") from exc
+        if isinstance(exc, MemoryGenerationError):
+            raise EngineError(str(exc), retryable=exc.retryable) from exc
+        if isinstance(exc, Exception):
+            raise EngineError(f"consolidation failed: {exc}") from exc
         raise
     document = selection_document(recorded_selection(p, checked), now)
     attribution = consolidation_attribution(config, p)
+    if fallback_of is not None:
+        document = selection_document(p.previous, now)
+        attribution = replace(attribution, note=f"extractive fallback: {fallback_of}"[:500])
     if config.review:
         await journal.propose_stage(session, paths, base, document, attribution)
         logger.info("consolidation of %s proposed for review", paths.memories_dir)
@@ -545,7 +615,7 @@ async def consolidate(
         redactor=redactor,
         retention=retention_of(config),
     )
-    outcome: Outcome = "done" if checked.ok else "incomplete"
+    outcome: Outcome = "fallback" if fallback_of else "done" if checked.ok else "incomplete"
     logger.info(
         "consolidated %d raw memories in %s (%s)", len(p.selected), paths.memories_dir, outcome
     )
