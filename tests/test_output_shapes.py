@@ -95,9 +95,7 @@ class FirstWord(AgentOutputSchemaBase):
 
 
 async def test_non_strict_and_hand_written_output_schemas() -> None:
-    answers = iter(
-        ['{"jokes": {"1": "knock knock"}}', '{"words": ["hello", "there"]}', "{}", "{}"]
-    )
+    answers = iter(['{"jokes": {"1": "knock knock"}}', '{"words": ["hello", "there"]}', "{}", "{}"])
     model = FunctionModel(lambda request: next(answers))
     agent = Agent(name="a", model=model, output_type=Jokes)
     with pytest.raises(UserError, match="free-form keys"):

@@ -50,9 +50,7 @@ def test_a_git_diff_updates_a_file() -> None:
         " line 9",
     )
     out = apply({"app.txt": APP}, text)
-    expected = APP.replace(b"line 3\n", b"line three\n").replace(
-        b"line 8\n", b"line 8\nline 8.5\n"
-    )
+    expected = APP.replace(b"line 3\n", b"line three\n").replace(b"line 8\n", b"line 8\nline 8.5\n")
     assert out["app.txt"] == expected
 
 
