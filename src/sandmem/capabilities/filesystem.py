@@ -29,7 +29,8 @@ Create, edit, delete or move text files in the workspace with one patch:
 *** Delete File: <path>
 *** End Patch
 Relative paths start at your working directory. Give about three unchanged lines around each \
-change and list hunks in file order. If any part does not fit, nothing is changed."""
+change and list hunks in file order. A standard unified diff (--- a/path, +++ b/path, @@ \
+lines) is accepted too. If any part does not fit, nothing is changed."""
 
 _VIEW_IMAGE_DESCRIPTION = (
     "Look at an image file in the workspace (PNG, JPEG, GIF or WEBP, at most "
