@@ -172,6 +172,8 @@ class FakeReply:
     chunk_delay_s: float = 0.0
     #: when each event of a paced stream left the server (``time.perf_counter()``)
     sent_at: list[float] = field(default_factory=list)
+    #: the answer stopped at its token limit (Responses: ``incomplete``; Chat: ``length``)
+    cut_off: bool = False
 
     def text_chunks(self) -> list[str]:
         if self.text is None:
@@ -511,7 +513,8 @@ def _render_responses(req: FakeRequest, reply: FakeReply, n: int) -> dict[str, A
         "object": "response",
         "created_at": int(time.time()),
         "model": req.model,
-        "status": "completed",
+        "status": "incomplete" if reply.cut_off else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if reply.cut_off else None,
         "output": output,
         "parallel_tool_calls": True,
         "tool_choice": req.body.get("tool_choice", "auto"),
@@ -643,7 +646,11 @@ def _render_chat(req: FakeRequest, reply: FakeReply, n: int) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                "finish_reason": "length"
+                if reply.cut_off
+                else "tool_calls"
+                if reply.tool_calls
+                else "stop",
             }
         ],
         "usage": {

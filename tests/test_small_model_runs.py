@@ -222,3 +222,18 @@ async def test_a_timeout_names_the_setting(fake_openai: FakeOpenAIServer) -> Non
     message = str(info.value)
     assert "timed out" in message and "0.2 s" in message
     assert "--timeout" in message and "SANDMEM_TIMEOUT" in message
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_an_answer_cut_off_before_saying_anything_is_an_error(
+    fake_openai: FakeOpenAIServer, api: str
+) -> None:
+    fake_openai.handler = lambda req: FakeReply(text="", cut_off=True)
+    provider = provider_for(fake_openai, api)
+    config = RunConfig(model="m", model_provider=provider)
+    with pytest.raises(ModelBehaviorError, match="used up max_tokens=4096 before answering"):
+        await Runner.run(Agent("a"), "x", run_config=config)
+    # a partial answer cut off at the limit is still an answer
+    fake_openai.handler = lambda req: FakeReply(text="The first half", cut_off=True)
+    assert (await Runner.run(Agent("a"), "x", run_config=config)).final_output == "The first half"
+    await provider.aclose()

@@ -22,8 +22,8 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from sandmem._errors import ModelRequestError, UserError
-from sandmem._items import Item
+from sandmem._errors import ModelBehaviorError, ModelRequestError, UserError
+from sandmem._items import Item, content_text, item_kind
 from sandmem._settings import ModelSettings
 from sandmem.models import _text_tools
 from sandmem.models._base import Model, ModelRequest
@@ -62,6 +62,25 @@ def recover_text_tool_calls(
     if not _text_tools.enabled(request.settings.text_tool_calls, base_url):
         return output
     return _text_tools.recover(output, [tool.name for tool in request.tools])
+
+
+def check_not_cut_off(output: list[Item], cut_off: bool, model: str, limit: int | None) -> None:
+    """Raise ``ModelBehaviorError`` when the answer was cut off at its token limit before it
+    said anything usable (no text, no tool call): a silent empty answer would end a run."""
+    if not cut_off:
+        return
+    useful = any(
+        item_kind(item) == "function_call"
+        or (item_kind(item) == "message" and content_text(item.get("content")).strip())
+        for item in output
+    )
+    if useful:
+        return
+    where = f"max_tokens={limit}" if limit is not None else "its token limit"
+    raise ModelBehaviorError(
+        f"model {model!r} used up {where} before answering (reasoning or a runaway answer); "
+        "raise ModelSettings(max_tokens=...) or SANDMEM_MAX_TOKENS"
+    )
 
 
 def is_retryable_status(status: int) -> bool:

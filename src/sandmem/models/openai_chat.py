@@ -30,6 +30,7 @@ from sandmem.models._base import ModelRequest, ModelResponse, OutputSchema, Tool
 from sandmem.models._openai_common import (
     OpenAIModelBase,
     apply_extra_args,
+    check_not_cut_off,
     raw_body_call,
     recover_text_tool_calls,
     resolve_client,
@@ -57,12 +58,15 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
             raise ModelBehaviorError(
                 f"Chat Completions returned {type(completion).__name__}, expected a ChatCompletion"
             )
+        output = recover_text_tool_calls(output_items(self.model, completion), request, client)
+        finish = [str(c.finish_reason) for c in completion.choices if c.finish_reason]
+        check_not_cut_off(output, finish[:1] == ["length"], self.model, request.settings.max_tokens)
         return ModelResponse(
-            output=recover_text_tool_calls(output_items(self.model, completion), request, client),
+            output=output,
             usage=_usage(completion),
             response_id=completion.id,
             model=completion.model,
-            finish_reasons=[str(c.finish_reason) for c in completion.choices if c.finish_reason],
+            finish_reasons=finish,
         )
 
     async def stream_response(self, request: ModelRequest) -> AsyncIterator[Any]:
@@ -88,6 +92,8 @@ class OpenAIChatCompletionsModel(OpenAIModelBase):
                         yield event
         response = acc.response(assemble_items)
         response.output = recover_text_tool_calls(response.output, request, client)
+        cut_off = (response.finish_reasons or [])[:1] == ["length"]
+        check_not_cut_off(response.output, cut_off, self.model, request.settings.max_tokens)
         yield response
 
 

@@ -19,6 +19,7 @@ from sandmem.models._base import ModelRequest, ModelResponse, OutputSchema, Tool
 from sandmem.models._openai_common import (
     OpenAIModelBase,
     apply_extra_args,
+    check_not_cut_off,
     raw_body_call,
     recover_text_tool_calls,
     resolve_client,
@@ -45,6 +46,9 @@ class OpenAIResponsesModel(OpenAIModelBase):
             )
         result = _model_response(self.model, response)
         result.output = recover_text_tool_calls(result.output, request, client)
+        check_not_cut_off(
+            result.output, _cut_off(response), self.model, request.settings.max_tokens
+        )
         return result
 
     async def stream_response(self, request: ModelRequest) -> AsyncIterator[Any]:
@@ -72,6 +76,7 @@ class OpenAIResponsesModel(OpenAIModelBase):
             )
         result = _model_response(self.model, final)
         result.output = recover_text_tool_calls(result.output, request, client)
+        check_not_cut_off(result.output, _cut_off(final), self.model, request.settings.max_tokens)
         yield result
 
 
@@ -190,6 +195,14 @@ def _message_item(data: dict[str, Any]) -> Item:
     if refusals and not texts:
         item["content"] = "".join(refusals)
     return item
+
+
+def _cut_off(response: Response) -> bool:
+    """Whether the response stopped at its output token limit."""
+    details = response.incomplete_details
+    return response.status == "incomplete" and getattr(details, "reason", None) == (
+        "max_output_tokens"
+    )
 
 
 def _check_status(model: str, response: Response) -> None:
