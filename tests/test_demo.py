@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,13 +136,13 @@ def small_agent(req: FakeRequest) -> FakeReply:
     if "write_file" in req.tool_names():
         if req.tool_outputs():
             return FakeReply(text="Consolidated.")
+        # cite the conversation the brief names, so the consolidation is complete (an
+        # incomplete one is replaced by the extractive fallback)
+        cited = re.findall(r"rollout_summaries/[A-Za-z0-9._-]+\.md", req.instructions or "")
+        memory = "## Invoice total\n- fixed\nSources: " + ", ".join(cited) + "\n"
         return FakeReply(
             tool_calls=[
-                (
-                    "write_file",
-                    {"path": "memories/MEMORY.md", "content": "## Invoice total\n- fixed\n"},
-                    "call_w1",
-                ),
+                ("write_file", {"path": "memories/MEMORY.md", "content": memory}, "call_w1"),
                 ("write_file", {"path": "memories/memory_summary.md", "content": SUMMARY}, "c2"),
             ]
         )

@@ -221,7 +221,7 @@ async def test_a_timeout_names_the_setting(fake_openai: FakeOpenAIServer) -> Non
     assert info.value.timeout
     message = str(info.value)
     assert "timed out" in message and "0.2 s" in message
-    assert "--timeout" in message and "SANDMEM_TIMEOUT" in message
+    assert "--timeout / SANDMEM_TIMEOUT" in message and "a local server" in message
 
 
 @pytest.mark.parametrize("api", ["responses", "chat_completions"])

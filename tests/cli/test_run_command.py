@@ -290,6 +290,6 @@ def test_a_failed_extraction_is_tried_once_per_run(
     server.handler = handler
     result = invoke("run", "-w", tmp_path, "-m", "m", "--session", "s1", "hi", env=env)
     assert result.exit_code == 1 and "1 conversation(s) failed: s1" in result.stderr
-    assert sum(r.wants_json() for r in server.requests) == 1
+    assert sum(r.wants_json() for r in server.requests) == 2  # one answer, one repair
     [row] = json.loads(invoke("memory", "status", "-w", tmp_path, "--json").stdout)["conversations"]
     assert row["rollout_id"] == "s1" and row["status"] == "pending" and row["attempts"] == 1

@@ -29,10 +29,12 @@ ENV = f"OPENAI_API_KEY={KEY}\nAWS_ACCESS_KEY_ID={AWS}\nHOME=/root\n"
 def leaky_phase_one(request: ModelRequest) -> str:
     # a careless model that copies the transcript (and any secret in it) into memory
     text = last_user_text(request)
+    # a quote, not the whole transcript: a summary mostly copied from it is refused
+    quoted = " ".join(line for line in text.splitlines() if "key" in line)[:400]
     return json.dumps(
         {
             "rollout_slug": "inspect-env",
-            "rollout_summary": f"Transcript: {text} and the key was {KEY}",
+            "rollout_summary": f"Transcript: {quoted} and the key was {KEY}",
             "raw_memory": f"- key {KEY} and {AWS}",
         }
     )

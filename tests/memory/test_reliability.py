@@ -60,7 +60,8 @@ async def test_fault_modes_leave_every_rollout_processed_or_pending(
     }
 
     def handler(req: FakeRequest) -> FakeReply:
-        text = req.last_user_text()
+        # the first user message (a repair request adds another after the answer)
+        text = next(str(i.get("content")) for i in req.items if i.get("role") == "user")
         rid = text.split("Rollout id: ", 1)[1].split("\n", 1)[0]
         return per_rollout.get(rid, artifacts(slug=f"task-{rid}"))
 

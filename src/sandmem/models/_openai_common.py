@@ -110,8 +110,8 @@ def translated_errors(model: str, api: str) -> Iterator[None]:
     except openai.APITimeoutError as exc:
         raise ModelRequestError(
             f"{where} timed out{_timeout_of(exc)} after the client's retries; a local "
-            "server on a CPU can take minutes per answer: raise the timeout (--timeout "
-            "SECONDS or SANDMEM_TIMEOUT, or OpenAIProvider(timeout=...)) or try again later",
+            "server on a CPU can take minutes per answer: raise the timeout in seconds "
+            "(--timeout / SANDMEM_TIMEOUT, or OpenAIProvider(timeout=...)) or try again later",
             retryable=True,
             timeout=True,
         ) from exc

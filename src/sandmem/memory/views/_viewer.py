@@ -288,7 +288,7 @@ def _size_points(
         SizePoint(str(r.get("time")), "consolidated", _int(r.get("memory_bytes")))
         for r in log
         if r.get("phase") == "two"
-        and r.get("status") in ("done", "incomplete")
+        and r.get("status") in ("done", "incomplete", "fallback")
         and "memory_bytes" in r
     ]
     dated = [
