@@ -182,3 +182,36 @@ def test_recover_keeps_the_prose_and_leaves_examples_of_other_tools() -> None:
     real = {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"}
     assert recover([message(json.dumps(OSLO)), real], ["get_weather"])[1] is real
     assert recover([message("{not json")], ["get_weather"]) == [message("{not json")]
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_the_observed_case_a_fenced_apply_patch_with_a_unified_diff(
+    fake_openai: FakeOpenAIServer, api: str
+) -> None:
+    """What Qwen2.5-Coder-1.5B wrote with llama-server's stock template: the call as a fenced
+    JSON block in its answer, here with the unified diff it knows; the file is changed."""
+    from sandmem import File, Manifest, SandboxAgent, SandboxRunConfig, UnixLocalSandboxClient
+
+    diff = "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-DEBUG = True\n+DEBUG = False\n"
+    call = {"name": "apply_patch", "arguments": {"patch": diff}}
+
+    def handler(req: FakeRequest) -> FakeReply:
+        if not req.tool_outputs():
+            return FakeReply(text=f"I will edit the file.\n```json\n{json.dumps(call)}\n```")
+        return FakeReply(text="Turned DEBUG off.")
+
+    fake_openai.handler = handler
+    provider = OpenAIProvider(base_url=fake_openai.base_url, api=api, max_retries=0)  # type: ignore[arg-type]
+    manifest = Manifest(entries={"app.py": File(content=b"DEBUG = True\n")})
+    sandbox = await UnixLocalSandboxClient().create(manifest=manifest)
+    async with sandbox:
+        config = RunConfig(sandbox=SandboxRunConfig(session=sandbox), model_provider=provider)
+        agent = SandboxAgent(name="fixer", model="qwen2.5-coder-1.5b")
+        result = await Runner.run(agent, "Turn debug off in app.py", run_config=config)
+        assert (sandbox.root / "app.py").read_text() == "DEBUG = False\n"
+    await provider.aclose()
+    assert result.final_output == "Turned DEBUG off."
+    assert (
+        "Updated app.py" in str(fake_openai.requests[-1].tool_outputs())
+        or fake_openai.requests[-1].tool_outputs()
+    )
