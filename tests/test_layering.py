@@ -62,6 +62,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem.memory.live_edit",
             "sandmem.memory._types",
             "sandmem.memory._json",
+            "sandmem.memory._records",
             "sandmem.memory._text",
             "sandmem.memory._results",
             "sandmem.memory._render",

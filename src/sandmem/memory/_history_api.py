@@ -221,12 +221,9 @@ async def _head_and_parent(
 ) -> tuple[Version | None, Version | None]:
     """The newest version and the one before it (what its ``changed`` is counted against)."""
     store = history.Store(session, paths)
-    names = await store.version_names()
-    if not names:
-        return None, None
-    head = await store.read_version(names[-1])
-    if head.parent is not None:
-        for name in reversed(names[:-1]):
+    head = await store.head()
+    if head is not None and head.parent is not None:
+        for name in reversed(await store.version_names()):
             if name.startswith(f"{head.parent:08d}-"):
                 return head, await store.read_version(name)
     return head, None

@@ -91,7 +91,8 @@ async def prune(
 
 async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: Any) -> list[int]:
     """Rewrite every stored version (and proposal) with ``redact`` (``str -> str``) applied to
-    each file and conversations state, keeping numbers and attribution; then delete every
+    each file, conversations state and attribution text (a client's self-declared name, a
+    note), keeping numbers and the rest of the attribution; then delete every
     object no record names, so the old bytes are gone. Returns the versions that changed.
     A process killed midway leaves every record naming blobs that exist; run it again."""
     store = Store(session, paths)
@@ -104,18 +105,31 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
             rewritten[digest] = await store.put_blob(redact_bytes(old, redact))
         return rewritten[digest]
 
-    for name in await store.version_names():
-        version = await store.read_version(name)
+    for version in await store.read_versions(await store.version_names()):
         files = {n: await rewrite(d) for n, d in version.files.items()}
         selection = await rewrite(version.selection) if version.selection else None
-        if files != version.files or selection != version.selection:
+        attribution = version.attribution.redacted(redact)
+        if (files, selection, attribution) != (
+            version.files,
+            version.selection,
+            version.attribution,
+        ):
             await store.write_version(
-                replace(version, files=files, selection=selection, redacted=True)
+                replace(
+                    version,
+                    files=files,
+                    selection=selection,
+                    attribution=attribution,
+                    redacted=True,
+                )
             )
             changed.append(version.seq)
     for proposal in await proposals.load_all(session, paths):
         files2 = {n: (await rewrite(d) if d else None) for n, d in proposal.files.items()}
-        if files2 != proposal.files:
-            await proposals.save(session, paths, replace(proposal, files=files2))
+        attribution = proposal.attribution.redacted(redact)
+        if files2 != proposal.files or attribution != proposal.attribution:
+            await proposals.save(
+                session, paths, replace(proposal, files=files2, attribution=attribution)
+            )
     await collect_garbage(session, paths)
     return changed

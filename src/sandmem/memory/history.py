@@ -34,16 +34,18 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic.dataclasses import dataclass as record
 
 from sandmem._errors import UserError
-from sandmem.memory._json import loads_bounded
+from sandmem.memory._records import Digest, MemoryName, Problem, is_digest, parse_record, report
 from sandmem.memory.layout import HISTORY_DIR as HISTORY_DIR
 from sandmem.memory.layout import MemoryPaths
-from sandmem.memory.store._base import safe_name
 from sandmem.sandboxes._session import SandboxSession
 
 FORMAT = 1
@@ -54,12 +56,20 @@ ChangeKind = Literal[
 CHANGE_KINDS: tuple[str, ...] = get_args(ChangeKind)
 
 
-@dataclass(frozen=True)
+_RECORD = ConfigDict(extra="ignore")
+_Seq = Annotated[int, Field(ge=1)]
+
+#: the attribution's free-text fields (``redacted`` applies a redaction to them)
+TEXT_FIELDS = ("engine", "model", "run", "client", "note", "proposal")
+
+
+@record(frozen=True, config=_RECORD)
 class Attribution:
     """Who and what made a change. ``kind`` is one of ``CHANGE_KINDS``; ``engine`` is
     ``"model"`` or ``"extractive"`` for a consolidation; ``run`` is the conversation (rollout
     id) of the run that made it; ``client`` names a person or program (``"cli"``, an MCP
-    client); ``proposal`` is the review proposal an approval applied."""
+    client); ``proposal`` is the review proposal an approval applied. A pydantic dataclass:
+    built from a record on disk, it is validated like one built in code."""
 
     kind: ChangeKind
     engine: str | None = None
@@ -70,7 +80,21 @@ class Attribution:
     client: str | None = None
     note: str | None = None
     proposal: str | None = None
-    restored_from: int | None = None
+    restored_from: _Seq | None = None
+
+    def redacted(self, redact: Callable[[str], str]) -> Attribution:
+        """This attribution with ``redact`` applied to every text it holds (a client names
+        itself: its name is as untrusted as any text)."""
+        changes: dict[str, Any] = {
+            name: redact(value)
+            for name in TEXT_FIELDS
+            if isinstance(value := getattr(self, name), str) and redact(value) != value
+        }
+        for name in ("rollouts_added", "rollouts_removed"):
+            ids = tuple(redact(r) for r in getattr(self, name))
+            if ids != getattr(self, name):
+                changes[name] = ids
+        return replace(self, **changes) if changes else self
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -80,12 +104,8 @@ class Attribution:
 
     @classmethod
     def from_json(cls, data: Any) -> Attribution:
-        if not isinstance(data, dict) or data.get("kind") not in CHANGE_KINDS:
-            raise ValueError("not an attribution")
-        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("rollouts_added", "rollouts_removed"):
-            fields[key] = tuple(str(r) for r in fields.get(key, ()))
-        return cls(**fields)
+        """An attribution as read back; raises ``ValueError`` for one of the wrong shape."""
+        return _ATTRIBUTION.validate_python(data)
 
 
 @dataclass(frozen=True)
@@ -99,20 +119,20 @@ class Retention:
 DEFAULT_RETENTION = Retention()
 
 
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass(frozen=True)
+@record(frozen=True, config=_RECORD)
 class Version:
-    """One stored version: ``files`` maps names (relative to ``memories_dir``) to SHA-256."""
+    """One stored version: ``files`` maps names (relative to ``memories_dir``) to SHA-256.
+    Every name is a memory file inside the layout and every digest a SHA-256 hex digest
+    (``memory._records``), so a version can never name a path outside ``objects/`` or the
+    layout, however it was made."""
 
-    seq: int
-    time: str
+    seq: _Seq
     attribution: Attribution
-    files: dict[str, str]
-    selection: str | None = None
-    parent: int | None = None
-    epoch: int = 0
+    files: dict[MemoryName, Digest]
+    time: str = ""
+    selection: Digest | None = None
+    parent: _Seq | None = None
+    epoch: Annotated[int, Field(ge=0)] = 0
     redacted: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -130,27 +150,22 @@ class Version:
 
     @classmethod
     def from_json(cls, data: Any) -> Version:
-        """A record as read back (from the workspace or a store: untrusted). Every file name
-        must be a relative, normalized name inside the layout and every digest a SHA-256 hex
-        digest, so a record can never name a path outside ``objects/`` or the layout."""
-        if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-            raise ValueError("not a version record")
-        selection = data.get("selection")
-        digests = [*data["files"].values(), *([selection] if selection is not None else [])]
-        if not all(isinstance(d, str) and _DIGEST.fullmatch(d) for d in digests):
-            raise ValueError("a version record names an object that is not a SHA-256 digest")
-        if not all(safe_name(name) for name in data["files"]):
-            raise ValueError("a version record names a file outside the layout")
-        return cls(
-            seq=int(data["seq"]),
-            time=str(data.get("time", "")),
-            attribution=Attribution.from_json(data.get("attribution")),
-            files={str(k): str(v) for k, v in data["files"].items()},
-            selection=data.get("selection"),
-            parent=data.get("parent"),
-            epoch=int(data.get("epoch") or 0),
-            redacted=bool(data.get("redacted")),
-        )
+        """A record as read back (from the workspace or a store: untrusted); raises
+        ``ValueError`` for one that does not parse."""
+        return _VERSION.validate_python(data)
+
+
+_ATTRIBUTION = TypeAdapter(Attribution)
+_VERSION = TypeAdapter(Version)
+
+
+def parse_version(path: str, name: str, data: bytes | None) -> Version | Problem:
+    """The version record ``name`` (its bytes ``data``, read from ``path``), or the problem
+    that makes it unusable: not JSON, the wrong shape, or a number that is not its name's."""
+    found = parse_record(path, data, Version.from_json)
+    if isinstance(found, Version) and found.seq != (_version_name(name) or (0, 0))[0]:
+        return Problem(path, f"skipped (it says version {found.seq})")
+    return found
 
 
 @dataclass
@@ -166,6 +181,8 @@ class Store:
         return f"{self.paths.memories_dir}/{HISTORY_DIR}"
 
     def object_path(self, digest: str) -> str:
+        if not is_digest(digest):  # a record's digests are checked on load; this is the floor
+            raise ValueError(f"{digest[:80]!r} is not a history object's digest")
         return f"{self.root}/objects/{digest}"
 
     async def _names(self, sub: str) -> list[str]:
@@ -179,13 +196,27 @@ class Store:
         names = [n for n in await self._names("versions") if _version_name(n) is not None]
         return sorted(names, key=lambda n: _version_name(n) or (0, 0))
 
-    async def read_version(self, name: str) -> Version:
-        data = (await self.session.read_many([f"{self.root}/versions/{name}"]))[
-            f"{self.root}/versions/{name}"
-        ]
-        if data is None:
-            raise FileNotFoundError(name)
-        return Version.from_json(loads_bounded(data))
+    async def read_version(self, name: str) -> Version | None:
+        """The version record ``name``; ``None`` (reported in one line) when it does not
+        parse."""
+        found = await self.read_versions([name])
+        return found[0] if found else None
+
+    async def read_versions(self, names: list[str]) -> list[Version]:
+        """The records ``names`` that parse, in order; each one that does not is skipped and
+        reported in one line (a truncated or crafted record never stops a command)."""
+        paths = [f"{self.root}/versions/{name}" for name in names]
+        data = await self.session.read_many(paths)
+        found: list[Version] = []
+        problems: list[Problem] = []
+        for name, path in zip(names, paths, strict=True):
+            parsed = parse_version(path, name, data[path])
+            if isinstance(parsed, Problem):
+                problems.append(parsed)
+            else:
+                found.append(parsed)
+        report(problems)
+        return found
 
     async def write_version(self, version: Version) -> None:
         name = f"{version.seq:08d}-{version.epoch}.json"
@@ -194,8 +225,18 @@ class Store:
         )
 
     async def head(self) -> Version | None:
+        """The newest version whose record parses."""
         names = await self.version_names()
-        return await self.read_version(names[-1]) if names else None
+        for name in reversed(names):
+            version = await self.read_version(name)
+            if version is not None:
+                return version
+        return None
+
+    async def next_seq(self) -> int:
+        """The number the next version gets: past every record's name, a bad one's too."""
+        names = await self.version_names()
+        return (_version_name(names[-1]) or (0, 0))[0] + 1 if names else 1
 
     async def put_blob(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
@@ -238,10 +279,12 @@ async def make_version(
     files: dict[str, bytes],
     selection: bytes | None,
     attribution: Attribution,
+    redact: Callable[[str], str] | None = None,
 ) -> Version | None:
     """Record ``files`` (names relative to ``memories_dir``; already redacted) and the
-    conversations state as a new version, unless they equal the newest version. Call under
-    the layout lock (``memory.journal`` does, and prunes after)."""
+    conversations state as a new version, unless they equal the newest version; ``redact``
+    is applied to the attribution's texts. Call under the layout lock (``memory.journal``
+    does, and prunes after)."""
     store = Store(session, paths)
     head = await store.head()
     hashes = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
@@ -259,10 +302,10 @@ async def make_version(
         await store.put_blob(selection)
     stamp, epoch = _now()
     version = Version(
-        seq=(head.seq + 1) if head is not None else 1,
+        seq=await store.next_seq(),
         time=stamp,
         epoch=epoch,
-        attribution=attribution,
+        attribution=attribution.redacted(redact) if redact is not None else attribution,
         files=hashes,
         selection=selection_hash,
         parent=head.seq if head is not None else None,
@@ -272,9 +315,10 @@ async def make_version(
 
 
 async def versions(session: SandboxSession, paths: MemoryPaths) -> list[Version]:
-    """Every stored version, newest first."""
+    """Every stored version whose record parses, newest first (each one that does not is
+    reported in one line)."""
     store = Store(session, paths)
-    return [await store.read_version(n) for n in reversed(await store.version_names())]
+    return list(reversed(await store.read_versions(await store.version_names())))
 
 
 def resolve(spec: str | int, found: list[Version]) -> Version:

@@ -45,6 +45,7 @@ from typing import Any
 from sandmem._errors import MemoryGenerationError, SandboxError
 from sandmem.memory import _history_prune, history, proposals
 from sandmem.memory._json import loads_bounded
+from sandmem.memory._records import is_memory_name
 from sandmem.memory.history import DEFAULT_RETENTION, Attribution, Retention
 from sandmem.memory.layout import MemoryPaths, write_json
 from sandmem.memory.rollouts import utc_now
@@ -110,8 +111,12 @@ async def _visible_files(session: SandboxSession, top: str) -> list[str]:
 
 
 async def live_files(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+    """The live set's paths: ``MEMORY.md``, ``memory_summary.md`` and the visible files of
+    ``skills/`` whose names a version can hold (``_records.is_memory_name``: a name with a
+    control character, say, made by an agent's shell, is not a memory file)."""
     files = [p for p in (paths.memory_md, paths.summary_md) if await session.exists(p)]
-    return files + await _visible_files(session, paths.skills_dir)
+    skills = await _visible_files(session, paths.skills_dir)
+    return files + [p for p in skills if is_memory_name(_name(paths, p))]
 
 
 async def begin(session: SandboxSession, paths: MemoryPaths) -> dict[str, str | None]:
@@ -182,7 +187,9 @@ async def commit(
         "files": entries,
         "consolidated": digest(memory) if consolidated else None,
         "selection": selection,
-        "attribution": _attributed(attribution or Attribution("consolidation")).to_json(),
+        "attribution": _attributed(attribution or Attribution("consolidation"))
+        .redacted((redactor or Redactor()).redact)
+        .to_json(),
     }
     await write_json(session, record_path(paths), record)
     await _apply(session, paths, record, redactor=redactor, retention=retention)
@@ -357,7 +364,10 @@ async def _version(
     the newest version), then prune. The one function that makes versions."""
     files = await versioned_files(session, paths, redactor)
     selection = await _read(session, paths.selection_json)
-    made = await history.make_version(session, paths, files, selection, _attributed(attribution))
+    redact = (redactor or Redactor()).redact
+    made = await history.make_version(
+        session, paths, files, selection, _attributed(attribution), redact
+    )
     if made is not None:
         await _history_prune.prune(session, paths, retention, eager=False)
     return made
@@ -450,7 +460,8 @@ async def propose_stage(
         if older.attribution.kind == "consolidation":  # superseded: this one folds in more
             await proposals.remove(session, paths, older)
     encoded = (json.dumps(selection, indent=2, sort_keys=True) + "\n").encode()
-    return await proposals.create(session, paths, files, attribution, selection=encoded)
+    clean = attribution.redacted(Redactor().redact)
+    return await proposals.create(session, paths, files, clean, selection=encoded)
 
 
 async def propose(
@@ -468,7 +479,7 @@ async def propose(
         for n, d in files.items()
         if is_staged_path(paths, f"{paths.memories_dir}/{n}")
     }
-    return await proposals.create(session, paths, clean, attribution)
+    return await proposals.create(session, paths, clean, attribution.redacted(redactor.redact))
 
 
 class StagedFiles:

@@ -17,26 +17,47 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import field
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, TypeAdapter, model_validator
+from pydantic.dataclasses import dataclass as record
 
 from sandmem._errors import UserError
-from sandmem.memory._json import loads_bounded
+from sandmem.memory._records import (
+    Digest,
+    MemoryName,
+    Problem,
+    ProposalId,
+    is_proposal_id,
+    parse_record,
+    report,
+)
 from sandmem.memory.history import HISTORY_DIR, Attribution, Store, _now
 from sandmem.memory.layout import MemoryPaths
 from sandmem.sandboxes._session import SandboxSession
 
 
-@dataclass(frozen=True)
+@record(frozen=True, config=ConfigDict(extra="ignore"))
 class Proposal:
-    id: str
-    time: str
+    """One pending change. A pydantic dataclass whose fields cannot hold a bad value: the id
+    is a plain id (never a path), every name a memory file inside the layout, every digest a
+    SHA-256; ``before`` names exactly the files it changes."""
+
+    id: ProposalId
     attribution: Attribution
-    files: dict[str, str | None]
-    before: dict[str, str | None]
-    base: int | None = None
-    selection: str | None = None
+    files: dict[MemoryName, Digest | None]
+    before: dict[MemoryName, Digest | None]
+    time: str = ""
+    base: Annotated[int, Field(ge=1)] | None = None
+    selection: Digest | None = None
     stale: list[str] = field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _before_names_every_file(self) -> Proposal:
+        if set(self.before) != set(self.files):
+            raise ValueError("its before-entries do not name the files it changes")
+        return self
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,21 +72,33 @@ class Proposal:
 
     @classmethod
     def from_json(cls, data: Any) -> Proposal:
-        if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-            raise ValueError("not a proposal record")
-        return cls(
-            id=str(data["id"]),
-            time=str(data.get("time", "")),
-            base=data.get("base"),
-            attribution=Attribution.from_json(data.get("attribution")),
-            files={str(k): (None if v is None else str(v)) for k, v in data["files"].items()},
-            before={str(k): (None if v is None else str(v)) for k, v in data["before"].items()},
-            selection=data.get("selection"),
-        )
+        """A record as read back (untrusted); raises ``ValueError`` for one that does not
+        parse (``stale`` is never read: it is worked out on load)."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k != "stale"}
+        return _PROPOSAL.validate_python(data)
+
+
+_PROPOSAL = TypeAdapter(Proposal)
 
 
 def _dir(paths: MemoryPaths) -> str:
     return f"{paths.memories_dir}/{HISTORY_DIR}/proposals"
+
+
+def _path(paths: MemoryPaths, proposal_id: str) -> str:
+    if not is_proposal_id(proposal_id):  # a Proposal's id is checked; this is the floor
+        raise ValueError(f"{proposal_id[:80]!r} is not a proposal id")
+    return f"{_dir(paths)}/{proposal_id}.json"
+
+
+def parse_proposal(path: str, name: str, data: bytes | None) -> Proposal | Problem:
+    """The proposal in file ``name`` (its bytes ``data``, read from ``path``), or the problem
+    that makes it unusable: not JSON, the wrong shape, or an id that is not its file's."""
+    found = parse_record(path, data, Proposal.from_json)
+    if isinstance(found, Proposal) and f"{found.id}.json" != name:
+        return Problem(path, f"skipped (its id {found.id!r} is not its file's name)")
+    return found
 
 
 def _digest(data: bytes | None) -> str | None:
@@ -73,9 +106,7 @@ def _digest(data: bytes | None) -> str | None:
 
 
 async def save(session: SandboxSession, paths: MemoryPaths, proposal: Proposal) -> None:
-    await session.write(
-        f"{_dir(paths)}/{proposal.id}.json", json.dumps(proposal.to_json(), indent=1) + "\n"
-    )
+    await session.write(_path(paths, proposal.id), json.dumps(proposal.to_json(), indent=1) + "\n")
 
 
 async def create(
@@ -121,17 +152,17 @@ async def load_all(session: SandboxSession, paths: MemoryPaths) -> list[Proposal
     if not await session.is_dir(directory):
         return []
     found: list[Proposal] = []
+    problems: list[Problem] = []
     names = sorted(n for n in await session.listdir(directory) if n.endswith(".json"))
     raw = await session.read_many([f"{directory}/{n}" for n in names])
-    for data in raw.values():
-        if data is None:
+    for name in names:
+        parsed = parse_proposal(f"{directory}/{name}", name, raw[f"{directory}/{name}"])
+        if isinstance(parsed, Problem):
+            problems.append(parsed)
             continue
-        try:
-            proposal = Proposal.from_json(loads_bounded(data))
-        except (ValueError, KeyError, TypeError):
-            continue
-        proposal.stale.extend(await _stale(session, paths, proposal))
-        found.append(proposal)
+        parsed.stale.extend(await _stale(session, paths, parsed))
+        found.append(parsed)
+    report(problems)
     return sorted(found, key=lambda p: p.time)
 
 
@@ -145,7 +176,7 @@ async def get(session: SandboxSession, paths: MemoryPaths, proposal_id: str) -> 
 
 
 async def remove(session: SandboxSession, paths: MemoryPaths, proposal: Proposal) -> None:
-    path = f"{_dir(paths)}/{proposal.id}.json"
+    path = _path(paths, proposal.id)
     if await session.exists(path):
         await session.remove(path)
 

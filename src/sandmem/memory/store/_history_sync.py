@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 
 from sandmem.memory import history
 from sandmem.memory._json import loads_bounded
-from sandmem.memory.history import DEFAULT_RETENTION, Retention, Version, _version_name
+from sandmem.memory.history import (
+    DEFAULT_RETENTION,
+    Retention,
+    Version,
+    _version_name,
+    parse_version,
+)
 from sandmem.memory.store._base import MemoryStore
 
 if TYPE_CHECKING:
@@ -85,20 +91,9 @@ async def sync_history(
             await _download(session, local, store, name, raw)
     uploaded = 0
     for name in local_versions:
-        if name in remote_versions:
-            continue
-        version = await local.read_version(name)
-        new = sorted(_blobs_of(version) - remote_objects)
-        if new:
-            await store.put_history(
-                md, {f"objects/{d}": data for d, data in (await local.blobs(new)).items()}
-            )
-            remote_objects.update(new)
-        raw = (await session.read_many([f"{local.root}/versions/{name}"]))[
-            f"{local.root}/versions/{name}"
-        ]
-        if raw is not None:
-            await store.put_history(md, {f"versions/{name}": raw})
+        if name not in remote_versions and await _upload(
+            session, local, store, name, remote_objects
+        ):
             remote_versions.add(name)
             uploaded += 1
     await _prune_mirror(store, md, remote_versions, remote_objects, retention)
@@ -108,6 +103,29 @@ async def sync_history(
     if wanted or uploaded:
         logger.debug("history of %s: %d down, %d up", md, len(wanted), uploaded)
     return len(wanted)
+
+
+async def _upload(
+    session: SandboxSession, local: history.Store, store: MemoryStore, name: str, objects: set[str]
+) -> bool:
+    """One of the workspace's version records and the objects the store lacks (``objects``,
+    updated), into the store; a record that does not parse (reported) is not uploaded."""
+    md = local.paths.memories_dir
+    version = await local.read_version(name)
+    if version is None:
+        return False
+    new = sorted(_blobs_of(version) - objects)
+    if new:
+        await store.put_history(
+            md, {f"objects/{d}": data for d, data in (await local.blobs(new)).items()}
+        )
+        objects.update(new)
+    path = f"{local.root}/versions/{name}"
+    raw = (await session.read_many([path]))[path]
+    if raw is None:
+        return False
+    await store.put_history(md, {f"versions/{name}": raw})
+    return True
 
 
 async def _download(
@@ -157,8 +175,10 @@ async def _prune_mirror(
     kept = [n for n in ordered if n not in set(drop)]
     records = await store.read_history(md, [f"versions/{n}" for n in kept])
     referenced: set[str] = set()
-    for raw in records.values():
-        referenced |= _blobs_of(Version.from_json(loads_bounded(raw)))
+    for key, raw in records.items():
+        found = parse_version(key, key.rpartition("/")[2], raw)
+        if isinstance(found, Version):  # a bad record in the store names nothing kept
+            referenced |= _blobs_of(found)
     await store.delete_history(md, [f"versions/{n}" for n in drop])
     await store.delete_history(md, [f"objects/{d}" for d in sorted(objects - referenced)])
     versions.difference_update(drop)
@@ -173,7 +193,7 @@ async def replace_mirror(session: SandboxSession, paths: MemoryPaths, store: Mem
     md = paths.memories_dir
     local = history.Store(session, paths)
     names = await local.version_names()
-    objects = {d for n in names for d in _blobs_of(await local.read_version(n))}
+    objects = {d for v in await local.read_versions(names) for d in _blobs_of(v)}
     await store.put_history(
         md, {f"objects/{d}": data for d, data in (await local.blobs(sorted(objects))).items()}
     )
