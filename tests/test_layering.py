@@ -37,6 +37,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem._extras",
             "sandmem._lazy",
             "sandmem._log_lines",
+            "sandmem._terminal",
             "sandmem.redaction",
         ),
     ),

@@ -26,7 +26,10 @@ def human_size(size: int | None) -> str:
 
 
 def one_line(text: str) -> str:
-    return " ".join(text.split())
+    """``text`` on one line, without control characters or escape sequences."""
+    from sandmem._terminal import printable
+
+    return " ".join(printable(text, one_line=True).split())
 
 
 def redact(text: str) -> str:

@@ -14,7 +14,9 @@ top floor, which may import everything and which nothing imports.
 
 Errors raised by sandmem (``SandmemError``) are printed as one line and exit with status 1;
 usage errors exit with status 2; an interrupt (Ctrl-C) exits with status 130. While a command
-runs, sandmem's log warnings are printed as one readable line each.
+runs, sandmem's log warnings are printed as one readable line each, and everything printed on
+stdout and stderr is stripped of control characters and escape sequences (``_terminal``: data
+such as a client's name or an ingested task never acts on the terminal).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import click
 
 from sandmem._errors import SandmemError
 from sandmem._log_lines import readable_warnings
+from sandmem._terminal import printable, safe_streams
 from sandmem._version import __version__
 from sandmem.cli._group import LazyGroup
 
@@ -32,7 +35,7 @@ __all__ = ["cli", "main"]
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return " ".join(printable(str(exc), one_line=True).split()) or type(exc).__name__
 
 
 #: the exit status after an interrupt (128 + SIGINT), as shells report it
@@ -41,11 +44,12 @@ EXIT_INTERRUPTED = 130
 
 class _Group(LazyGroup):
     """A group that turns ``SandmemError`` into a one-line message (no traceback), an
-    interrupt into exit status 130, and log warnings into one readable line each."""
+    interrupt into exit status 130, and log warnings into one readable line each; what a
+    command prints goes through the terminal sanitiser (``_terminal.safe_streams``)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with readable_warnings():
+            with safe_streams(), readable_warnings():
                 return super().invoke(ctx)
         except SandmemError as exc:
             raise click.ClickException(_one_line(exc)) from None

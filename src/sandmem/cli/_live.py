@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, is_dataclass
@@ -16,6 +17,7 @@ import click
 
 from sandmem._items import Item, message_text
 from sandmem._log_lines import human_size, one_line
+from sandmem._terminal import printable, raw
 from sandmem.agent._agent import Agent
 from sandmem.agent._stream_events import StreamEvent
 from sandmem.run._runner import Runner, RunResultStreaming
@@ -130,7 +132,7 @@ class LiveView:
 
     def _clear_spinner(self) -> None:
         if self._spin_shown:
-            click.echo("\r\033[K", nl=False, err=True)
+            _draw("\r\033[K")
             self._spin_shown = False
 
     def _err_line(self, text: str) -> None:
@@ -150,7 +152,8 @@ class LiveView:
             if self._waiting is None or self._mid_line:
                 continue
             elapsed = time.monotonic() - self._since
-            click.echo(f"\r\033[K{frame} {self._waiting} {elapsed:.0f}s", nl=False, err=True)
+            line = printable(f"{frame} {self._waiting} {elapsed:.0f}s", one_line=True)
+            _draw(f"\r\033[K{line}")
             self._spin_shown = True
 
     async def _beat(self) -> None:
@@ -251,3 +254,11 @@ def _forever_frames() -> Any:
     while True:
         yield _SPINNER[index % len(_SPINNER)]
         index += 1
+
+
+def _draw(text: str) -> None:
+    """The spinner's own control sequences, on the terminal itself (past the sanitiser that
+    every other print goes through: ``_terminal``)."""
+    stream = raw(sys.stderr)
+    stream.write(text)
+    stream.flush()

@@ -68,6 +68,12 @@ def _address(value: str | None) -> tuple[str, int] | None:
     show_default=True,
     help="Seconds a write waits for a running consolidation before it fails.",
 )
+@click.option(
+    "--max-update-chars",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The longest patch memory_update applies; a longer one is refused. Default: 65,536.",
+)
 def mcp_command(
     workspace: Path,
     memories_dir: str,
@@ -83,6 +89,7 @@ def mcp_command(
     allow_generate: bool,
     conversation_id: str,
     lock_timeout: float,
+    max_update_chars: int | None,
 ) -> None:
     """Serve the workspace's memory over the Model Context Protocol.
 
@@ -113,6 +120,7 @@ def mcp_command(
                 lock_timeout=lock_timeout,
                 http=address,
                 token=token,
+                max_update_chars=max_update_chars,
             )
         )
 

@@ -27,6 +27,7 @@ from sandmem._log_lines import OneLineWarnings as OneLineWarnings
 from sandmem._log_lines import human_size as human_size
 from sandmem._log_lines import one_line as one_line
 from sandmem._log_lines import readable_warnings as readable_warnings
+from sandmem._terminal import json_text, raw
 from sandmem._usage import Usage
 from sandmem.memory import GenerationProgress, GenerationReport
 
@@ -36,11 +37,13 @@ if TYPE_CHECKING:
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    """The console the CLI draws on (progress bars): the terminal itself, not the sanitised
+    stream data goes through (``_terminal``); what it shows is the CLI's own text."""
+    return Console(file=raw(sys.stderr), highlight=False)
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_text(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:
@@ -219,7 +222,7 @@ class Out:
         self._printed: set[str] = set()
 
     def event(self, data: dict[str, Any]) -> None:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(json_text(json.dumps(data, ensure_ascii=False, default=str)))
 
     def note(self, text: str) -> None:
         if not (self.quiet or self.as_json):

@@ -14,7 +14,7 @@ from typing import Literal
 
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.mcp._server import MemoryMCPServer
-from sandmem.memory.mcp._tools import TOOL_SPECS, ServerOptions
+from sandmem.memory.mcp._tools import TOOL_SPECS, UPDATE_MAX_CHARS, ServerOptions
 
 __all__ = ["TOOL_SPECS", "MemoryMCPServer", "ServerOptions", "serve_mcp"]
 
@@ -32,11 +32,13 @@ async def serve_mcp(
     lock_timeout: float = 30.0,
     http: tuple[str, int] | None = None,
     token: str | None = None,
+    max_update_chars: int | None = None,
 ) -> None:
     """Serve ``workspace``'s memory over MCP until the client goes away (stdio) or the task is
     cancelled (``http=(host, port)``: Streamable HTTP at ``/mcp``; a host that is not loopback
     needs ``token``). ``engine`` / ``config`` choose how ``memory_generate`` and
-    ``memory_forget`` consolidate, as for ``sandmem.memory.generate``."""
+    ``memory_forget`` consolidate, as for ``sandmem.memory.generate``; ``max_update_chars``
+    is the longest patch ``memory_update`` applies (default 65,536)."""
     from sandmem.memory._api import generate_config
 
     options = ServerOptions(
@@ -48,6 +50,7 @@ async def serve_mcp(
         allow_generate=allow_generate,
         conversation_id=conversation_id,
         lock_timeout=lock_timeout,
+        max_update_chars=max_update_chars or UPDATE_MAX_CHARS,
     )
     server = MemoryMCPServer(options)
     if http is None:

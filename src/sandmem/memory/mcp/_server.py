@@ -24,6 +24,7 @@ import anyio
 from sandmem._errors import MemoryNotFoundError
 from sandmem._extras import require
 from sandmem._prompts import load_prompt, render_prompt
+from sandmem._terminal import printable
 from sandmem.memory import _api as api
 from sandmem.memory.layout import MEMORY_MD, SUMMARIES_DIR, SUMMARY_MD, read_text
 from sandmem.memory.mcp._tools import Caller, MemoryTools, ServerOptions, ToolRefused, memory_file
@@ -366,11 +367,23 @@ def _caller(ctx: Any) -> Caller:
     headers = getattr(request, "headers", None)
     session = headers.get("mcp-session-id") if headers is not None else None
     return Caller(
-        client=str(name or "unknown client"),
-        version=str(version) if version else None,
-        session=session,
+        client=_self_declared(name) or "unknown client",
+        version=_self_declared(version) or None,
+        session=_self_declared(session) or None,
         transport="http" if request is not None else "stdio",
     )
+
+
+#: how much of a client's self-declared name or version is kept
+MAX_CLIENT_NAME = 200
+
+
+def _self_declared(value: Any) -> str:
+    """A client's name or version as it declared it: one printable line of at most
+    ``MAX_CLIENT_NAME`` characters (redacted where it is recorded: the attribution)."""
+    if not value:
+        return ""
+    return printable(str(value), one_line=True).strip()[:MAX_CLIENT_NAME]
 
 
 def _describe(path: str, memories_dir: str) -> str:

@@ -37,6 +37,8 @@ READ_DEFAULT_LINES = 200
 READ_MAX_LINES = 2000
 #: the longest note ``memory_remember`` accepts
 NOTE_MAX_CHARS = 8000
+#: the longest patch ``memory_update`` takes by default (``ServerOptions.max_update_chars``)
+UPDATE_MAX_CHARS = 65_536
 
 
 class ToolRefused(SandmemError):
@@ -236,9 +238,13 @@ class ServerOptions:
     #: how long a write waits for the layout's lock (a running consolidation)
     lock_timeout: float = 30.0
     tracing: bool = True
+    #: the longest patch ``memory_update`` applies (characters); a longer one is refused
+    max_update_chars: int = UPDATE_MAX_CHARS
 
     def __post_init__(self) -> None:
         validate_rollout_id(self.conversation_id)
+        if self.max_update_chars < 1:
+            raise UserError(f"max_update_chars must be at least 1, not {self.max_update_chars}")
         if self.store is not None and self.allow_forget and not self.read_only:
             raise UserError(
                 "memory_forget is not available on a layout in a remote store (--store): "
@@ -433,6 +439,12 @@ class MemoryTools:
         return result
 
     async def _edit(self, args: UpdateArgs, caller: Caller) -> str:
+        limit = self.options.max_update_chars
+        if len(args.patch) > limit:
+            raise ToolRefused(
+                f"the patch is {len(args.patch):,} characters; memory_update takes at most "
+                f"{limit:,} (edit only the entries that are wrong), so nothing was changed"
+            )
         async with api._opened(self._target, self.options.layout) as (session, paths, _):
             targets = patch_targets(args.patch)
             if targets is None:
