@@ -20,11 +20,11 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig  # noqa: E402
-from sandmem.memory.mcp import ServerOptions  # noqa: E402
-from sandmem.memory.mcp._http import HostCheck, host_name, origin_allowed  # noqa: E402
-from sandmem.memory.mcp._server import _caller  # noqa: E402
-from sandmem.memory.mcp._tools import Caller, MemoryTools, ToolRefused  # noqa: E402
+from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
+from sandmem.memory.mcp import ServerOptions
+from sandmem.memory.mcp._http import HostCheck, host_name, origin_allowed
+from sandmem.memory.mcp._server import _caller
+from sandmem.memory.mcp._tools import Caller, MemoryTools, ToolRefused
 
 SANDMEM = str(Path(sys.executable).with_name("sandmem"))
 SECRET = "ghp_" + "Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe9Dc8"
@@ -182,7 +182,8 @@ def _options(root: Path, **kwargs: Any) -> ServerOptions:
 
 def _patch(lines: int, width: int = 60) -> str:
     body = "".join(f"+- {'x' * width} {n}\n" for n in range(lines))
-    return f"*** Begin Patch\n*** Update File: memories/MEMORY.md\n@@\n # Memory\n{body}*** End Patch\n"
+    head = "*** Begin Patch\n*** Update File: memories/MEMORY.md\n@@\n # Memory\n"
+    return f"{head}{body}*** End Patch\n"
 
 
 @pytest.mark.parametrize(("limit", "lines"), [(65_536, 2000), (1000, 20), (200, 3)])
