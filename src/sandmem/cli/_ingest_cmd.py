@@ -88,6 +88,7 @@ def _spawn(workspace: Path, layout: MemoryLayoutConfig, fmt: str, paths: list[Pa
         layout.sessions_dir,
         "--format",
         fmt,
+        "--",  # a path from a hook's payload is a path, never an option ("--watch=DIR")
         *map(str, paths),
     ]
     subprocess.Popen(

@@ -36,7 +36,7 @@ def claude_hook_paths(stdin_text: str) -> list[Path]:
     path = data.get("transcript_path")
     if not isinstance(path, str) or not path:
         raise ValueError("the Claude Code hook input has no transcript_path")
-    return [Path(path).expanduser()]
+    return [Path(path).expanduser().absolute()]  # never read as an option: "-..." is a path
 
 
 def codex_home() -> Path:
