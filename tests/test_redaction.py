@@ -117,6 +117,9 @@ SECRET_GENERATORS: dict[str, Callable[[random.Random], str]] = {
     "url_password": lambda r: _s(r, ALNUM + "-._~", 20),
     "url_reserved": lambda r: _mixed(r, 8) + "!$&*+,;=:" + _mixed(r, 8),
     "url_at": lambda r: _mixed(r, 6) + "@" + _mixed(r, 10),
+    "url_dsn": lambda r: (
+        _mixed(r, 6) + "/" + _mixed(r, 4) + "?" + _mixed(r, 4) + "#" + _mixed(r, 5)
+    ),
     "password": lambda r: _mixed(r, 10) + r.choice("!#%^*") + _mixed(r, 5),
     "b64password": lambda r: base64.b64encode(_mixed(r, 18).encode()).decode(),
     "django": _django,
@@ -241,8 +244,8 @@ def test_corpus_false_positive_and_false_negative_counts() -> None:
     secrets = [(value, case) for case in SECRET_CASES for _, value in case.secrets]
     false_negatives = [v for v, case in secrets if _core(v) in redact(case.text)]
     false_positives = [case.title for case in PLAIN_CASES if redact(case.text) != case.text]
-    assert len(secrets) == 93 and false_negatives == []
-    assert len(PLAIN_CASES) == 55 and false_positives == []
+    assert len(secrets) == 95 and false_negatives == []
+    assert len(PLAIN_CASES) == 56 and false_positives == []
 
 
 @pytest.mark.parametrize("case", SECRET_CASES, ids=lambda case: case.title)
@@ -579,6 +582,55 @@ def test_a_token_right_after_a_json_escape_is_redacted_as_a_value_would_be() -> 
 def test_url_passwords_with_reserved_characters(url: str, expected: str) -> None:
     assert redact(url) == expected
     assert redact(json.dumps({"url": url})) == json.dumps({"url": expected})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://app:pa/ss@db:5432/app",
+        "postgresql+psycopg2://app:p?ss#w/rd@db/app",
+        "mysql://root:a#b1@localhost/db?charset=utf8",
+        "redis://:pa/ss9@cache:6379/0",
+        "amqp://guest:g?u/e#st@rabbit:5672//",
+        "mongodb+srv://svc:x/y?z#w@cluster0.example.net/app?retryWrites=true",
+    ],
+)
+def test_dsn_passwords_with_unencoded_slash_query_or_fragment(url: str) -> None:
+    """As DSN parsers such as SQLAlchemy's ``make_url`` read them: the password runs to the
+    first "@", "/", "?" and "#" included."""
+    password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    expected = url.replace(f":{password}@", ":[REDACTED:url-password]@", 1)
+    assert redact(url) == expected
+    assert redact(f"DATABASE_URL={url}") == f"DATABASE_URL={expected}"
+    assert redact(json.dumps({"dsn": url})) == json.dumps({"dsn": expected})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "AKIAXXXXXXXXXXXXXXXX",
+        "ASIAXXXXXXXXXXXXXXXX",
+        "AKIA0000000000000000",
+        "AKIAZZZZZZZZZZZZZZZZ",
+        "AKIA1234567890ABCDEF",
+        "AKIA0123456789ABCDEF",
+        "AKIAABCDEFGHIJKLMNOP",
+        "https://example.com:8080/path?email=ana@example.com",
+        "http://localhost:3000/users/@me",
+        "https://host:443/#/login@x",
+        "file:///a:b/c@d",
+        "ssh://git@host:22/repo@main",
+    ],
+)
+def test_placeholders_and_urls_with_a_late_at_are_kept(text: str) -> None:
+    assert redact(text) == text
+    assert redact(f"aws_access_key_id = {text}") == f"aws_access_key_id = {text}"
+
+
+def test_a_real_looking_access_key_next_to_a_placeholder_is_still_redacted() -> None:
+    key = SECRET_GENERATORS["aws_akia"](random.Random(5))
+    text = f"old=AKIAXXXXXXXXXXXXXXXX new={key}"
+    assert redact(text) == "old=AKIAXXXXXXXXXXXXXXXX new=[REDACTED:aws-access-key]"
 
 
 def test_keys_are_redacted_only_when_asked() -> None:

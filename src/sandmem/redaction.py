@@ -259,7 +259,12 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     (
         "aws-access-key",
         # not AWS's documented example key (AKIAIOSFODNN7EXAMPLE and others ending in EXAMPLE)
-        _lead("A", "[A-Za-z0-9]") + r"(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?<!EXAMPLE)(?![A-Za-z0-9])",
+        # nor a placeholder: a character six times in a row (AKIAXXXXXXXXXXXXXXXX,
+        # AKIA0000000000000000) or a counted run (AKIA1234567890ABCDEF, AKIAABCDEFGHIJKLMNOP)
+        _lead("A", "[A-Za-z0-9]")
+        + r"(?:KIA|SIA|BIA|CCA)"
+        + r"(?![A-Z0-9]{0,10}([A-Z0-9])\1{5}|0?123456789|ABCDEFGHIJ)"
+        + r"[A-Z0-9]{16}(?<!EXAMPLE)(?![A-Za-z0-9])",
     ),
     (
         "aws-secret-key",  # needs its key name: a bare 40-char string may be a git sha
@@ -291,10 +296,13 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         # scheme://user:password@host; the password may hold reserved characters written
         # unencoded ("@", ":", "!", "$", ...): as URL parsers read it, it runs to the last "@"
         # of the authority (which ends at "/", "?" or "#"). A port (host:8080/...) is not one.
+        # DSN parsers (SQLAlchemy's make_url, libpq's URI form as many tools split it) also
+        # take "/", "?" and "#" in a password, up to the first "@": that form is the second.
         "url-password",
         r"""://(?<=[A-Za-z0-9]://)[^\s:/@?#'"<>\[\]]*:"""
         r"(?!" + _placeholder("@" + _HOST_AFTER) + r"""|[0-9]{1,5}(?:[/?#\s'"<>]|\Z))"""
-        r"""(?P<secret>[^\s/?#'"<>]{1,256})@""" + _HOST_AFTER,
+        r"""(?P<secret>[^\s/?#'"<>]{1,256}(?=@)|(?![/?#])[^\s@'"<>]{1,256}(?=@))@"""
+        + _HOST_AFTER,
     ),
     ("bearer-token", _lead(_ci("bearer")) + r"[ \t]+" + _SCHEME_VALUE),
     (
