@@ -301,8 +301,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         "url-password",
         r"""://(?<=[A-Za-z0-9]://)[^\s:/@?#'"<>\[\]]*:"""
         r"(?!" + _placeholder("@" + _HOST_AFTER) + r"""|[0-9]{1,5}(?:[/?#\s'"<>]|\Z))"""
-        r"""(?P<secret>[^\s/?#'"<>]{1,256}(?=@)|(?![/?#])[^\s@'"<>]{1,256}(?=@))@"""
-        + _HOST_AFTER,
+        r"""(?P<secret>[^\s/?#'"<>]{1,256}(?=@)|(?![/?#])[^\s@'"<>]{1,256}(?=@))@""" + _HOST_AFTER,
     ),
     ("bearer-token", _lead(_ci("bearer")) + r"[ \t]+" + _SCHEME_VALUE),
     (

@@ -30,7 +30,7 @@ from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.history import Attribution
 from sandmem.memory.ingestion._detect import FORMATS
 from sandmem.memory.ingestion._hooks import claude_hook_paths, codex_notify_paths
-from sandmem.memory.ingestion._ingest import MAX_INGEST_BYTES, Ingestor
+from sandmem.memory.ingestion._ingest import MAX_INGEST_BYTES, MAX_TITLE_CHARS, Ingestor
 from sandmem.memory.ingestion._report import IngestReport
 from sandmem.memory.ingestion._watch import watch
 from sandmem.memory.layout import MemoryPaths
@@ -60,6 +60,7 @@ async def ingest(
     model: str | Model | None = None,
     generate_now: bool = False,
     max_bytes: int = MAX_INGEST_BYTES,
+    max_title_chars: int = MAX_TITLE_CHARS,
 ) -> IngestReport:
     """Record the transcripts at ``paths`` (files, or directories searched for ``*.jsonl``,
     ``*.json`` and SQLite files) as conversations of the layout: one conversation per source
@@ -69,7 +70,9 @@ async def ingest(
     redacted before it is written. ``format`` is one of ``auto`` (told from the content),
     ``codex``, ``claude-code``, ``openai-agents`` (a ``SQLiteSession`` database or a JSON
     list of items), ``responses``, ``chat``; ``sessions`` limits a database (or any source) to
-    those session ids.
+    those session ids. ``max_bytes`` bounds what one ingest records per source session (the
+    rest waits for the next ingest); ``max_title_chars`` bounds a source's title, which every
+    segment of its session carries.
 
     The conversations are pending: the next flush, ``sandmem memory generate`` or a worker
     generates their memory; ``generate_now=True`` does it at once, with the engine chosen as
@@ -86,11 +89,19 @@ async def ingest(
         raise UserError(f"layout must be a MemoryLayoutConfig, got {type(layout).__name__}")
     if max_bytes <= 0:
         raise UserError("max_bytes must be positive")
+    if max_title_chars <= 0:
+        raise UserError("max_title_chars must be positive")
     cfg = generate_config(config, engine, model)
     mpaths = MemoryPaths.of(layout or MemoryLayoutConfig())
     async with _workspace(target) as (session, owned):
         manager = _manager(session, mpaths, cfg, owned)
-        ingestor = Ingestor(manager, format=format, sessions=sessions, max_bytes=max_bytes)
+        ingestor = Ingestor(
+            manager,
+            format=format,
+            sessions=sessions,
+            max_bytes=max_bytes,
+            max_title_chars=max_title_chars,
+        )
         try:
             report = await ingestor.run(paths)
         except SandboxError as exc:
@@ -113,6 +124,7 @@ def ingest_sync(
     model: str | Model | None = None,
     generate_now: bool = False,
     max_bytes: int = MAX_INGEST_BYTES,
+    max_title_chars: int = MAX_TITLE_CHARS,
 ) -> IngestReport:
     """``ingest``, blocking."""
     return _run_sync(
@@ -127,6 +139,7 @@ def ingest_sync(
             model=model,
             generate_now=generate_now,
             max_bytes=max_bytes,
+            max_title_chars=max_title_chars,
         )
     )
 

@@ -22,6 +22,7 @@ from sandmem.memory.ingestion._codex import WRAPPER_TYPES
 from sandmem.memory.ingestion._items import RESPONSES_TYPES, chat_shaped, looks_like_items
 from sandmem.memory.ingestion._lines import LineReader, decode_line
 from sandmem.memory.ingestion._model import SourceMeta
+from sandmem.memory.ingestion._open import open_regular, read_regular
 from sandmem.memory.ingestion._sqlite import SQLITE_MAGIC
 
 Format = Literal["codex", "claude-code", "openai-agents", "responses", "chat"]
@@ -135,7 +136,7 @@ def sniff(head: bytes) -> tuple[str | None, str]:
 
 def detect(path: Path) -> Detection:
     """The format of the file at ``path``, reading at most :data:`DETECT_MAX_BYTES`."""
-    with path.open("rb") as stream:
+    with open_regular(path) as stream:  # a FIFO in its place is refused, never waited on
         start = stream.read(_CHUNK)
         if start.startswith(SQLITE_MAGIC):
             return Detection("openai-agents", "a SQLite database", sqlite=True)
@@ -188,10 +189,10 @@ def document_format(items: list[Any]) -> str | None:
 
 
 def load_document(path: Path) -> Any:
-    size = path.stat().st_size
-    if size > MAX_DOCUMENT_BYTES:
+    data = read_regular(path, MAX_DOCUMENT_BYTES + 1)
+    if len(data) > MAX_DOCUMENT_BYTES:
         raise ValueError(
-            f"a JSON document of {size} bytes is over the {MAX_DOCUMENT_BYTES}-byte limit; "
+            f"a JSON document over the {MAX_DOCUMENT_BYTES}-byte limit; "
             "write the items as JSON Lines (one item a line) to ingest it in pieces"
         )
-    return json.loads(path.read_bytes().decode("utf-8"))
+    return json.loads(data.decode("utf-8"))

@@ -29,6 +29,7 @@ from sandmem.memory.ingestion._codex import codex_events, subagent_parent
 from sandmem.memory.ingestion._items import Element, item_events
 from sandmem.memory.ingestion._lines import LineReader, decode_line, tail_digest
 from sandmem.memory.ingestion._model import Event, Line, SourceMeta
+from sandmem.memory.ingestion._open import open_regular
 from sandmem.memory.ingestion._report import IngestedSource, IngestReport
 from sandmem.memory.ingestion._segments import Draft, drafts, segment_of
 from sandmem.memory.layout import INGEST_LOCK, read_text
@@ -46,6 +47,15 @@ PREFIX = {
 SOURCE_SUFFIXES = (".jsonl", ".json", ".db", ".sqlite", ".sqlite3")
 #: segment bytes recorded per source session per ingest; the rest waits for the next ingest
 MAX_INGEST_BYTES = 32 * 1024 * 1024
+#: characters of a source's title kept in a segment (every segment of a session carries it)
+MAX_TITLE_CHARS = 512
+#: characters of a source's working directory kept in a segment (a path: PATH_MAX)
+MAX_CWD_CHARS = 4096
+
+
+def _capped(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters (an ellipsis marks a cut)."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
 def expand(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -106,11 +116,13 @@ class Ingestor:
         format: str = "auto",
         sessions: Sequence[str] | None = None,
         max_bytes: int = MAX_INGEST_BYTES,
+        max_title_chars: int = MAX_TITLE_CHARS,
     ) -> None:
         self.manager = manager
         self.format = format
         self.sessions = set(sessions) if sessions else None
         self.max_bytes = max_bytes
+        self.max_title_chars = max_title_chars
 
     async def run(self, paths: Iterable[str | os.PathLike[str]]) -> IngestReport:
         report = IngestReport()
@@ -208,7 +220,7 @@ class Ingestor:
     def _plan_jsonl(self, stream: _Stream, start: int) -> _Plan:
         meta = SourceMeta(stream.format, session_id=stream.session_id, stream=stream.stream)
         meta.count_from = start
-        with stream.path.open("rb") as handle:
+        with open_regular(stream.path) as handle:
             reader = LineReader(handle, meta)
             events = _parser(stream.format)(reader, meta)
             kept, more = _take(events, start, self.max_bytes)
@@ -331,9 +343,10 @@ class Ingestor:
                 "stream": stream.stream,
                 "path": redact(str(stream.path)),
             }
-            for key in ("cwd", "started_at", "title"):
+            caps = {"cwd": MAX_CWD_CHARS, "started_at": 64, "title": self.max_title_chars}
+            for key, cap in caps.items():
                 if getattr(meta, key):
-                    source[key] = getattr(meta, key)
+                    source[key] = _capped(str(getattr(meta, key)), cap)
             source["through"] = through
             if index == len(kept) - 1 and meta.dropped:
                 source["dropped"] = dict(sorted(meta.dropped.items()))
@@ -457,4 +470,4 @@ def _failed(path: Path, why: str, stream: _Stream) -> IngestedSource:
     return result
 
 
-__all__ = ["MAX_INGEST_BYTES", "Ingestor", "decode_line", "expand"]
+__all__ = ["MAX_INGEST_BYTES", "MAX_TITLE_CHARS", "Ingestor", "decode_line", "expand"]

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.ingestion._model import Line, SourceMeta
+from sandmem.memory.ingestion._open import open_regular
 
 #: a line longer than this is skipped (counted as ``oversized_line``) without being held
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -100,7 +101,7 @@ def tail_digest(path: Path, offset: int) -> str | None:
     """The SHA-256 of the ``TAIL_BYTES`` before ``offset`` in ``path`` (``None`` when the file
     is shorter than ``offset``): a recorded offset is still valid when this is unchanged."""
     start = max(0, offset - TAIL_BYTES)
-    with path.open("rb") as stream:
+    with open_regular(path) as stream:
         stream.seek(start)
         data = stream.read(offset - start)
     if len(data) != offset - start:

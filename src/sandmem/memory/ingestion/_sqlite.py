@@ -10,6 +10,7 @@ from typing import Any
 
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.ingestion._model import iso_time
+from sandmem.memory.ingestion._open import open_regular
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: rows read per ingest of one session (the rest waits for the next ingest)
@@ -17,6 +18,8 @@ MAX_ROWS = 100_000
 
 
 def _connect(path: Path) -> sqlite3.Connection:
+    with open_regular(path):  # a FIFO put in its place is refused, never opened blocking
+        pass
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
 
 
