@@ -45,7 +45,7 @@ from typing import Any
 from sandmem._errors import MemoryGenerationError, SandboxError
 from sandmem.memory import _history_prune, history, proposals
 from sandmem.memory._json import loads_bounded
-from sandmem.memory._records import is_memory_name
+from sandmem.memory._records import is_digest, is_memory_name
 from sandmem.memory.history import DEFAULT_RETENTION, Attribution, Retention
 from sandmem.memory.layout import MemoryPaths, write_json
 from sandmem.memory.rollouts import utc_now
@@ -247,13 +247,19 @@ async def _apply(
     return kept
 
 
-def _valid_record(value: Any) -> bool:
+def _valid_record(paths: MemoryPaths, value: Any) -> bool:
+    """Whether a commit record read back can be applied: every entry names a memory file of
+    this layout (``MEMORY.md``, ``memory_summary.md``, ``skills/**``, normalized: a record
+    naming ``package.json`` must not make recovery delete it) and SHA-256 digests or ``None``."""
     if not isinstance(value, dict) or not isinstance(value.get("files"), list):
         return False
+    prefix = paths.memories_dir + "/"
     return all(
         isinstance(e, dict)
         and isinstance(e.get("path"), str)
-        and all(isinstance(e.get(k), str | None) for k in ("before", "after"))
+        and e["path"].startswith(prefix)
+        and is_memory_name(e["path"][len(prefix) :])
+        and all(e.get(k) is None or is_digest(e.get(k)) for k in ("before", "after"))
         for e in value["files"]
     )
 
@@ -269,7 +275,7 @@ async def recover(session: SandboxSession, paths: MemoryPaths) -> list[str]:
             record = loads_bounded(data)
         except ValueError:
             record = None
-        if _valid_record(record):
+        if _valid_record(paths, record):
             kept = await _apply(session, paths, record)
             notes.append(f"{record_file}: finished an interrupted memory commit")
             notes += [f"{p}: edited after an interrupted commit; the edit is kept" for p in kept]

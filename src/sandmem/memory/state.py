@@ -48,6 +48,7 @@ from sandmem._errors import (
 )
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.layout import SELECTION_JSON, MemoryPaths, write_json
+from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.memory.selection import (
     RawMemoryRef,
     SavedSelection,
@@ -161,6 +162,10 @@ def parse_state(text: str | None, path: str) -> tuple[GenerationState, list[str]
     problems: list[str] = []
     rollouts: dict[str, RolloutState] = {}
     for rid, entry in data.get("rollouts", {}).items():
+        if not ROLLOUT_ID_PATTERN.fullmatch(rid):
+            shown = repr(rid) if len(rid) <= 80 else repr(rid[:77]) + "..."
+            problems.append(f"{path}: entry {shown} dropped (not a rollout id)")
+            continue
         try:
             rollouts[str(rid)] = RolloutState.model_validate(entry)
         except ValidationError as exc:
@@ -291,9 +296,34 @@ def parse_log(data: bytes, rollouts: Collection[str] | None = None) -> list[dict
             record = loads_bounded(line)
         except ValueError:
             continue
-        if isinstance(record, dict):
+        if isinstance(record, dict) and _well_typed(record):
             records.append(record)
     return records
+
+
+#: the types of the fields readers of the log act on (a record holding another type is
+#: skipped like a malformed line: ``status`` must never stop on a crafted line)
+_LOG_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "phase": str,
+    "time": str,
+    "status": str,
+    "error": str,
+    "failure_kind": str,
+    "missing": list,
+    "rollouts": list,
+    "duration_s": (int, float),
+    "requests": int,
+    "input_tokens": int,
+    "output_tokens": int,
+}
+
+
+def _well_typed(record: dict[str, Any]) -> bool:
+    return all(
+        record.get(key) is None
+        or (isinstance(record[key], kind) and not isinstance(record[key], bool))
+        for key, kind in _LOG_FIELDS.items()
+    )
 
 
 # ---------------------------------------------------------------- rules
