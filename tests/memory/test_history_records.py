@@ -169,6 +169,16 @@ async def test_a_proposal_digest_that_is_a_path_copies_nothing(
     assert "README" not in memory_md(ws)
 
 
+async def test_a_proposal_naming_a_missing_object_does_not_stop_the_inbox(ws: Path) -> None:
+    plant_proposal(ws, "pgood0001.json", proposal_record(ws))
+    plant_proposal(ws, "pgone.json", proposal_record(ws, id="pgone", files={"MEMORY.md": "c" * 64}))
+    assert [p.id for p in await api.inbox(ws)] == ["pgood0001"]
+    with pytest.raises(UserError, match="missing"):
+        await api.approve(ws, "pgone")
+    await api.dismiss(ws, "pgone")  # it can still be dropped
+    assert not (history_dir(ws) / "proposals" / "pgone.json").exists()
+
+
 def test_a_proposal_must_name_its_before_bytes_for_every_file() -> None:
     good = "a" * 64
     record = {

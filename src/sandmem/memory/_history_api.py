@@ -14,6 +14,7 @@ from sandmem._errors import SandboxError, UserError
 from sandmem.memory import _history_prune, history, journal, proposals
 from sandmem.memory import state as gen_state
 from sandmem.memory._api import MemoryTarget, _locked, _opened, _run_sync
+from sandmem.memory._records import Problem, report
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
 from sandmem.memory.history import Attribution, Version, unified
@@ -331,10 +332,21 @@ async def inbox(
     """The pending proposals (review mode), oldest first, each with its diff and whether it
     is stale. Reads only."""
     async with _opened(target, layout) as (session, paths, _owned):
-        return [
-            await _proposal_info(session, paths, p)
-            for p in await proposals.load_all(session, paths)
-        ]
+        found: list[ProposalInfo] = []
+        for proposal in await proposals.load_all(session, paths):
+            try:
+                found.append(await _proposal_info(session, paths, proposal))
+            except UserError as exc:  # an object it names is missing: one line, not the inbox
+                report(
+                    [
+                        Problem(
+                            f"{paths.memories_dir}/{history.HISTORY_DIR}/proposals/"
+                            f"{proposal.id}.json",
+                            f"skipped ({exc})",
+                        )
+                    ]
+                )
+        return found
 
 
 async def approve(
@@ -401,7 +413,19 @@ async def dismiss(
         try:
             async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
                 proposal = await proposals.get(session, paths, proposal_id)
-                info = await _proposal_info(session, paths, proposal)
+                try:
+                    info = await _proposal_info(session, paths, proposal)
+                except UserError:  # an object it names is missing: it can still be dropped
+                    info = ProposalInfo(
+                        id=proposal.id,
+                        time=proposal.time,
+                        kind=proposal.attribution.kind,
+                        run=proposal.attribution.run,
+                        base=proposal.base,
+                        stale=list(proposal.stale),
+                        files=sorted(proposal.files),
+                        diff="",
+                    )
                 await proposals.remove(session, paths, proposal)
                 await _history_prune.collect_garbage(session, paths)
                 if proposal.attribution.kind == "consolidation":
