@@ -314,6 +314,10 @@ async def _proposal_info(
     live = await session.read_many([f"{paths.memories_dir}/{n}" for n in new])
     old = {n: d for n in new if (d := live[f"{paths.memories_dir}/{n}"]) is not None}
     _changed, text = unified(old, new)
+    return _described(proposal, text)
+
+
+def _described(proposal: proposals.Proposal, diff: str) -> ProposalInfo:
     return ProposalInfo(
         id=proposal.id,
         time=proposal.time,
@@ -321,8 +325,8 @@ async def _proposal_info(
         run=proposal.attribution.run,
         base=proposal.base,
         stale=list(proposal.stale),
-        files=sorted(new),
-        diff=text,
+        files=sorted(proposal.files),
+        diff=diff,
     )
 
 
@@ -416,16 +420,7 @@ async def dismiss(
                 try:
                     info = await _proposal_info(session, paths, proposal)
                 except UserError:  # an object it names is missing: it can still be dropped
-                    info = ProposalInfo(
-                        id=proposal.id,
-                        time=proposal.time,
-                        kind=proposal.attribution.kind,
-                        run=proposal.attribution.run,
-                        base=proposal.base,
-                        stale=list(proposal.stale),
-                        files=sorted(proposal.files),
-                        diff="",
-                    )
+                    info = _described(proposal, "")
                 await proposals.remove(session, paths, proposal)
                 await _history_prune.collect_garbage(session, paths)
                 if proposal.attribution.kind == "consolidation":
