@@ -359,6 +359,19 @@ async def test_redact_history_redacts_attribution(ws: Path) -> None:
     assert head.client == "cursor [REDACTED:github-token]" and head.redacted
 
 
+@pytest.mark.parametrize("sub", ["versions", "proposals"])
+async def test_redact_history_leaves_no_secret_in_a_record_that_does_not_parse(
+    ws: Path, sub: str
+) -> None:
+    directory = history_dir(ws) / sub
+    directory.mkdir(exist_ok=True)
+    name = "00000009-1.json" if sub == "versions" else "pbroken.json"
+    (directory / name).write_text('{"seq": 9, "attribution": {"client": "' + SECRET)  # cut
+    await api.redact_history(ws, secrets=True)
+    assert not any(SECRET in p.read_text() for p in history_dir(ws).rglob("*.json"))
+    assert [v.version for v in await api.log(ws)] == [3, 2, 1]
+
+
 async def test_redact_history_with_a_pattern_redacts_a_client_name(ws: Path) -> None:
     await write(ws, "# Memory\n\n- fact 4\n", kind="mcp_write", client="acme-bot KOALA-7731")
     result = await api.redact_history(ws, r"KOALA-\d+")

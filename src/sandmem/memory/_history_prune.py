@@ -131,5 +131,22 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
             await proposals.save(
                 session, paths, replace(proposal, files=files2, attribution=attribution)
             )
+    await _redact_unparsed(store, redact)
     await collect_garbage(session, paths)
     return changed
+
+
+async def _redact_unparsed(store: Store, redact: Any) -> None:
+    """Records that do not parse (skipped everywhere else) rewritten as text with ``redact``:
+    a damaged record must not keep a secret either."""
+    known_versions = {
+        f"{v.seq:08d}-{v.epoch}.json"
+        for v in await store.read_versions(await store.version_names())
+    }
+    known_proposals = {f"{p.id}.json" for p in await proposals.load_all(store.session, store.paths)}
+    for sub, known in (("versions", known_versions), ("proposals", known_proposals)):
+        names = [n for n in await store._names(sub) if n.endswith(".json") and n not in known]
+        found = await store.session.read_many([f"{store.root}/{sub}/{n}" for n in names])
+        for path, data in found.items():
+            if data is not None and (clean := redact_bytes(data, redact)) != data:
+                await store.session.write(path, clean)
