@@ -159,3 +159,17 @@ async def test_a_bad_settled_record_is_no_record(ws: Path, text: str) -> None:
     (ws / "memories" / ".settled.json").write_text(text)
     async with await open_session(ws) as session:
         assert await gen_state.load_settled(session, PATHS) is None
+
+
+# ---------------------------------------------------------------- phase_two_selection.json
+
+
+@pytest.mark.parametrize("rid", ["../../etc/passwd", "a/b", "", 7, None, "\x1b]52;c;eA==\x07"])
+def test_a_selected_entry_that_is_not_a_rollout_id_is_dropped(rid: Any) -> None:
+    from sandmem.memory.selection import parse_selection_file
+
+    good = {"rollout_id": "good-1", "updated_at": "2026-01-01T00:00:00Z"}
+    data = json.dumps({"version": 1, "selected": [good, {"rollout_id": rid}]}).encode()
+    saved = parse_selection_file(data, "memories/phase_two_selection.json")
+    assert [r.rollout_id for r in saved.refs] == ["good-1"]
+    assert "entry 1" in saved.problems["memories/phase_two_selection.json"]

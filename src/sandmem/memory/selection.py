@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
+
 SELECTION_VERSION = 1
 
 
@@ -87,9 +89,10 @@ def _refs(selection_file: Any) -> tuple[list[RawMemoryRef], list[str]]:
         return [], ["not a selection object"]
     refs, problems = [], []
     for index, entry in enumerate(selection_file.get("selected") or []):
-        if isinstance(entry, dict) and isinstance(entry.get("rollout_id"), str):
+        rid = entry.get("rollout_id") if isinstance(entry, dict) else None
+        if isinstance(rid, str) and ROLLOUT_ID_PATTERN.fullmatch(rid):
             fields = {k: str(v) for k, v in entry.items() if isinstance(v, str | int | float)}
-            refs.append(RawMemoryRef.from_fields(fields, entry["rollout_id"]))
+            refs.append(RawMemoryRef.from_fields(fields, rid))
         else:
             problems.append(f"entry {index} is not a selected rollout")
     return refs, problems
