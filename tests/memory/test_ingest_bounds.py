@@ -51,6 +51,24 @@ async def test_a_huge_title_is_cut_in_every_segment(tmp_path: Path, title: str) 
     assert rollout.stat().st_size < source.stat().st_size
 
 
+@pytest.mark.parametrize("field", ["sessionId", "cwd"])
+async def test_a_huge_session_id_or_cwd_is_cut_in_every_segment(tmp_path: Path, field: str) -> None:
+    source = claude_transcript(tmp_path / "claude.jsonl", "Signup fix", turns=10)
+    huge = "s" * 256 * 1024
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    for row in rows:
+        if field in row:
+            row[field] = huge
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    await api.ingest(ws, [source], format="claude-code")
+    [rollout] = (ws / "sessions").glob("claude-*.jsonl")
+    assert rollout.stat().st_size < source.stat().st_size // 10
+    key = "session_id" if field == "sessionId" else "cwd"
+    assert all(len(s["source"].get(key, "")) <= 4096 for s in segments(ws))
+
+
 @pytest.mark.parametrize("limit", [1, 40, 2000])
 async def test_the_title_bound_is_configurable(tmp_path: Path, limit: int) -> None:
     title = "Signup form fix " * 200

@@ -49,8 +49,8 @@ SOURCE_SUFFIXES = (".jsonl", ".json", ".db", ".sqlite", ".sqlite3")
 MAX_INGEST_BYTES = 32 * 1024 * 1024
 #: characters of a source's title kept in a segment (every segment of a session carries it)
 MAX_TITLE_CHARS = 512
-#: characters of a source's working directory kept in a segment (a path: PATH_MAX)
-MAX_CWD_CHARS = 4096
+#: characters of a source's session id, path and working directory kept in a segment
+MAX_SOURCE_FIELD_CHARS = 4096
 
 
 def _capped(text: str, limit: int) -> str:
@@ -339,11 +339,13 @@ class Ingestor:
             redact = self.manager.redactor.redact_name  # ids and names may glue a secret
             source: dict[str, Any] = {
                 "format": stream.format,
-                "session_id": redact(meta.session_id or stream.session_id),
+                "session_id": _capped(
+                    redact(meta.session_id or stream.session_id), MAX_SOURCE_FIELD_CHARS
+                ),
                 "stream": stream.stream,
-                "path": redact(str(stream.path)),
+                "path": _capped(redact(str(stream.path)), MAX_SOURCE_FIELD_CHARS),
             }
-            caps = {"cwd": MAX_CWD_CHARS, "started_at": 64, "title": self.max_title_chars}
+            caps = {"cwd": MAX_SOURCE_FIELD_CHARS, "started_at": 64, "title": self.max_title_chars}
             for key, cap in caps.items():
                 if getattr(meta, key):
                     source[key] = _capped(str(getattr(meta, key)), cap)
