@@ -18,6 +18,7 @@ import click
 from pydantic import TypeAdapter, ValidationError
 
 from sandmem._errors import UserError
+from sandmem._terminal import json_text
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
@@ -62,7 +63,7 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 def emit_model(value: Any) -> None:
     """A result model (or a list or dict holding them) as indented JSON on stdout."""
     data = TypeAdapter(Any).dump_python(value, mode="json")
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    click.echo(json_text(json.dumps(data, indent=2, ensure_ascii=False)))
 
 
 def workspace_option(*, required: bool) -> Callable[[F], F]:

@@ -17,7 +17,7 @@ import click
 
 from sandmem._items import Item, message_text
 from sandmem._log_lines import human_size, one_line
-from sandmem._terminal import printable, raw
+from sandmem._terminal import json_text, printable, raw
 from sandmem.agent._agent import Agent
 from sandmem.agent._stream_events import StreamEvent
 from sandmem.run._runner import Runner, RunResultStreaming
@@ -191,7 +191,7 @@ class LiveView:
         if self.as_json:
             data = event_json(event)
             if data is not None:
-                click.echo(json.dumps(data, ensure_ascii=False, default=_jsonable))
+                click.echo(json_text(json.dumps(data, ensure_ascii=False, default=_jsonable)))
             return
         if event.type == "raw_response_event":
             data = event.data
