@@ -116,13 +116,17 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def tokenless_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
-    """``sandmem mcp --http 127.0.0.2:P`` without a token (a loopback address the SDK's own
-    rebinding protection does not know)."""
+@pytest.fixture(scope="module", params=["127.0.0.2", "127.0.0.1", "localhost"])
+def tokenless_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, int]]:
+    """``sandmem mcp --http HOST:P`` without a token: on 127.0.0.2 (a loopback address the
+    SDK's own rebinding protection does not know) and on the usual loopback names."""
+    host = request.param
+    address = "127.0.0.1" if host == "localhost" else host
     workspace = tmp_path_factory.mktemp("mcp-guard")
-    port = _free_port("127.0.0.2")
-    argv = [SANDMEM, "mcp", "-w", str(workspace), "--http", f"127.0.0.2:{port}"]
+    port = _free_port(address)
+    argv = [SANDMEM, "mcp", "-w", str(workspace), "--http", f"{host}:{port}"]
     env = {k: v for k, v in os.environ.items() if k != "SANDMEM_MCP_TOKEN"}
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
     try:
@@ -130,11 +134,11 @@ def tokenless_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         while True:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.2", port)) == 0:
+                if sock.connect_ex((address, port)) == 0:
                     break
             assert time.monotonic() < deadline, "the server did not start"
             time.sleep(0.05)
-        yield "127.0.0.2", port
+        yield host, port
     finally:
         proc.terminate()
         proc.wait(10)
@@ -144,7 +148,10 @@ def tokenless_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
 
 def _post(address: tuple[str, int], headers: dict[str, str]) -> int:
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
-    connection = http.client.HTTPConnection(*address, timeout=10)
+    host, port = address
+    connection = http.client.HTTPConnection(
+        "127.0.0.1" if host == "localhost" else host, port, timeout=10
+    )
     try:
         connection.putrequest("POST", "/mcp", skip_host=True)
         for key, value in {
@@ -160,7 +167,7 @@ def _post(address: tuple[str, int], headers: dict[str, str]) -> int:
         connection.close()
 
 
-def test_a_tokenless_server_on_127_0_0_2_refuses_a_foreign_host(
+def test_a_tokenless_server_refuses_a_foreign_host(
     tokenless_server: tuple[str, int],
 ) -> None:
     host, port = tokenless_server
