@@ -40,16 +40,27 @@ async def write(root: Path, text: str, kind: str = "hand_edit", **attribution: A
         )  # type: ignore[arg-type]
 
 
+async def workspace(root: Path, versions: int) -> Path:
+    """``versions`` versions of MEMORY.md, a README and a package.json beside."""
+    (root / "README.md").write_bytes(README)
+    (root / "package.json").write_text("{}\n")
+    (root / "src").mkdir()
+    (root / "src" / "app.py").write_text("print('app')\n")
+    for n in range(1, versions + 1):
+        await write(root, f"# Memory\n\n- fact {n}\n")
+    return root
+
+
 @pytest.fixture
 async def ws(tmp_path: Path) -> Path:
-    """A workspace with three versions of MEMORY.md, a README and a package.json beside."""
-    (tmp_path / "README.md").write_bytes(README)
-    (tmp_path / "package.json").write_text("{}\n")
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "app.py").write_text("print('app')\n")
-    for n in (1, 2, 3):
-        await write(tmp_path, f"# Memory\n\n- fact {n}\n")
-    return tmp_path
+    """Three versions of MEMORY.md (the version-record tests)."""
+    return await workspace(tmp_path, 3)
+
+
+@pytest.fixture
+async def ws1(tmp_path: Path) -> Path:
+    """One version of MEMORY.md (the proposal tests)."""
+    return await workspace(tmp_path, 1)
 
 
 def history_dir(root: Path) -> Path:
@@ -108,75 +119,75 @@ def newest_record(root: Path) -> Path:
     ],
 )
 async def test_a_proposal_naming_a_file_outside_the_memory_files_is_never_applied(
-    ws: Path, name: str, caplog: pytest.LogCaptureFixture
+    ws1: Path, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = (ws / "src" / "app.py").read_text()
-    evil = blob(ws, b"import os; os.system('pwn')\n")
+    app = (ws1 / "src" / "app.py").read_text()
+    evil = blob(ws1, b"import os; os.system('pwn')\n")
     plant_proposal(
-        ws, "pevil.json", proposal_record(ws, id="pevil", files={name: evil}, before={name: None})
+        ws1, "pevil.json", proposal_record(ws1, id="pevil", files={name: evil}, before={name: None})
     )
-    plant_proposal(ws, "pgood0001.json", proposal_record(ws))
+    plant_proposal(ws1, "pgood0001.json", proposal_record(ws1))
     with caplog.at_level(logging.WARNING, logger="sandmem"):
-        found = await api.inbox(ws)
+        found = await api.inbox(ws1)
     assert [p.id for p in found] == ["pgood0001"]  # the good one is still listed
     [line] = [r.getMessage() for r in caplog.records if "pevil.json" in r.getMessage()]
     assert "\n" not in line and "skipped" in line
     with pytest.raises(UserError, match="no pending proposal"):
-        await api.approve(ws, "pevil")
-    assert (ws / "src" / "app.py").read_text() == app
-    assert not (ws / "src" / "pwn.py").exists()
-    await api.approve(ws, "pgood0001")
-    assert "proposed fact" in memory_md(ws)
+        await api.approve(ws1, "pevil")
+    assert (ws1 / "src" / "app.py").read_text() == app
+    assert not (ws1 / "src" / "pwn.py").exists()
+    await api.approve(ws1, "pgood0001")
+    assert "proposed fact" in memory_md(ws1)
 
 
 @pytest.mark.parametrize(
     "evil_id", ["../../../package", "../../README", "/tmp/x", "p/../../package", "p\x00", ""]
 )
-async def test_a_proposal_id_that_is_a_path_deletes_nothing(ws: Path, evil_id: str) -> None:
-    plant_proposal(ws, "pplanted.json", proposal_record(ws, id=evil_id))
+async def test_a_proposal_id_that_is_a_path_deletes_nothing(ws1: Path, evil_id: str) -> None:
+    plant_proposal(ws1, "pplanted.json", proposal_record(ws1, id=evil_id))
     for asked in (evil_id, "pplanted"):
         with pytest.raises(UserError, match="no pending proposal"):
-            await api.dismiss(ws, asked)
-    assert (ws / "package.json").read_text() == "{}\n"
-    assert (ws / "README.md").read_bytes() == README
-    assert await api.inbox(ws) == []
+            await api.dismiss(ws1, asked)
+    assert (ws1 / "package.json").read_text() == "{}\n"
+    assert (ws1 / "README.md").read_bytes() == README
+    assert await api.inbox(ws1) == []
 
 
-async def test_a_proposal_whose_id_is_not_its_file_name_is_skipped(ws: Path) -> None:
-    plant_proposal(ws, "pone.json", proposal_record(ws, id="ptwo"))
-    assert await api.inbox(ws) == []
+async def test_a_proposal_whose_id_is_not_its_file_name_is_skipped(ws1: Path) -> None:
+    plant_proposal(ws1, "pone.json", proposal_record(ws1, id="ptwo"))
+    assert await api.inbox(ws1) == []
     with pytest.raises(UserError):
-        await api.dismiss(ws, "ptwo")
-    assert (history_dir(ws) / "proposals" / "pone.json").exists()
+        await api.dismiss(ws1, "ptwo")
+    assert (history_dir(ws1) / "proposals" / "pone.json").exists()
 
 
 @pytest.mark.parametrize("field", ["files", "before", "selection"])
-@pytest.mark.parametrize(
-    "digest", ["../../../README.md", "../../../../README.md", "A" * 64, "a" * 63, "/etc/passwd"]
-)
+@pytest.mark.parametrize("digest", ["../../../README.md", "A" * 64, "/etc/passwd"])
 async def test_a_proposal_digest_that_is_a_path_copies_nothing(
-    ws: Path, field: str, digest: str
+    ws1: Path, field: str, digest: str
 ) -> None:
-    record = proposal_record(ws, id="pdigest")
+    record = proposal_record(ws1, id="pdigest")
     if field == "selection":
         record["selection"] = digest
     else:
         record[field] = {"MEMORY.md": digest}
-    plant_proposal(ws, "pdigest.json", record)
-    assert await api.inbox(ws) == []
+    plant_proposal(ws1, "pdigest.json", record)
+    assert await api.inbox(ws1) == []
     with pytest.raises(UserError, match="no pending proposal"):
-        await api.approve(ws, "pdigest")
-    assert "README" not in memory_md(ws)
+        await api.approve(ws1, "pdigest")
+    assert "README" not in memory_md(ws1)
 
 
-async def test_a_proposal_naming_a_missing_object_does_not_stop_the_inbox(ws: Path) -> None:
-    plant_proposal(ws, "pgood0001.json", proposal_record(ws))
-    plant_proposal(ws, "pgone.json", proposal_record(ws, id="pgone", files={"MEMORY.md": "c" * 64}))
-    assert [p.id for p in await api.inbox(ws)] == ["pgood0001"]
+async def test_a_proposal_naming_a_missing_object_does_not_stop_the_inbox(ws1: Path) -> None:
+    plant_proposal(ws1, "pgood0001.json", proposal_record(ws1))
+    plant_proposal(
+        ws1, "pgone.json", proposal_record(ws1, id="pgone", files={"MEMORY.md": "c" * 64})
+    )
+    assert [p.id for p in await api.inbox(ws1)] == ["pgood0001"]
     with pytest.raises(UserError, match="missing"):
-        await api.approve(ws, "pgone")
-    await api.dismiss(ws, "pgone")  # it can still be dropped
-    assert not (history_dir(ws) / "proposals" / "pgone.json").exists()
+        await api.approve(ws1, "pgone")
+    await api.dismiss(ws1, "pgone")  # it can still be dropped
+    assert not (history_dir(ws1) / "proposals" / "pgone.json").exists()
 
 
 def test_a_proposal_must_name_its_before_bytes_for_every_file() -> None:
@@ -208,12 +219,12 @@ def test_a_proposal_must_name_its_before_bytes_for_every_file() -> None:
         b"\xff\xfe not utf-8",
     ],
 )
-async def test_one_crafted_proposal_does_not_stop_the_inbox(ws: Path, data: bytes) -> None:
-    plant_proposal(ws, "pgood0001.json", proposal_record(ws))
-    (history_dir(ws) / "proposals" / "pbad.json").write_bytes(data)
-    assert [p.id for p in await api.inbox(ws)] == ["pgood0001"]
-    await api.dismiss(ws, "pgood0001")
-    assert await api.inbox(ws) == []
+async def test_one_crafted_proposal_does_not_stop_the_inbox(ws1: Path, data: bytes) -> None:
+    plant_proposal(ws1, "pgood0001.json", proposal_record(ws1))
+    (history_dir(ws1) / "proposals" / "pbad.json").write_bytes(data)
+    assert [p.id for p in await api.inbox(ws1)] == ["pgood0001"]
+    await api.dismiss(ws1, "pgood0001")
+    assert await api.inbox(ws1) == []
 
 
 # ---------------------------------------------------------------- versions

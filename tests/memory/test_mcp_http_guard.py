@@ -116,7 +116,7 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module", params=["127.0.0.2", "127.0.0.1", "localhost"])
+@pytest.fixture(scope="module", params=["127.0.0.2", "127.0.0.1"])
 def tokenless_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, int]]:
