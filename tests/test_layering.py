@@ -49,6 +49,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "memory",
         (
             "sandmem.memory.config",
+            # memory file access: every read, write, list, move and delete of a layout's files
+            "sandmem.memory._files",
             "sandmem.memory.layout",
             "sandmem.memory.rollouts",
             "sandmem.memory.state",

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from sandmem._errors import UserError
+from sandmem.memory import _files
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.layout import HISTORY_DIR as HISTORY_DIR
 from sandmem.memory.layout import MemoryPaths
@@ -170,9 +171,9 @@ class Store:
 
     async def _names(self, sub: str) -> list[str]:
         directory = f"{self.root}/{sub}"
-        if not await self.session.is_dir(directory):
+        if not await _files.is_dir(self.session, directory):
             return []
-        return await self.session.listdir(directory)
+        return await _files.listdir(self.session, directory)
 
     async def version_names(self) -> list[str]:
         """Version record names, oldest first (temp files of a killed write left out)."""
@@ -180,7 +181,7 @@ class Store:
         return sorted(names, key=lambda n: _version_name(n) or (0, 0))
 
     async def read_version(self, name: str) -> Version:
-        data = (await self.session.read_many([f"{self.root}/versions/{name}"]))[
+        data = (await _files.read_many(self.session, [f"{self.root}/versions/{name}"]))[
             f"{self.root}/versions/{name}"
         ]
         if data is None:
@@ -189,8 +190,10 @@ class Store:
 
     async def write_version(self, version: Version) -> None:
         name = f"{version.seq:08d}-{version.epoch}.json"
-        await self.session.write(
-            f"{self.root}/versions/{name}", json.dumps(version.to_json(), indent=1) + "\n"
+        await _files.write(
+            self.session,
+            f"{self.root}/versions/{name}",
+            json.dumps(version.to_json(), indent=1) + "\n",
         )
 
     async def head(self) -> Version | None:
@@ -202,13 +205,13 @@ class Store:
         if digest in self._known_blobs:
             return digest
         path = self.object_path(digest)
-        if not await self.session.exists(path):
-            await self.session.write(path, data)
+        if not await _files.exists(self.session, path):
+            await _files.write(self.session, path, data)
         self._known_blobs.add(digest)
         return digest
 
     async def blobs(self, digests: list[str]) -> dict[str, bytes]:
-        found = await self.session.read_many([self.object_path(d) for d in digests])
+        found = await _files.read_many(self.session, [self.object_path(d) for d in digests])
         out: dict[str, bytes] = {}
         for digest in digests:
             data = found.get(self.object_path(digest))

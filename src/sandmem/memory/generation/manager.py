@@ -26,7 +26,7 @@ from typing import Any
 from sandmem import tracing
 from sandmem._errors import SandboxError
 from sandmem._usage import Usage
-from sandmem.memory import journal
+from sandmem.memory import _files, journal
 from sandmem.memory import state as gen_state
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.generation import _degrade, _trace, phase_one, phase_two
@@ -123,7 +123,7 @@ async def _stat_isolated(session: SandboxSession, paths: list[str]) -> dict[str,
     for start in range(0, len(paths), _STAT_BATCH):
         batch = paths[start : start + _STAT_BATCH]
         try:
-            found.update(await session.stat_many(batch))
+            found.update(await _files.stat_many(session, batch))
         except SandboxError:
             found.update(dict.fromkeys(batch))
     return found
@@ -141,7 +141,7 @@ async def _listed_stats(
     listed: set[str] = set()
     for directory in directories:
         try:
-            entries = await session.stat_dir(directory)
+            entries = await _files.stat_dir(session, directory)
         except SandboxError:
             continue
         listed.add(directory)
@@ -258,9 +258,9 @@ class MemoryGenerationManager:
             lock = f"{self.paths.sessions_dir}/{LOCK}"
             rollout_file = self.paths.rollout_file(segment["rollout_id"])
             wait = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
-            async with self.session.lock(lock, timeout=wait):
+            async with _files.lock(self.session, lock, timeout=wait):
                 await make_way(self.session, rollout_file)  # a planted FIFO, link, directory
-                await self.session.append(rollout_file, line)
+                await _files.append(self.session, rollout_file, line)
 
     def detach_stop_hook(self) -> None:
         """Do not flush when the session stops (for callers that flush explicitly, such as
@@ -316,7 +316,7 @@ class MemoryGenerationManager:
         wait_backoff: bool,
         provider: ModelProvider,
     ) -> None:
-        async with self.session.lock(self.paths.lock, timeout=LOCK_TIMEOUT_S):
+        async with _files.lock(self.session, self.paths.lock, timeout=LOCK_TIMEOUT_S):
             await self.prepare()
             settled, temps = await self._settled_view()
             stored = await gen_state.load_settled(self.session, self.paths)
@@ -386,7 +386,7 @@ class MemoryGenerationManager:
         memories = await self._stat_dir(self.paths.memories_dir)
         sessions = await self._stat_dir(self.paths.sessions_dir)
         try:
-            raw = sorted(await self.session.listdir(self.paths.raw_dir))
+            raw = sorted(await _files.listdir(self.session, self.paths.raw_dir))
         except SandboxError:
             raw = []  # not there (yet)
         temps = "\0." in "\0" + "\0".join(raw)  # a hidden name: a write's temp
@@ -408,16 +408,16 @@ class MemoryGenerationManager:
 
     async def _stat_dir(self, directory: str) -> list[tuple[str, EntryKind, int, int | None]]:
         try:
-            return await self.session.stat_dir(directory)
+            return await _files.stat_dir(self.session, directory)
         except SandboxError:
             return []  # not there (yet): no rollouts
 
     # ------------------------------------------------------------ phase one
 
     async def rollout_ids(self) -> list[str]:
-        if not await self.session.exists(self.paths.sessions_dir):
+        if not await _files.exists(self.session, self.paths.sessions_dir):
             return []
-        names = await self.session.listdir(self.paths.sessions_dir)
+        names = await _files.listdir(self.session, self.paths.sessions_dir)
         return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
     async def _scan(self, state: GenerationState, report: FlushReport) -> _Scan:
@@ -518,8 +518,8 @@ class MemoryGenerationManager:
         if scan is not None and rid in scan.data:
             return scan.data.pop(rid), scan.stats[rid][0]
         path = self.paths.rollout_file(rid)
-        before = _stat_pair((await self.session.stat_many([path]))[path])
-        return await self.session.read_bytes(path), before
+        before = _stat_pair((await _files.stat_many(self.session, [path]))[path])
+        return await _files.read_bytes(self.session, path), before
 
     async def _phase_one(
         self,
@@ -588,7 +588,7 @@ class MemoryGenerationManager:
                     status = "done"
                     report.processed.append(rid)
                 raw_path = self.paths.raw_memory_file(rid)
-                raw_stat = _stat_pair((await self.session.stat_many([raw_path]))[raw_path])
+                raw_stat = _stat_pair((await _files.stat_many(self.session, [raw_path]))[raw_path])
                 state.rollouts[rid] = gen_state.record_success(
                     state.rollouts[rid], status, fp.segments, fp.updated_at, datetime.now(UTC)
                 ).model_copy(update={"file_stat": file_stat, "raw_stat": raw_stat})
@@ -668,7 +668,7 @@ class MemoryGenerationManager:
                 }
             )
         try:
-            async with self.session.lock(self.paths.lock, timeout=1.0):
+            async with _files.lock(self.session, self.paths.lock, timeout=1.0):
                 state, _ = await gen_state.load(self.session, self.paths)
                 for rid in unfinished:
                     if rid in state.rollouts:
@@ -800,7 +800,7 @@ class MemoryGenerationManager:
 
     async def memory_bytes(self) -> int:
         """``MEMORY.md`` + ``memory_summary.md`` as consolidated (the viewer's size chart)."""
-        found = await self.session.stat_many([self.paths.memory_md, self.paths.summary_md])
+        found = await _files.stat_many(self.session, [self.paths.memory_md, self.paths.summary_md])
         return sum(stat.size for stat in found.values() if stat is not None)
 
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandmem.memory import history
+from sandmem.memory import _files, history
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.history import DEFAULT_RETENTION, Retention, Version, _version_name
 from sandmem.memory.store._base import MemoryStore
@@ -94,7 +94,7 @@ async def sync_history(
                 md, {f"objects/{d}": data for d, data in (await local.blobs(new)).items()}
             )
             remote_objects.update(new)
-        raw = (await session.read_many([f"{local.root}/versions/{name}"]))[
+        raw = (await _files.read_many(session, [f"{local.root}/versions/{name}"]))[
             f"{local.root}/versions/{name}"
         ]
         if raw is not None:
@@ -122,7 +122,9 @@ async def _download(
     except (ValueError, KeyError, TypeError) as exc:
         logger.warning("history record %s in %s skipped: %s", name, store.describe(), exc)
         return
-    missing = [d for d in _blobs_of(version) if not await session.exists(local.object_path(d))]
+    missing = [
+        d for d in _blobs_of(version) if not await _files.exists(session, local.object_path(d))
+    ]
     blobs = await store.read_history(md, [f"objects/{d}" for d in missing])
     if any(hashlib.sha256(data).hexdigest() != key[8:] for key, data in blobs.items()):
         logger.warning(
@@ -132,8 +134,8 @@ async def _download(
         )
         return
     for key, data in blobs.items():
-        await session.write(local.object_path(key[8:]), data)
-    await session.write(f"{local.root}/versions/{name}", raw)
+        await _files.write(session, local.object_path(key[8:]), data)
+    await _files.write(session, f"{local.root}/versions/{name}", raw)
 
 
 async def _prune_mirror(
@@ -178,7 +180,7 @@ async def replace_mirror(session: SandboxSession, paths: MemoryPaths, store: Mem
         md, {f"objects/{d}": data for d, data in (await local.blobs(sorted(objects))).items()}
     )
     for name in names:
-        raw = (await session.read_many([f"{local.root}/versions/{name}"]))[
+        raw = (await _files.read_many(session, [f"{local.root}/versions/{name}"]))[
             f"{local.root}/versions/{name}"
         ]
         if raw is not None:

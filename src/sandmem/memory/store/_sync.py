@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sandmem._errors import SandboxError
+from sandmem.memory import _files
 from sandmem.memory.history import redact_bytes
 from sandmem.memory.layout import PUSHED_OFFSETS, READ_DIRS, READ_FILES, STORE_DIR, is_read_file
 from sandmem.memory.store._base import (
@@ -67,7 +68,7 @@ def _state_path(paths: MemoryPaths, name: str) -> str:
 
 
 async def _read(session: SandboxSession, path: str) -> bytes | None:
-    if not await session.exists(path):
+    if not await _files.exists(session, path):
         return None
     data = await session.read(path)
     return data if isinstance(data, bytes) else data.read()
@@ -102,10 +103,10 @@ async def walk_files(session: SandboxSession, root: str, sub: str = "") -> dict[
     while stack:
         rel = stack.pop()
         path = f"{root}/{rel}" if rel else root
-        if not await session.exists(path):
+        if not await _files.exists(session, path):
             continue
-        if await session.is_dir(path):
-            for entry in await session.ls(path):
+        if await _files.is_dir(session, path):
+            for entry in await _files.ls(session, path):
                 name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
                 name = name.rsplit("/", 1)[-1]
                 if not name.startswith("."):
@@ -180,15 +181,15 @@ async def _pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore)
         return False
     for name, data in files.items():
         try:
-            await session.write(f"{paths.memories_dir}/{name}", data)
+            await _files.write(session, f"{paths.memories_dir}/{name}", data)
         except SandboxError as exc:  # e.g. a directory of the workspace where it would go
             logger.warning("memory of %s: skipped %s: %s", store.describe(), name, exc)
             continue
-        await session.write(_state_path(paths, f"base/{name}"), data)
+        await _files.write(session, _state_path(paths, f"base/{name}"), data)
     for name in set(local) - set(current.files):
-        await session.remove(f"{paths.memories_dir}/{name}")
+        await _files.remove(session, f"{paths.memories_dir}/{name}")
     record = json.loads(current.to_json()) | {"etag": current.etag}
-    await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+    await _files.write(session, _state_path(paths, "version.json"), json.dumps(record).encode())
     return True
 
 
@@ -203,9 +204,9 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
     offsets: dict[str, Any] = json.loads(raw) if raw else {}
     inflight: dict[str, list[Any]] = offsets.setdefault(_INFLIGHT, {})
     pushed = 0
-    if not await session.exists(paths.sessions_dir):
+    if not await _files.exists(session, paths.sessions_dir):
         return 0
-    for entry in await session.ls(paths.sessions_dir):
+    for entry in await _files.ls(session, paths.sessions_dir):
         name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
         name = name.rsplit("/", 1)[-1]
         if not name.endswith(".jsonl") or name.startswith("."):
@@ -221,7 +222,7 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
                 continue
             sequence = new_sequence()
             inflight[name] = [start, end, sequence]
-            await session.write(offsets_path, json.dumps(offsets).encode())
+            await _files.write(session, offsets_path, json.dumps(offsets).encode())
         try:
             await store.put_segment(
                 paths.sessions_dir, name[: -len(".jsonl")], data[start:end], sequence=sequence
@@ -231,7 +232,7 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
         offsets[name] = end
         inflight.pop(name, None)
         pushed += 1
-        await session.write(offsets_path, json.dumps(offsets).encode())
+        await _files.write(session, offsets_path, json.dumps(offsets).encode())
     return pushed
 
 
@@ -276,10 +277,10 @@ async def _synced(
     for name, data in files.items():
         if is_read_file(name):
             if live:
-                await session.write(f"{paths.memories_dir}/{name}", data)
-            await session.write(_state_path(paths, f"base/{name}"), data)
+                await _files.write(session, f"{paths.memories_dir}/{name}", data)
+            await _files.write(session, _state_path(paths, f"base/{name}"), data)
     record = json.loads(version.to_json()) | {"etag": version.etag}
-    await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+    await _files.write(session, _state_path(paths, "version.json"), json.dumps(record).encode())
 
 
 async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:

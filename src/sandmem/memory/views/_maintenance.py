@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
+from sandmem.memory import _files
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConsolidationInfo,
@@ -77,9 +78,9 @@ async def layout_files(session: SandboxSession, paths: MemoryPaths) -> list[File
 
 async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     """The ids of the recorded conversations (``<sessions_dir>/<id>.jsonl``)."""
-    if not await session.exists(paths.sessions_dir):
+    if not await _files.exists(session, paths.sessions_dir):
         return []
-    names = await session.listdir(paths.sessions_dir)
+    names = await _files.listdir(session, paths.sessions_dir)
     return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
 
@@ -214,10 +215,10 @@ async def rollout_summary_files(
     other whose header says ``session_id: <rollout_id>`` (left over from an older slug)."""
     found: list[str] = []
     name = summary_name(await read_text(session, paths.raw_memory_file(rollout_id)))
-    if name is not None and await session.exists(f"{paths.memories_dir}/{name}"):
+    if name is not None and await _files.exists(session, f"{paths.memories_dir}/{name}"):
         found.append(f"{paths.memories_dir}/{name}")
-    if await session.exists(paths.summaries_dir):
-        for entry in await session.listdir(paths.summaries_dir):
+    if await _files.exists(session, paths.summaries_dir):
+        for entry in await _files.listdir(session, paths.summaries_dir):
             path = f"{paths.summaries_dir}/{entry}"
             if path in found or not entry.startswith(f"{rollout_id}_"):
                 continue
@@ -261,7 +262,9 @@ async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: s
     rid = checked_rollout_id(rollout_id)
     files = await rollout_summary_files(session, paths, rid)
     with no_symlinks():  # only regular files: a planted link or directory is not followed
-        found = await session.stat_many([paths.raw_memory_file(rid), paths.rollout_file(rid)])
+        found = await _files.stat_many(
+            session, [paths.raw_memory_file(rid), paths.rollout_file(rid)]
+        )
     files += [path for path, st in found.items() if st is not None]
     in_state = rid in (await gen_state.load(session, paths))[0].rollouts
     if not files and not in_state:
@@ -276,7 +279,7 @@ async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: s
 async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -> ForgetPlan:
     plan = await forget_plan(session, paths, rid)
     for path in plan.files:
-        await session.remove(path)
+        await _files.remove(session, path)
     state = (await gen_state.load(session, paths))[0]
     if state.rollouts.pop(rid, None) is not None:
         await gen_state.save(session, paths, state)
@@ -286,11 +289,11 @@ async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -
 async def _clear_consolidated(session: SandboxSession, paths: MemoryPaths) -> None:
     """No raw memory is left: the consolidated memory would only repeat forgotten facts, and
     consolidation refuses to leave ``MEMORY.md`` empty, so empty it here."""
-    await session.write(paths.memory_md, b"")
-    await session.write(paths.summary_md, b"")
+    await _files.write(session, paths.memory_md, b"")
+    await _files.write(session, paths.summary_md, b"")
     for path in (paths.raw_memories_md, paths.consolidated_memory_md):
-        if await session.exists(path):
-            await session.remove(path)
+        if await _files.exists(session, path):
+            await _files.remove(session, path)
     await gen_state.save_selection(session, paths, [], utc_now())
 
 
@@ -321,8 +324,8 @@ async def forget_rollout(
     # one version, attributed to this forget: the re-consolidation's, or the cleared files'
     attribution = Attribution("forget", rollouts_removed=(rid,))
     with journal.attributed(attribution):
-        async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
-            async with session.lock(f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
+        async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
                 plan = await _forget_files(session, paths, rid)
             consolidated = bool((await gen_state.load_selection(session, paths)).refs)
             if consolidated and not await load_raw_memories(session, paths):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandmem._truncate import truncate_head_tail
+from sandmem.memory import _files
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import ConversationInfo
 from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_header
@@ -114,9 +115,9 @@ class _Reader:
 
     async def text(self, path: str) -> str | None:
         async def read() -> str | None:
-            if not await self.session.exists(path):
+            if not await _files.exists(self.session, path):
                 return None
-            data = (await self.session.read_bytes(path)).decode("utf-8", "replace")
+            data = (await _files.read_bytes(self.session, path)).decode("utf-8", "replace")
             data = truncate_head_tail(data, _SHOW_MAX_TOKENS, what=path)
             return self.redactor.redact(data)
 
@@ -144,9 +145,11 @@ class _Reader:
 
     async def listing(self, path: str) -> list[str]:
         async def ls() -> list[str]:
-            if not await self.session.is_dir(path):
+            if not await _files.is_dir(self.session, path):
                 return []
-            return sorted(n for n in await self.session.listdir(path) if not n.startswith("."))
+            return sorted(
+                n for n in await _files.listdir(self.session, path) if not n.startswith(".")
+            )
 
         return await self.guard(path, ls, [])
 
