@@ -139,6 +139,8 @@ async def _updates(tmp_path: Path) -> None:
             for i in range(n)
         )
     )
+    for i, answer in enumerate(answers):
+        assert f"skills/s{i}/SKILL.md" in answer, answer
     for i in range(n):
         text = (tmp_path / f"memories/skills/s{i}/SKILL.md").read_text()
         assert f"step {i}" in text

@@ -268,18 +268,14 @@ async def redact_history(
 
 
 async def _tree(session: SandboxSession, top: str, skip: str | None = None) -> list[str]:
-    found: list[str] = []
-    if not await _files.is_dir(session, top):
-        return found
-    for name in await _files.listdir(session, top):
-        path = f"{top}/{name}"
-        if path == skip or name == ".lock":
-            continue
-        if await _files.is_dir(session, path):
-            found.extend(await _tree(session, path, skip))
-        else:
-            found.append(path)
-    return found
+    """Every regular file below ``top`` (hidden ones too; not the lock, nothing under
+    ``skip``), never through a link."""
+    found = await _files.walk(session, top, depth=_files.MAX_DEPTH * 4, hidden=True)
+    return sorted(
+        path
+        for path in found
+        if not path.endswith("/.lock") and not (skip and path.startswith(skip + "/"))
+    )
 
 
 async def _redact_tree(session: SandboxSession, top: str, redactor: Redactor) -> list[str]:

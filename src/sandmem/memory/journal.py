@@ -94,19 +94,9 @@ async def _read(session: SandboxSession, path: str) -> bytes | None:
 
 
 async def _visible_files(session: SandboxSession, top: str) -> list[str]:
-    """Every non-hidden file below ``top`` (symlinks and unreadable entries left alone)."""
-    if not await _files.is_dir(session, top):
-        return []
-    found: list[str] = []
-    for name in await _files.listdir(session, top):
-        if name.startswith("."):
-            continue
-        child = f"{top}/{name}"
-        if await _files.is_dir(session, child):
-            found.extend(await _visible_files(session, child))
-        else:
-            found.append(child)
-    return sorted(found)
+    """Every visible regular file below ``top`` (links and special files are left alone,
+    never followed)."""
+    return sorted(await _files.walk(session, top, depth=_files.MAX_DEPTH * 4))
 
 
 async def live_files(session: SandboxSession, paths: MemoryPaths) -> list[str]:

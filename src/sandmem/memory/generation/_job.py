@@ -114,9 +114,9 @@ class _Job:
         assert self._session is not None
         files = await walk_files(self._session, self.paths.memories_dir)
         baseline = self.paths.consolidated_memory_md
-        if await _files.exists(self._session, baseline):
-            data = await self._session.read(baseline)
-            files[baseline.rsplit("/", 1)[-1]] = data if isinstance(data, bytes) else data.read()
+        data = await _files.read(self._session, baseline)
+        if data is not None:
+            files[baseline.rsplit("/", 1)[-1]] = data
         self.phase_one_files = {
             name: data for name, data in files.items() if name.startswith(PHASE_ONE_DIRS)
         }

@@ -18,7 +18,6 @@ from typing import Any
 from sandmem._errors import SandboxError
 from sandmem.memory import _files
 from sandmem.redaction import Redactor
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import FileStat, SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
@@ -44,22 +43,21 @@ class MemoryRedactionPass:
 
     async def run(self) -> list[str]:
         """Redact now; returns the files rewritten. Never raises for a file it cannot read."""
-        with no_symlinks():
-            if not await _files.is_dir(self.session, self.memories_dir):
-                return []
-            try:
-                async with _files.lock(
-                    self.session, f"{self.memories_dir}/.lock", timeout=_LOCK_TIMEOUT_S
-                ):
-                    return await self._run_locked()
-            except SandboxError as exc:
-                if exc.operation != "lock":
-                    raise
-                logger.warning("memory redaction of %s skipped: %s", self.memories_dir, exc)
-                return []
+        if not await _files.is_dir(self.session, self.memories_dir):
+            return []
+        try:
+            async with _files.lock(
+                self.session, f"{self.memories_dir}/.lock", timeout=_LOCK_TIMEOUT_S
+            ):
+                return await self._run_locked()
+        except SandboxError as exc:
+            if exc.operation != "lock":
+                raise
+            logger.warning("memory redaction of %s skipped: %s", self.memories_dir, exc)
+            return []
 
     async def _run_locked(self) -> list[str]:
-        files = await self._files()
+        files = await self._memory_files()
         stats = await _files.stat_many(self.session, files)
         changed = [p for p, st in stats.items() if st is not None and self._seen.get(p) != st]
         rewritten: list[str] = []
@@ -92,27 +90,17 @@ class MemoryRedactionPass:
             return False
         return True
 
-    async def _files(self) -> list[str]:
+    async def _memory_files(self) -> list[str]:
         from sandmem.sandboxes._hostfs import is_stale_write_temp
 
-        found: list[str] = []
-        pending = [(self.memories_dir, 0)]
-        while pending:
-            directory, depth = pending.pop()
-            try:
-                names = await _files.listdir(self.session, directory)
-            except SandboxError:
-                continue
-            for name in names:
-                child = f"{directory}/{name}"
-                if name == ".lock" or is_stale_write_temp(name) or _is_write_temp(name):
-                    continue
-                if await _files.is_dir(self.session, child):
-                    if depth < _MAX_DEPTH:
-                        pending.append((child, depth + 1))
-                else:
-                    found.append(child)
-        return sorted(found)
+        found = await _files.walk(self.session, self.memories_dir, depth=_MAX_DEPTH, hidden=True)
+        return sorted(
+            path
+            for path in found
+            if (name := path.rsplit("/", 1)[-1]) != ".lock"
+            and not is_stale_write_temp(name)
+            and not _is_write_temp(name)
+        )
 
 
 def _is_write_temp(name: str) -> bool:

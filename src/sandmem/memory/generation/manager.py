@@ -57,7 +57,6 @@ from sandmem.memory.state import FailureKind, GenerationState, PhaseTwoStatus, a
 from sandmem.memory.store._base import MemoryStore
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import FileStat, SandboxSession
 from sandmem.sandboxes._types import EntryKind
 
@@ -251,16 +250,15 @@ class MemoryGenerationManager:
         """Append one run segment (redacted) to its rollout file: append only, under the
         sessions lock so concurrent writers never interleave (waiting for it at most
         ``lock_timeout`` seconds, default ``LOCK_TIMEOUT_S``)."""
-        with no_symlinks():  # never through a symlink planted under sessions/ or memories/
-            await self.prepare()
-            # keys too: an ingested transcript's items may hold a secret where a key goes
-            line = segment_line(self.redactor.redact_obj(segment, keys=True))
-            lock = f"{self.paths.sessions_dir}/{LOCK}"
-            rollout_file = self.paths.rollout_file(segment["rollout_id"])
-            wait = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
-            async with _files.lock(self.session, lock, timeout=wait):
-                await make_way(self.session, rollout_file)  # a planted FIFO, link, directory
-                await _files.append(self.session, rollout_file, line)
+        await self.prepare()
+        # keys too: an ingested transcript's items may hold a secret where a key goes
+        line = segment_line(self.redactor.redact_obj(segment, keys=True))
+        lock = f"{self.paths.sessions_dir}/{LOCK}"
+        rollout_file = self.paths.rollout_file(segment["rollout_id"])
+        wait = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
+        async with _files.lock(self.session, lock, timeout=wait):
+            await make_way(self.session, rollout_file)  # a planted FIFO, link, directory
+            await _files.append(self.session, rollout_file, line)
 
     def detach_stop_hook(self) -> None:
         """Do not flush when the session stops (for callers that flush explicitly, such as
@@ -301,8 +299,7 @@ class MemoryGenerationManager:
         return default_provider()
 
     async def _flush(self, report: FlushReport, retry_failed: bool, wait_backoff: bool) -> None:
-        with no_symlinks():  # a symlink under memories/ or sessions/ is never followed
-            await self._flush_locked(report, retry_failed, wait_backoff, self._provider())
+        await self._flush_locked(report, retry_failed, wait_backoff, self._provider())
 
     def _problem(self, report: FlushReport, path: str, reason: str) -> None:
         if path not in report.problems:
@@ -390,8 +387,7 @@ class MemoryGenerationManager:
         except SandboxError:
             raw = []  # not there (yet)
         temps = "\0." in "\0" + "\0".join(raw)  # a hidden name: a write's temp
-        with no_symlinks():
-            skills = await list_files(self.session, self.paths.skills_dir, MAX_DEPTH)
+        skills = await list_files(self.session, self.paths.skills_dir, MAX_DEPTH)
         digest = listing_digest(
             [
                 # what reads and this check rewrite are left out

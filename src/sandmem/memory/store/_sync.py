@@ -36,7 +36,6 @@ from sandmem.memory.store._base import (
     new_sequence,
     sha256,
 )
-from sandmem.sandboxes._paths import no_symlinks
 
 if TYPE_CHECKING:
     from sandmem.memory.layout import MemoryPaths
@@ -68,10 +67,7 @@ def _state_path(paths: MemoryPaths, name: str) -> str:
 
 
 async def _read(session: SandboxSession, path: str) -> bytes | None:
-    if not await _files.exists(session, path):
-        return None
-    data = await session.read(path)
-    return data if isinstance(data, bytes) else data.read()
+    return await _files.read(session, path)
 
 
 async def _pulled(session: SandboxSession, paths: MemoryPaths) -> MemoryVersion | None:
@@ -96,26 +92,12 @@ async def _local_read_files(session: SandboxSession, paths: MemoryPaths) -> dict
 
 
 async def walk_files(session: SandboxSession, root: str, sub: str = "") -> dict[str, bytes]:
-    """Every file under ``root/sub`` (names starting with a dot left out), by its path
-    relative to ``root``, read through the session."""
-    out: dict[str, bytes] = {}
-    stack = [sub]
-    while stack:
-        rel = stack.pop()
-        path = f"{root}/{rel}" if rel else root
-        if not await _files.exists(session, path):
-            continue
-        if await _files.is_dir(session, path):
-            for entry in await _files.ls(session, path):
-                name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
-                name = name.rsplit("/", 1)[-1]
-                if not name.startswith("."):
-                    stack.append(f"{rel}/{name}" if rel else name)
-            continue
-        data = await _read(session, path)
-        if data is not None:
-            out[rel] = data
-    return out
+    """Every regular file under ``root/sub`` (names starting with a dot left out, links never
+    followed), by its path relative to ``root``."""
+    top = f"{root}/{sub}" if sub else root
+    found = await _files.walk(session, top, depth=_files.MAX_DEPTH * 4)
+    data = await _files.read_many(session, sorted(found))
+    return {path[len(root) + 1 :]: d for path, d in data.items() if d is not None}
 
 
 def _local_edits(local: dict[str, bytes], base: MemoryVersion | None) -> dict[str, bytes | None]:
@@ -153,8 +135,7 @@ async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) 
     """Bring the current version's read files into the workspace; False when there was
     nothing new or the workspace has unpushed live edits (kept; merged at stop)."""
     try:
-        with no_symlinks():  # never written through a link planted in the layout
-            return await _pull(session, paths, store)
+        return await _pull(session, paths, store)
     except MalformedStoreObject as exc:  # one bad object never blocks the layout's runs
         logger.error(
             "memory of %s not pulled: %s; the run goes on with the memory in the workspace",

@@ -49,7 +49,6 @@ from sandmem.memory.views._index import (
     opened_index,
     summary_name,
 )
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # forgetting imports generation when it runs; looking never does
@@ -69,10 +68,9 @@ async def layout_files(session: SandboxSession, paths: MemoryPaths) -> list[File
     the lock, phase two's journal and the index are left out), sorted by path. Sizes come
     from directory listings; nothing is read."""
     found: list[FileEntry] = []
-    with no_symlinks():
-        for top in (paths.memories_dir, paths.sessions_dir):
-            for path, (size, _mtime) in (await list_files(session, top, MAX_DEPTH)).items():
-                found.append(FileEntry(path, size))
+    for top in (paths.memories_dir, paths.sessions_dir):
+        for path, (size, _mtime) in (await list_files(session, top, MAX_DEPTH)).items():
+            found.append(FileEntry(path, size))
     return sorted(found, key=lambda entry: entry.path)
 
 
@@ -261,10 +259,7 @@ async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: s
     invalid id and ``MemoryNotFoundError`` for an unknown one."""
     rid = checked_rollout_id(rollout_id)
     files = await rollout_summary_files(session, paths, rid)
-    with no_symlinks():  # only regular files: a planted link or directory is not followed
-        found = await _files.stat_many(
-            session, [paths.raw_memory_file(rid), paths.rollout_file(rid)]
-        )
+    found = await _files.stat_many(session, [paths.raw_memory_file(rid), paths.rollout_file(rid)])
     files += [path for path, st in found.items() if st is not None]
     in_state = rid in (await gen_state.load(session, paths))[0].rollouts
     if not files and not in_state:

@@ -23,7 +23,6 @@ from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import PhaseTwoState
 from sandmem.memory.views._maintenance import rollout_ids
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # imported by ``collect``: the memory API imports this module for PAGE_SIZE
@@ -129,18 +128,17 @@ class _Reader:
         from sandmem.memory.layout import read_isolated
 
         found: dict[str, str] = {}
-        with no_symlinks():
-            for start in range(0, len(paths), 64):
-                batch = paths[start : start + 64]
-                data, bad = await read_isolated(self.session, batch)
-                for path, reason in bad.items():
-                    self.problems.append(f"{path}: {reason}")
-                for path, value in data.items():
-                    if value is not None:
-                        text = truncate_head_tail(
-                            value.decode("utf-8", "replace"), _SHOW_MAX_TOKENS, what=path
-                        )
-                        found[path] = self.redactor.redact(text)
+        for start in range(0, len(paths), 64):
+            batch = paths[start : start + 64]
+            data, bad = await read_isolated(self.session, batch)
+            for path, reason in bad.items():
+                self.problems.append(f"{path}: {reason}")
+            for path, value in data.items():
+                if value is not None:
+                    text = truncate_head_tail(
+                        value.decode("utf-8", "replace"), _SHOW_MAX_TOKENS, what=path
+                    )
+                    found[path] = self.redactor.redact(text)
         return found
 
     async def listing(self, path: str) -> list[str]:
