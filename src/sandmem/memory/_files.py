@@ -143,15 +143,24 @@ async def stat_many(session: SandboxSession, paths: Sequence[str]) -> dict[str, 
 
 
 async def exists(session: SandboxSession, path: str) -> bool:
-    """Whether an entry other than a symlink is there (a link counts as missing)."""
-    with no_symlinks():
-        return await session.exists(check(path))
+    """Whether an entry other than a symlink is there (a link, or a link on the way, counts
+    as missing)."""
+    path = check(path)
+    try:
+        with no_symlinks():
+            return await session.exists(path)
+    except SandboxPathError:
+        return False
 
 
 async def is_dir(session: SandboxSession, path: str) -> bool:
     """Whether ``path`` is a directory reached without a link."""
-    with no_symlinks():
-        return await session.is_dir(check(path))
+    path = check(path)
+    try:
+        with no_symlinks():
+            return await session.is_dir(path)
+    except SandboxPathError:
+        return False
 
 
 async def listdir(session: SandboxSession, path: str) -> list[str]:
