@@ -177,30 +177,41 @@ async def stat_dir(
         return await session.stat_dir(check(path))
 
 
+async def entries(
+    session: SandboxSession, top: str, *, depth: int = MAX_DEPTH, hidden: bool = False
+) -> dict[str, tuple[EntryKind, int, int | None]]:
+    """Every entry below ``top`` that is not a directory (regular files, links, special
+    files: ``(kind, size, mtime_ns)``), by workspace path, walking ``depth`` levels of
+    subdirectories without following a link; names starting with ``.`` only with ``hidden``."""
+    found: dict[str, tuple[EntryKind, int, int | None]] = {}
+    pending = [(check(top), 0)]
+    directory_kind = EntryKind.DIRECTORY
+    while pending:
+        directory, level = pending.pop()
+        try:
+            listed = await stat_dir(session, directory)
+        except SandboxError:
+            continue  # missing, a link, or not a directory
+        prefix = f"{directory}/"
+        for name, kind, size, mtime in listed:
+            if name[0] == "." and not hidden:
+                continue
+            if kind != directory_kind:
+                found[prefix + name] = (kind, size, mtime)
+            elif level < depth:
+                pending.append((prefix + name, level + 1))
+    return found
+
+
 async def walk(
     session: SandboxSession, top: str, *, depth: int = MAX_DEPTH, hidden: bool = False
 ) -> dict[str, Stat]:
     """Regular files below ``top`` (``depth`` levels of subdirectories) with their stat,
     by workspace path; links and special files are left out, never followed; names starting
     with ``.`` only with ``hidden``."""
-    found: dict[str, Stat] = {}
-    pending = [(check(top), 0)]
-    file, directory_kind = EntryKind.FILE, EntryKind.DIRECTORY
-    while pending:
-        directory, level = pending.pop()
-        try:
-            entries = await stat_dir(session, directory)
-        except SandboxError:
-            continue  # missing, a link, or not a directory
-        prefix = f"{directory}/"
-        for name, kind, size, mtime in entries:
-            if name[0] == "." and not hidden:
-                continue
-            if kind == file:
-                found[prefix + name] = (size, mtime)
-            elif kind == directory_kind and level < depth:
-                pending.append((prefix + name, level + 1))
-    return found
+    file = EntryKind.FILE
+    found = await entries(session, top, depth=depth, hidden=hidden)
+    return {path: (size, mtime) for path, (kind, size, mtime) in found.items() if kind == file}
 
 
 # ---------------------------------------------------------------- writing
