@@ -309,8 +309,8 @@ async def _proposal_info(
     session: SandboxSession, paths: MemoryPaths, proposal: proposals.Proposal
 ) -> ProposalInfo:
     new = await proposals.contents(session, paths, proposal)
-    live = await _files.read_many(session, [f"{paths.memories_dir}/{n}" for n in new])
-    old = {n: d for n in new if (d := live[f"{paths.memories_dir}/{n}"]) is not None}
+    live = await _files.read_many(session, [_files.member(paths.memories_dir, n) for n in new])
+    old = {n: d for n in new if (d := live[_files.member(paths.memories_dir, n)]) is not None}
     _changed, text = unified(old, new)
     return ProposalInfo(
         id=proposal.id,

@@ -397,15 +397,16 @@ async def write_files(
     the way a new writer (restore, approval, ingest, an MCP write) changes memory. Redacted
     first; crash-safe like a consolidation. Call under the layout lock."""
     redactor = redactor or Redactor()
-    await notice(session, paths, Attribution("hand_edit"), redactor=redactor)
-    base = await begin(session, paths)
-    for name, data in files.items():
-        path = f"{paths.memories_dir}/{name}"
+    targets = {name: _files.member(paths.memories_dir, name) for name in files}
+    for name, path in targets.items():
         if not is_staged_path(paths, path) or path == paths.skills_dir:
-            await discard(session, paths)
             raise ValueError(
                 f"{name!r} is not a memory file (MEMORY.md, memory_summary.md, skills/)"
             )
+    await notice(session, paths, Attribution("hand_edit"), redactor=redactor)
+    base = await begin(session, paths)
+    for name, data in files.items():
+        path = targets[name]
         if data is None:
             if await _files.exists(session, staged(paths, path)):
                 await _files.remove(session, staged(paths, path))

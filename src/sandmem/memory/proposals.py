@@ -92,8 +92,8 @@ async def create(
     """Store ``files`` (names relative to ``memories_dir``, already redacted) as a proposal
     against the live files; ``None`` when nothing would change."""
     store = Store(session, paths)
-    live = await _files.read_many(session, [f"{paths.memories_dir}/{n}" for n in files])
-    before = {n: _digest(live[f"{paths.memories_dir}/{n}"]) for n in files}
+    live = await _files.read_many(session, [_files.member(paths.memories_dir, n) for n in files])
+    before = {n: _digest(live[_files.member(paths.memories_dir, n)]) for n in files}
     changes = {n: d for n, d in files.items() if _digest(d) != before[n]}
     if not changes and selection is None:
         return None
@@ -114,8 +114,12 @@ async def create(
 
 async def _stale(session: SandboxSession, paths: MemoryPaths, proposal: Proposal) -> list[str]:
     names = sorted(proposal.before)
-    live = await _files.read_many(session, [f"{paths.memories_dir}/{n}" for n in names])
-    return [n for n in names if _digest(live[f"{paths.memories_dir}/{n}"]) != proposal.before[n]]
+    live = await _files.read_many(session, [_files.member(paths.memories_dir, n) for n in names])
+    return [
+        n
+        for n in names
+        if _digest(live[_files.member(paths.memories_dir, n)]) != proposal.before[n]
+    ]
 
 
 async def load_all(session: SandboxSession, paths: MemoryPaths) -> list[Proposal]:
