@@ -437,3 +437,22 @@ async def f(session, self, p):
 
 def test_the_allowlist_names_real_modules() -> None:
     assert all((SRC / rel).is_file() for rel in ALLOWED)
+
+
+async def test_the_skills_list_follows_no_link(tmp_path: Path) -> None:
+    """The Skills capability lists the layout's ``skills/``: a linked skill directory, a
+    linked ``SKILL.md`` and a FIFO are left out, never read."""
+    from sandmem.capabilities.skills import Skills
+
+    _seed_host(tmp_path)
+    (tmp_path / "config/evil").mkdir()
+    (tmp_path / "config/evil/SKILL.md").write_text("---\nname: evil\n---\n")
+    for name in ("ok", "linked-file", "fifo"):
+        (tmp_path / f"memories/skills/{name}").mkdir(parents=True)
+    (tmp_path / "memories/skills/ok/SKILL.md").write_text("---\nname: ok\ndescription: d\n---\n")
+    (tmp_path / "memories/skills/cfg").symlink_to("../../config")
+    (tmp_path / "memories/skills/linked-file/SKILL.md").symlink_to("../../../config/evil/SKILL.md")
+    os.mkfifo(tmp_path / "memories/skills/fifo/SKILL.md")
+    async with await open_session(tmp_path) as session:
+        found = await asyncio.wait_for(Skills().bind(session).find("memories/skills"), 10)
+    assert [s.name for s in found] == ["ok"]
