@@ -317,3 +317,18 @@ async def test_a_secret_a_shell_writes_in_review_mode_is_redacted_in_the_proposa
     objects = tmp_path / "memories/.history/objects"
     assert not any(key.encode() in p.read_bytes() for p in objects.iterdir())
     assert key not in memory_md(tmp_path)
+
+
+async def test_a_memory_file_swapped_for_a_link_is_put_back(tmp_path: Path) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    approved = _reviewed(tmp_path)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/app.py").write_text("print('app')\n")
+    await _shell_run(
+        tmp_path,
+        "ln -sf ../src/app.py memories/MEMORY.md",
+        "rm -f memories/memory_summary.md && mkfifo memories/memory_summary.md",
+    )
+    assert _reviewed(tmp_path) == approved
+    assert not (tmp_path / "memories/MEMORY.md").is_symlink()
+    assert (tmp_path / "src/app.py").read_text() == "print('app')\n"
