@@ -260,22 +260,13 @@ async def _ensure_entries(
 
 async def make_way(session: SandboxSession, path: str) -> None:
     """Make sure ``path`` (a file the layout writes) is a regular file or missing: anything
-    else there is moved aside, as ``ensure_layout`` does. Costs one ``stat`` when it is a
-    file (for names in ``sessions_dir``, which may be too large to list at every record);
-    when it is not, the parent's listing says what is there, and only an entry seen to be a
-    link, a directory or a special file is moved (a file another writer is creating at that
-    moment is left alone)."""
-    if (await _files.stat_many(session, [path]))[path] is not None:
-        return  # a regular file
-    parent, _, name = path.rpartition("/")
-    try:
-        entries = await _files.stat_dir(session, parent or ".")
-    except SandboxError:
-        return  # no parent (yet): nothing planted
-    kind = next((k for n, k, _, _ in entries if n == name), None)
-    if kind is None or kind == _FILE:
-        return  # missing, or created since the stat
-    await _move_aside(session, path, kind, _FILE)
+    else there is moved aside, as ``ensure_layout`` does. A few calls, whatever the size of
+    the directory (names in ``sessions_dir`` are checked at every record); only an entry seen
+    to be a link, a directory or a special file is moved — never a file another writer is
+    creating at that moment."""
+    found = await _files.kind(session, path)
+    if found is not None and found != _FILE:
+        await _move_aside(session, path, found, _FILE)
 
 
 def _aside(path: str) -> str:
