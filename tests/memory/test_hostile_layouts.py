@@ -244,6 +244,38 @@ EXAMPLES = [
 ]
 
 
+#: ``sandmem`` commands run against each hostile layout (after the API and the MCP tools)
+COMMANDS = [
+    ["memory", "status"],
+    ["memory", "list"],
+    ["memory", "tree"],
+    ["memory", "search", "invoice"],
+    ["memory", "show"],
+    ["memory", "log"],
+    ["memory", "diff"],
+    ["memory", "inbox"],
+]
+
+
+def _run_commands(root: Path) -> dict[str, str]:
+    """Each command either works or fails with a short message and no traceback."""
+    from click.testing import CliRunner
+
+    from sandmem.cli import cli
+
+    broken: dict[str, str] = {}
+    for args in COMMANDS:
+        result = CliRunner().invoke(cli, [*args, "--workspace", str(root)])
+        name = " ".join(args)
+        if result.exit_code == 0:
+            continue
+        if not isinstance(result.exception, SystemExit):
+            broken[name] = f"{type(result.exception).__name__}: {result.exception}"
+        elif "Traceback" in result.output or not result.output.strip():
+            broken[name] = result.output[-300:] or "failed without a message"
+    return broken
+
+
 @st.composite
 def _plants(draw: st.DrawFn, names: list[str]) -> list[tuple[str, str, str]]:
     count = draw(st.integers(1, 5))
@@ -267,6 +299,7 @@ def test_every_operation_works_on_the_clean_template(
     worked: list[str] = []
     assert asyncio.run(_run_all(root, worked)) == {}
     assert worked == [name for name, _ in _operations(root)]
+    assert _run_commands(root) == {}
 
 
 def test_every_command_and_tool_holds_on_a_hostile_layout(
@@ -287,6 +320,7 @@ def test_every_command_and_tool_holds_on_a_hostile_layout(
         before_outside = _snapshot(outside)
         before_src = _snapshot(root / "src")
         broken = asyncio.run(_run_all(root))
+        broken.update(_run_commands(root))
         assert broken == {}, plants
         assert _snapshot(outside) == before_outside, plants
         assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"], plants

@@ -170,10 +170,10 @@ class Store:
         return f"{self.root}/objects/{digest}"
 
     async def _names(self, sub: str) -> list[str]:
+        """The regular files of ``sub`` (a link, FIFO or directory there is no record)."""
         directory = f"{self.root}/{sub}"
-        if not await _files.is_dir(self.session, directory):
-            return []
-        return await _files.listdir(self.session, directory)
+        found = await _files.walk(self.session, directory, depth=0, hidden=True)
+        return sorted(path[len(directory) + 1 :] for path in found)
 
     async def version_names(self) -> list[str]:
         """Version record names, oldest first (temp files of a killed write left out)."""
