@@ -28,7 +28,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 from sandmem._errors import SandboxError, SandboxPathError
-from sandmem.sandboxes._hostfs import NotRegularFile
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._types import EntryKind
 
@@ -166,23 +165,19 @@ async def is_dir(session: SandboxSession, path: str) -> bool:
 
 async def kind(session: SandboxSession, path: str) -> EntryKind | None:
     """What is at ``path`` itself (``None``: nothing), in a few calls whatever the size of its
-    directory: ``FILE`` for a regular file, ``DIRECTORY``, or ``OTHER`` for a link (never
-    followed), FIFO, socket or device."""
+    directory and without reading it: ``FILE`` for a regular file, ``DIRECTORY``, or
+    ``OTHER`` for a link (never followed), FIFO, socket or device."""
     if (await stat_many(session, [path]))[path] is not None:
         return EntryKind.FILE
-    if await is_dir(session, path):
-        return EntryKind.DIRECTORY
-    try:
-        await read_bytes(session, path)  # refused without opening anything but a regular file
-    except NotRegularFile:
-        return EntryKind.OTHER
-    except SandboxError as exc:
-        if isinstance(exc.__cause__, FileNotFoundError | NotADirectoryError):
-            return None
-        if isinstance(exc.__cause__, IsADirectoryError):
-            return EntryKind.DIRECTORY
-        raise
-    return EntryKind.FILE  # a regular file made since the first look
+    if await exists(session, path):  # not a link: a directory or a special file
+        return EntryKind.DIRECTORY if await is_dir(session, path) else EntryKind.OTHER
+    try:  # a link, or nothing: renaming an entry onto itself changes nothing
+        await rename(session, path, path)
+    except SandboxError:
+        return None
+    if (await stat_many(session, [path]))[path] is not None:
+        return EntryKind.FILE  # a file another writer made since the first look
+    return EntryKind.OTHER
 
 
 async def listdir(session: SandboxSession, path: str) -> list[str]:
