@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,17 @@ async def _skill_version(root: Path, name: str) -> None:
     )
 
 
+async def _works_or_refuses_the_link(root: Path, action: Awaitable[object]) -> None:
+    """``action`` either works or is refused for the link; nothing outside the layout
+    changes either way."""
+    before = _host(root)
+    try:
+        await action
+    except SandboxPathError as exc:
+        assert "symlink" in str(exc)
+    assert _host(root) == before
+
+
 async def test_restore_writes_nothing_through_a_link(tmp_path: Path) -> None:
     _seed_host(tmp_path)
     await consolidated(tmp_path, ["invoice-fix"])
@@ -260,12 +272,7 @@ async def test_restore_writes_nothing_through_a_link(tmp_path: Path) -> None:
     (skill / "SKILL.md").unlink()
     skill.rmdir()
     skill.symlink_to("../../src")
-    before = _host(tmp_path)
-    try:
-        await api.restore(tmp_path, head.version)
-    except SandboxPathError as exc:
-        assert "symlink" in str(exc)
-    assert _host(tmp_path) == before
+    await _works_or_refuses_the_link(tmp_path, api.restore(tmp_path, head.version))
     assert not (tmp_path / "src/SKILL.md").exists()
 
 
@@ -281,12 +288,7 @@ async def test_approve_and_dismiss_write_nothing_through_a_link(tmp_path: Path) 
         )
     [proposal] = await api.inbox(tmp_path)
     (tmp_path / "memories/skills/s1").symlink_to("../../src")
-    before = _host(tmp_path)
-    try:
-        await api.approve(tmp_path, proposal.id)
-    except SandboxPathError as exc:
-        assert "symlink" in str(exc)
-    assert _host(tmp_path) == before
+    await _works_or_refuses_the_link(tmp_path, api.approve(tmp_path, proposal.id))
     proposals = tmp_path / "memories/.history/proposals"
     moved = proposals.rename(tmp_path / "memories/.history/elsewhere")
     proposals.symlink_to(moved)
