@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 import os
 from collections.abc import Awaitable
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_history import PATCH, consolidated, open_session, record
 
-from sandmem import SandboxPathError
+from sandmem import SandboxPathError, SandmemError
 from sandmem import memory as api
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig, _files
 from sandmem.memory.mcp import ServerOptions
@@ -458,3 +459,65 @@ async def test_the_skills_list_follows_no_link(tmp_path: Path) -> None:
     async with await open_session(tmp_path) as session:
         found = await asyncio.wait_for(Skills().bind(session).find("memories/skills"), 10)
     assert [s.name for s in found] == ["ok"]
+
+
+def _proposal(root: Path, pid: str, files: dict[str, str | None]) -> None:
+    record = {
+        "id": pid,
+        "time": "2026-12-06T00:00:00Z",
+        "base": None,
+        "attribution": {"kind": "live_edit"},
+        "files": files,
+        "before": dict.fromkeys(files),
+    }
+    folder = root / "memories/.history/proposals"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "p0000001.json").write_text(json.dumps(record))
+
+
+def _blob(root: Path, data: bytes) -> str:
+    import hashlib
+
+    digest = hashlib.sha256(data).hexdigest()
+    objects = root / "memories/.history/objects"
+    objects.mkdir(parents=True, exist_ok=True)
+    (objects / digest).write_bytes(data)
+    return digest
+
+
+@pytest.mark.parametrize(
+    "name", ["skills/../../../src/app.py", "../src/app.py", "skills/../../README.md"]
+)
+async def test_a_proposal_naming_a_file_outside_the_layout_is_never_applied(
+    tmp_path: Path, name: str
+) -> None:
+    _seed_host(tmp_path)
+    (tmp_path / "README.md").write_text("readme\n")
+    await consolidated(tmp_path, ["invoice-fix"])
+    _proposal(tmp_path, "p0000001", {name: _blob(tmp_path, b"pwned\n")})
+    before = _host(tmp_path)
+    with pytest.raises(SandmemError):
+        await api.approve(tmp_path, "p0000001")
+    assert _host(tmp_path) == before
+
+
+async def test_a_digest_naming_a_file_is_never_read(tmp_path: Path) -> None:
+    _seed_host(tmp_path)
+    (tmp_path / "README.md").write_text("readme: not memory\n")
+    await consolidated(tmp_path, ["invoice-fix"])
+    _proposal(tmp_path, "p0000001", {"MEMORY.md": "../../../README.md"})
+    with pytest.raises(SandmemError):
+        await api.approve(tmp_path, "p0000001")
+    assert "readme" not in (tmp_path / "memories/MEMORY.md").read_text()
+
+
+async def test_a_proposal_id_naming_a_file_outside_deletes_nothing(tmp_path: Path) -> None:
+    _seed_host(tmp_path)
+    (tmp_path / "package.json").write_text("{}\n")
+    await consolidated(tmp_path, ["invoice-fix"])
+    _proposal(tmp_path, "../../../package", {"MEMORY.md": _blob(tmp_path, b"x\n")})
+    try:
+        await api.dismiss(tmp_path, "../../../package")
+    except SandmemError as exc:
+        assert "\n" not in str(exc)
+    assert (tmp_path / "package.json").read_text() == "{}\n"
