@@ -152,3 +152,36 @@ async def _updates(tmp_path: Path) -> None:
         i = int(str(version.client).split("-")[1])
         skills = [name for name in version.changed if name.startswith("skills/")]
         assert skills == [f"skills/s{i}/SKILL.md"], (version.client, version.changed)
+
+
+@pytest.mark.parametrize("step", ["stat_many", "exists", "rename"])
+async def test_repair_never_moves_a_file_created_while_it_looks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """The race of the issue, made deterministic: another process creates the lock file
+    just before each of make_way's looks at its name; it is never taken for a plant."""
+    from sandmem.memory import _files
+    from sandmem.memory.layout import make_way
+    from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+
+    (tmp_path / "sessions").mkdir()
+    real = getattr(_files, step)
+    created = False
+
+    async def racing(*args: Any, **kwargs: Any) -> Any:
+        nonlocal created
+        if not created:
+            created = True
+            before = await real(*args, **kwargs) if step == "stat_many" else None
+            (tmp_path / "sessions/.lock").write_text("")  # another process creates it now
+            if step == "stat_many":
+                return before  # it saw nothing
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(_files, step, racing)
+    session = await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path))
+    async with session:
+        await make_way(session, "sessions/.lock")
+    assert created
+    assert (tmp_path / "sessions/.lock").is_file()
+    assert not list((tmp_path / "sessions").glob("*.moved-*"))

@@ -166,18 +166,23 @@ async def is_dir(session: SandboxSession, path: str) -> bool:
 async def kind(session: SandboxSession, path: str) -> EntryKind | None:
     """What is at ``path`` itself (``None``: nothing), in a few calls whatever the size of its
     directory and without reading it: ``FILE`` for a regular file, ``DIRECTORY``, or
-    ``OTHER`` for a link (never followed), FIFO, socket or device."""
+    ``OTHER`` for a link (never followed), FIFO, socket or device. A regular file another
+    writer creates while this looks is reported as ``FILE``: every other verdict is checked
+    again after it is reached (nothing sandmem does turns a regular file into another kind)."""
     if (await stat_many(session, [path]))[path] is not None:
         return EntryKind.FILE
-    if await exists(session, path):  # not a link: a directory or a special file
-        return EntryKind.DIRECTORY if await is_dir(session, path) else EntryKind.OTHER
-    try:  # a link, or nothing: renaming an entry onto itself changes nothing
-        await rename(session, path, path)
-    except SandboxError:
-        return None
+    found: EntryKind | None
+    if await exists(session, path):  # not a link: a directory, a special file (or a new file)
+        found = EntryKind.DIRECTORY if await is_dir(session, path) else EntryKind.OTHER
+    else:
+        try:  # a link, or nothing: renaming an entry onto itself changes nothing
+            await rename(session, path, path)
+        except SandboxError:
+            return None
+        found = EntryKind.OTHER
     if (await stat_many(session, [path]))[path] is not None:
         return EntryKind.FILE  # a file another writer made since the first look
-    return EntryKind.OTHER
+    return found
 
 
 async def listdir(session: SandboxSession, path: str) -> list[str]:
