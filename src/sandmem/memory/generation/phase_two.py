@@ -323,7 +323,7 @@ async def _strip_copied_brief(
             logger.warning(
                 "consolidation copied %d line(s) of its brief into %s; removed", removed, path
             )
-            await session.write(target, clean)
+            await _files.write(session, target, clean)
 
 
 #: ``fallback``: the model's consolidation failed or was incomplete, and the extractive
