@@ -50,6 +50,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "memory",
         (
             "sandmem.memory.config",
+            # memory file access: every read, write, list, move and delete of a layout's files
+            "sandmem.memory._files",
             "sandmem.memory.layout",
             "sandmem.memory.rollouts",
             "sandmem.memory.state",
@@ -57,6 +59,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem.memory.journal",
             "sandmem.memory.history",
             "sandmem.memory.proposals",
+            "sandmem.memory._run_review",
             "sandmem.memory._history_prune",
             "sandmem.memory.verify",
             "sandmem.memory.read_prompt",

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,150 @@ async def test_a_stale_consolidation_proposal_is_regenerated_after_dismissal(
     assert version.kind == "consolidation" and version.rollouts_added == ["deploy-notes"]
     assert "a hand note written meanwhile" in path.read_text()  # the edit is folded in, kept
     assert await kinds(tmp_path) == ["consolidation", "hand_edit", "consolidation"]
+
+
+# ---------------------------------------------------------------- every tool of the run
+
+
+async def _shell_run(root: Path, *cmds: str, patch: str | None = None) -> None:
+    """A review-mode run whose agent runs ``cmds`` in its shell (and ``patch``, if given)."""
+    from memory_doubles import scripted_agent
+    from test_history import LAYOUT, open_session
+
+    from sandmem.testing import tool_call
+
+    steps = [(lambda r, c=c: [tool_call("exec_command", {"cmd": c})]) for c in cmds]
+    if patch is not None:
+        steps.append(lambda r: [tool_call("apply_patch", {"patch": patch})])
+    steps.append(lambda r: "done")
+    memory = Memory(layout=LAYOUT, generate=None, read=PROPOSE)
+    agent = SandboxAgent(
+        name="dev", model=scripted_agent(*steps), capabilities=[memory, Filesystem(), Shell()]
+    )
+    async with await open_session(root) as session:
+        run_config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        await Runner.run(agent, "edit memory", run_config=run_config, conversation_id="shell")
+
+
+def _reviewed(root: Path) -> dict[str, bytes]:
+    """The reviewed files (MEMORY.md, the summary, skills/**), links included by target."""
+    memories = root / "memories"
+    found = {}
+    for path in sorted(memories.rglob("*")):
+        name = str(path.relative_to(memories))
+        if name in ("MEMORY.md", "memory_summary.md") or name.startswith("skills/"):
+            if path.is_symlink():
+                found[name] = b"-> " + os.readlink(path).encode()
+            elif path.is_file():
+                found[name] = path.read_bytes()
+    return found
+
+
+SHELL_EDITS = [
+    # (commands, the files the proposal changes, a line its diff holds)
+    (["printf -- '- injected by printf\\n' >> memories/MEMORY.md"], ["MEMORY.md"], "+- injected"),
+    (["sed -i 's/invoice/INVOICE/g' memories/MEMORY.md"], ["MEMORY.md"], "INVOICE"),
+    (["rm memories/memory_summary.md"], ["memory_summary.md"], "-"),
+    (
+        ["mkdir -p memories/skills/new && printf '# new skill\\n' > memories/skills/new/SKILL.md"],
+        ["skills/new/SKILL.md"],
+        "+# new skill",
+    ),
+    (
+        [
+            "printf '# moved in\\n' > notes.md",
+            "mkdir -p memories/skills/m",
+            "mv notes.md memories/skills/m/SKILL.md",
+        ],
+        ["skills/m/SKILL.md"],
+        "+# moved in",
+    ),
+    (
+        ["printf 'one\\n' > memories/MEMORY.md", "printf -- '- two\\n' >> memories/MEMORY.md"],
+        ["MEMORY.md"],
+        "+- two",
+    ),
+]
+
+
+@pytest.mark.parametrize(("cmds", "files", "line"), SHELL_EDITS)
+async def test_a_shell_edit_in_review_mode_is_a_proposal_and_live_memory_stays(
+    tmp_path: Path, cmds: list[str], files: list[str], line: str
+) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    summary = tmp_path / "memories/memory_summary.md"
+    summary.write_text(summary.read_text() + "\n- a summary line\n")
+    await api.generate(tmp_path)  # versions the hand edit: the approved state
+    approved = _reviewed(tmp_path)
+    versions = await kinds(tmp_path)
+    await _shell_run(tmp_path, *cmds)
+    assert _reviewed(tmp_path) == approved  # the live files stay as approved
+    assert await kinds(tmp_path) == versions  # no version made behind review's back
+    [proposal] = await api.inbox(tmp_path)
+    assert (proposal.kind, proposal.run, proposal.files) == ("live_edit", "shell", files)
+    assert line in proposal.diff
+    await api.approve(tmp_path, proposal.id)
+    assert _reviewed(tmp_path) != approved
+
+
+async def test_links_and_special_files_a_run_leaves_are_removed(tmp_path: Path) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    approved = _reviewed(tmp_path)
+    (tmp_path / "src").mkdir()
+    await _shell_run(
+        tmp_path,
+        "ln -s ../../src memories/skills/lnk",
+        "mkdir -p memories/skills/p && mkfifo memories/skills/p/SKILL.md",
+        "ln -sf ../../../src/app.py memories/skills/file.md",
+    )
+    assert _reviewed(tmp_path) == approved
+    assert await api.inbox(tmp_path) == []
+
+
+async def test_patch_and_shell_edits_of_one_run_are_one_proposal(tmp_path: Path) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    approved = _reviewed(tmp_path)
+    await _shell_run(
+        tmp_path,
+        "mkdir -p memories/skills/s && printf '# s\\n' > memories/skills/s/SKILL.md",
+        patch=PATCH,
+    )
+    assert _reviewed(tmp_path) == approved
+    [proposal] = await api.inbox(tmp_path)
+    assert proposal.files == ["MEMORY.md", "skills/s/SKILL.md"]
+    assert "blue-7" in proposal.diff
+
+
+async def test_a_run_that_changes_nothing_proposes_nothing(tmp_path: Path) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    approved = _reviewed(tmp_path)
+    await _shell_run(tmp_path, "cat memories/MEMORY.md", "ls memories/skills")
+    assert _reviewed(tmp_path) == approved and await api.inbox(tmp_path) == []
+
+
+async def test_a_secret_a_shell_writes_in_review_mode_is_redacted_in_the_proposal(
+    tmp_path: Path,
+) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    key = "sk-proj-Zq3xV8kT1mN5bR7wY2cL9pD4fG6hJ0sA"
+    await _shell_run(tmp_path, f"printf -- '- key {key}\\n' >> memories/MEMORY.md")
+    [proposal] = await api.inbox(tmp_path)
+    assert key not in proposal.diff
+    objects = tmp_path / "memories/.history/objects"
+    assert not any(key.encode() in p.read_bytes() for p in objects.iterdir())
+    assert key not in memory_md(tmp_path)
+
+
+async def test_a_memory_file_swapped_for_a_link_is_put_back(tmp_path: Path) -> None:
+    await consolidated(tmp_path, ["invoice-fix"])
+    approved = _reviewed(tmp_path)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/app.py").write_text("print('app')\n")
+    await _shell_run(
+        tmp_path,
+        "ln -sf ../src/app.py memories/MEMORY.md",
+        "rm -f memories/memory_summary.md && mkfifo memories/memory_summary.md",
+    )
+    assert _reviewed(tmp_path) == approved
+    assert not (tmp_path / "memories/MEMORY.md").is_symlink()
+    assert (tmp_path / "src/app.py").read_text() == "print('app')\n"

@@ -19,7 +19,9 @@ from sandmem.memory.read_prompt import read_prompt_for
 
 if TYPE_CHECKING:
     from sandmem.agent._context import RunOutcome
+    from sandmem.memory._run_review import Approved
     from sandmem.memory.generation.manager import MemoryGenerationManager
+    from sandmem.memory.history import Attribution
     from sandmem.redaction import Redactor
     from sandmem.sandboxes._manifest import Manifest
 
@@ -34,6 +36,8 @@ class _RunMemory:
     rollout_id: str | None = None
     conversation_key: str | None = None
     redactor: Redactor | None = None
+    #: review mode: the approved memory files as the run started
+    approved: Approved | None = None
 
 
 class Memory(Capability):
@@ -101,6 +105,10 @@ class Memory(Capability):
             from sandmem.memory.store import pull
 
             await pull(self.session, self.paths, self.layout.store)
+        if self.read is not None and self.read.live_update == "propose":
+            from sandmem.memory._run_review import approved
+
+            slot.approved = await approved(self.session, self.paths)
         if self.read is not None:
             slot.prompt = await read_prompt_for(
                 self.session,
@@ -184,8 +192,7 @@ class Memory(Capability):
         in the review inbox (``"propose"``). When the layout lock stays held (a consolidation
         is running) the next flush versions the edit instead."""
         from sandmem._errors import SandboxError
-        from sandmem.capabilities.filesystem import MEMORY_PROPOSALS
-        from sandmem.memory import journal
+        from sandmem.memory import _files, journal
         from sandmem.memory.history import Attribution
 
         if self.read is None or not self.read.live_update:
@@ -199,21 +206,37 @@ class Memory(Capability):
             except ValueError:
                 run = None
         attribution = Attribution("live_edit", run=run)
-        overlay = ctx.extras.get(MEMORY_PROPOSALS, {}).get(self.paths.memories_dir)
-        if self.read.live_update == "propose" and not overlay:
+        if self.read.live_update == "propose":
+            await self._propose_edits(ctx, slot, attribution)
             return
         try:
-            if not overlay and not await journal.unversioned(self.session, self.paths):
+            if not await journal.unversioned(self.session, self.paths):
                 return  # nothing edited: no lock taken, no wait for a running consolidation
-            async with self.session.lock(self.paths.lock, timeout=60.0):
-                if overlay:
-                    root = self.paths.memories_dir + "/"
-                    files = {p[len(root) :]: d for p, d in overlay.items() if p.startswith(root)}
-                    await journal.propose(self.session, self.paths, files, attribution)
-                    overlay.clear()
-                else:
-                    await journal.notice(
-                        self.session, self.paths, attribution, redactor=slot.redactor
-                    )
+            async with _files.lock(self.session, self.paths.lock, timeout=60.0):
+                await journal.notice(self.session, self.paths, attribution, redactor=slot.redactor)
         except SandboxError as exc:  # also a link planted in the layout: never loses the record
             logger.warning("memory version of this run's edits deferred: %s", exc)
+
+    async def _propose_edits(
+        self, ctx: SandboxRunContext, slot: _RunMemory, attribution: Attribution
+    ) -> None:
+        """Review mode: whatever tool of the run changed the memory files, the change becomes
+        the run's proposal and the approved files are put back (``memory/_run_review.py``).
+        Waits for a running consolidation as long as a flush may take."""
+        from sandmem.capabilities.filesystem import MEMORY_PROPOSALS
+        from sandmem.memory import _files
+        from sandmem.memory._run_review import REVIEW_LOCK_TIMEOUT_S, propose_run
+
+        overlay = ctx.extras.get(MEMORY_PROPOSALS, {}).get(self.paths.memories_dir, {})
+        if slot.approved is None:
+            return
+        async with _files.lock(self.session, self.paths.lock, timeout=REVIEW_LOCK_TIMEOUT_S):
+            await propose_run(
+                self.session,
+                self.paths,
+                slot.approved,
+                overlay,
+                attribution,
+                redactor=slot.redactor,
+            )
+        overlay.clear()

@@ -11,8 +11,10 @@ it and says what it is for::
     1. ...
 
 Without ``skills_dir`` the directory is the ``skills/`` of the agent's ``Memory`` layout (what
-phase two writes), else ``skills``. The list keeps to ``max_bytes``; skills past it are counted,
-not listed. The agent reads a skill with its shell, so ``Shell`` is required.
+phase two writes), else ``skills``. It is read through the memory file layer
+(``memory/_files.py``): a link in it is never followed, a FIFO never opened. The list keeps
+to ``max_bytes``; skills past it are counted, not listed. The agent reads a skill with its
+shell, so ``Shell`` is required.
 """
 
 from __future__ import annotations
@@ -102,19 +104,25 @@ class Skills(Capability):
     async def find(self, directory: str) -> list[SkillInfo]:
         """The skills under ``directory`` (sorted by name; a directory without a readable
         ``SKILL.md`` is skipped)."""
+        from sandmem.memory import _files
+
         session = self.session
-        if not await session.exists(directory):
+        try:  # a memory layout's files: no link is followed, no special file read
+            if not await _files.is_dir(session, directory):
+                return []
+            names = await _files.listdir(session, directory)
+        except SandboxError:
             return []
         skills: list[SkillInfo] = []
-        for name in await session.listdir(directory):
+        for name in names:
             path = f"{directory}/{name}/SKILL.md"
             try:
-                if not await session.exists(path):
-                    continue
-                head = (await session.read(path)).read(_HEAD_BYTES)
+                data = await _files.read(session, path)
             except (SandboxError, OSError):
                 continue
-            text = head.decode("utf-8", "replace") if isinstance(head, bytes) else str(head)
+            if data is None:
+                continue
+            text = data[:_HEAD_BYTES].decode("utf-8", "replace")
             meta = parse_front_matter(text)
             skills.append(SkillInfo(meta.get("name") or name, meta.get("description", ""), path))
         return sorted(skills, key=lambda s: s.name)

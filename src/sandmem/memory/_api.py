@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from sandmem._errors import MemoryLockedError, MemoryNotFoundError, SandboxError, UserError
+from sandmem.memory import _files
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConversationInfo,
@@ -115,7 +116,9 @@ async def _opened(
 
 async def _require_layout(session: SandboxSession, paths: MemoryPaths) -> None:
     await ensure_layout(session, paths, create=False)  # a planted link is moved aside first
-    if await session.exists(paths.memories_dir) or await session.exists(paths.sessions_dir):
+    if await _files.exists(session, paths.memories_dir) or await _files.exists(
+        session, paths.sessions_dir
+    ):
         return
     raise MemoryNotFoundError(
         f"no memory in {session.root}: neither {paths.memories_dir}/ nor {paths.sessions_dir}/ "
@@ -257,8 +260,8 @@ async def show(
         raw_path = paths.raw_memory_file(rid)
         known = (
             bool(found)
-            or await session.exists(paths.rollout_file(rid))
-            or await session.exists(raw_path)
+            or await _files.exists(session, paths.rollout_file(rid))
+            or await _files.exists(session, raw_path)
         )
         if not known:
             raise maintenance.unknown_conversation(paths, rid)

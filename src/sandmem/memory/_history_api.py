@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from sandmem._errors import SandboxError, UserError
-from sandmem.memory import _history_prune, history, journal, proposals
+from sandmem.memory import _files, _history_prune, history, journal, proposals
 from sandmem.memory import state as gen_state
 from sandmem.memory._api import MemoryTarget, _locked, _opened, _run_sync
 from sandmem.memory._records import Problem, report
@@ -189,7 +189,7 @@ async def restore(
     consolidation folds in what came after it. Raises ``UserError`` for an unknown version."""
     async with _opened(target, layout) as (session, paths, _owned):
         try:
-            async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
                 found = await history.versions(session, paths)
                 old = history.resolve(version, found)
                 files: dict[str, bytes | None] = dict(
@@ -251,7 +251,7 @@ async def redact_history(
         raise UserError(f"invalid pattern {pattern!r}: {exc}") from exc
     async with _opened(target, layout) as (session, paths, _owned):
         try:
-            async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
                 changed = await _history_prune.redact_history(session, paths, redactor.redact)
                 rewritten = await _redact_tree(session, paths.memories_dir, redactor)
                 await remove_index(session, paths)  # a search index keeps removed terms
@@ -266,18 +266,14 @@ async def redact_history(
 
 
 async def _tree(session: SandboxSession, top: str, skip: str | None = None) -> list[str]:
-    found: list[str] = []
-    if not await session.is_dir(top):
-        return found
-    for name in await session.listdir(top):
-        path = f"{top}/{name}"
-        if path == skip or name == ".lock":
-            continue
-        if await session.is_dir(path):
-            found.extend(await _tree(session, path, skip))
-        else:
-            found.append(path)
-    return found
+    """Every regular file below ``top`` (hidden ones too; not the lock, nothing under
+    ``skip``), never through a link."""
+    found = await _files.walk(session, top, depth=_files.MAX_DEPTH * 4, hidden=True)
+    return sorted(
+        path
+        for path in found
+        if not path.endswith("/.lock") and not (skip and path.startswith(skip + "/"))
+    )
 
 
 async def _redact_tree(session: SandboxSession, top: str, redactor: Redactor) -> list[str]:
@@ -285,12 +281,12 @@ async def _redact_tree(session: SandboxSession, top: str, redactor: Redactor) ->
     for path in await _tree(session, top, skip=f"{top}/{history.HISTORY_DIR}"):
         if path.rsplit("/", 1)[-1].startswith(INDEX_NAME):
             continue  # removed whole (``remove_index``): a rewrite would only damage it
-        data = (await session.read_many([path]))[path]
+        data = (await _files.read_many(session, [path]))[path]
         if data is None:
             continue
         clean = history.redact_bytes(data, redactor.redact)
         if clean != data:
-            await session.write(path, clean)
+            await _files.write(session, path, clean)
             rewritten.append(path)
     return rewritten
 
@@ -298,7 +294,7 @@ async def _redact_tree(session: SandboxSession, top: str, redactor: Redactor) ->
 async def _matching(session: SandboxSession, top: str, redactor: Redactor) -> list[str]:
     hits = []
     for path in await _tree(session, top):
-        data = (await session.read_many([path]))[path]
+        data = (await _files.read_many(session, [path]))[path]
         if data is not None and history.redact_bytes(data, redactor.redact) != data:
             hits.append(path)
     return hits
@@ -311,8 +307,8 @@ async def _proposal_info(
     session: SandboxSession, paths: MemoryPaths, proposal: proposals.Proposal
 ) -> ProposalInfo:
     new = await proposals.contents(session, paths, proposal)
-    live = await session.read_many([f"{paths.memories_dir}/{n}" for n in new])
-    old = {n: d for n in new if (d := live[f"{paths.memories_dir}/{n}"]) is not None}
+    live = await _files.read_many(session, [_files.member(paths.memories_dir, n) for n in new])
+    old = {n: d for n in new if (d := live[_files.member(paths.memories_dir, n)]) is not None}
     _changed, text = unified(old, new)
     return _described(proposal, text)
 
@@ -365,7 +361,7 @@ async def approve(
     dismiss it and regenerate)."""
     async with _opened(target, layout) as (session, paths, _owned):
         try:
-            async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
                 proposal = await proposals.get(session, paths, proposal_id)
                 if proposal.stale:
                     raise UserError(
@@ -415,7 +411,7 @@ async def dismiss(
     """Drop a proposal; memory is unchanged. Returns what was dropped."""
     async with _opened(target, layout) as (session, paths, _owned):
         try:
-            async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
                 proposal = await proposals.get(session, paths, proposal_id)
                 try:
                     info = await _proposal_info(session, paths, proposal)

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from sandmem.memory import proposals
+from sandmem.memory import _files, proposals
 from sandmem.memory.history import (
     DEFAULT_RETENTION,
     Retention,
@@ -47,12 +47,12 @@ async def collect_garbage(session: SandboxSession, paths: MemoryPaths) -> int:
     removed = 0
     for name in await store._names("objects"):
         if name not in keep:
-            await session.remove(f"{store.root}/objects/{name}")
+            await _files.remove(session, f"{store.root}/objects/{name}")
             removed += 1
     for sub in ("versions", "proposals"):
         for name in await store._names(sub):
             if not name.endswith(".json"):
-                await session.remove(f"{store.root}/{sub}/{name}")
+                await _files.remove(session, f"{store.root}/{sub}/{name}")
     return removed
 
 
@@ -81,7 +81,7 @@ async def prune(
     drop = names[: max(0, len(names) - retention.keep_versions)]
     drop += [n for n in names[len(drop) : -1] if now - (_version_name(n) or (0, 0))[1] > limit_s]
     for name in drop:
-        await session.remove(f"{store.root}/versions/{name}")
+        await _files.remove(session, f"{store.root}/versions/{name}")
     await collect_garbage(session, paths)
     return len(drop)
 

@@ -43,6 +43,7 @@ from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as record
 
 from sandmem._errors import UserError
+from sandmem.memory import _files
 from sandmem.memory._records import Digest, MemoryName, Problem, is_digest, parse_record, report
 from sandmem.memory.layout import HISTORY_DIR as HISTORY_DIR
 from sandmem.memory.layout import MemoryPaths
@@ -186,10 +187,10 @@ class Store:
         return f"{self.root}/objects/{digest}"
 
     async def _names(self, sub: str) -> list[str]:
+        """The regular files of ``sub`` (a link, FIFO or directory there is no record)."""
         directory = f"{self.root}/{sub}"
-        if not await self.session.is_dir(directory):
-            return []
-        return await self.session.listdir(directory)
+        found = await _files.walk(self.session, directory, depth=0, hidden=True)
+        return sorted(path[len(directory) + 1 :] for path in found)
 
     async def version_names(self) -> list[str]:
         """Version record names, oldest first (temp files of a killed write left out)."""
@@ -206,7 +207,7 @@ class Store:
         """The records ``names`` that parse, in order; each one that does not is skipped and
         reported in one line (a truncated or crafted record never stops a command)."""
         paths = [f"{self.root}/versions/{name}" for name in names]
-        data = await self.session.read_many(paths)
+        data = await _files.read_many(self.session, paths)
         found: list[Version] = []
         problems: list[Problem] = []
         for name, path in zip(names, paths, strict=True):
@@ -220,8 +221,10 @@ class Store:
 
     async def write_version(self, version: Version) -> None:
         name = f"{version.seq:08d}-{version.epoch}.json"
-        await self.session.write(
-            f"{self.root}/versions/{name}", json.dumps(version.to_json(), indent=1) + "\n"
+        await _files.write(
+            self.session,
+            f"{self.root}/versions/{name}",
+            json.dumps(version.to_json(), indent=1) + "\n",
         )
 
     async def head(self) -> Version | None:
@@ -243,13 +246,13 @@ class Store:
         if digest in self._known_blobs:
             return digest
         path = self.object_path(digest)
-        if not await self.session.exists(path):
-            await self.session.write(path, data)
+        if not await _files.exists(self.session, path):
+            await _files.write(self.session, path, data)
         self._known_blobs.add(digest)
         return digest
 
     async def blobs(self, digests: list[str]) -> dict[str, bytes]:
-        found = await self.session.read_many([self.object_path(d) for d in digests])
+        found = await _files.read_many(self.session, [self.object_path(d) for d in digests])
         out: dict[str, bytes] = {}
         for digest in digests:
             data = found.get(self.object_path(digest))

@@ -43,7 +43,7 @@ from dataclasses import replace
 from typing import Any
 
 from sandmem._errors import MemoryGenerationError, SandboxError
-from sandmem.memory import _history_prune, history, proposals
+from sandmem.memory import _files, _history_prune, history, proposals
 from sandmem.memory._json import loads_bounded
 from sandmem.memory._records import is_digest, is_memory_name
 from sandmem.memory.history import DEFAULT_RETENTION, Attribution, Retention
@@ -91,30 +91,20 @@ def staged(paths: MemoryPaths, path: str) -> str:
 
 
 async def _read(session: SandboxSession, path: str) -> bytes | None:
-    return (await session.read_many([path]))[path]
+    return (await _files.read_many(session, [path]))[path]
 
 
 async def _visible_files(session: SandboxSession, top: str) -> list[str]:
-    """Every non-hidden file below ``top`` (symlinks and unreadable entries left alone)."""
-    if not await session.is_dir(top):
-        return []
-    found: list[str] = []
-    for name in await session.listdir(top):
-        if name.startswith("."):
-            continue
-        child = f"{top}/{name}"
-        if await session.is_dir(child):
-            found.extend(await _visible_files(session, child))
-        else:
-            found.append(child)
-    return sorted(found)
+    """Every visible regular file below ``top`` (links and special files are left alone,
+    never followed)."""
+    return sorted(await _files.walk(session, top, depth=_files.MAX_DEPTH * 4))
 
 
 async def live_files(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     """The live set's paths: ``MEMORY.md``, ``memory_summary.md`` and the visible files of
     ``skills/`` whose names a version can hold (``_records.is_memory_name``: a name with a
     control character, say, made by an agent's shell, is not a memory file)."""
-    files = [p for p in (paths.memory_md, paths.summary_md) if await session.exists(p)]
+    files = [p for p in (paths.memory_md, paths.summary_md) if await _files.exists(session, p)]
     skills = await _visible_files(session, paths.skills_dir)
     return files + [p for p in skills if is_memory_name(_name(paths, p))]
 
@@ -122,29 +112,31 @@ async def live_files(session: SandboxSession, paths: MemoryPaths) -> list[str]:
 async def begin(session: SandboxSession, paths: MemoryPaths) -> dict[str, str | None]:
     """Copy the live set into a fresh stage; returns each copied file's hash (the base)."""
     stage = stage_dir(paths)
-    if await session.exists(stage):
-        await session.remove(stage, recursive=True)
-    await session.mkdir(f"{stage}/skills", parents=True)
+    if await _files.exists(session, stage):
+        await _files.remove(session, stage, recursive=True)
+    await _files.mkdir(session, f"{stage}/skills", parents=True)
     base: dict[str, str | None] = {}
     for path in await live_files(session, paths):
         data = await _read(session, path)
         if data is None:
             continue
-        await session.write(staged(paths, path), data)
+        await _files.write(session, staged(paths, path), data)
         base[path] = digest(data)
     return base
 
 
 async def discard(session: SandboxSession, paths: MemoryPaths) -> None:
-    if await session.exists(stage_dir(paths)):
-        await session.remove(stage_dir(paths), recursive=True)
+    if await _files.exists(session, stage_dir(paths)):
+        await _files.remove(session, stage_dir(paths), recursive=True)
 
 
 async def staged_files(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     """The live paths the stage now holds."""
     stage = stage_dir(paths)
     found = [
-        p for p in (paths.memory_md, paths.summary_md) if await session.exists(staged(paths, p))
+        p
+        for p in (paths.memory_md, paths.summary_md)
+        if await _files.exists(session, staged(paths, p))
     ]
     for path in await _visible_files(session, f"{stage}/skills"):
         found.append(f"{paths.memories_dir}/{path[len(stage) + 1 :]}")
@@ -223,17 +215,17 @@ async def _apply(
             kept.append(path)
             continue
         if after is None:
-            await session.remove(path)
+            await _files.remove(session, path)
             continue
         data = await _read(session, staged(paths, path))
         if digest(data) != after:  # the stage is gone or damaged: nothing safe to apply
             kept.append(path)
             continue
         assert data is not None
-        await session.write(path, data)
+        await _files.write(session, path, data)
     memory = await _read(session, staged(paths, paths.memory_md))
     if memory is not None and digest(memory) == record.get("consolidated"):
-        await session.write(paths.consolidated_memory_md, memory)
+        await _files.write(session, paths.consolidated_memory_md, memory)
     if isinstance(record.get("selection"), dict):
         await write_json(session, paths.selection_json, record["selection"])
     try:
@@ -243,7 +235,7 @@ async def _apply(
     made = await _version(session, paths, attribution, redactor=redactor, retention=retention)
     record["_version"] = made.seq if made is not None else None
     await discard(session, paths)
-    await session.remove(record_path(paths))
+    await _files.remove(session, record_path(paths))
     return kept
 
 
@@ -280,13 +272,13 @@ async def recover(session: SandboxSession, paths: MemoryPaths) -> list[str]:
             notes.append(f"{record_file}: finished an interrupted memory commit")
             notes += [f"{p}: edited after an interrupted commit; the edit is kept" for p in kept]
         else:
-            await session.remove(record_file)
+            await _files.remove(session, record_file)
             notes.append(f"{record_file}: unreadable commit record removed")
-    if await session.exists(stage_dir(paths)):
+    if await _files.exists(session, stage_dir(paths)):
         await discard(session, paths)
         notes.append(f"{stage_dir(paths)}: interrupted consolidation discarded")
-    if await session.exists(_legacy_backup(paths)):
-        await session.remove(_legacy_backup(paths), recursive=True)
+    if await _files.exists(session, _legacy_backup(paths)):
+        await _files.remove(session, _legacy_backup(paths), recursive=True)
     for note in notes:
         logger.warning("%s", note)
     return notes
@@ -295,10 +287,10 @@ async def recover(session: SandboxSession, paths: MemoryPaths) -> list[str]:
 async def try_recover(session: SandboxSession, paths: MemoryPaths) -> None:
     """``recover`` when a commit record is left and the layout lock is free at once (a
     reader must not wait for a running consolidation)."""
-    if not await session.exists(record_path(paths)):
+    if not await _files.exists(session, record_path(paths)):
         return
     try:
-        async with session.lock(paths.lock, timeout=0.05):
+        async with _files.lock(session, paths.lock, timeout=0.05):
             notes = await recover(session, paths)
             if notes:
                 problems = dict(note.split(": ", 1) for note in notes)
@@ -353,7 +345,7 @@ async def versioned_files(
             continue
         clean = history.redact_bytes(data, redactor.redact)
         if clean != data:
-            await session.write(path, clean)
+            await _files.write(session, path, clean)
         files[_name(paths, path)] = clean
     return files
 
@@ -421,20 +413,23 @@ async def write_files(
     the way a new writer (restore, approval, ingest, an MCP write) changes memory. Redacted
     first; crash-safe like a consolidation. Call under the layout lock."""
     redactor = redactor or Redactor()
-    await notice(session, paths, Attribution("hand_edit"), redactor=redactor)
-    base = await begin(session, paths)
-    for name, data in files.items():
-        path = f"{paths.memories_dir}/{name}"
+    targets = {name: _files.member(paths.memories_dir, name) for name in files}
+    for name, path in targets.items():
         if not is_staged_path(paths, path) or path == paths.skills_dir:
-            await discard(session, paths)
             raise ValueError(
                 f"{name!r} is not a memory file (MEMORY.md, memory_summary.md, skills/)"
             )
+    await notice(session, paths, Attribution("hand_edit"), redactor=redactor)
+    base = await begin(session, paths)
+    for name, data in files.items():
+        path = targets[name]
         if data is None:
-            if await session.exists(staged(paths, path)):
-                await session.remove(staged(paths, path))
+            if await _files.exists(session, staged(paths, path)):
+                await _files.remove(session, staged(paths, path))
         else:
-            await session.write(staged(paths, path), history.redact_bytes(data, redactor.redact))
+            await _files.write(
+                session, staged(paths, path), history.redact_bytes(data, redactor.redact)
+            )
     return await commit(
         session,
         paths,
@@ -500,39 +495,39 @@ class StagedFiles:
         return staged(self._paths, path.rstrip("/"))
 
     async def read_bytes(self, path: str) -> bytes:
-        return await self._session.read_bytes(self._map(path))
+        return await _files.read_bytes(self._session, self._map(path))
 
     async def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
-        found = await self._session.read_many([self._map(p) for p in paths])
+        found = await _files.read_many(self._session, [self._map(p) for p in paths])
         return dict(zip(paths, found.values(), strict=True))
 
     async def stat_many(self, paths: Sequence[str]) -> dict[str, Any]:
-        found = await self._session.stat_many([self._map(p) for p in paths])
+        found = await _files.stat_many(self._session, [self._map(p) for p in paths])
         return dict(zip(paths, found.values(), strict=True))
 
     async def write(self, path: str, data: bytes | str) -> None:
-        await self._session.write(self._map(path), data)
+        await _files.write(self._session, self._map(path), data)
 
     async def exists(self, path: str) -> bool:
-        return await self._session.exists(self._map(path))
+        return await _files.exists(self._session, self._map(path))
 
     async def is_dir(self, path: str) -> bool:
-        return await self._session.is_dir(self._map(path))
+        return await _files.is_dir(self._session, self._map(path))
 
     async def listdir(self, path: str = ".") -> list[str]:
-        names = await self._session.listdir(self._map(path))
+        names = await _files.listdir(self._session, self._map(path))
         if path.rstrip("/") == self._paths.memories_dir:
             names = [n for n in names if n != ".phase_two_stage"]
         return names
 
     async def mkdir(self, path: str, parents: bool = True) -> None:
-        await self._session.mkdir(self._map(path), parents=parents)
+        await _files.mkdir(self._session, self._map(path), parents=parents)
 
     async def remove(self, path: str, recursive: bool = False) -> None:
-        await self._session.remove(self._map(path), recursive=recursive)
+        await _files.remove(self._session, self._map(path), recursive=recursive)
 
     async def rename(self, src: str, dst: str) -> None:
-        await self._session.rename(self._map(src), self._map(dst))
+        await _files.rename(self._session, self._map(src), self._map(dst))
 
     def lock(self, path: str, timeout: float = 30.0) -> Any:
-        return self._session.lock(path, timeout=timeout)
+        return _files.lock(self._session, path, timeout=timeout)

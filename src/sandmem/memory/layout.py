@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import SandboxError
+from sandmem.memory import _files
+from sandmem.memory._files import MAX_DEPTH as MAX_DEPTH
+from sandmem.memory._files import Stat as Stat
+from sandmem.memory._files import read_isolated as read_isolated
+from sandmem.memory._files import read_text as read_text
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.rollouts import parse_segment
 from sandmem.sandboxes._hostfs import is_stale_write_temp
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 from sandmem.sandboxes._types import EntryKind
 
@@ -179,6 +183,11 @@ MEMORY_ENTRIES: dict[str, tuple[EntryKind, bool]] = {
 }
 
 
+#: how long layout repair waits for the layout lock; a holder (a flush, an edit) is a sandmem
+#: process that repairs the layout itself, so a busy lock is not waited for
+REPAIR_LOCK_WAIT_S = 0.05
+
+
 async def ensure_layout(
     session: SandboxSession, paths: MemoryPaths, *, create: bool = True
 ) -> None:
@@ -189,61 +198,75 @@ async def ensure_layout(
     ``sessions_dir``, ...), a symlink, a FIFO or socket, a file in place of a directory or the
     reverse — is reported, moved aside to ``<name>.moved-<time>`` (as the link itself:
     nothing is followed) and, where the layout creates it, replaced: it never blocks the
-    layout."""
-    with no_symlinks():
-        for directory in (paths.sessions_dir, paths.memories_dir):
-            parts = directory.split("/")
-            for depth in range(1, len(parts) + 1):
-                parent = "/".join(parts[: depth - 1]) or "."
-                await _ensure_entries(session, parent, {parts[depth - 1]: (_DIR, create)})
-        wanted = {name: (kind, made and create) for name, (kind, made) in MEMORY_ENTRIES.items()}
-        await _ensure_entries(session, paths.memories_dir, wanted)
-        history = f"{paths.memories_dir}/{HISTORY_DIR}"
-        if await session.is_dir(history):
-            await _ensure_entries(session, history, dict.fromkeys(HISTORY_SUBDIRS, (_DIR, False)))
-        for name in SESSIONS_FILES:
-            await make_way(session, f"{paths.sessions_dir}/{name}")
+    layout.
+
+    Safe to run from any number of tasks and processes at once: directories are made with
+    ``mkdir`` (one wins, the others find it), empty files are created by an append of nothing
+    (never truncating what another writer just wrote), an entry is moved aside only when it
+    was seen to be of a wrong kind (never a file another writer is creating), and the repair of
+    ``memories_dir`` runs under the layout lock (skipped when another holder has it: that
+    holder is a sandmem process preparing the same layout)."""
+    for directory in (paths.sessions_dir, paths.memories_dir):
+        parts = directory.split("/")
+        for depth in range(1, len(parts) + 1):
+            parent = "/".join(parts[: depth - 1]) or "."
+            await _ensure_entries(session, parent, {parts[depth - 1]: (_DIR, create)})
+    if not await _files.is_dir(session, paths.memories_dir):
+        return  # create=False on a workspace without memory: nothing to repair
+    await make_way(session, paths.lock)
+    wanted = {name: (kind, made and create) for name, (kind, made) in MEMORY_ENTRIES.items()}
+    try:
+        async with _files.lock(session, paths.lock, timeout=REPAIR_LOCK_WAIT_S):
+            await _ensure_entries(session, paths.memories_dir, wanted)
+            history = f"{paths.memories_dir}/{HISTORY_DIR}"
+            if await _files.is_dir(session, history):
+                subdirs = dict.fromkeys(HISTORY_SUBDIRS, (_DIR, False))
+                await _ensure_entries(session, history, subdirs)
+    except SandboxError as exc:
+        if exc.operation != "lock":
+            raise
+        if create:  # the holder repairs; still make what this caller needs
+            await _ensure_entries(session, paths.memories_dir, wanted, repair=False)
+    for name in SESSIONS_FILES:
+        await make_way(session, f"{paths.sessions_dir}/{name}")
 
 
 async def _ensure_entries(
-    session: SandboxSession, directory: str, wanted: dict[str, tuple[EntryKind, bool]]
+    session: SandboxSession,
+    directory: str,
+    wanted: dict[str, tuple[EntryKind, bool]],
+    *,
+    repair: bool = True,
 ) -> None:
     """Give each name of ``wanted`` in ``directory`` its kind (one listing of the directory)."""
     try:
-        found = {name: kind for name, kind, _, _ in await session.stat_dir(directory)}
+        found = {name: kind for name, kind, _, _ in await _files.stat_dir(session, directory)}
     except SandboxError:
         found = {}
     for name, (kind, create) in wanted.items():
         path = f"{directory}/{name}" if directory != "." else name
         present = found.get(name)
         if present is not None and present != kind:
+            if not repair:
+                continue
             await _move_aside(session, path, present, kind)
             present = None
         if present is None and create:
             if kind == _DIR:
-                await session.mkdir(path, parents=True)
-            else:
-                await session.write(path, b"")
+                await _files.mkdir(session, path, parents=True)
+            else:  # an append of nothing: never truncates a file written meanwhile
+                await _files.append(session, path, b"")
 
 
 async def make_way(session: SandboxSession, path: str) -> None:
     """Make sure ``path`` (a file the layout writes) is a regular file or missing: anything
-    else there is moved aside, as ``ensure_layout`` does. Costs one ``stat`` when it is a
-    file (for names in ``sessions_dir``, which may be too large to list at every record)."""
-    with no_symlinks():
-        if (await session.stat_many([path]))[path] is not None:
-            return  # a regular file
-        if await session.exists(path):  # a directory, FIFO, socket or device
-            kind = EntryKind.DIRECTORY if await session.is_dir(path) else EntryKind.OTHER
-            await _move_aside(session, path, kind, _FILE)
-            return
-        try:  # a symlink (``exists`` does not follow it) or nothing
-            await session.rename(path, _aside(path))
-        except SandboxError as exc:
-            if not isinstance(exc.__cause__, FileNotFoundError):
-                logger.warning("memory layout: cannot move %s aside: %s", path, exc)
-            return
-        logger.warning("memory layout: %s was a symlink; moved it aside", path)
+    else there is moved aside, as ``ensure_layout`` does. A few calls, whatever the size of
+    the directory (names in ``sessions_dir`` are checked at every record); only an entry seen
+    to be a link, a directory or a special file is moved — never a file another writer is
+    creating at that moment."""
+    found = await _files.kind(session, path)
+    if found is not None and found != _FILE:
+        await _move_aside(session, path, found, _FILE)
 
 
 def _aside(path: str) -> str:
@@ -261,7 +284,7 @@ async def _move_aside(
         kind.value,
         aside,
     )
-    await session.rename(path, aside)
+    await _files.rename(session, path, aside)
 
 
 _SKILLS_SWEEP_DEPTH = 4
@@ -279,14 +302,14 @@ async def sweep_write_temps(
     removed: list[str] = []
 
     async def sweep(directory: str, depth: int) -> None:
-        if not await session.is_dir(directory):
+        if not await _files.is_dir(session, directory):
             return
-        for name in await session.listdir(directory):
+        for name in await _files.listdir(session, directory):
             path = f"{directory}/{name}"
             if is_stale_write_temp(name):
-                await session.remove(path)
+                await _files.remove(session, path)
                 removed.append(path)
-            elif depth > 0 and await session.is_dir(path):
+            elif depth > 0 and await _files.is_dir(session, path):
                 await sweep(path, depth - 1)
 
     for directory in (paths.memories_dir, paths.raw_dir, paths.summaries_dir, paths.backup_dir):
@@ -296,69 +319,10 @@ async def sweep_write_temps(
     return removed
 
 
-async def read_text(session: SandboxSession, path: str) -> str | None:
-    """The file's text (invalid UTF-8 replaced), or ``None`` when it does not exist. A memory
-    file is never read through a symlink, and one that is not a regular file (a FIFO, socket,
-    device, symlink) is skipped with a warning, so nothing planted there can hang a run."""
-    with no_symlinks():
-        try:
-            if not await session.exists(path):
-                return None
-            data = await session.read_bytes(path)
-        except SandboxError as exc:
-            if isinstance(exc.__cause__, FileNotFoundError):
-                return None
-            logger.warning("skipping %s: %s", path, exc)
-            return None
-    return data.decode("utf-8", "replace")
-
-
-async def read_isolated(
-    session: SandboxSession, paths: list[str]
-) -> tuple[dict[str, bytes | None], dict[str, str]]:
-    """``read_many`` where one unreadable file (a directory, a symlink leaving the
-    workspace, a permission error) fails alone: it is left out and reported by path."""
-    try:
-        return await session.read_many(paths), {}
-    except SandboxError:
-        pass
-    found: dict[str, bytes | None] = {}
-    problems: dict[str, str] = {}
-    for path in paths:
-        try:
-            found[path] = (await session.read_many([path]))[path]
-        except SandboxError as exc:
-            problems[path] = f"unreadable: {exc}"
-    return found, problems
-
-
-#: ``(size, mtime_ns)`` of a file (``None`` when the backend gives no mtime)
-Stat = tuple[int, int | None]
-#: directories below skills/ deeper than this are not entered (as ``ScopedFiles.walk``)
-MAX_DEPTH = 8
-
-
 async def list_files(session: SandboxSession, top: str, depth: int) -> dict[str, Stat]:
     """Regular, visible files below ``top`` (``depth`` levels of subdirectories), with their
     stat; symlinks and special files are left out (never followed)."""
-    found: dict[str, Stat] = {}
-    pending = [(top, 0)]
-    file, directory_kind = EntryKind.FILE, EntryKind.DIRECTORY
-    while pending:
-        directory, level = pending.pop()
-        try:
-            entries = await session.stat_dir(directory)
-        except SandboxError:
-            continue  # missing, or not a directory
-        prefix = f"{directory}/"
-        for name, kind, size, mtime in entries:
-            if name[0] == ".":
-                continue
-            if kind == file:
-                found[prefix + name] = (size, mtime)
-            elif kind == directory_kind and level < depth:
-                pending.append((prefix + name, level + 1))
-    return found
+    return await _files.walk(session, top, depth=depth)
 
 
 #: a file modified this recently is not trusted to look changed: one rewritten twice within
@@ -498,4 +462,4 @@ async def load_json(session: SandboxSession, path: str) -> Any:
 
 
 async def write_json(session: SandboxSession, path: str, value: Any) -> None:
-    await session.write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+    await _files.write(session, path, json.dumps(value, indent=2, sort_keys=True) + "\n")

@@ -16,6 +16,7 @@ import posixpath
 from typing import TYPE_CHECKING
 
 from sandmem._errors import SandboxError
+from sandmem.memory import _files
 from sandmem.sandboxes._apply_patch import PatchFiles, PatchResult, apply_patch
 
 if TYPE_CHECKING:
@@ -60,6 +61,11 @@ class RedactingFiles:
         overlay = None if directory is None else self._overlays.get(directory)
         return overlay, workspace_relative(self._session, path)
 
+    def _guarded(self, path: str) -> str | None:
+        """The workspace-relative path when ``path`` lies in a guarded memory directory (then
+        it is reached only through the memory file layer), else ``None``."""
+        return workspace_relative(self._session, path) if self.directory(path) else None
+
     async def write(self, path: str, data: bytes | str) -> None:
         redactor = self._redactor(path)
         if redactor is not None:
@@ -73,7 +79,10 @@ class RedactingFiles:
         if overlay is not None:
             overlay[rel] = data.encode("utf-8") if isinstance(data, str) else data
             return
-        await self._session.write(path, data)
+        if (guarded := self._guarded(path)) is not None:
+            await _files.write(self._session, guarded, data)
+        else:
+            await self._session.write(path, data)
 
     async def read_bytes(self, path: str) -> bytes:
         overlay, rel = self._overlay(path)
@@ -82,16 +91,24 @@ class RedactingFiles:
             if data is None:
                 raise SandboxError(f"{rel}: no such file", operation="read", path=rel)
             return data
+        if (guarded := self._guarded(path)) is not None:
+            return await _files.read_bytes(self._session, guarded)
         return await self._session.read_bytes(path)
 
     async def exists(self, path: str) -> bool:
         overlay, rel = self._overlay(path)
         if overlay is not None and rel in overlay:
             return overlay[rel] is not None
+        if (guarded := self._guarded(path)) is not None:
+            return await _files.exists(self._session, guarded)
         return await self._session.exists(path)
 
     async def mkdir(self, path: str, parents: bool = True) -> None:
-        if self._overlay(path)[0] is None:
+        if self._overlay(path)[0] is not None:
+            return
+        if (guarded := self._guarded(path)) is not None:
+            await _files.mkdir(self._session, guarded, parents=parents)
+        else:
             await self._session.mkdir(path, parents=parents)
 
     async def remove(self, path: str, recursive: bool = False) -> None:
@@ -99,10 +116,13 @@ class RedactingFiles:
         if overlay is not None:
             overlay[rel] = None
             return
-        await self._session.remove(path, recursive=recursive)
+        if (guarded := self._guarded(path)) is not None:
+            await _files.remove(self._session, guarded, recursive=recursive)
+        else:
+            await self._session.remove(path, recursive=recursive)
 
     async def rename(self, src: str, dst: str) -> None:
-        if self._overlay(src)[0] is None and self._overlay(dst)[0] is None:
+        if self._guarded(src) is None and self._guarded(dst) is None:
             await self._session.rename(src, dst)
             return
         await self.write(dst, await self.read_bytes(src))
@@ -158,5 +178,5 @@ async def apply_live_edit(
     files: PatchFiles = RedactingFiles(session, guards, overlays) if guards else session
     async with contextlib.AsyncExitStack() as stack:
         for lock in memory_locks(session, patch, guards):
-            await stack.enter_async_context(session.lock(lock, timeout=lock_timeout))
+            await stack.enter_async_context(_files.lock(session, lock, timeout=lock_timeout))
         return await apply_patch(files, patch)

@@ -24,6 +24,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, model_validator
 from pydantic.dataclasses import dataclass as record
 
 from sandmem._errors import UserError
+from sandmem.memory import _files
 from sandmem.memory._records import (
     Digest,
     MemoryName,
@@ -106,7 +107,9 @@ def _digest(data: bytes | None) -> str | None:
 
 
 async def save(session: SandboxSession, paths: MemoryPaths, proposal: Proposal) -> None:
-    await session.write(_path(paths, proposal.id), json.dumps(proposal.to_json(), indent=1) + "\n")
+    await _files.write(
+        session, _path(paths, proposal.id), json.dumps(proposal.to_json(), indent=1) + "\n"
+    )
 
 
 async def create(
@@ -120,8 +123,8 @@ async def create(
     """Store ``files`` (names relative to ``memories_dir``, already redacted) as a proposal
     against the live files; ``None`` when nothing would change."""
     store = Store(session, paths)
-    live = await session.read_many([f"{paths.memories_dir}/{n}" for n in files])
-    before = {n: _digest(live[f"{paths.memories_dir}/{n}"]) for n in files}
+    live = await _files.read_many(session, [_files.member(paths.memories_dir, n) for n in files])
+    before = {n: _digest(live[_files.member(paths.memories_dir, n)]) for n in files}
     changes = {n: d for n, d in files.items() if _digest(d) != before[n]}
     if not changes and selection is None:
         return None
@@ -142,19 +145,23 @@ async def create(
 
 async def _stale(session: SandboxSession, paths: MemoryPaths, proposal: Proposal) -> list[str]:
     names = sorted(proposal.before)
-    live = await session.read_many([f"{paths.memories_dir}/{n}" for n in names])
-    return [n for n in names if _digest(live[f"{paths.memories_dir}/{n}"]) != proposal.before[n]]
+    live = await _files.read_many(session, [_files.member(paths.memories_dir, n) for n in names])
+    return [
+        n
+        for n in names
+        if _digest(live[_files.member(paths.memories_dir, n)]) != proposal.before[n]
+    ]
 
 
 async def load_all(session: SandboxSession, paths: MemoryPaths) -> list[Proposal]:
     """Every pending proposal, oldest first, with ``stale`` filled in."""
     directory = _dir(paths)
-    if not await session.is_dir(directory):
+    if not await _files.is_dir(session, directory):
         return []
     found: list[Proposal] = []
     problems: list[Problem] = []
-    names = sorted(n for n in await session.listdir(directory) if n.endswith(".json"))
-    raw = await session.read_many([f"{directory}/{n}" for n in names])
+    names = sorted(n for n in await _files.listdir(session, directory) if n.endswith(".json"))
+    raw = await _files.read_many(session, [f"{directory}/{n}" for n in names])
     for name in names:
         parsed = parse_proposal(f"{directory}/{name}", name, raw[f"{directory}/{name}"])
         if isinstance(parsed, Problem):
@@ -177,8 +184,8 @@ async def get(session: SandboxSession, paths: MemoryPaths, proposal_id: str) -> 
 
 async def remove(session: SandboxSession, paths: MemoryPaths, proposal: Proposal) -> None:
     path = _path(paths, proposal.id)
-    if await session.exists(path):
-        await session.remove(path)
+    if await _files.exists(session, path):
+        await _files.remove(session, path)
 
 
 async def contents(

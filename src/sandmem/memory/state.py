@@ -46,6 +46,7 @@ from sandmem._errors import (
     ModelRequestError,
     SandboxError,
 )
+from sandmem.memory import _files
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.layout import SELECTION_JSON, MemoryPaths, write_json
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
@@ -183,7 +184,7 @@ async def load(session: SandboxSession, paths: MemoryPaths) -> tuple[GenerationS
     """``generation_state.json`` parsed with ``parse_state`` (an unreadable file — a
     directory, a symlink leaving the workspace — is rebuilt too)."""
     try:
-        data = (await session.read_many([paths.state_json]))[paths.state_json]
+        data = (await _files.read_many(session, [paths.state_json]))[paths.state_json]
     except SandboxError as exc:
         return GenerationState(), [f"{paths.state_json}: unreadable ({exc}); rebuilt"]
     text = None if data is None else data.decode("utf-8", "replace")
@@ -191,7 +192,7 @@ async def load(session: SandboxSession, paths: MemoryPaths) -> tuple[GenerationS
 
 
 async def save(session: SandboxSession, paths: MemoryPaths, state: GenerationState) -> None:
-    await session.write(paths.state_json, state_text(state.to_json()))
+    await _files.write(session, paths.state_json, state_text(state.to_json()))
 
 
 def state_text(data: dict[str, Any]) -> str:
@@ -212,7 +213,7 @@ async def load_selection(session: SandboxSession, paths: MemoryPaths) -> SavedSe
     """``phase_two_selection.json`` parsed (``selection.parse_selection_file``); an unreadable
     file counts as no selection, with the reason in ``problems``."""
     try:
-        data = (await session.read_many([paths.selection_json]))[paths.selection_json]
+        data = (await _files.read_many(session, [paths.selection_json]))[paths.selection_json]
     except SandboxError as exc:
         return SavedSelection([], None, {paths.selection_json: f"unreadable ({exc})"})
     return parse_selection_file(data, paths.selection_json)
@@ -235,7 +236,7 @@ async def load_settled(session: SandboxSession, paths: MemoryPaths) -> dict[str,
     """What the last flush that found nothing to do saw (``.settled.json``: derived data,
     written by the manager; ``None`` when missing or unreadable)."""
     try:
-        data = (await session.read_many([paths.settled_json]))[paths.settled_json]
+        data = (await _files.read_many(session, [paths.settled_json]))[paths.settled_json]
         value = loads_bounded(data.decode("utf-8", "replace")) if data else None
     except (SandboxError, ValueError):
         return None
@@ -248,8 +249,8 @@ async def save_settled(
     """Write ``.settled.json`` (``None``: remove it)."""
     if value is not None:
         await write_json(session, paths.settled_json, value)
-    elif await session.exists(paths.settled_json):
-        await session.remove(paths.settled_json)
+    elif await _files.exists(session, paths.settled_json):
+        await _files.remove(session, paths.settled_json)
 
 
 def log_line(record: dict[str, Any]) -> bytes:
@@ -259,7 +260,7 @@ def log_line(record: dict[str, Any]) -> bytes:
 
 async def append_log(session: SandboxSession, paths: MemoryPaths, record: dict[str, Any]) -> None:
     """One line in ``generation_log.jsonl`` per phase run."""
-    await session.append(paths.log_jsonl, log_line(record))
+    await _files.append(session, paths.log_jsonl, log_line(record))
 
 
 async def read_log(
@@ -268,7 +269,7 @@ async def read_log(
     """The records of ``generation_log.jsonl``, oldest first (malformed lines are skipped;
     ``rollouts``: see ``parse_log``)."""
     try:
-        data = (await session.read_many([paths.log_jsonl]))[paths.log_jsonl]
+        data = (await _files.read_many(session, [paths.log_jsonl]))[paths.log_jsonl]
     except SandboxError:
         return []
     return parse_log(data or b"", rollouts)

@@ -25,6 +25,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from sandmem.memory import _files
 from sandmem.memory.generation.manager import MemoryGenerationManager
 from sandmem.memory.layout import PHASE_ONE_DIRS
 from sandmem.memory.state import log_line
@@ -54,11 +55,11 @@ async def _stage(
     return that version and its files."""
     current, files = await read_current(store, paths.memories_dir)
     for name, data in files.items():
-        await session.write(f"{paths.memories_dir}/{name}", data)
-    await session.mkdir(paths.sessions_dir, parents=True)
+        await _files.write(session, f"{paths.memories_dir}/{name}", data)
+    await _files.mkdir(session, paths.sessions_dir, parents=True)
     found = checked_segments(await store.segments(paths.sessions_dir), store.describe())
     for rollout_id, segments in found.items():
-        await session.write(paths.rollout_file(rollout_id), b"".join(segments))
+        await _files.write(session, paths.rollout_file(rollout_id), b"".join(segments))
     return current, files
 
 
@@ -113,9 +114,9 @@ class _Job:
         assert self._session is not None
         files = await walk_files(self._session, self.paths.memories_dir)
         baseline = self.paths.consolidated_memory_md
-        if await self._session.exists(baseline):
-            data = await self._session.read(baseline)
-            files[baseline.rsplit("/", 1)[-1]] = data if isinstance(data, bytes) else data.read()
+        data = await _files.read(self._session, baseline)
+        if data is not None:
+            files[baseline.rsplit("/", 1)[-1]] = data
         self.phase_one_files = {
             name: data for name, data in files.items() if name.startswith(PHASE_ONE_DIRS)
         }
@@ -146,7 +147,7 @@ class _Job:
             mirror = MirrorNames()  # the history mirror is listed once a job
             await sync_history(session, self.paths, self.store, full=False, mirror=mirror)
             for name, data in carry.items():
-                await session.write(f"{self.paths.memories_dir}/{name}", data)
+                await _files.write(session, f"{self.paths.memories_dir}/{name}", data)
             manager = MemoryGenerationManager(session, self.paths, config)
             manager.after_phase_one = self._commit
             report = await manager.flush(retry_failed=retry_failed)

@@ -16,8 +16,8 @@ import logging
 from typing import Any
 
 from sandmem._errors import SandboxError
+from sandmem.memory import _files
 from sandmem.redaction import Redactor
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import FileStat, SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
@@ -43,29 +43,32 @@ class MemoryRedactionPass:
 
     async def run(self) -> list[str]:
         """Redact now; returns the files rewritten. Never raises for a file it cannot read."""
-        with no_symlinks():
-            if not await self.session.is_dir(self.memories_dir):
-                return []
-            try:
-                async with self.session.lock(f"{self.memories_dir}/.lock", timeout=_LOCK_TIMEOUT_S):
-                    return await self._run_locked()
-            except SandboxError as exc:
-                if exc.operation != "lock":
-                    raise
-                logger.warning("memory redaction of %s skipped: %s", self.memories_dir, exc)
-                return []
+        if not await _files.is_dir(self.session, self.memories_dir):
+            return []
+        try:
+            async with _files.lock(
+                self.session, f"{self.memories_dir}/.lock", timeout=_LOCK_TIMEOUT_S
+            ):
+                return await self._run_locked()
+        except SandboxError as exc:
+            if exc.operation != "lock":
+                raise
+            logger.warning("memory redaction of %s skipped: %s", self.memories_dir, exc)
+            return []
 
     async def _run_locked(self) -> list[str]:
-        files = await self._files()
-        stats = await self.session.stat_many(files)
+        files = await self._memory_files()
+        stats = await _files.stat_many(self.session, files)
         changed = [p for p, st in stats.items() if st is not None and self._seen.get(p) != st]
         rewritten: list[str] = []
         for start in range(0, len(changed), _BATCH):
             batch = changed[start : start + _BATCH]
-            for path, data in (await self.session.read_many(batch)).items():
+            for path, data in (await _files.read_many(self.session, batch)).items():
                 if data is not None and await self._redact_one(path, data):
                     rewritten.append(path)
-        self._seen = {p: st for p, st in (await self.session.stat_many(files)).items() if st}
+        self._seen = {
+            p: st for p, st in (await _files.stat_many(self.session, files)).items() if st
+        }
         if rewritten:
             logger.warning("redacted secrets in %d memory file(s): %s", len(rewritten), rewritten)
         return rewritten
@@ -81,33 +84,23 @@ class MemoryRedactionPass:
         if clean == text:
             return False
         try:
-            await self.session.write(path, clean.encode("utf-8", "surrogateescape"))
+            await _files.write(self.session, path, clean.encode("utf-8", "surrogateescape"))
         except SandboxError as exc:
             logger.warning("could not redact %s: %s", path, exc)
             return False
         return True
 
-    async def _files(self) -> list[str]:
+    async def _memory_files(self) -> list[str]:
         from sandmem.sandboxes._hostfs import is_stale_write_temp
 
-        found: list[str] = []
-        pending = [(self.memories_dir, 0)]
-        while pending:
-            directory, depth = pending.pop()
-            try:
-                names = await self.session.listdir(directory)
-            except SandboxError:
-                continue
-            for name in names:
-                child = f"{directory}/{name}"
-                if name == ".lock" or is_stale_write_temp(name) or _is_write_temp(name):
-                    continue
-                if await self.session.is_dir(child):
-                    if depth < _MAX_DEPTH:
-                        pending.append((child, depth + 1))
-                else:
-                    found.append(child)
-        return sorted(found)
+        found = await _files.walk(self.session, self.memories_dir, depth=_MAX_DEPTH, hidden=True)
+        return sorted(
+            path
+            for path in found
+            if (name := path.rsplit("/", 1)[-1]) != ".lock"
+            and not is_stale_write_temp(name)
+            and not _is_write_temp(name)
+        )
 
 
 def _is_write_temp(name: str) -> bool:

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from sandmem._errors import SandboxError, UserError
 from sandmem._truncate import truncate_head_tail
 from sandmem.agent._tools import FunctionTool, function_tool
+from sandmem.memory import _files
 from sandmem.memory.layout import is_editable
 from sandmem.sandboxes._apply_patch import apply_patch as apply_patch_engine
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 _MAX_READ_TOKENS = 20_000
@@ -82,31 +82,25 @@ class ScopedFiles:
         return norm
 
     async def read_bytes(self, path: str) -> bytes:
-        with no_symlinks():
-            return await self._session.read_bytes(self.check(path))
+        return await _files.read_bytes(self._session, self.check(path))
 
     async def write(self, path: str, data: bytes | str) -> None:
         target = self.check(path, write=True)
         payload = data.encode("utf-8") if isinstance(data, str) else data
         await self.check_budget(target, len(payload))
-        with no_symlinks():
-            await self._session.write(target, data)
+        await _files.write(self._session, target, data)
 
     async def exists(self, path: str) -> bool:
-        with no_symlinks():
-            return await self._session.exists(self.check(path))
+        return await _files.exists(self._session, self.check(path))
 
     async def mkdir(self, path: str, parents: bool = True) -> None:
-        with no_symlinks():
-            await self._session.mkdir(self.check(path, write=True), parents=parents)
+        await _files.mkdir(self._session, self.check(path, write=True), parents=parents)
 
     async def remove(self, path: str, recursive: bool = False) -> None:
-        with no_symlinks():
-            await self._session.remove(self.check(path, write=True), recursive=recursive)
+        await _files.remove(self._session, self.check(path, write=True), recursive=recursive)
 
     async def rename(self, src: str, dst: str) -> None:
-        with no_symlinks():
-            await self._session.rename(self.check(src, write=True), self.check(dst, write=True))
+        await _files.rename(self._session, self.check(src, write=True), self.check(dst, write=True))
 
     async def check_budget(self, target: str, size: int) -> None:
         """``UserError`` when writing ``size`` bytes to ``target`` would break a skill
@@ -122,8 +116,7 @@ class ScopedFiles:
         if self._skills_max is None:
             return
         others = [p for p in await self.walk(skills.rstrip("/")) if p != target]
-        with no_symlinks():
-            sizes = await self._session.stat_many(others)
+        sizes = await _files.stat_many(self._session, others)
         total = size + sum(st.size for st in sizes.values() if st is not None)
         if total > self._skills_max:
             raise UserError(
@@ -136,22 +129,21 @@ class ScopedFiles:
         symlinks are skipped (never followed, so a link loop cannot recurse); directories
         deeper than ``_MAX_WALK_DEPTH`` are not entered."""
         top = self.check(path)
-        with no_symlinks():
-            if not await self._session.is_dir(top):
-                return [top] if await self._session.exists(top) else []
-            found: list[str] = []
-            pending = [(top, 0)]
-            while pending:
-                directory, depth = pending.pop()
-                for name in await self._session.listdir(directory):
-                    if name.startswith("."):
-                        continue
-                    child = f"{directory}/{name}"
-                    if await self._session.is_dir(child):
-                        if depth < _MAX_WALK_DEPTH:
-                            pending.append((child, depth + 1))
-                    elif await self._session.exists(child):
-                        found.append(child)
+        if not await _files.is_dir(self._session, top):
+            return [top] if await _files.exists(self._session, top) else []
+        found: list[str] = []
+        pending = [(top, 0)]
+        while pending:
+            directory, depth = pending.pop()
+            for name in await _files.listdir(self._session, directory):
+                if name.startswith("."):
+                    continue
+                child = f"{directory}/{name}"
+                if await _files.is_dir(self._session, child):
+                    if depth < _MAX_WALK_DEPTH:
+                        pending.append((child, depth + 1))
+                elif await _files.exists(self._session, child):
+                    found.append(child)
         return sorted(found)
 
 
@@ -183,8 +175,7 @@ async def _write(session: SandboxSession, scoped: ScopedFiles, items: list[Memor
     for target, content in targets:
         await scoped.check_budget(target, len(content.encode("utf-8")))
     for target, content in targets:
-        with no_symlinks():  # the parent is inside the checked path
-            await session.mkdir(target.rsplit("/", 1)[0], parents=True)
+        await _files.mkdir(session, target.rsplit("/", 1)[0], parents=True)
         await scoped.write(target, content)
         written.append(f"wrote {target} ({len(content.encode('utf-8'))} bytes)")
     return "\n".join(written)

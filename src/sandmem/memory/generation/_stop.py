@@ -27,6 +27,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sandmem._errors import UserError
+from sandmem.memory import _files
 from sandmem.memory.generation._job import run_job
 from sandmem.memory.store._history_sync import sync_history
 from sandmem.memory.store._sync import pull, push_edits, push_segments
@@ -106,7 +107,7 @@ async def defer(
     was enqueued. Otherwise the workspace keeps a pending record (the next stop or run start
     tries again) and, if the mark reached the store, a worker's sweep enqueues it."""
     record = _pending_record(paths)
-    await session.write(record, b"pending\n")
+    await _files.write(session, record, b"pending\n")
 
     async def hand_over() -> None:
         await store.mark_pending(paths.memories_dir, paths.sessions_dir)
@@ -127,7 +128,7 @@ async def defer(
             store.describe(),
         )
         return False
-    await session.remove(record)
+    await _files.remove(session, record)
     try:  # this host's versions (its runs' live edits), for every host; best effort
         await asyncio.wait_for(sync_history(session, paths, store), timeout=bound)
     except Exception as exc:
@@ -140,7 +141,7 @@ async def resume_pending(manager: MemoryGenerationManager) -> None:
     schedule, store = manager.config.schedule, manager.store
     if store is None or isinstance(schedule, str):
         return
-    if await manager.session.exists(_pending_record(manager.paths)):
+    if await _files.exists(manager.session, _pending_record(manager.paths)):
         await defer(manager.session, manager.paths, store, schedule)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from sandmem import tracing
 from sandmem._errors import SandboxError
 from sandmem._usage import Usage
-from sandmem.memory import journal
+from sandmem.memory import _files, journal
 from sandmem.memory import state as gen_state
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.generation import _degrade, _trace, phase_one, phase_two
@@ -57,7 +57,6 @@ from sandmem.memory.state import FailureKind, GenerationState, PhaseTwoStatus, a
 from sandmem.memory.store._base import MemoryStore
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import FileStat, SandboxSession
 from sandmem.sandboxes._types import EntryKind
 
@@ -123,7 +122,7 @@ async def _stat_isolated(session: SandboxSession, paths: list[str]) -> dict[str,
     for start in range(0, len(paths), _STAT_BATCH):
         batch = paths[start : start + _STAT_BATCH]
         try:
-            found.update(await session.stat_many(batch))
+            found.update(await _files.stat_many(session, batch))
         except SandboxError:
             found.update(dict.fromkeys(batch))
     return found
@@ -141,7 +140,7 @@ async def _listed_stats(
     listed: set[str] = set()
     for directory in directories:
         try:
-            entries = await session.stat_dir(directory)
+            entries = await _files.stat_dir(session, directory)
         except SandboxError:
             continue
         listed.add(directory)
@@ -251,16 +250,15 @@ class MemoryGenerationManager:
         """Append one run segment (redacted) to its rollout file: append only, under the
         sessions lock so concurrent writers never interleave (waiting for it at most
         ``lock_timeout`` seconds, default ``LOCK_TIMEOUT_S``)."""
-        with no_symlinks():  # never through a symlink planted under sessions/ or memories/
-            await self.prepare()
-            # keys too: an ingested transcript's items may hold a secret where a key goes
-            line = segment_line(self.redactor.redact_obj(segment, keys=True))
-            lock = f"{self.paths.sessions_dir}/{LOCK}"
-            rollout_file = self.paths.rollout_file(segment["rollout_id"])
-            wait = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
-            async with self.session.lock(lock, timeout=wait):
-                await make_way(self.session, rollout_file)  # a planted FIFO, link, directory
-                await self.session.append(rollout_file, line)
+        await self.prepare()
+        # keys too: an ingested transcript's items may hold a secret where a key goes
+        line = segment_line(self.redactor.redact_obj(segment, keys=True))
+        lock = f"{self.paths.sessions_dir}/{LOCK}"
+        rollout_file = self.paths.rollout_file(segment["rollout_id"])
+        wait = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
+        async with _files.lock(self.session, lock, timeout=wait):
+            await make_way(self.session, rollout_file)  # a planted FIFO, link, directory
+            await _files.append(self.session, rollout_file, line)
 
     def detach_stop_hook(self) -> None:
         """Do not flush when the session stops (for callers that flush explicitly, such as
@@ -301,8 +299,7 @@ class MemoryGenerationManager:
         return default_provider()
 
     async def _flush(self, report: FlushReport, retry_failed: bool, wait_backoff: bool) -> None:
-        with no_symlinks():  # a symlink under memories/ or sessions/ is never followed
-            await self._flush_locked(report, retry_failed, wait_backoff, self._provider())
+        await self._flush_locked(report, retry_failed, wait_backoff, self._provider())
 
     def _problem(self, report: FlushReport, path: str, reason: str) -> None:
         if path not in report.problems:
@@ -316,7 +313,7 @@ class MemoryGenerationManager:
         wait_backoff: bool,
         provider: ModelProvider,
     ) -> None:
-        async with self.session.lock(self.paths.lock, timeout=LOCK_TIMEOUT_S):
+        async with _files.lock(self.session, self.paths.lock, timeout=LOCK_TIMEOUT_S):
             await self.prepare()
             settled, temps = await self._settled_view()
             stored = await gen_state.load_settled(self.session, self.paths)
@@ -386,12 +383,11 @@ class MemoryGenerationManager:
         memories = await self._stat_dir(self.paths.memories_dir)
         sessions = await self._stat_dir(self.paths.sessions_dir)
         try:
-            raw = sorted(await self.session.listdir(self.paths.raw_dir))
+            raw = sorted(await _files.listdir(self.session, self.paths.raw_dir))
         except SandboxError:
             raw = []  # not there (yet)
         temps = "\0." in "\0" + "\0".join(raw)  # a hidden name: a write's temp
-        with no_symlinks():
-            skills = await list_files(self.session, self.paths.skills_dir, MAX_DEPTH)
+        skills = await list_files(self.session, self.paths.skills_dir, MAX_DEPTH)
         digest = listing_digest(
             [
                 # what reads and this check rewrite are left out
@@ -408,16 +404,16 @@ class MemoryGenerationManager:
 
     async def _stat_dir(self, directory: str) -> list[tuple[str, EntryKind, int, int | None]]:
         try:
-            return await self.session.stat_dir(directory)
+            return await _files.stat_dir(self.session, directory)
         except SandboxError:
             return []  # not there (yet): no rollouts
 
     # ------------------------------------------------------------ phase one
 
     async def rollout_ids(self) -> list[str]:
-        if not await self.session.exists(self.paths.sessions_dir):
+        if not await _files.exists(self.session, self.paths.sessions_dir):
             return []
-        names = await self.session.listdir(self.paths.sessions_dir)
+        names = await _files.listdir(self.session, self.paths.sessions_dir)
         return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
     async def _scan(self, state: GenerationState, report: FlushReport) -> _Scan:
@@ -518,8 +514,8 @@ class MemoryGenerationManager:
         if scan is not None and rid in scan.data:
             return scan.data.pop(rid), scan.stats[rid][0]
         path = self.paths.rollout_file(rid)
-        before = _stat_pair((await self.session.stat_many([path]))[path])
-        return await self.session.read_bytes(path), before
+        before = _stat_pair((await _files.stat_many(self.session, [path]))[path])
+        return await _files.read_bytes(self.session, path), before
 
     async def _phase_one(
         self,
@@ -588,7 +584,7 @@ class MemoryGenerationManager:
                     status = "done"
                     report.processed.append(rid)
                 raw_path = self.paths.raw_memory_file(rid)
-                raw_stat = _stat_pair((await self.session.stat_many([raw_path]))[raw_path])
+                raw_stat = _stat_pair((await _files.stat_many(self.session, [raw_path]))[raw_path])
                 state.rollouts[rid] = gen_state.record_success(
                     state.rollouts[rid], status, fp.segments, fp.updated_at, datetime.now(UTC)
                 ).model_copy(update={"file_stat": file_stat, "raw_stat": raw_stat})
@@ -668,7 +664,7 @@ class MemoryGenerationManager:
                 }
             )
         try:
-            async with self.session.lock(self.paths.lock, timeout=1.0):
+            async with _files.lock(self.session, self.paths.lock, timeout=1.0):
                 state, _ = await gen_state.load(self.session, self.paths)
                 for rid in unfinished:
                     if rid in state.rollouts:
@@ -800,7 +796,7 @@ class MemoryGenerationManager:
 
     async def memory_bytes(self) -> int:
         """``MEMORY.md`` + ``memory_summary.md`` as consolidated (the viewer's size chart)."""
-        found = await self.session.stat_many([self.paths.memory_md, self.paths.summary_md])
+        found = await _files.stat_many(self.session, [self.paths.memory_md, self.paths.summary_md])
         return sum(stat.size for stat in found.values() if stat is not None)
 
 

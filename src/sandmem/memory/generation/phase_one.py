@@ -20,6 +20,7 @@ from sandmem._items import user_message
 from sandmem._prompts import escape_fence, load_prompt, render_prompt
 from sandmem._settings import ModelSettings, with_max_tokens
 from sandmem._usage import Usage
+from sandmem.memory import _files
 from sandmem.memory._render import (
     parse_rollout,
     render_rollout,
@@ -320,12 +321,12 @@ async def write_artifacts(
         },
         safe_text(redactor.redact(artifacts.raw_memory)),
     )
-    await session.write(summary_path, summary_text)
-    await session.write(raw_path, raw_text)
+    await _files.write(session, summary_path, summary_text)
+    await _files.write(session, raw_path, raw_text)
     if previous is not None:
         old = parse_header(previous)[0].get("rollout_summary_file")
         if old and old != summary_name and "/" in old and ".." not in old:
             old_path = f"{paths.memories_dir}/{old}"
-            if await session.exists(old_path):
-                await session.remove(old_path)
+            if await _files.exists(session, old_path):
+                await _files.remove(session, old_path)
     return WrittenArtifacts(raw_path, summary_path)

@@ -32,7 +32,7 @@ from sandmem._settings import ModelSettings, with_max_tokens
 from sandmem._usage import Usage
 from sandmem.agent._agent import Agent
 from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
-from sandmem.memory import journal, layout
+from sandmem.memory import _files, journal, layout
 from sandmem.memory import state as gen_state
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
@@ -91,11 +91,11 @@ async def scan_raw_memories(
     A workspace may hold thousands: files are read with ``read_many`` in bounded batches; a
     file removed between the listing and its read is skipped.
     """
-    if not await session.is_dir(paths.raw_dir):
+    if not await _files.is_dir(session, paths.raw_dir):
         return {}, {}
     names = [
         n
-        for n in await session.listdir(paths.raw_dir)
+        for n in await _files.listdir(session, paths.raw_dir)
         if n.endswith(".md") and not n.startswith(".")
     ]
     found: dict[str, str] = {}
@@ -151,9 +151,9 @@ async def inputs_digest(session: SandboxSession, paths: MemoryPaths, cap: int) -
     the selection file's, and ``cap`` — from ``stat`` alone (nothing is read). ``None`` when
     some file's stat cannot be trusted (no mtime, not a regular file): then ``plan`` runs."""
     found: dict[str, FileStat | None] = {}
-    if await session.is_dir(paths.raw_dir):
+    if await _files.is_dir(session, paths.raw_dir):
         try:  # one listing with sizes and mtimes, not one stat per raw memory
-            entries = await session.stat_dir(paths.raw_dir)
+            entries = await _files.stat_dir(session, paths.raw_dir)
         except SandboxError:
             return None
         for name, kind, size, mtime in entries:
@@ -163,7 +163,7 @@ async def inputs_digest(session: SandboxSession, paths: MemoryPaths, cap: int) -
                 return None
             found[f"{paths.raw_dir}/{name}"] = FileStat(size, mtime)
     try:
-        found.update(await session.stat_many([paths.selection_json]))
+        found.update(await _files.stat_many(session, [paths.selection_json]))
     except SandboxError:
         return None
     parts = [f"cap={cap}"]
@@ -323,7 +323,7 @@ async def _strip_copied_brief(
             logger.warning(
                 "consolidation copied %d line(s) of its brief into %s; removed", removed, path
             )
-            await session.write(target, clean)
+            await _files.write(session, target, clean)
 
 
 #: ``fallback``: the model's consolidation failed or was incomplete, and the extractive
@@ -356,7 +356,7 @@ def _finished_when_written(
 
     async def decide(ctx: Any, results: list[FunctionToolResult]) -> ToolsToFinalOutputResult:
         staged = [journal.staged(paths, p) for p in (paths.memory_md, paths.summary_md)]
-        found = await session.read_many(staged)
+        found = await _files.read_many(session, staged)
         texts = [(found[p] or b"").decode("utf-8", "replace") for p in staged]
         budgets = (inputs.memory_md_max_bytes, inputs.summary_max_bytes)
         done = (
@@ -454,11 +454,11 @@ async def _run_extractive(
         target = ScopedFiles(session, paths.memories_dir).check(
             f"{paths.skills_dir}/{rel}", write=True
         )
-        await session.write(journal.staged(paths, target), safe_text(text))
-    await session.write(
-        journal.staged(paths, paths.summary_md), safe_text(output.memory_summary_md)
+        await _files.write(session, journal.staged(paths, target), safe_text(text))
+    await _files.write(
+        session, journal.staged(paths, paths.summary_md), safe_text(output.memory_summary_md)
     )
-    await session.write(journal.staged(paths, paths.memory_md), safe_text(output.memory_md))
+    await _files.write(session, journal.staged(paths, paths.memory_md), safe_text(output.memory_md))
     return verify(output.memory_md, inputs.added, inputs.removed)
 
 
@@ -481,7 +481,7 @@ async def _check_result(
             )
     staged = await journal.staged_files(session, paths)
     skills = [journal.staged(paths, p) for p in staged if p.startswith(paths.skills_dir + "/")]
-    sizes = await session.stat_many(skills)
+    sizes = await _files.stat_many(session, skills)
     for path, st in sizes.items():
         if st is not None and st.size > config.skill_file_max_bytes:
             raise MemoryGenerationError(
@@ -501,7 +501,7 @@ async def _check_result(
         text = await read_text(session, target) or ""
         clean = safe_text(redactor.redact(text))
         if clean != text:
-            await session.write(target, clean)
+            await _files.write(session, target, clean)
 
 
 async def gather_inputs(
@@ -574,7 +574,7 @@ async def consolidate(
     if fallback_of is not None:
         config = config.model_copy(update={"phase_two_model": EXTRACTIVE})
     raw_document = safe_text(raw_memories_document(p.selected, p.bodies))
-    await session.write(paths.raw_memories_md, raw_document)
+    await _files.write(session, paths.raw_memories_md, raw_document)
     inputs = await gather_inputs(session, paths, config, p, raw_document)
     base = await journal.begin(session, paths)
     try:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sandmem.memory import _files
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, MemoryGenerationManager
 from sandmem.memory.ingestion import _detect, _sqlite
 from sandmem.memory.ingestion._claude import claude_events
@@ -130,7 +131,7 @@ class Ingestor:
         await self.manager.prepare()
         files = await asyncio.to_thread(expand, paths)
         lock = f"{layout.sessions_dir}/{INGEST_LOCK}"
-        async with session.lock(lock, timeout=LOCK_TIMEOUT_S):
+        async with _files.lock(session, lock, timeout=LOCK_TIMEOUT_S):
             for path in files:
                 try:
                     report.sources.extend(await self._file(path))

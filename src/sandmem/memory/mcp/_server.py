@@ -26,6 +26,7 @@ from sandmem._extras import require
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._terminal import printable
 from sandmem.memory import _api as api
+from sandmem.memory import _files
 from sandmem.memory.layout import MEMORY_MD, SUMMARIES_DIR, SUMMARY_MD, read_text
 from sandmem.memory.mcp._tools import Caller, MemoryTools, ServerOptions, ToolRefused, memory_file
 from sandmem.memory.read_prompt import memory_read_prompt
@@ -259,7 +260,7 @@ class MemoryMCPServer:
             return {}
         found: dict[str, str] = {}
         async with api._opened(self.options.workspace, self.options.layout) as (session, _, _o):
-            stats = await session.stat_many(paths)
+            stats = await _files.stat_many(session, paths)
             for path, stat in stats.items():
                 if stat is None:
                     continue

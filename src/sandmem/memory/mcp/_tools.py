@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandmem._errors import MemoryLockedError, SandboxError, SandmemError, UserError
 from sandmem.memory import _api as api
-from sandmem.memory import journal
+from sandmem.memory import _files, journal
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.history import Attribution
 from sandmem.memory.layout import READ_FILES, SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, read_text
@@ -453,13 +453,17 @@ class MemoryTools:
                 _editable(paths, workspace_relative(session, target), target)
             redactor = Redactor(self.options.config.redact_patterns)
             guards = [(paths.memories_dir, redactor)]
+            # one memory version, attributed to the client (`sandmem memory log`): the lock is
+            # held from before the edit until its version is made, and a change made before
+            # it (a hand edit) is versioned first, so the version holds this edit alone
+            attribution = Attribution("mcp_write", client=caller.label(), note="memory_update")
+            wait = self.options.lock_timeout
             try:
-                result = await apply_live_edit(
-                    session, args.patch, guards, lock_timeout=self.options.lock_timeout
-                )
-                # one memory version, attributed to the client (`sandmem memory log`)
-                attribution = Attribution("mcp_write", client=caller.label(), note="memory_update")
-                async with session.lock(paths.lock, timeout=self.options.lock_timeout):
+                async with _files.lock(session, paths.lock, timeout=wait):
+                    await journal.notice(
+                        session, paths, Attribution("hand_edit"), redactor=redactor
+                    )
+                    result = await apply_live_edit(session, args.patch, guards, lock_timeout=wait)
                     await journal.notice(session, paths, attribution, redactor=redactor)
             except SandboxError as exc:
                 raise api._locked(exc) from exc

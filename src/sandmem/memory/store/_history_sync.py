@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandmem.memory import history
+from sandmem.memory import _files, history
 from sandmem.memory._json import loads_bounded
 from sandmem.memory.history import (
     DEFAULT_RETENTION,
@@ -121,7 +121,7 @@ async def _upload(
         )
         objects.update(new)
     path = f"{local.root}/versions/{name}"
-    raw = (await session.read_many([path]))[path]
+    raw = (await _files.read_many(session, [path]))[path]
     if raw is None:
         return False
     await store.put_history(md, {f"versions/{name}": raw})
@@ -140,7 +140,9 @@ async def _download(
     except (ValueError, KeyError, TypeError) as exc:
         logger.warning("history record %s in %s skipped: %s", name, store.describe(), exc)
         return
-    missing = [d for d in _blobs_of(version) if not await session.exists(local.object_path(d))]
+    missing = [
+        d for d in _blobs_of(version) if not await _files.exists(session, local.object_path(d))
+    ]
     blobs = await store.read_history(md, [f"objects/{d}" for d in missing])
     if any(hashlib.sha256(data).hexdigest() != key[8:] for key, data in blobs.items()):
         logger.warning(
@@ -150,8 +152,8 @@ async def _download(
         )
         return
     for key, data in blobs.items():
-        await session.write(local.object_path(key[8:]), data)
-    await session.write(f"{local.root}/versions/{name}", raw)
+        await _files.write(session, local.object_path(key[8:]), data)
+    await _files.write(session, f"{local.root}/versions/{name}", raw)
 
 
 async def _prune_mirror(
@@ -198,7 +200,7 @@ async def replace_mirror(session: SandboxSession, paths: MemoryPaths, store: Mem
         md, {f"objects/{d}": data for d, data in (await local.blobs(sorted(objects))).items()}
     )
     for name in names:
-        raw = (await session.read_many([f"{local.root}/versions/{name}"]))[
+        raw = (await _files.read_many(session, [f"{local.root}/versions/{name}"]))[
             f"{local.root}/versions/{name}"
         ]
         if raw is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sandmem._errors import SandboxError
+from sandmem.memory import _files
 from sandmem.memory.history import redact_bytes
 from sandmem.memory.layout import PUSHED_OFFSETS, READ_DIRS, READ_FILES, STORE_DIR, is_read_file
 from sandmem.memory.store._base import (
@@ -35,7 +36,6 @@ from sandmem.memory.store._base import (
     new_sequence,
     sha256,
 )
-from sandmem.sandboxes._paths import no_symlinks
 
 if TYPE_CHECKING:
     from sandmem.memory.layout import MemoryPaths
@@ -67,10 +67,7 @@ def _state_path(paths: MemoryPaths, name: str) -> str:
 
 
 async def _read(session: SandboxSession, path: str) -> bytes | None:
-    if not await session.exists(path):
-        return None
-    data = await session.read(path)
-    return data if isinstance(data, bytes) else data.read()
+    return await _files.read(session, path)
 
 
 async def _pulled(session: SandboxSession, paths: MemoryPaths) -> MemoryVersion | None:
@@ -95,26 +92,12 @@ async def _local_read_files(session: SandboxSession, paths: MemoryPaths) -> dict
 
 
 async def walk_files(session: SandboxSession, root: str, sub: str = "") -> dict[str, bytes]:
-    """Every file under ``root/sub`` (names starting with a dot left out), by its path
-    relative to ``root``, read through the session."""
-    out: dict[str, bytes] = {}
-    stack = [sub]
-    while stack:
-        rel = stack.pop()
-        path = f"{root}/{rel}" if rel else root
-        if not await session.exists(path):
-            continue
-        if await session.is_dir(path):
-            for entry in await session.ls(path):
-                name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
-                name = name.rsplit("/", 1)[-1]
-                if not name.startswith("."):
-                    stack.append(f"{rel}/{name}" if rel else name)
-            continue
-        data = await _read(session, path)
-        if data is not None:
-            out[rel] = data
-    return out
+    """Every regular file under ``root/sub`` (names starting with a dot left out, links never
+    followed), by its path relative to ``root``."""
+    top = f"{root}/{sub}" if sub else root
+    found = await _files.walk(session, top, depth=_files.MAX_DEPTH * 4)
+    data = await _files.read_many(session, sorted(found))
+    return {path[len(root) + 1 :]: d for path, d in data.items() if d is not None}
 
 
 def _local_edits(local: dict[str, bytes], base: MemoryVersion | None) -> dict[str, bytes | None]:
@@ -152,8 +135,7 @@ async def pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) 
     """Bring the current version's read files into the workspace; False when there was
     nothing new or the workspace has unpushed live edits (kept; merged at stop)."""
     try:
-        with no_symlinks():  # never written through a link planted in the layout
-            return await _pull(session, paths, store)
+        return await _pull(session, paths, store)
     except MalformedStoreObject as exc:  # one bad object never blocks the layout's runs
         logger.error(
             "memory of %s not pulled: %s; the run goes on with the memory in the workspace",
@@ -180,15 +162,15 @@ async def _pull(session: SandboxSession, paths: MemoryPaths, store: MemoryStore)
         return False
     for name, data in files.items():
         try:
-            await session.write(f"{paths.memories_dir}/{name}", data)
+            await _files.write(session, f"{paths.memories_dir}/{name}", data)
         except SandboxError as exc:  # e.g. a directory of the workspace where it would go
             logger.warning("memory of %s: skipped %s: %s", store.describe(), name, exc)
             continue
-        await session.write(_state_path(paths, f"base/{name}"), data)
+        await _files.write(session, _state_path(paths, f"base/{name}"), data)
     for name in set(local) - set(current.files):
-        await session.remove(f"{paths.memories_dir}/{name}")
+        await _files.remove(session, f"{paths.memories_dir}/{name}")
     record = json.loads(current.to_json()) | {"etag": current.etag}
-    await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+    await _files.write(session, _state_path(paths, "version.json"), json.dumps(record).encode())
     return True
 
 
@@ -203,9 +185,9 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
     offsets: dict[str, Any] = json.loads(raw) if raw else {}
     inflight: dict[str, list[Any]] = offsets.setdefault(_INFLIGHT, {})
     pushed = 0
-    if not await session.exists(paths.sessions_dir):
+    if not await _files.exists(session, paths.sessions_dir):
         return 0
-    for entry in await session.ls(paths.sessions_dir):
+    for entry in await _files.ls(session, paths.sessions_dir):
         name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
         name = name.rsplit("/", 1)[-1]
         if not name.endswith(".jsonl") or name.startswith("."):
@@ -221,7 +203,7 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
                 continue
             sequence = new_sequence()
             inflight[name] = [start, end, sequence]
-            await session.write(offsets_path, json.dumps(offsets).encode())
+            await _files.write(session, offsets_path, json.dumps(offsets).encode())
         try:
             await store.put_segment(
                 paths.sessions_dir, name[: -len(".jsonl")], data[start:end], sequence=sequence
@@ -231,7 +213,7 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
         offsets[name] = end
         inflight.pop(name, None)
         pushed += 1
-        await session.write(offsets_path, json.dumps(offsets).encode())
+        await _files.write(session, offsets_path, json.dumps(offsets).encode())
     return pushed
 
 
@@ -276,10 +258,10 @@ async def _synced(
     for name, data in files.items():
         if is_read_file(name):
             if live:
-                await session.write(f"{paths.memories_dir}/{name}", data)
-            await session.write(_state_path(paths, f"base/{name}"), data)
+                await _files.write(session, f"{paths.memories_dir}/{name}", data)
+            await _files.write(session, _state_path(paths, f"base/{name}"), data)
     record = json.loads(version.to_json()) | {"etag": version.etag}
-    await session.write(_state_path(paths, "version.json"), json.dumps(record).encode())
+    await _files.write(session, _state_path(paths, "version.json"), json.dumps(record).encode())
 
 
 async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryStore) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
+from sandmem.memory import _files
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConsolidationInfo,
@@ -48,7 +49,6 @@ from sandmem.memory.views._index import (
     opened_index,
     summary_name,
 )
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # forgetting imports generation when it runs; looking never does
@@ -68,18 +68,17 @@ async def layout_files(session: SandboxSession, paths: MemoryPaths) -> list[File
     the lock, phase two's journal and the index are left out), sorted by path. Sizes come
     from directory listings; nothing is read."""
     found: list[FileEntry] = []
-    with no_symlinks():
-        for top in (paths.memories_dir, paths.sessions_dir):
-            for path, (size, _mtime) in (await list_files(session, top, MAX_DEPTH)).items():
-                found.append(FileEntry(path, size))
+    for top in (paths.memories_dir, paths.sessions_dir):
+        for path, (size, _mtime) in (await list_files(session, top, MAX_DEPTH)).items():
+            found.append(FileEntry(path, size))
     return sorted(found, key=lambda entry: entry.path)
 
 
 async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
     """The ids of the recorded conversations (``<sessions_dir>/<id>.jsonl``)."""
-    if not await session.exists(paths.sessions_dir):
+    if not await _files.exists(session, paths.sessions_dir):
         return []
-    names = await session.listdir(paths.sessions_dir)
+    names = await _files.listdir(session, paths.sessions_dir)
     return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
 
 
@@ -214,10 +213,10 @@ async def rollout_summary_files(
     other whose header says ``session_id: <rollout_id>`` (left over from an older slug)."""
     found: list[str] = []
     name = summary_name(await read_text(session, paths.raw_memory_file(rollout_id)))
-    if name is not None and await session.exists(f"{paths.memories_dir}/{name}"):
+    if name is not None and await _files.exists(session, f"{paths.memories_dir}/{name}"):
         found.append(f"{paths.memories_dir}/{name}")
-    if await session.exists(paths.summaries_dir):
-        for entry in await session.listdir(paths.summaries_dir):
+    if await _files.exists(session, paths.summaries_dir):
+        for entry in await _files.listdir(session, paths.summaries_dir):
             path = f"{paths.summaries_dir}/{entry}"
             if path in found or not entry.startswith(f"{rollout_id}_"):
                 continue
@@ -260,8 +259,7 @@ async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: s
     invalid id and ``MemoryNotFoundError`` for an unknown one."""
     rid = checked_rollout_id(rollout_id)
     files = await rollout_summary_files(session, paths, rid)
-    with no_symlinks():  # only regular files: a planted link or directory is not followed
-        found = await session.stat_many([paths.raw_memory_file(rid), paths.rollout_file(rid)])
+    found = await _files.stat_many(session, [paths.raw_memory_file(rid), paths.rollout_file(rid)])
     files += [path for path, st in found.items() if st is not None]
     in_state = rid in (await gen_state.load(session, paths))[0].rollouts
     if not files and not in_state:
@@ -276,7 +274,7 @@ async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: s
 async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -> ForgetPlan:
     plan = await forget_plan(session, paths, rid)
     for path in plan.files:
-        await session.remove(path)
+        await _files.remove(session, path)
     state = (await gen_state.load(session, paths))[0]
     if state.rollouts.pop(rid, None) is not None:
         await gen_state.save(session, paths, state)
@@ -286,11 +284,11 @@ async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -
 async def _clear_consolidated(session: SandboxSession, paths: MemoryPaths) -> None:
     """No raw memory is left: the consolidated memory would only repeat forgotten facts, and
     consolidation refuses to leave ``MEMORY.md`` empty, so empty it here."""
-    await session.write(paths.memory_md, b"")
-    await session.write(paths.summary_md, b"")
+    await _files.write(session, paths.memory_md, b"")
+    await _files.write(session, paths.summary_md, b"")
     for path in (paths.raw_memories_md, paths.consolidated_memory_md):
-        if await session.exists(path):
-            await session.remove(path)
+        if await _files.exists(session, path):
+            await _files.remove(session, path)
     await gen_state.save_selection(session, paths, [], utc_now())
 
 
@@ -321,8 +319,8 @@ async def forget_rollout(
     # one version, attributed to this forget: the re-consolidation's, or the cleared files'
     attribution = Attribution("forget", rollouts_removed=(rid,))
     with journal.attributed(attribution):
-        async with session.lock(paths.lock, timeout=LOCK_TIMEOUT_S):
-            async with session.lock(f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
+        async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
                 plan = await _forget_files(session, paths, rid)
             consolidated = bool((await gen_state.load_selection(session, paths)).refs)
             if consolidated and not await load_raw_memories(session, paths):

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sandmem._errors import UserError
+from sandmem.memory import _files
 from sandmem.memory.layout import MemoryPaths, parse_header, read_text
 from sandmem.sandboxes._session import SandboxSession
 
@@ -395,7 +396,7 @@ async def searchable_files(session: SandboxSession, paths: MemoryPaths) -> dict[
         found[paths.memory_md] = memory_md
     scoped = ScopedFiles(session, paths.memories_dir)
     for top in (paths.summaries_dir, paths.skills_dir):
-        if not await session.exists(top):
+        if not await _files.exists(session, top):
             continue
         for path in await scoped.walk(top):
             if top == paths.summaries_dir and not path.endswith(".md"):

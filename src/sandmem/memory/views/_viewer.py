@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandmem._truncate import truncate_head_tail
+from sandmem.memory import _files
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import ConversationInfo
 from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_header
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import PhaseTwoState
 from sandmem.memory.views._maintenance import rollout_ids
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # imported by ``collect``: the memory API imports this module for PAGE_SIZE
@@ -114,9 +114,9 @@ class _Reader:
 
     async def text(self, path: str) -> str | None:
         async def read() -> str | None:
-            if not await self.session.exists(path):
+            if not await _files.exists(self.session, path):
                 return None
-            data = (await self.session.read_bytes(path)).decode("utf-8", "replace")
+            data = (await _files.read_bytes(self.session, path)).decode("utf-8", "replace")
             data = truncate_head_tail(data, _SHOW_MAX_TOKENS, what=path)
             return self.redactor.redact(data)
 
@@ -128,25 +128,26 @@ class _Reader:
         from sandmem.memory.layout import read_isolated
 
         found: dict[str, str] = {}
-        with no_symlinks():
-            for start in range(0, len(paths), 64):
-                batch = paths[start : start + 64]
-                data, bad = await read_isolated(self.session, batch)
-                for path, reason in bad.items():
-                    self.problems.append(f"{path}: {reason}")
-                for path, value in data.items():
-                    if value is not None:
-                        text = truncate_head_tail(
-                            value.decode("utf-8", "replace"), _SHOW_MAX_TOKENS, what=path
-                        )
-                        found[path] = self.redactor.redact(text)
+        for start in range(0, len(paths), 64):
+            batch = paths[start : start + 64]
+            data, bad = await read_isolated(self.session, batch)
+            for path, reason in bad.items():
+                self.problems.append(f"{path}: {reason}")
+            for path, value in data.items():
+                if value is not None:
+                    text = truncate_head_tail(
+                        value.decode("utf-8", "replace"), _SHOW_MAX_TOKENS, what=path
+                    )
+                    found[path] = self.redactor.redact(text)
         return found
 
     async def listing(self, path: str) -> list[str]:
         async def ls() -> list[str]:
-            if not await self.session.is_dir(path):
+            if not await _files.is_dir(self.session, path):
                 return []
-            return sorted(n for n in await self.session.listdir(path) if not n.startswith("."))
+            return sorted(
+                n for n in await _files.listdir(self.session, path) if not n.startswith(".")
+            )
 
         return await self.guard(path, ls, [])
 
