@@ -195,8 +195,8 @@ async def test_a_rerun_says_it_reuses_cells_and_fresh_runs_them_again(tmp_path: 
     lines.clear()
     await run_eval("builtin", options)
     assert lines == [
-        f"reusing 2 finished cell(s) from {tmp_path / 'cells'} (an earlier eval there); "
-        "pass --fresh to run them again"
+        f"reusing 2 finished cell(s) from {tmp_path / 'cells'} made with the same models, "
+        "server, suite and tasks; pass --fresh to run them again"
     ]
     lines.clear()
     options.fresh = True

@@ -15,6 +15,8 @@ from sandmem.models import OpenAIProvider
 #: the benchmarks' scripted memory model plays the memory phases here too
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
+CHECK_PROMPT = "Say OK."
+
 _SUITE = """
 name = "served"
 [[task]]
@@ -38,6 +40,8 @@ async def test_report_matches_the_server_request_log(
     answered: list[tuple[int, int]] = []
 
     def handler(req: FakeRequest) -> FakeReply:
+        if req.last_user_text() == CHECK_PROMPT:
+            return FakeReply(text="OK")
         prompt = req.last_user_text()
         done = bool(req.tool_outputs())
         if "hello" in prompt and not done:
@@ -69,11 +73,16 @@ async def test_report_matches_the_server_request_log(
     steps = [step for cell in report.cells for step in cell.steps]
     assert all(step.success for step in steps)
     assert sum(step.interventions for step in steps) == 2  # step 2, once per condition
-    assert sum(step.requests for step in steps) == len(fake_openai.requests) == len(answered)
+    # the first request is the check that the model answers, before any task
+    assert fake_openai.requests[0].last_user_text() == CHECK_PROMPT
+    agent = fake_openai.requests[1:]
+    assert sum(step.requests for step in steps) == len(agent) == len(answered)
     assert sum(step.input_tokens for step in steps) == sum(i for i, _ in answered)
     assert sum(step.output_tokens for step in steps) == sum(o for _, o in answered)
     assert sum(step.tool_calls for step in steps) == 4
     assert {req.model for req in fake_openai.requests} == {"served-model"}
+    assert report.settings is not None and report.settings.server == fake_openai.base_url
+    assert report.settings.api == api
 
 
 async def test_memory_generation_cost_matches_the_server_too(
@@ -91,6 +100,8 @@ async def test_memory_generation_cost_matches_the_server_too(
     memory_side: list[tuple[int, int]] = []
 
     def handler(req: FakeRequest) -> FakeReply:
+        if req.last_user_text() == CHECK_PROMPT:
+            return FakeReply(text="OK")
         names = req.tool_names()
         is_memory = (req.wants_json() and not names) or "search_files" in names
         if is_memory:

@@ -38,12 +38,20 @@ def _eval(suite: Path, out: Path) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+def _cell(out: Path, name: str) -> Path | None:
+    """The file of cell ``name`` (``<task>.<condition>.<repeat>``; its key's digest follows)."""
+    found = list((out / "cells").glob(f"{name}.*.json"))
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def _wait_for(out: Path, name: str, proc: subprocess.Popen[str], timeout: float = 60.0) -> Path:
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while (found := _cell(out, name)) is None:
         assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, f"{path} never appeared"
+        assert time.monotonic() < deadline, f"cell {name} never appeared"
         time.sleep(0.02)
+    return found
 
 
 def test_killed_eval_resumes_without_rerunning_finished_cells(tmp_path: Path) -> None:
@@ -51,15 +59,15 @@ def test_killed_eval_resumes_without_rerunning_finished_cells(tmp_path: Path) ->
     suite = tmp_path / "suite.toml"
     suite.write_text(_SUITE.format(release=release))
     out = tmp_path / "out"
-    first = out / "cells" / "first.memory.0.json"
     proc = _eval(suite, out)
     try:
-        _wait_for(out / "cells" / "first.no-memory.0.json", proc)
+        _wait_for(out, "first.no-memory.0", proc)
         time.sleep(0.3)  # the second task's check is now sleeping
     finally:
         proc.kill()
         proc.communicate(timeout=30)
-    assert first.exists() and not (out / "report.json").exists()
+    first = _cell(out, "first.memory.0")
+    assert first is not None and not (out / "report.json").exists()
     assert not list((out / "cells").glob("second.*.json"))
     before = first.read_bytes(), first.stat().st_mtime_ns
 
@@ -70,11 +78,11 @@ def test_killed_eval_resumes_without_rerunning_finished_cells(tmp_path: Path) ->
     assert (first.read_bytes(), first.stat().st_mtime_ns) == before  # not rerun
     assert "first [" not in output and output.count("second [") == 2
     assert (out / "report.json").exists()
-    assert sorted(p.name for p in (out / "cells").glob("*.json")) == [
-        "first.memory.0.json",
-        "first.no-memory.0.json",
-        "second.memory.0.json",
-        "second.no-memory.0.json",
+    assert sorted(p.name.rsplit(".", 2)[0] for p in (out / "cells").glob("*.json")) == [
+        "first.memory.0",
+        "first.no-memory.0",
+        "second.memory.0",
+        "second.no-memory.0",
     ]
 
 
@@ -84,7 +92,7 @@ def test_sigint_exits_130_and_says_how_to_resume(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = _eval(suite, out)
     try:
-        _wait_for(out / "cells" / "first.no-memory.0.json", proc)
+        _wait_for(out, "first.no-memory.0", proc)
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=30)

@@ -151,31 +151,59 @@ def test_inline_files_and_agent_layouts_are_checked_where_the_suite_is_read(tabl
 
 
 async def test_a_model_servers_error_text_is_redacted_in_every_report(tmp_path: Path) -> None:
-    """Issue 25, class 5: an error text that echoes a key (as some servers do for a refused
-    one) is stored redacted in the cell results and in report.json, .md and .html."""
+    """Issue 25, class 5: an error text that echoes a key (as some servers do) is stored
+    redacted in the cell results and in report.json, .md and .html; a refused key (HTTP 401)
+    stops the eval with a redacted reason and leaves no file holding it."""
     from sandmem._errors import ModelRequestError
-    from sandmem.eval import EvalOptions, run_eval
+    from sandmem.eval import EvalOptions, EvalStopped, run_eval
     from sandmem.models import ModelProvider, ModelRequest
-    from sandmem.testing import FunctionModel
+    from sandmem.testing import FunctionModel, text
 
     key = "sk-proj-" + "Zx9" * 24
 
     def refuse(request: ModelRequest) -> object:
-        raise ModelRequestError(f"Error code: 401 - Incorrect API key provided: {key}")
+        if request.input and request.input[-1].get("content") == "Say OK.":
+            return text("OK")  # the check before the first task passes
+        raise ModelRequestError(
+            f"Error code: 400 - context too long for key {key}", status_code=400
+        )
 
-    class Refusing(ModelProvider):
+    def unauthorized(request: ModelRequest) -> object:
+        raise ModelRequestError(
+            f"Error code: 401 - Incorrect API key provided: {key}", status_code=401
+        )
+
+    class Provider(ModelProvider):
+        def __init__(self, fn: object) -> None:
+            self.fn = fn
+
         def get_model(self, name: str | None) -> FunctionModel:
-            return FunctionModel(refuse, name=name or "refusing")
+            return FunctionModel(self.fn, name=name or "refusing")  # type: ignore[arg-type]
 
     suite_file = tmp_path / "suite.toml"
     suite_file.write_text(_MINIMAL)
     out = tmp_path / "out"
     report = await run_eval(
         str(suite_file),
-        EvalOptions(out=out, model="refusing", memory_model="extractive", provider=Refusing()),
+        EvalOptions(
+            out=out, model="refusing", memory_model="extractive", provider=Provider(refuse)
+        ),
     )
     errors = [step.error for cell in report.cells for step in cell.steps]
     assert errors and all(e and "[REDACTED:openai-key]" in e for e in errors), errors
-    for path in out.rglob("*"):
-        if path.is_file():
-            assert key not in path.read_text(errors="replace"), path
+    with pytest.raises(EvalStopped) as stopped:
+        await run_eval(
+            str(suite_file),
+            EvalOptions(
+                out=tmp_path / "out401",
+                model="m",
+                memory_model="extractive",
+                provider=Provider(unauthorized),
+            ),
+        )
+    assert key not in str(stopped.value) and "[REDACTED:openai-key]" in str(stopped.value)
+    assert _files_holding(tmp_path, key) == []
+
+
+def _files_holding(root: Path, text: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and text in p.read_text(errors="replace")]

@@ -8,7 +8,15 @@ from pathlib import Path
 import click
 
 from sandmem.cli._models import client_options
-from sandmem.eval import BUILTIN, CONDITIONS, SCRIPTED, EvalOptions, load_suite, run_eval
+from sandmem.eval import (
+    BUILTIN,
+    CONDITIONS,
+    SCRIPTED,
+    EvalOptions,
+    load_suite,
+    run_eval,
+    what_ran,
+)
 
 
 def _conditions(value: str) -> tuple[str, ...]:
@@ -52,6 +60,18 @@ def _conditions(value: str) -> tuple[str, ...]:
 @click.option(
     "--fresh", is_flag=True, help="Run every cell again, ignoring finished cells in --out."
 )
+@click.option(
+    "--max-turns",
+    type=click.IntRange(1),
+    default=None,
+    help="Turn limit of each agent run [the suite's max_turns].",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(1),
+    default=None,
+    help="Cap on each agent request's output tokens (small local models can run on) [none].",
+)
 @client_options
 def eval_command(
     suite: str,
@@ -64,12 +84,18 @@ def eval_command(
     tasks: tuple[str, ...],
     out: Path,
     fresh: bool,
+    max_turns: int | None,
+    max_tokens: int | None,
 ) -> None:
     """Run SUITE (a .toml file, or `builtin`) with and without memory and compare.
 
     Writes report.json, report.md and report.html into --out. An interrupted eval resumes
     where it stopped when rerun with the same --out (it says how many cells it reuses;
-    --fresh runs them all again).
+    --fresh runs them all again). A cell is reused only when it was made with the same
+    models, server, suite and task. With a model, each model answers a test request before
+    the first task; an error that is not a task failure (the server cannot be reached, the
+    key or the model name is refused, a timeout) stops the eval with its reason and exit
+    status 1, and nothing of the cell it happened in is kept.
     """
     try:
         chosen = _conditions(conditions)
@@ -87,6 +113,8 @@ def eval_command(
         progress=lambda line: click.echo(line),
         tasks=tasks or None,
         fresh=fresh,
+        max_turns=max_turns,
+        max_tokens=max_tokens,
     )
     if model == SCRIPTED:
         click.echo("Model: scripted (offline deterministic policy + extractive memory engine).")
@@ -101,6 +129,8 @@ def eval_command(
         )
         raise SystemExit(130) from None
     click.echo(f"\nReport: {out / 'report.md'}, {out / 'report.html'}, {out / 'report.json'}")
+    for label, text in what_ran(report):
+        click.echo(f"  {label}: {text}")
     for condition, totals in report.totals.items():
         click.echo(
             f"  {condition}: {totals['successes'].median:g} steps passed, "

@@ -15,7 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sandmem.eval._runner import SCRIPTED, CellResult, EvalOptions, StepMetrics
+from sandmem._version import __version__
+from sandmem.eval._key import EXTRACTIVE, Settings
+from sandmem.eval._runner import CellResult, EvalOptions, SuiteRun
+from sandmem.eval._step import SCRIPTED, StepMetrics
 from sandmem.eval._suite import Suite
 from sandmem.redaction import Redactor
 
@@ -65,6 +68,12 @@ class EvalReport(BaseModel):
     backend: str
     generated_at: str
     label: str | None
+    #: exactly what ran: models, server, API, limits, suite and task digests
+    settings: Settings | None = None
+    conditions: list[str] = []
+    #: cells run by this eval, and cells reused from an earlier one with equal settings
+    ran: int = 0
+    reused: int = 0
     summaries: list[ConditionSummary]
     #: per condition, the median over repeats of the suite-wide totals
     totals: dict[str, dict[str, Spread]]
@@ -104,7 +113,8 @@ def _summary(task: str, condition: str, cells: list[CellResult]) -> ConditionSum
     )
 
 
-def build_report(suite: Suite, options: EvalOptions, cells: list[CellResult]) -> EvalReport:
+def build_report(suite: Suite, options: EvalOptions, run: SuiteRun) -> EvalReport:
+    cells = run.cells
     groups: dict[tuple[str, str], list[CellResult]] = {}
     for cell in cells:
         groups.setdefault((cell.task, cell.condition), []).append(cell)
@@ -124,11 +134,15 @@ def build_report(suite: Suite, options: EvalOptions, cells: list[CellResult]) ->
     return EvalReport(
         suite=suite.name,
         model=options.model,
-        memory_model=options.memory_model,
+        memory_model=options.memory,
         repeat=options.repeat,
         backend=options.backend,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         label=_SCRIPTED_LABEL if options.model == SCRIPTED else None,
+        settings=run.settings,
+        conditions=list(options.conditions),
+        ran=run.ran,
+        reused=run.reused,
         summaries=summaries,
         totals=totals,
         cells=cells,
@@ -164,14 +178,49 @@ def _savings(report: EvalReport) -> list[str]:
     return [*lines, ""]
 
 
+def what_ran(report: EvalReport) -> list[tuple[str, str]]:
+    """The header: exactly what this report's cells ran with, as (label, Markdown text)."""
+    settings = report.settings
+    if settings is None:  # a report written before settings were recorded
+        return [("agent", f"`{report.model}`"), ("repeats", str(report.repeat))]
+    if settings.agent_model == SCRIPTED:
+        agent = "`scripted`: the deterministic policy shipped with sandmem (no model, no server)"
+    else:
+        agent = f"`{settings.agent_model}` ({settings.api} API at {settings.server})"
+    if "memory" not in report.conditions:
+        memory = "not used (no memory condition)"
+    elif settings.memory == EXTRACTIVE:
+        memory = "the extractive engine (no model)"
+    else:
+        memory = f"`{settings.memory}` for both phases (same server)"
+    tasks = ", ".join(
+        f"`{task}` ({digest})"
+        for task, digest in settings.task_digests.items()
+        if any(s.task == task for s in report.summaries)
+    )
+    cap = f"{settings.max_tokens} output tokens" if settings.max_tokens else "none sent"
+    return [
+        ("agent", agent),
+        ("memory", memory),
+        ("suite", f"`{settings.suite}` (digest {settings.suite_digest}); tasks {tasks}"),
+        ("conditions", ", ".join(report.conditions) or "-"),
+        ("repetitions", f"{report.repeat} per task and condition"),
+        ("limits", f"{settings.max_turns} turns per run; per request: {cap}"),
+        ("backend", settings.backend),
+        (
+            "cells",
+            f"{report.ran} run by this eval, {report.reused} reused from an earlier eval with "
+            "exactly these settings",
+        ),
+        ("generated", f"{report.generated_at} by sandmem {__version__}"),
+    ]
+
+
 def render_markdown(report: EvalReport) -> str:
     names = list(METRICS)
-    lines = [f"# sandmem eval: {report.suite}", ""]
-    lines.append(
-        f"Model `{report.model}`, memory model `{report.memory_model or 'same as the agent'}`, "
-        f"{report.repeat} repeat(s), backend {report.backend}, {report.generated_at}. "
-        "Figures are medians over repeats (min-max when they differ)."
-    )
+    lines = [f"# sandmem eval: {report.suite}", "", "What ran:", ""]
+    lines += [f"- {label}: {text}" for label, text in what_ran(report)]
+    lines += ["", "Figures are medians over repeats (min-max when they differ)."]
     if report.label:
         lines += ["", f"> {report.label}"]
     lines += ["", *_savings(report), "## Suite totals", ""]
@@ -240,6 +289,15 @@ def _table(header: list[str], rows: list[list[str]], numeric_from: int) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _code_spans(text: str) -> str:
+    """Markdown `code` spans as <code>, everything escaped."""
+    parts = text.split("`")
+    return "".join(
+        f"<code>{html.escape(part)}</code>" if n % 2 else html.escape(part)
+        for n, part in enumerate(parts)
+    )
+
+
 def render_html(report: EvalReport) -> str:
     """The report as one page: the savings, charts, and the figures as real tables (the same
     content as ``render_markdown``)."""
@@ -252,11 +310,12 @@ def render_html(report: EvalReport) -> str:
         f"<section><h3>{html.escape(METRICS[m])}</h3>{_chart(report, m)}</section>" for m in CHARTED
     )
     about = (
-        f"Model <code>{html.escape(report.model)}</code>, memory model "
-        f"<code>{html.escape(report.memory_model or 'same as the agent')}</code>, "
-        f"{report.repeat} repeat(s), backend {html.escape(report.backend)}, "
-        f"{html.escape(report.generated_at)}. Figures are medians over repeats (min-max when "
-        "they differ)."
+        "What ran:<ul>"
+        + "".join(
+            f"<li>{html.escape(label)}: {_code_spans(text)}</li>"
+            for label, text in what_ran(report)
+        )
+        + "</ul>Figures are medians over repeats (min-max when they differ)."
     )
     label = f"<blockquote>{html.escape(report.label)}</blockquote>" if report.label else ""
     saved = _savings(report)
@@ -290,7 +349,7 @@ def render_html(report: EvalReport) -> str:
         "td{white-space:nowrap}th{background:#f4f4f4}.num{text-align:right}"
         "blockquote{border-left:4px solid #ccc;margin:1em 0;padding:.2em 1em;color:#444}"
         "</style></head><body>"
-        f"<h1>sandmem eval: {html.escape(report.suite)}</h1><p>{about}</p>{label}{savings}"
+        f"<h1>sandmem eval: {html.escape(report.suite)}</h1><div>{about}</div>{label}{savings}"
         f"<p>{legend}</p>{charts}<h2>Suite totals</h2>{totals}<h2>Per task</h2>{per_task}"
         "</body></html>\n"
     )

@@ -3,8 +3,14 @@
 One *cell* is (task, condition, repeat index). A cell runs the task's steps in order on one
 workspace: each step is an agent run in a sandbox session; the session then stops (memory is
 generated in the ``memory`` condition, and the workspace is snapshotted) and the next step
-resumes from the snapshot. Each finished cell is written to ``OUT/cells/<cell>.json`` at once,
-so an interrupted eval resumes where it stopped: finished cells are loaded, not rerun.
+resumes from the snapshot. Each finished cell is written to
+``OUT/cells/<task>.<condition>.<repeat>.<key digest>.json`` at once, so an interrupted eval
+resumes where it stopped: finished cells made under the same key (``_key.CellKey``: models,
+server, suite and task digests, limits) are loaded, not rerun; any other cell is ignored.
+
+With a model (not ``scripted``), each model is asked one short request before the first task;
+an error of the setup (``_failures``) stops the eval with its reason and writes nothing of
+the cell it happened in.
 """
 
 from __future__ import annotations
@@ -15,40 +21,28 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sandmem._errors import SandmemError, UserError
-from sandmem._items import Item, item_kind
-from sandmem.eval._policy import scripted_policy
-from sandmem.eval._suite import CONDITIONS, AgentLayout, Condition, Step, Suite, Task
-from sandmem.redaction import Redactor, redact
+from sandmem._errors import UserError
+from sandmem.eval._failures import EvalStopped, check_models
+from sandmem.eval._key import EXTRACTIVE, CellKey, Settings, cell_key, suite_digest, task_digest
+from sandmem.eval._step import (
+    SCRIPTED,
+    StepCell,
+    StepMetrics,
+    StepRun,
+    memory_problems,
+    memory_view,
+)
+from sandmem.eval._suite import CONDITIONS, Condition, Suite, Task
+from sandmem.redaction import Redactor
 
-SCRIPTED = "scripted"
 Backend = Literal["local", "bwrap"]
-
-
-class StepMetrics(BaseModel):
-    """What one step cost. Agent figures sum the step's runs (the first and, after a failed
-    check, the correction); ``memory_*`` tokens are those of the memory generation that ran
-    when the step's session stopped."""
-
-    step: int
-    success: bool
-    turns: int = 0
-    requests: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    memory_requests: int = 0
-    memory_input_tokens: int = 0
-    memory_output_tokens: int = 0
-    tool_calls: int = 0
-    wall_s: float = 0.0
-    interventions: int = 0
-    error: str | None = None
+OPENAI_URL = "https://api.openai.com/v1"
 
 
 class CellResult(BaseModel):
@@ -56,16 +50,23 @@ class CellResult(BaseModel):
     condition: Condition
     repeat: int
     model: str
+    #: what decided this result; a cell is reused only under an equal key
+    cell_key: CellKey | None = None
     steps: list[StepMetrics] = Field(default_factory=list)
     #: the cell's final workspace, when ``keep_workspaces`` kept it
     workspace: str | None = None
 
     @property
     def key(self) -> str:
-        return cell_key(self.task, self.condition, self.repeat)
+        return cell_name(self.task, self.condition, self.repeat)
+
+    def file_name(self) -> str | None:
+        if self.cell_key is None:
+            return None
+        return f"{self.key}.{self.cell_key.digest}.json"
 
 
-def cell_key(task: str, condition: str, repeat: int) -> str:
+def cell_name(task: str, condition: str, repeat: int) -> str:
     return f"{task}.{condition}.{repeat}"
 
 
@@ -93,12 +94,22 @@ class EvalOptions:
     keep_workspaces: bool = False
     #: ignore (and replace) the finished cells of an earlier eval in ``out/cells``
     fresh: bool = False
+    #: the agent's turn limit per run (default: the suite's ``max_turns``)
+    max_turns: int | None = None
+    #: the cap on each agent request's output tokens (default: none sent)
+    max_tokens: int | None = None
 
     def check(self, suite: Suite) -> None:
         if self.repeat < 1:
             raise UserError("--repeat must be at least 1")
         if self.concurrency < 1:
             raise UserError("--concurrency must be at least 1")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise UserError("--max-turns must be at least 1")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise UserError("--max-tokens must be at least 1")
+        if self.model == SCRIPTED and self.memory_model not in (None, EXTRACTIVE):
+            raise UserError("the scripted agent generates memory offline: drop --memory-model")
         unknown = [c for c in self.conditions if c not in CONDITIONS]
         if unknown or not self.conditions:
             raise UserError(f"conditions must be some of {', '.join(CONDITIONS)}")
@@ -108,20 +119,25 @@ class EvalOptions:
             if missing:
                 raise UserError(f"no task named {', '.join(missing)} in suite {suite.name!r}")
 
+    @property
+    def memory(self) -> str:
+        """Both memory phases' model, or ``extractive``."""
+        if self.model == SCRIPTED:
+            return EXTRACTIVE
+        return self.memory_model or self.model
+
 
 @dataclass
 class _Cell:
-    suite: Suite
-    task: Task
-    condition: Condition
+    step: StepCell
     repeat: int
+    key: CellKey
     options: EvalOptions
     workdir: Path
-    history: list[Item] = field(default_factory=list)
 
-
-def _count_tool_calls(items: list[Item]) -> int:
-    return sum(1 for item in items if item_kind(item) == "function_call")
+    @property
+    def name(self) -> str:
+        return cell_name(self.step.task.id, self.step.condition, self.repeat)
 
 
 def _client(backend: Backend) -> Any:
@@ -130,129 +146,24 @@ def _client(backend: Backend) -> Any:
     return BubblewrapSandboxClient() if backend == "bwrap" else UnixLocalSandboxClient()
 
 
-async def _memory_spend(root: Path, layout: AgentLayout) -> tuple[int, int, int]:
-    """Requests and tokens memory generation has spent in a workspace so far (the public
-    memory API's totals from ``generation_log.jsonl``)."""
-    from sandmem._errors import MemoryNotFoundError
-    from sandmem.memory import MemoryLayoutConfig, status
-
-    config = MemoryLayoutConfig(memories_dir=layout.memories_dir, sessions_dir=layout.sessions_dir)
-    try:
-        tokens = (await status(root, layout=config)).tokens
-    except MemoryNotFoundError:
-        return 0, 0, 0
-    one, two = tokens.phase_one, tokens.phase_two
-    return (
-        one.requests + two.requests,
-        one.input_tokens + two.input_tokens,
-        one.output_tokens + two.output_tokens,
-    )
-
-
-def _as_int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-class _StepRun:
-    """One step of one cell: its agent, its runs, its check."""
-
-    def __init__(self, cell: _Cell, index: int, step: Step) -> None:
-        self.cell = cell
-        self.index = index
-        self.step = step
-        self.layout = cell.task.agents[step.agent]
-        self.metrics = StepMetrics(step=index, success=False)
-        #: the step's conversation so far (what a correction follows)
-        self.transcript: list[Item] = []
-
-    def _model(self) -> Any:
-        options = self.cell.options
-        if options.model == SCRIPTED:
-            return scripted_policy(
-                self.step.script,
-                correction=self.step.correction,
-                memories_dir=self.layout.memories_dir,
-                uses_memory=options.scripted_uses_memory,
-            )
-        return options.provider.get_model(options.model)
-
-    def _agent(self) -> Any:
-        from sandmem import Filesystem, Memory, SandboxAgent, Shell
-        from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
-
-        capabilities: list[Any] = [Filesystem(), Shell()]
-        if self.cell.condition == "memory":
-            options = self.cell.options
-            if options.model == SCRIPTED:
-                memory_model: Any = options.memory_model or EXTRACTIVE
-            else:
-                memory_model = options.memory_model or options.model
-            generate = MemoryGenerateConfig.for_model(memory_model, model_provider=options.provider)
-            layout = MemoryLayoutConfig(
-                memories_dir=self.layout.memories_dir, sessions_dir=self.layout.sessions_dir
-            )
-            capabilities.insert(0, Memory(layout=layout, generate=generate))
-        instructions = self.layout.instructions or self.cell.suite.instructions
-        return SandboxAgent(
-            name=f"eval-{self.step.agent}",
-            instructions=instructions,
-            model=self._model(),
-            capabilities=capabilities,
-        )
-
-    async def _run_agent(self, session: Any, prompt: str, carry: list[Item]) -> None:
-        """One agent run on ``carry`` (earlier items it sees) plus ``prompt``."""
-        from sandmem import RunConfig, Runner, SandboxRunConfig
-
-        agent = self._agent()
-        user: Item = {"role": "user", "content": prompt}
-        run_input: str | list[Item] = [*carry, user] if carry else prompt
-        config = RunConfig(sandbox=SandboxRunConfig(session=session), workflow_name="sandmem eval")
-        try:
-            result = await Runner.run(
-                agent,
-                run_input,
-                run_config=config,
-                max_turns=self.cell.suite.max_turns,
-                conversation_id=f"{self.cell.task.id}-step{self.index}",
-            )
-        except SandmemError as exc:
-            # a model server's error text may echo a key: redacted before it is stored
-            self.metrics.error = redact(f"{type(exc).__name__}: {exc}")
-            self.metrics.tool_calls += _count_tool_calls(list(getattr(exc, "items", None) or []))
-            return
-        finally:
-            if self.cell.options.model == SCRIPTED:
-                self.metrics.turns += len(agent.model.requests)
-        usage = result.usage
-        if self.cell.options.model != SCRIPTED:
-            self.metrics.turns += usage.requests
-        self.metrics.requests += usage.requests
-        self.metrics.input_tokens += usage.input_tokens
-        self.metrics.output_tokens += usage.output_tokens
-        self.metrics.tool_calls += _count_tool_calls(result.new_items)
-        self.transcript = result.to_input_list()
-
-    async def _check(self, session: Any) -> bool:
-        result = await session.exec(
-            self.step.check, timeout=self.step.check_timeout_s, raise_on_timeout=False
-        )
-        return bool(result.exit_code == 0 and not result.timed_out)
-
-    async def run(self, session: Any) -> StepMetrics:
-        for path, content in self.step.before.items():
-            await session.write(path, content.encode())
-        history = self.cell.history if self.cell.condition == "full-history" else []
-        await self._run_agent(session, self.step.prompt, history)
-        ok = await self._check(session)
-        if not ok and self.step.correction is not None:
-            self.metrics.interventions += 1
-            await self._run_agent(session, self.step.correction, self.transcript)
-            ok = await self._check(session)
-        self.metrics.success = ok
-        if self.transcript:
-            self.cell.history = self.transcript
-        return self.metrics
+async def _run_step(cell: _Cell, run: StepRun, session: Any) -> StepMetrics:
+    """The step in ``session`` (stopped at the end, which generates memory), with the memory
+    generation it caused; a setup error of that generation stops the eval."""
+    root = Path(str(session.state.manifest.root))
+    before, _ = await memory_view(root, run.layout)
+    started = time.perf_counter()
+    async with session:
+        metrics = await run.run(session)
+    metrics.wall_s = round(time.perf_counter() - started, 4)
+    after, found = await memory_view(root, run.layout)
+    metrics.memory_requests += after[0] - before[0]
+    metrics.memory_input_tokens += after[1] - before[1]
+    metrics.memory_output_tokens += after[2] - before[2]
+    setup, note = memory_problems(found)
+    if setup is not None:
+        raise EvalStopped(setup, cell=cell.name)
+    metrics.memory_note = note
+    return metrics
 
 
 async def _run_cell(cell: _Cell) -> CellResult:
@@ -261,7 +172,7 @@ async def _run_cell(cell: _Cell) -> CellResult:
     if cell.workdir.exists():
         shutil.rmtree(cell.workdir)
     cell.workdir.mkdir(parents=True)
-    files = cell.suite.workspace_files(cell.task)
+    files = cell.step.suite.workspace_files(cell.step.task)
     manifest = Manifest(
         entries={path: File(content=data) for path, data in files.items()},
         root=cell.workdir / "workspace",
@@ -271,25 +182,19 @@ async def _run_cell(cell: _Cell) -> CellResult:
         manifest=manifest, snapshot=LocalSnapshotSpec(base_path=cell.workdir / "snapshots")
     )
     result = CellResult(
-        task=cell.task.id, condition=cell.condition, repeat=cell.repeat, model=cell.options.model
+        task=cell.step.task.id,
+        condition=cell.step.condition,
+        repeat=cell.repeat,
+        model=cell.options.model,
+        cell_key=cell.key,
     )
     try:
-        for index, step in enumerate(cell.task.steps, 1):
+        for index, step in enumerate(cell.step.task.steps, 1):
             if index > 1:
                 session = await client.resume(session.state)
-            run = _StepRun(cell, index, step)
-            root = Path(str(session.state.manifest.root))
-            before = await _memory_spend(root, run.layout)
-            started = time.perf_counter()
-            async with session:
-                metrics = await run.run(session)
-            metrics.wall_s = round(time.perf_counter() - started, 4)
-            after = await _memory_spend(root, run.layout)
-            metrics.memory_requests += after[0] - before[0]
-            metrics.memory_input_tokens += after[1] - before[1]
-            metrics.memory_output_tokens += after[2] - before[2]
+            metrics = await _run_step(cell, StepRun(cell.step, index, step), session)
             result.steps.append(metrics)
-            _progress(cell, metrics, len(cell.task.steps))
+            _progress(cell, metrics, len(cell.step.task.steps))
     finally:
         if cell.options.keep_workspaces:
             result.workspace = str(session.state.manifest.root)
@@ -304,83 +209,221 @@ def _progress(cell: _Cell, metrics: StepMetrics, steps: int) -> None:
         return
     verdict = "ok" if metrics.success else "FAILED"
     extra = f", {metrics.interventions} correction" if metrics.interventions else ""
-    cell.options.progress(
-        f"{cell.task.id} [{cell.condition} #{cell.repeat + 1}] step {metrics.step}/{steps}: "
-        f"{verdict} in {metrics.turns} turns, {metrics.tool_calls} tool calls{extra}"
+    line = (
+        f"{cell.step.task.id} [{cell.step.condition} #{cell.repeat + 1}] step "
+        f"{metrics.step}/{steps}: {verdict} in {metrics.turns} turns, {metrics.tool_calls} tool "
+        f"calls{extra}, {metrics.wall_s:.1f} s"
     )
+    if metrics.reason:
+        line += f"\n    why: {metrics.reason}"
+    if metrics.memory_note:
+        line += f"\n    memory: {metrics.memory_note}"
+    cell.options.progress(line)
 
 
-def _load_done(cells_dir: Path) -> dict[str, CellResult]:
+def _load_done(cells_dir: Path, keys: dict[str, CellKey]) -> tuple[dict[str, CellResult], int]:
+    """The finished cells made under the wanted keys (``keys``: cell name -> key), and how
+    many other cell files were ignored (another key, an old format, or unreadable)."""
     done: dict[str, CellResult] = {}
+    ignored = 0
     for path in sorted(cells_dir.glob("*.json")):
         try:
             cell = CellResult.model_validate_json(path.read_bytes())
         except (OSError, ValidationError):
-            continue  # a half-written or foreign file: the cell runs again
-        if path.name == f"{cell.key}.json":
-            done[cell.key] = cell
-    return done
+            ignored += 1  # a half-written or foreign file: the cell runs again
+            continue
+        if cell.cell_key is not None and keys.get(cell.key) == cell.cell_key:
+            if path.name == cell.file_name():
+                done[cell.key] = cell
+                continue
+        ignored += 1
+    return done, ignored
 
 
 def _write_cell(cells_dir: Path, cell: CellResult) -> None:
-    target = cells_dir / f"{cell.key}.json"
-    temp = cells_dir / f".{cell.key}.{os.getpid()}.tmp"
+    name = cell.file_name()
+    assert name is not None
+    temp = cells_dir / f".{name}.{os.getpid()}.tmp"
     temp.write_text(json.dumps(Redactor().redact_obj(cell.model_dump(mode="json")), indent=2))
-    os.replace(temp, target)
+    os.replace(temp, cells_dir / name)
 
 
-async def run_suite(suite: Suite, options: EvalOptions) -> list[CellResult]:
-    """Run every (task, condition, repeat) cell not already finished in ``options.out`` (all
-    of them with ``options.fresh``); the progress callback is told how many are reused."""
-    options.check(suite)
-    cells_dir = options.out / "cells"
-    cells_dir.mkdir(parents=True, exist_ok=True)
-    done = {} if options.fresh else _load_done(cells_dir)
+async def _server(provider: Any) -> tuple[str | None, str | None]:
+    """The base URL and API the provider's models talk to (as its client says)."""
+    url: str | None = None
+    client = getattr(provider, "client", None)
+    if callable(client):
+        url = str((await client()).base_url).rstrip("/")
+    api = getattr(provider, "api", None)
+    return url, (str(api) if api is not None else None)
+
+
+async def settings_of(suite: Suite, options: EvalOptions) -> Settings:
+    """What this eval runs with: the report's header and the cells' keys come from it."""
+    server = api = None
+    if options.model != SCRIPTED:
+        server, api = await _server(options.provider)
+    return Settings(
+        agent_model=options.model,
+        memory=options.memory,
+        server=server,
+        api=api,
+        backend=options.backend,
+        max_turns=options.max_turns or suite.max_turns,
+        max_tokens=options.max_tokens,
+        scripted_uses_memory=options.scripted_uses_memory if options.model == SCRIPTED else None,
+        suite=suite.name,
+        suite_digest=suite_digest(suite),
+        task_digests={task.id: task_digest(suite, task) for task in suite.tasks},
+    )
+
+
+@dataclass
+class SuiteRun:
+    """What ``run_suite`` found and did: the cells of this eval in suite order, the settings
+    they were made under, and how many were reused from an earlier eval."""
+
+    cells: list[CellResult]
+    settings: Settings
+    reused: int
+    ran: int
+
+
+def _plan(
+    suite: Suite, options: EvalOptions, settings: Settings
+) -> tuple[list[Task], dict[str, CellKey]]:
     tasks = [t for t in suite.tasks if options.tasks is None or t.id in options.tasks]
-    wanted = {
-        cell_key(t.id, c, r)
+    keys = {
+        cell_name(t.id, c, r): cell_key(settings, t.id, c)
         for t in tasks
         for c in options.conditions
         for r in range(options.repeat)
     }
-    reused = len(wanted & done.keys())
-    if reused and options.progress is not None:
-        options.progress(
-            f"reusing {reused} finished cell(s) from {cells_dir} (an earlier eval there); "
-            "pass --fresh to run them again"
-        )
-    todo = [
-        _Cell(suite, task, condition, repeat, options, options.out / "work" / key)
-        for task in tasks
-        for condition in options.conditions
-        for repeat in range(options.repeat)
-        if (key := cell_key(task.id, condition, repeat)) not in done
-    ]
+    return tasks, keys
+
+
+def _say(options: EvalOptions, line: str) -> None:
+    if options.progress is not None:
+        options.progress(line)
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The exception to raise for a group of failed cells: a setup error first."""
+    flat: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending[:0] = list(exc.exceptions)
+        else:
+            flat.append(exc)
+    stopped = [exc for exc in flat if isinstance(exc, EvalStopped)]
+    return (stopped or flat)[0]
+
+
+async def _prepare(suite: Suite, options: EvalOptions) -> tuple[Settings, Any]:
+    """The settings; with a model, the provider (``owned`` when made here) after its models
+    answered a test request."""
     owned = None
     if options.model != SCRIPTED and options.provider is None:
         from sandmem.models import OpenAIProvider
 
         owned = options.provider = OpenAIProvider()
+    try:
+        settings = await settings_of(suite, options)
+        if options.model != SCRIPTED:
+            names = [options.model]
+            if "memory" in options.conditions and options.memory != EXTRACTIVE:
+                names.append(options.memory)
+            await check_models(options.provider, names)
+    except BaseException:
+        if owned is not None:
+            await owned.aclose()
+            options.provider = None
+        raise
+    return settings, owned
+
+
+async def run_suite_detailed(suite: Suite, options: EvalOptions) -> SuiteRun:
+    """Run every (task, condition, repeat) cell not already finished under the same key in
+    ``options.out`` (all of them with ``options.fresh``). Raises :class:`EvalStopped` on an
+    error of the setup (nothing of the cell it happened in is written)."""
+    options.check(suite)
+    settings, owned = await _prepare(suite, options)
+    try:
+        return await _run_cells(suite, options, settings)
+    finally:
+        if owned is not None:
+            await owned.aclose()
+            options.provider = None
+        if not options.keep_workspaces:
+            shutil.rmtree(options.out / "work", ignore_errors=True)
+
+
+def _reuse(options: EvalOptions, keys: dict[str, CellKey]) -> dict[str, CellResult]:
+    cells_dir = options.out / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    if options.fresh:
+        return {}
+    done, ignored = _load_done(cells_dir, keys)
+    if done:
+        _say(
+            options,
+            f"reusing {len(done)} finished cell(s) from {cells_dir} made with the same models, "
+            "server, suite and tasks; pass --fresh to run them again",
+        )
+    if ignored:
+        _say(options, f"ignoring {ignored} cell file(s) in {cells_dir} made with other settings")
+    return done
+
+
+async def _run_cells(suite: Suite, options: EvalOptions, settings: Settings) -> SuiteRun:
+    tasks, keys = _plan(suite, options, settings)
+    done = _reuse(options, keys)
+    reused = len(done)
+    todo = [
+        _Cell(
+            StepCell(
+                suite=suite,
+                task=task,
+                condition=condition,
+                model=options.model,
+                memory=options.memory,
+                provider=options.provider,
+                max_turns=settings.max_turns,
+                max_tokens=options.max_tokens,
+                scripted_uses_memory=options.scripted_uses_memory,
+                name=name,
+            ),
+            repeat,
+            keys[name],
+            options,
+            options.out / "work" / name,
+        )
+        for task in tasks
+        for condition in options.conditions
+        for repeat in range(options.repeat)
+        if (name := cell_name(task.id, condition, repeat)) not in done
+    ]
     gate = asyncio.Semaphore(options.concurrency)
 
     async def one(cell: _Cell) -> None:
         async with gate:
             result = await _run_cell(cell)
-            _write_cell(cells_dir, result)
+            _write_cell(options.out / "cells", result)
             done[result.key] = result
 
     try:
-        await asyncio.gather(*(one(cell) for cell in todo))
-    finally:
-        if owned is not None:
-            await owned.aclose()
-            options.provider = None
-    if not options.keep_workspaces:
-        shutil.rmtree(options.out / "work", ignore_errors=True)
-    order = {
-        cell_key(t.id, c, r): n
-        for n, (t, c, r) in enumerate(
-            (t, c, r) for t in tasks for c in options.conditions for r in range(options.repeat)
-        )
-    }
-    return sorted((c for c in done.values() if c.key in order), key=lambda c: order[c.key])
+        async with asyncio.TaskGroup() as group:
+            for cell in todo:
+                group.create_task(one(cell))
+    except BaseExceptionGroup as failed:
+        raise _first(failed) from None
+    order = {name: n for n, name in enumerate(keys)}
+    cells = sorted(done.values(), key=lambda c: order[c.key])
+    return SuiteRun(cells, settings, reused, len(todo))
+
+
+async def run_suite(suite: Suite, options: EvalOptions) -> list[CellResult]:
+    """The cells of :func:`run_suite_detailed`, in suite order."""
+    return (await run_suite_detailed(suite, options)).cells

@@ -1,0 +1,73 @@
+"""Telling a task failure from a failure of the setup, and checking the server first.
+
+A step *fails* when the agent did not do the task: its check exits non-zero, it ran out of
+turns, its answer was unusable. Those are results, and their cells are kept. An error of the
+setup is not a result: the server cannot be reached, refuses the key, does not know the
+model, times out, or memory generation failed for one of those reasons. Such an error stops
+the eval at once (:class:`EvalStopped`, exit status 1 in the CLI) with its reason, and the
+cell it happened in is not written, so fixing the setting and running again runs it.
+
+    stops_eval(exc)        the agent run's exception: setup (True) or task failure (False)
+    check_models()         one tiny request to each model before the first task
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sandmem._errors import MCPServerError, ModelRequestError, SandmemError, UserError
+from sandmem.memory.state import classify
+from sandmem.redaction import redact
+
+
+class EvalStopped(SandmemError):
+    """The eval stopped before its end for a reason that is not a task's failure (the model
+    server, its key or model name, a timeout, the configuration). ``cell`` names the cell it
+    happened in (``None``: before the first task); nothing of that cell was kept."""
+
+    def __init__(self, reason: str, *, cell: str | None = None) -> None:
+        where = f"in cell {cell}" if cell else "before the first task"
+        super().__init__(
+            f"eval stopped {where}: {reason}; this is not a task failure, so nothing of it "
+            "was kept: fix it and run the same command again (finished cells are reused)"
+        )
+        self.reason = reason
+        self.cell = cell
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` on one line, redacted (a server's error text may echo a key)."""
+    return redact(" ".join(f"{type(exc).__name__}: {exc}".split()))
+
+
+def stops_eval(exc: BaseException) -> bool:
+    """True for an error of the setup: a model request that failed for the server, the
+    network, a timeout, the key, the URL or the model name (``memory.state.classify`` says
+    ``environment`` or ``configuration``), an agent's MCP server, or a misconfiguration
+    (``UserError``). False for the task's own failures (turn limit, an unusable answer, a
+    request the conversation made too large)."""
+    if isinstance(exc, ModelRequestError):
+        return classify(exc) != "rollout"
+    return isinstance(exc, MCPServerError | UserError)
+
+
+async def check_models(provider: Any, names: Iterable[str]) -> None:
+    """One short request to each named model through ``provider``; raises
+    :class:`EvalStopped` with the reason when one fails (an unreachable server, a refused key,
+    an unknown model, a timeout) — before any task has run."""
+    from sandmem._settings import ModelSettings
+    from sandmem.models import ModelRequest
+
+    for name in dict.fromkeys(names):
+        request = ModelRequest(
+            instructions="Answer with one word.",
+            input=[{"role": "user", "content": "Say OK."}],
+            settings=ModelSettings(max_tokens=8),
+        )
+        try:
+            await provider.get_model(name).get_response(request)
+        except SandmemError as exc:
+            raise EvalStopped(
+                f"model {name!r} did not answer a test request: {describe(exc)}"
+            ) from None
