@@ -163,7 +163,7 @@ async def test_a_model_servers_error_text_is_redacted_in_every_report(tmp_path: 
 
     def refuse(request: ModelRequest) -> object:
         if request.input and request.input[-1].get("content") == "Say OK.":
-            return text("OK")  # the check before the first task passes
+            return [text("OK")]  # the check before the first task passes
         raise ModelRequestError(
             f"Error code: 400 - context too long for key {key}", status_code=400
         )

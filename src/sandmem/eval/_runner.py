@@ -87,7 +87,8 @@ class EvalOptions:
     scripted_uses_memory: bool = True
     #: one line per finished step (the CLI prints them)
     progress: Callable[[str], None] | None = None
-    #: model provider for named models (default: ``OpenAIProvider()``, closed at the end)
+    #: model provider for named models (default: the process's ``OpenAIProvider``, its
+    #: clients closed at the end)
     provider: Any = None
     tasks: tuple[str, ...] | None = None
     #: keep each cell's final workspace in ``out/work/<cell>/workspace`` (default: removed)
@@ -326,9 +327,10 @@ async def _prepare(suite: Suite, options: EvalOptions) -> tuple[Settings, Any]:
     answered a test request."""
     owned = None
     if options.model != SCRIPTED and options.provider is None:
-        from sandmem.models import OpenAIProvider
+        from sandmem.models._provider import default_provider
 
-        owned = options.provider = OpenAIProvider()
+        # the process's provider: `sandmem eval --timeout/--max-retries` configure it
+        owned = options.provider = default_provider()
     try:
         settings = await settings_of(suite, options)
         if options.model != SCRIPTED:

@@ -15,10 +15,12 @@ from pydantic import BaseModel
 
 from sandmem._errors import SandmemError
 from sandmem._items import Item, item_kind
+from sandmem._usage import Usage
 from sandmem.eval._failures import EvalStopped, describe, stops_eval
 from sandmem.eval._key import EXTRACTIVE
 from sandmem.eval._policy import scripted_policy
 from sandmem.eval._suite import AgentLayout, Condition, Step, Suite, Task
+from sandmem.models import Model, ModelRequest, ModelResponse
 
 SCRIPTED = "scripted"
 #: how much of a failed check's output a step keeps (its last characters)
@@ -75,6 +77,23 @@ def _one_line_tail(text: str, limit: int = CHECK_TAIL) -> str:
     return flat if len(flat) <= limit else "…" + flat[-limit:]
 
 
+class _Metered(Model):
+    """Counts the turns and sums the usage of every answer, also of a run that ends in an
+    error (a run out of turns spent them: the report shows it)."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.turns = 0
+        self.usage = Usage()
+
+    async def get_response(self, request: ModelRequest) -> ModelResponse:
+        self.turns += 1
+        response = await self.inner.get_response(request)
+        self.usage.add(response.usage)
+        return response
+
+
 class StepRun:
     """One step of one cell: its agent, its runs, its check."""
 
@@ -87,7 +106,7 @@ class StepRun:
         #: the step's conversation so far (what a correction follows)
         self.transcript: list[Item] = []
 
-    def _model(self) -> Any:
+    def _model(self) -> Model:
         if self.cell.model == SCRIPTED:
             return scripted_policy(
                 self.step.script,
@@ -95,9 +114,10 @@ class StepRun:
                 memories_dir=self.layout.memories_dir,
                 uses_memory=self.cell.scripted_uses_memory,
             )
-        return self.cell.provider.get_model(self.cell.model)
+        model: Model = self.cell.provider.get_model(self.cell.model)
+        return model
 
-    def _agent(self) -> Any:
+    def _agent(self, model: Model) -> Any:
         from sandmem import Filesystem, Memory, SandboxAgent, Shell
         from sandmem._settings import ModelSettings
         from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
@@ -115,7 +135,7 @@ class StepRun:
         return SandboxAgent(
             name=f"eval-{self.step.agent}",
             instructions=instructions,
-            model=self._model(),
+            model=model,
             model_settings=ModelSettings(max_tokens=self.cell.max_tokens),
             capabilities=capabilities,
         )
@@ -124,7 +144,8 @@ class StepRun:
         """One agent run on ``carry`` (earlier items it sees) plus ``prompt``."""
         from sandmem import RunConfig, Runner, SandboxRunConfig
 
-        agent = self._agent()
+        model = _Metered(self._model())
+        agent = self._agent(model)
         user: Item = {"role": "user", "content": prompt}
         run_input: str | list[Item] = [*carry, user] if carry else prompt
         config = RunConfig(sandbox=SandboxRunConfig(session=session), workflow_name="sandmem eval")
@@ -143,14 +164,10 @@ class StepRun:
             self.metrics.tool_calls += _count_tool_calls(list(getattr(exc, "items", None) or []))
             return
         finally:
-            if self.cell.model == SCRIPTED:
-                self.metrics.turns += len(agent.model.requests)
-        usage = result.usage
-        if self.cell.model != SCRIPTED:
-            self.metrics.turns += usage.requests
-        self.metrics.requests += usage.requests
-        self.metrics.input_tokens += usage.input_tokens
-        self.metrics.output_tokens += usage.output_tokens
+            self.metrics.turns += model.turns
+            self.metrics.requests += model.usage.requests
+            self.metrics.input_tokens += model.usage.input_tokens
+            self.metrics.output_tokens += model.usage.output_tokens
         self.metrics.tool_calls += _count_tool_calls(result.new_items)
         self.transcript = result.to_input_list()
 
