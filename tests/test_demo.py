@@ -41,7 +41,13 @@ async def test_offline_demo_shows_memory_carried_to_run_two(tmp_path: Path) -> N
     assert "sessions/\n" in text and "invoice-fix.jsonl" in text
     summary = text.split("memories/memory_summary.md:\n", 1)[1].split("\n[3/3]", 1)[0]
     assert "src/acme_metrics/report.py" in summary
-    assert "OK: run 2's first model request carried run 1's memory" in text
+    verdict = text.split("\nRun 1 did its task", 1)[1].splitlines()
+    assert verdict[0].startswith(" (fix the bug): YES: format_invoice_total in src/acme_metrics")
+    assert verdict[1].startswith(
+        "Memory carried to run 2: YES: run 2's first model request carried run 1's memory"
+    )
+    assert verdict[2].startswith("Run 2 did its task (regression test): YES: tests/test_invoice")
+    assert verdict[3] == "OK: run 1 fixed the bug and run 2 started with its memory."
     # the scripted agent's tool calls really ran: the fix and the new test are in the files
     run1 = tmp_path / "keep/run1-workspace"
     run2 = tmp_path / "keep/run2-workspace"
@@ -62,7 +68,7 @@ def test_sandmem_cli_runs_the_demo(tmp_path: Path) -> None:
 
     result = CliRunner().invoke(cli, ["demo", "--offline", "--keep", str(tmp_path / "k")])
     assert result.exit_code == 0, result.output
-    assert "OK: run 2's first model request carried run 1's memory" in result.output
+    assert "OK: run 1 fixed the bug and run 2 started with its memory." in result.output
 
 
 def test_python_m_sandmem_demo_exits_zero() -> None:

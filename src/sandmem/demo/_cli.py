@@ -36,8 +36,10 @@ def demo_command(model: str | None, offline: bool | None, keep: Path | None) -> 
 
     Run 1 fixes a bug in a small workspace; the session stops, memory is generated and the
     workspace snapshotted; run 2, in a new session resumed from the snapshot, is asked to
-    "add a regression test for the bug you fixed". Exits 0 only when run 2's first model
-    request carried the memory of run 1.
+    "add a regression test for the bug you fixed". The verdict says separately whether run 1
+    fixed the bug (checked in the workspace), whether run 2's first model request carried
+    run 1's memory, and whether run 2 added a passing test. Exits 0 only when run 1 fixed the
+    bug and its memory was carried.
     """
     from sandmem._log_lines import readable_warnings
 

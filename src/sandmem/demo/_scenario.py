@@ -3,7 +3,10 @@ real model.
 
 Run 1 fixes a bug in a fresh workspace; stopping the session generates memory and snapshots
 the workspace; a new session resumed from the snapshot runs task 2, which names neither the
-bug nor the file. The demo succeeds only when run 2's first model request carried the memory.
+bug nor the file. The verdict (``_verdict``) says separately whether run 1 did its task
+(checked in the workspace), whether run 2's first model request carried the memory, and
+whether run 2 did its task; the demo succeeds only when run 1 did its task and the memory was
+carried.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,9 +24,11 @@ from typing import Any, TextIO
 from sandmem import (
     Filesystem,
     LocalSnapshotSpec,
+    MaxTurnsExceeded,
     Memory,
     MemoryGenerateConfig,
     Model,
+    ModelBehaviorError,
     RunConfig,
     Runner,
     RunResult,
@@ -37,6 +43,7 @@ from sandmem import (
 from sandmem._log_lines import command_name
 from sandmem.demo._policy import scripted_engineer
 from sandmem.demo._report import indent, print_steps, tree_lines, wrap
+from sandmem.demo._verdict import check_fix, check_regression_test, verdict
 from sandmem.demo._workspace import (
     FIX_TASK,
     REGRESSION_TASK,
@@ -162,21 +169,38 @@ def _header(setup: _Setup) -> None:
 
 async def _run(
     setup: _Setup, session: SandboxSession, task: str, rollout_id: str
-) -> tuple[RunResult, RecordingModel]:
+) -> tuple[RunResult | None, RecordingModel]:
+    """One run; a run the model could not finish (out of turns, an unusable answer) is shown
+    and the demo goes on (its memory is still generated): the verdict says whether the task
+    was done. An error of the server or the setup stops the demo."""
     agent, model = setup.agent()
     setup.write(f'  Task: "{task}"')
-    result = await Runner.run(
-        agent,
-        task,
-        run_config=RunConfig(
-            sandbox=SandboxRunConfig(session=session), workflow_name="sandmem demo"
-        ),
-        conversation_id=rollout_id,
-        max_turns=setup.max_turns,
-    )
+    started = time.monotonic()
+    number = 1 if rollout_id == RUN_1_ID else 2
+    try:
+        result = await Runner.run(
+            agent,
+            task,
+            run_config=RunConfig(
+                sandbox=SandboxRunConfig(session=session), workflow_name="sandmem demo"
+            ),
+            conversation_id=rollout_id,
+            max_turns=setup.max_turns,
+        )
+    except (MaxTurnsExceeded, ModelBehaviorError) as exc:
+        print_steps(exc.items if isinstance(exc, MaxTurnsExceeded) else [], setup.out)
+        setup.write(
+            f"  Run {number} ended without a final answer after {time.monotonic() - started:.0f} s "
+            f"and {len(model.requests)} model requests: {type(exc).__name__}: {exc}"
+        )
+        return None, model
     print_steps(result.new_items, setup.out)
-    setup.write(f"  Final answer (run {1 if rollout_id == RUN_1_ID else 2}):")
+    setup.write(f"  Final answer (run {number}):")
     setup.write(indent(wrap(str(result.final_output))).rstrip("\n"))
+    setup.write(
+        f"  Run {number} took {time.monotonic() - started:.0f} s and "
+        f"{len(model.requests)} model requests."
+    )
     return result, model
 
 
@@ -218,9 +242,14 @@ async def _scenario(setup: _Setup) -> int:
     setup.write("[1/3] Run 1 in a fresh workspace (no memory yet)")
     async with sandbox:
         await _run(setup, sandbox, FIX_TASK, RUN_1_ID)
+        fixed = await check_fix(sandbox)
+        setup.write(
+            f"  Check of run 1's task: {'done' if fixed.done else 'NOT done'}: {fixed.detail}"
+        )
+        stopping = time.monotonic()
     setup.write(
         "  The session stopped: memory was generated from run 1, then the workspace was "
-        "snapshotted.\n"
+        f"snapshotted ({time.monotonic() - stopping:.0f} s).\n"
     )
     resumed = await client.resume(sandbox.state)
     try:
@@ -230,12 +259,16 @@ async def _scenario(setup: _Setup) -> int:
             seen = len(await _generation_log(resumed))
             setup.write("\n[3/3] Run 2 in the resumed session (the task names no bug, no file)")
             _, model = await _run(setup, resumed, REGRESSION_TASK, RUN_2_ID)
+            tested = await check_regression_test(resumed)
         records = (await _generation_log(resumed))[seen:]
         setup.write(f"  The session stopped; memory generation: {_describe_log(records)}")
         page = await _keep(setup, resumed) if setup.keep else None
     finally:
         await client.delete(resumed)
-    code = _verdict(setup, model, summary)
+    lines, code = verdict(fixed, tested, summary, memory_carried(_first(model), summary))
+    setup.write("")
+    for line in lines:
+        setup.write(line)
     if page is not None:
         setup.write(f"Memory viewer of the kept workspace (open it in a browser): {page}")
     return code
@@ -260,23 +293,8 @@ async def _write_viewer(workspace: Path, out: Path) -> Path:
     return out
 
 
-def _verdict(setup: _Setup, model: RecordingModel, summary: str) -> int:
-    first = model.requests[0] if model.requests else None
-    setup.write("")
-    if not summary.strip():
-        setup.write("FAILED: memory_summary.md is empty, so run 2 had no memory to read.")
-        return 1
-    if not memory_carried(first, summary):
-        setup.write(
-            "FAILED: run 2's first model request did not carry the memory prompt with "
-            "memory_summary.md in its instructions."
-        )
-        return 1
-    setup.write(
-        "OK: run 2's first model request carried run 1's memory (memory_summary.md inside the "
-        f"memory prompt of its instructions, {len(summary.encode())} bytes)."
-    )
-    return 0
+def _first(model: RecordingModel) -> ModelRequest | None:
+    return model.requests[0] if model.requests else None
 
 
 def _check_workdir(workdir: Path) -> None:
@@ -298,8 +316,9 @@ async def run_demo(
     drives the agent and both memory phases. ``workdir`` (a new or empty directory) keeps the
     workspaces; by default everything lives in a temporary directory removed at the end.
 
-    Returns 0 when run 2's first model request carried the memory of run 1, 1 when it did not
-    or a run failed, 2 for a usage error.
+    Returns 0 when run 1 fixed the bug (checked in the workspace) and run 2's first model
+    request carried its memory, 1 when either did not or the server failed, 2 for a usage
+    error.
     """
     stream = out if out is not None else sys.stdout
     try:
