@@ -192,7 +192,7 @@ async def _run(
             max_turns=setup.max_turns,
         )
     except (MaxTurnsExceeded, ModelBehaviorError) as exc:
-        print_steps(exc.items if isinstance(exc, MaxTurnsExceeded) else [], setup.out)
+        print_steps(list(getattr(exc, "items", None) or []), setup.out)
         setup.write(
             f"  Run {number} ended without a final answer after {time.monotonic() - started:.0f} s "
             f"and {len(model.requests)} model requests: {type(exc).__name__}: {exc}"
