@@ -12,7 +12,7 @@ Serves Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) with llama.cpp's ``llama-server``
 The server is stopped at the end, whatever happens. Settings come from the environment
 (``make real-model`` passes them): ``SANDMEM_REAL_MODEL_TASKS`` (comma-separated built-in task
 ids), ``_REPEAT``, ``_MAX_TURNS``, ``_MAX_TOKENS``, ``_THREADS``, ``_TIMEOUT`` (seconds per
-request), ``_PARTS`` (any of ``demo,generate,eval``) and ``_CACHE``. Not part of ``make bench``:
+request), ``_FLUSH_TIMEOUT`` (seconds per memory generation), ``_PARTS`` (any of ``demo,generate,eval``) and ``_CACHE``. Not part of ``make bench``:
 ``python benchmarks/run.py --only real-model`` runs it.
 """
 
@@ -46,6 +46,8 @@ class Config:
     max_tokens: int = 512
     threads: int = real_model.DEFAULT_THREADS
     timeout_s: float = 600.0
+    #: memory generation at a session's stop (phase one and two) on this model
+    flush_timeout_s: float = 3600.0
     parts: tuple[str, ...] = ("demo", "generate", "eval")
     cache: Path = field(default_factory=real_model.default_cache)
 
@@ -65,6 +67,7 @@ class Config:
             ("MAX_TOKENS", "max_tokens", int),
             ("THREADS", "threads", int),
             ("TIMEOUT", "timeout_s", float),
+            ("FLUSH_TIMEOUT", "flush_timeout_s", float),
         ):
             if value := env(name):
                 setattr(config, attr, kind(value))
@@ -141,8 +144,9 @@ def run_demo(config: Config, server: real_model.Server) -> dict[str, Any]:
             "--keep", str(Path(tmp) / "keep"),
             "--timeout", str(config.timeout_s),
             "--max-turns", str(config.max_turns),
+            "--flush-timeout", str(config.flush_timeout_s),
             env=server.env(),
-            timeout_s=config.timeout_s * config.max_turns * 4,
+            timeout_s=config.timeout_s * config.max_turns * 2 + config.flush_timeout_s * 2,
         )  # fmt: skip
     facts = demo_facts(output)
     return {"exit": code, "wall_s": wall, **facts, "tail": output.splitlines()[-12:]}
@@ -199,6 +203,7 @@ def run_eval(config: Config, server: real_model.Server) -> dict[str, Any]:
             "--max-turns", str(config.max_turns),
             "--max-tokens", str(config.max_tokens),
             "--timeout", str(config.timeout_s),
+            "--flush-timeout", str(config.flush_timeout_s),
             "--out", str(out),
         ]  # fmt: skip
         for task in config.tasks:

@@ -426,3 +426,17 @@ def test_the_scripted_header_says_no_model_and_the_extractive_engine(
     assert "- agent: `scripted`: the deterministic policy shipped with sandmem" in md
     assert "- memory: the extractive engine (no model)" in md
     assert "- conditions: memory, no-memory" in md
+
+
+async def test_a_memory_generation_timeout_stops_the_eval_and_the_setting_fixes_it(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    options = EvalOptions(out=out, conditions=("memory",), tasks=("hello",), flush_timeout_s=1e-9)
+    with pytest.raises(EvalStopped) as stopped:
+        await run_eval(parse_suite(SUITE), options)
+    assert "hello-step1 is still pending after the session stopped" in str(stopped.value)
+    assert "flush timeout" in str(stopped.value) and cells(out) == []
+    options.flush_timeout_s = 120
+    report = await run_eval(parse_suite(SUITE), options)
+    assert report.ran == 1 and report.cells[0].steps[0].success

@@ -72,6 +72,13 @@ def _conditions(value: str) -> tuple[str, ...]:
     default=None,
     help="Cap on each agent request's output tokens (small local models can run on) [none].",
 )
+@click.option(
+    "--flush-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="How long memory generation at each step's stop may take [600].",
+)
 @client_options
 def eval_command(
     suite: str,
@@ -86,6 +93,7 @@ def eval_command(
     fresh: bool,
     max_turns: int | None,
     max_tokens: int | None,
+    flush_timeout: float | None,
 ) -> None:
     """Run SUITE (a .toml file, or `builtin`) with and without memory and compare.
 
@@ -115,6 +123,7 @@ def eval_command(
         fresh=fresh,
         max_turns=max_turns,
         max_tokens=max_tokens,
+        flush_timeout_s=flush_timeout,
     )
     if model == SCRIPTED:
         click.echo("Model: scripted (offline deterministic policy + extractive memory engine).")

@@ -38,8 +38,19 @@ from sandmem.demo._scenario import run_demo
     metavar="N",
     help="Turn limit of each run [12 offline, 40 on a model].",
 )
+@click.option(
+    "--flush-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="How long memory generation at each session's stop may take [600].",
+)
 def demo_command(
-    model: str | None, offline: bool | None, keep: Path | None, max_turns: int | None
+    model: str | None,
+    offline: bool | None,
+    keep: Path | None,
+    max_turns: int | None,
+    flush_timeout: float | None,
 ) -> None:
     """Show memory carrying across two agent runs.
 
@@ -54,6 +65,12 @@ def demo_command(
 
     with readable_warnings():
         code = asyncio.run(
-            run_demo(model=model, offline=offline, workdir=keep, max_turns=max_turns)
+            run_demo(
+                model=model,
+                offline=offline,
+                workdir=keep,
+                max_turns=max_turns,
+                flush_timeout_s=flush_timeout,
+            )
         )
     click.get_current_context().exit(code)

@@ -123,6 +123,8 @@ class _Setup:
     provider: OpenAIProvider | None = None
     #: each run's turn limit (``None``: 12 offline, 40 on a model)
     turns: int | None = None
+    #: how long memory generation at a session's stop may take (``None``: the default)
+    flush_timeout_s: float | None = None
 
     def write(self, text: str = "") -> None:
         self.out.write(text + "\n")
@@ -130,11 +132,16 @@ class _Setup:
 
     def agent(self) -> tuple[SandboxAgent, RecordingModel]:
         model = RecordingModel(scripted_engineer() if self.llm is None else self.llm)
+        extra: dict[str, Any] = {}
+        if self.flush_timeout_s is not None:
+            extra["flush_timeout_s"] = self.flush_timeout_s
         if self.offline:
-            generate = MemoryGenerateConfig.for_model(EXTRACTIVE)
+            generate = MemoryGenerateConfig.for_model(EXTRACTIVE, **extra)
         else:
             assert self.llm is not None
-            generate = MemoryGenerateConfig.for_model(self.llm, model_provider=self.provider)
+            generate = MemoryGenerateConfig.for_model(
+                self.llm, model_provider=self.provider, **extra
+            )
         agent = SandboxAgent(
             name="acme-engineer",
             instructions=_INSTRUCTIONS,
@@ -313,6 +320,7 @@ async def run_demo(
     workdir: Path | None = None,
     out: TextIO | None = None,
     max_turns: int | None = None,
+    flush_timeout_s: float | None = None,
 ) -> int:
     """Run the two-run memory demo and print what happens to ``out`` (default stdout).
 
@@ -320,7 +328,9 @@ async def run_demo(
     scripted agent and the extractive engine. Otherwise ``model`` (or the provider's default)
     drives the agent and both memory phases. ``workdir`` (a new or empty directory) keeps the
     workspaces; by default everything lives in a temporary directory removed at the end.
-    ``max_turns`` limits each run (default 12 offline, 40 on a model).
+    ``max_turns`` limits each run (default 12 offline, 40 on a model); ``flush_timeout_s``
+    how long memory generation at a session's stop may take (a slow local model needs more
+    than the default 600 s).
 
     Returns 0 when run 1 fixed the bug (checked in the workspace) and run 2's first model
     request carried its memory, 1 when either did not or the server failed, 2 for a usage
@@ -337,6 +347,8 @@ async def run_demo(
             )
         if max_turns is not None and max_turns < 1:
             raise UserError("--max-turns must be at least 1")
+        if flush_timeout_s is not None and not flush_timeout_s > 0:
+            raise UserError("--flush-timeout must be positive seconds")
         if workdir is not None:
             _check_workdir(workdir)
     except UserError as exc:
@@ -345,6 +357,7 @@ async def run_demo(
     with tempfile.TemporaryDirectory(prefix="sandmem-demo-") as tmp:
         setup = _Setup(offline_mode, stream, workdir or Path(tmp), keep=workdir is not None)
         setup.turns = max_turns
+        setup.flush_timeout_s = flush_timeout_s
         if not offline_mode:
             setup.provider = default_provider()  # `sandmem demo --timeout/--max-retries` set it
             setup.llm = setup.provider.get_model(model)

@@ -99,6 +99,9 @@ class EvalOptions:
     max_turns: int | None = None
     #: the cap on each agent request's output tokens (default: none sent)
     max_tokens: int | None = None
+    #: how long one memory generation (phase one and two at a step's stop) may take
+    #: (default: ``MemoryGenerateConfig.flush_timeout_s``); a slow local model needs more
+    flush_timeout_s: float | None = None
 
     def check(self, suite: Suite) -> None:
         if self.repeat < 1:
@@ -109,6 +112,8 @@ class EvalOptions:
             raise UserError("--max-turns must be at least 1")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UserError("--max-tokens must be at least 1")
+        if self.flush_timeout_s is not None and not self.flush_timeout_s > 0:
+            raise UserError("--flush-timeout must be positive seconds")
         if self.model == SCRIPTED and self.memory_model not in (None, EXTRACTIVE):
             raise UserError("the scripted agent generates memory offline: drop --memory-model")
         unknown = [c for c in self.conditions if c not in CONDITIONS]
@@ -396,6 +401,7 @@ async def _run_cells(suite: Suite, options: EvalOptions, settings: Settings) -> 
                 max_tokens=options.max_tokens,
                 scripted_uses_memory=options.scripted_uses_memory,
                 name=name,
+                flush_timeout_s=options.flush_timeout_s,
             ),
             repeat,
             keys[name],

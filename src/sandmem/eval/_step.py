@@ -65,6 +65,7 @@ class StepCell:
     max_tokens: int | None
     scripted_uses_memory: bool
     name: str
+    flush_timeout_s: float | None = None
     history: list[Item] = field(default_factory=list)
 
 
@@ -126,7 +127,10 @@ class StepRun:
         if self.cell.condition == "memory":
             memory = self.cell.memory
             provider = None if memory == EXTRACTIVE else self.cell.provider
-            generate = MemoryGenerateConfig.for_model(memory, model_provider=provider)
+            extra: dict[str, Any] = {}
+            if self.cell.flush_timeout_s is not None:
+                extra["flush_timeout_s"] = self.cell.flush_timeout_s
+            generate = MemoryGenerateConfig.for_model(memory, model_provider=provider, **extra)
             layout = MemoryLayoutConfig(
                 memories_dir=self.layout.memories_dir, sessions_dir=self.layout.sessions_dir
             )
@@ -232,7 +236,12 @@ def memory_problems(found: Any) -> tuple[str | None, str | None]:
     setup: list[str] = []
     notes: list[str] = []
     for conv in found.conversations:
-        if conv.status in ("pending", "failed") and conv.last_error:
+        if conv.status == "pending" and not conv.last_error:
+            setup.append(
+                f"conversation {conv.rollout_id} is still pending after the session stopped "
+                "(memory generation did not reach it: a flush timeout or a held lock)"
+            )
+        elif conv.status in ("pending", "failed") and conv.last_error:
             line = f"phase one {conv.status} for {conv.rollout_id}: {conv.last_error}"
             (setup if conv.failure_kind in ("environment", "configuration") else notes).append(line)
     last = found.last_consolidation
