@@ -12,8 +12,9 @@ Serves Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) with llama.cpp's ``llama-server``
 The server is stopped at the end, whatever happens. Settings come from the environment
 (``make real-model`` passes them): ``SANDMEM_REAL_MODEL_TASKS`` (comma-separated built-in task
 ids), ``_REPEAT``, ``_MAX_TURNS``, ``_MAX_TOKENS``, ``_THREADS``, ``_TIMEOUT`` (seconds per
-request), ``_FLUSH_TIMEOUT`` (seconds per memory generation), ``_PARTS`` (any of ``demo,generate,eval``) and ``_CACHE``. Not part of ``make bench``:
-``python benchmarks/run.py --only real-model`` runs it.
+request), ``_FLUSH_TIMEOUT`` (seconds per memory generation), ``_PARTS`` (any of
+``demo,generate,eval``) and ``_CACHE``. Not part of ``make bench``; ``python
+benchmarks/run.py --only real-model`` runs it too.
 """
 
 from __future__ import annotations
