@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
-from test_demo import FIXED, SUMMARY, small_agent
+from test_demo import FIXED, small_agent
 
 from sandmem.demo import FIX_TASK, REGRESSION_TASK, run_demo
 from sandmem.demo._verdict import Check, verdict
@@ -149,4 +149,4 @@ async def test_a_real_fix_and_a_real_test_pass_every_check(
         "Run 2 did its task (regression test): YES: tests/test_regression.py added; the tests "
         "pass (3 passed"
     )
-    assert SUMMARY in text and REGRESSION_TASK in text
+    assert REGRESSION_TASK in text
