@@ -440,3 +440,28 @@ async def test_a_memory_generation_timeout_stops_the_eval_and_the_setting_fixes_
     options.flush_timeout_s = 120
     report = await run_eval(parse_suite(SUITE), options)
     assert report.ran == 1 and report.cells[0].steps[0].success
+
+
+async def test_the_check_passes_a_model_that_answers_but_unusably(tmp_path: Path) -> None:
+    """A reasoning model can spend the check's small cap before any text (an unusable answer):
+    the server, the key and the model answered, which is what the check is for. A refused
+    request still stops."""
+    from sandmem._errors import ModelBehaviorError
+
+    def respond(request: ModelRequest) -> Any:
+        if request.input and request.input[-1].get("content") == CHECK_PROMPT:
+            raise ModelBehaviorError("the answer was cut off at max_tokens=16")
+        outputs = [i for i in request.input if i.get("type") == "function_call_output"]
+        if outputs:
+            return [text("OK")]
+        return [tool_call("exec_command", {"cmd": "echo hello > hello.txt"})]
+
+    class Provider(ModelProvider):
+        def get_model(self, name: str | None) -> FunctionModel:
+            return FunctionModel(respond, name=name or "m")
+
+    options = EvalOptions(
+        out=tmp_path, model="m", conditions=("no-memory",), tasks=("hello",), provider=Provider()
+    )
+    report = await run_eval(parse_suite(SUITE), options)
+    assert report.cells[0].steps[0].success
