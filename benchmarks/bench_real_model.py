@@ -123,8 +123,12 @@ def excerpt(output: str, per_run: int = 8) -> list[str]:
     """Each run's task line, its first tool steps and how it ended; the memory lines."""
     keep: list[str] = []
     count = 0
-    for line in output.splitlines():
-        if line.startswith(("[1/3]", "[2/3]", "[3/3]")):
+    lines = output.splitlines()
+    for at, line in enumerate(lines):
+        if line.strip().startswith("Final answer") and at + 1 < len(lines):
+            answer = lines[at + 1].rstrip()
+            keep += [line.rstrip(), answer if len(answer) <= 200 else answer[:199] + "…"]
+        elif line.startswith(("[1/3]", "[2/3]", "[3/3]")):
             keep.append(line)
             count = 0
         elif line.strip().startswith("→") and count < per_run:
@@ -132,7 +136,7 @@ def excerpt(output: str, per_run: int = 8) -> list[str]:
             count += 1
         elif line.strip().startswith(
             ("Task:", "Run 1 ended", "Run 2 ended", "Run 1 took", "Run 2 took", "Memory generation")
-        ) or line.strip().startswith(("Check of run 1", "Final answer")):
+        ) or line.strip().startswith("Check of run 1"):
             keep.append(line.rstrip())
     return keep
 
