@@ -354,7 +354,8 @@ def render(data: dict[str, Any], config: Config) -> tuple[str, str, str]:
         "",
         f"Speed (one fixed request, the server's own timings): prompt "
         f"{speed['prompt_per_s']:.1f} tokens/s, generation {speed['generation_per_s']:.1f} "
-        f"tokens/s ({speed['generated_tokens']:.0f} tokens generated).",
+        f"tokens/s ({speed['prompt_tokens']:.0f} prompt tokens, {speed['generated_tokens']:.0f} "
+        "generated).",
         "",
     ]
     if "demo" in data:

@@ -283,6 +283,9 @@ def speed_probe(url: str, max_tokens: int = 128) -> dict[str, float]:
         ],
         "max_tokens": max_tokens,
         "temperature": 0,
+        # llama-server's own field: evaluate the whole prompt (a cached prefix would make the
+        # prompt speed meaningless)
+        "cache_prompt": False,
     }
     request = urllib.request.Request(
         url + "/chat/completions",

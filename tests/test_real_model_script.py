@@ -162,7 +162,12 @@ def test_the_figure_renders_every_part_and_says_what_ran() -> None:
         "machine": "Machine: test CPU, 2 cores",
         "load_start": "Load average at start: 1.00 / 1.00 / 1.00 (1 / 5 / 15 min)",
         "load_end": "0.5 / 0.5 / 0.5",
-        "speed": {"prompt_per_s": 55.0, "generation_per_s": 15.2, "generated_tokens": 128},
+        "speed": {
+            "prompt_per_s": 55.0,
+            "generation_per_s": 15.2,
+            "prompt_tokens": 30,
+            "generated_tokens": 128,
+        },
         "demo": {"exit": 1, "wall_s": 700.0, **bench_real_model.demo_facts(DEMO_OUTPUT)},
         "generate": {
             "exit": 0,
