@@ -41,7 +41,7 @@ ARMS = ("memory", "no-memory", "full-history")
 
 @dataclass
 class Config:
-    tasks: tuple[str, ...] = ("discovered-command",)
+    tasks: tuple[str, ...] = ("invoice-followup",)
     repeat: int = 3
     max_turns: int = 10
     max_tokens: int = 512
