@@ -138,10 +138,11 @@ def eval_command(
         )
         raise SystemExit(130) from None
     click.echo(f"\nReport: {out / 'report.md'}, {out / 'report.html'}, {out / 'report.json'}")
-    for label, text in what_ran(report):
-        click.echo(f"  {label}: {text}")
     for condition, totals in report.totals.items():
         click.echo(
             f"  {condition}: {totals['successes'].median:g} steps passed, "
             f"{totals['turns'].median:g} turns, {totals['input_tokens'].median:g} input tokens"
         )
+    click.echo("What ran:")
+    for label, text in what_ran(report):
+        click.echo(f"  {label}: {text}")
