@@ -350,7 +350,8 @@ def render(data: dict[str, Any], config: Config) -> tuple[str, str, str]:
         f"`-c {real_model.CONTEXT}`, `-np 1`, `--jinja`), model "
         f"`{real_model.MODEL_FILE}` from the PyPI packages "
         f"`{real_model.MODEL_PACKAGE.format(n='1')}`…`{real_model.MODEL_PARTS}` "
-        f"{real_model.MODEL_VERSION}. {data['load_start']}; at the end: {data['load_end']}.",
+        f"{real_model.MODEL_VERSION}. {data['load_start']}; at the end: {data['load_end']}. "
+        f"{data.get('code', 'Code: unknown')}.",
         "",
         f"Speed (one fixed request, the server's own timings): prompt "
         f"{speed['prompt_per_s']:.1f} tokens/s, generation {speed['generation_per_s']:.1f} "
@@ -403,8 +404,31 @@ def _status(data: dict[str, Any]) -> str:
     return "; ".join(parts) + "." if parts else "nothing ran."
 
 
+def code_line() -> str:
+    """Which code was measured: the commit, and whether the working tree differs from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "Code: unknown (no git)"
+    if not head:
+        return "Code: unknown (not a git checkout)"
+    return f"Code: commit {head}" + (" plus uncommitted changes" if dirty else "")
+
+
 def measure(config: Config) -> dict[str, Any]:
-    data: dict[str, Any] = {"machine": machine_line(), "load_start": load_line()}
+    data: dict[str, Any] = {
+        "machine": machine_line(),
+        "load_start": load_line(),
+        "code": code_line(),
+    }
     with real_model.serve(config.cache, config.threads) as server:
         real_model.speed_probe(server.url, max_tokens=8)  # warm-up
         data["speed"] = real_model.speed_probe(server.url)
