@@ -304,16 +304,17 @@ def _eval_section(result: dict[str, Any], config: Config) -> list[str]:
 
 
 def _demo_section(demo: dict[str, Any]) -> list[str]:
-    times = demo["run_seconds"]
-    lines = [
+    times = {n: f"{s} s" for n, s in demo["run_seconds"].items()}
+    head = (
         f"`sandmem demo --model {real_model.MODEL_NAME}` exited {demo['exit']} after "
-        f"{demo['wall_s']:.0f} s (run 1: {times.get(1, '?')} s, run 2: {times.get(2, '?')} s, "
-        "the rest is memory generation and checks). Its verdict:",
-        "",
-        "```text",
-        *demo["verdict"],
-        "```",
-        "",
+        f"{demo['wall_s']:.0f} s (run 1: {times.get(1, 'did not end')}, run 2: "
+        f"{times.get(2, 'did not end')}; the rest is memory generation and checks)."
+    )
+    if demo["verdict"]:
+        lines = [head + " Its verdict:", "", "```text", *demo["verdict"], "```", ""]
+    else:
+        lines = [head + " **It did not reach its verdict** (stopped before run 2 ended).", ""]
+    lines += [
         "Excerpt (the runs' first tool calls, how each ended):",
         "",
         "```text",

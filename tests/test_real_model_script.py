@@ -195,6 +195,27 @@ def test_the_figure_renders_every_part_and_says_what_ran() -> None:
     assert "| ---" in figure.markdown()
 
 
+def test_a_demo_that_did_not_finish_is_a_miss_not_a_completion() -> None:
+    config = bench_real_model.Config(parts=("demo",))
+    cut = DEMO_OUTPUT.split("[2/3]", 1)[0]
+    data = {
+        "machine": "Machine: test CPU, 2 cores",
+        "load_start": "Load average at start: 9",
+        "load_end": "9",
+        "speed": {
+            "prompt_per_s": 4.8,
+            "generation_per_s": 0.7,
+            "prompt_tokens": 40,
+            "generated_tokens": 83,
+        },
+        "demo": {"exit": -15, "wall_s": 721.0, **bench_real_model.demo_facts(cut)},
+    }
+    body, _, status = bench_real_model.render(data, config)
+    assert "It did not reach its verdict" in body and "run 2: did not end" in body
+    assert status == "demo **MISSED**: it did not finish (exit -15)."
+    assert "both runs completed" not in status
+
+
 def test_replace_section_touches_only_its_own_figure() -> None:
     document = (
         "# Benchmarks\n\n| figure | what | Done-when | reproduce |\n| ---: | --- | --- | --- |\n"
