@@ -384,7 +384,9 @@ def render(data: dict[str, Any], config: Config) -> tuple[str, str, str]:
 def _status(data: dict[str, Any]) -> str:
     parts = []
     demo = data.get("demo")
-    if demo is not None:
+    if demo is not None and not demo["verdict"]:
+        parts.append(f"demo **MISSED**: it did not finish (exit {demo['exit']})")
+    elif demo is not None:
         done = any(
             line.startswith("Run 1 did its task (fix the bug): YES") for line in demo["verdict"]
         )
