@@ -465,3 +465,71 @@ async def test_the_check_passes_a_model_that_answers_but_unusably(tmp_path: Path
     )
     report = await run_eval(parse_suite(SUITE), options)
     assert report.cells[0].steps[0].success
+
+
+async def test_a_setup_error_in_concurrent_cells_is_raised_as_itself(tmp_path: Path) -> None:
+    """With cells running side by side, the first setup error stops the others and is raised
+    as ``EvalStopped`` (not an exception group); the other cell's file is not written either
+    when it was cut short."""
+
+    def respond(request: ModelRequest) -> Any:
+        first = str(request.input[0].get("content")) if request.input else ""
+        if request.input and request.input[-1].get("content") == CHECK_PROMPT:
+            return [text("OK")]
+        if "bye" in first:
+            raise ModelRequestError("HTTP 503: overloaded", status_code=503, retryable=True)
+        outputs = [i for i in request.input if i.get("type") == "function_call_output"]
+        if outputs:
+            return [text("OK")]
+        return [tool_call("exec_command", {"cmd": "echo hello > hello.txt"})]
+
+    class Provider(ModelProvider):
+        def get_model(self, name: str | None) -> FunctionModel:
+            return FunctionModel(respond, name=name or "m")
+
+    options = EvalOptions(
+        out=tmp_path,
+        model="m",
+        conditions=("no-memory",),
+        repeat=2,
+        concurrency=4,
+        provider=Provider(),
+    )
+    with pytest.raises(EvalStopped) as stopped:
+        await run_eval(parse_suite(SUITE), options)
+    assert stopped.value.cell is not None and stopped.value.cell.startswith("bye.no-memory.")
+    assert "HTTP 503" in stopped.value.reason
+    assert not any(name.startswith("bye.") for name in cells(tmp_path))
+
+
+def test_memory_problems_tell_setup_errors_from_task_outcomes() -> None:
+    from types import SimpleNamespace as NS
+
+    from sandmem.eval._step import memory_problems
+
+    def conv(status: str, error: str | None = None, kind: str | None = None) -> NS:
+        return NS(rollout_id="r", status=status, last_error=error, failure_kind=kind)
+
+    def found(*convs: NS, last: NS | None = None) -> NS:
+        return NS(conversations=list(convs), last_consolidation=last)
+
+    assert memory_problems(None) == (None, None)
+    assert memory_problems(found(conv("done"), conv("skipped"))) == (None, None)
+    setup, note = memory_problems(found(conv("pending")))
+    assert setup is not None and "still pending" in setup and note is None
+    setup, note = memory_problems(found(conv("failed", "bad JSON", "rollout")))
+    assert setup is None and note == "phase one failed for r: bad JSON"
+    setup, note = memory_problems(found(conv("pending", "HTTP 503", "environment")))
+    assert setup == "memory generation failed: phase one pending for r: HTTP 503" and note is None
+    setup, _ = memory_problems(found(conv("failed", "HTTP 401", "configuration")))
+    assert setup is not None and "401" in setup
+    incomplete = NS(status="incomplete", error="not folded in: r", failure_kind=None)
+    assert memory_problems(found(last=incomplete)) == (
+        None,
+        "phase two incomplete: not folded in: r",
+    )
+    refused = NS(status="failed", error="HTTP 404 model", failure_kind="configuration")
+    setup, note = memory_problems(found(last=refused))
+    assert setup == "memory generation failed: phase two failed: HTTP 404 model" and note is None
+    done = NS(status="done", error=None, failure_kind=None)
+    assert memory_problems(found(conv("done"), last=done)) == (None, None)
