@@ -150,8 +150,8 @@ def run_demo(config: Config, server: real_model.Server) -> dict[str, Any]:
             "--timeout", str(config.timeout_s),
             "--max-turns", str(config.max_turns),
             "--flush-timeout", str(config.flush_timeout_s),
-            # the demo has no --max-tokens: the answer cap of every request sandmem sends
-            env={**server.env(), "SANDMEM_MAX_TOKENS": str(config.max_tokens)},
+            "--max-tokens", str(config.max_tokens),
+            env=server.env(),
             timeout_s=config.timeout_s * config.max_turns * 2 + config.flush_timeout_s * 2,
         )  # fmt: skip
     facts = demo_facts(output)

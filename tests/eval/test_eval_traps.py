@@ -77,9 +77,15 @@ def closed_port() -> int:
 
 
 def sandmem_eval(
-    suite: Path, out: Path, *args: str, server: str | None, api: str = "chat_completions"
+    suite: Path,
+    out: Path,
+    *args: str,
+    server: str | None,
+    api: str = "chat_completions",
+    **extra: str,
 ) -> Result:
     env = {"SANDMEM_OPENAI_API": api, "OPENAI_API_KEY": "dummy"} if server else {}
+    env.update(extra)
     if server:
         env["OPENAI_BASE_URL"] = server
     argv = ["eval", str(suite), "--out", str(out), "--conditions", "no-memory", *args]
@@ -125,8 +131,8 @@ def test_a_cell_is_reused_only_under_the_same_model_server_and_api(
     out = tmp_path / "out"
     url = fake_openai.base_url
 
-    def run(*args: str, server: str = url, api: str = "chat_completions") -> Result:
-        result = sandmem_eval(suite, out, *args, server=server, api=api)
+    def run(*args: str, server: str = url, api: str = "chat_completions", **env: str) -> Result:
+        result = sandmem_eval(suite, out, *args, server=server, api=api, **env)
         assert result.exit_code == 0, result.output
         return result
 
@@ -135,7 +141,11 @@ def test_a_cell_is_reused_only_under_the_same_model_server_and_api(
     assert "reusing" not in run("--model", "m2").output  # another model
     assert "reusing" not in run("--model", "m1", api="responses").output  # another API
     assert "reusing" not in run("--model", "m1", "--max-tokens", "64").output  # another cap
+    # the cap the requests carry by default is the same cap: its cells are reused
+    assert "reusing 2" in run("--model", "m1", "--max-tokens", "4096").output
     assert "reusing" not in run("--model", "m1", "--max-turns", "5").output  # another limit
+    # SANDMEM_MAX_TOKENS=64 sends what --max-tokens 64 sent: those cells, not the default's
+    assert "reusing 2" in run("--model", "m1", SANDMEM_MAX_TOKENS="64").output
     with FakeOpenAIServer(agent) as other:  # the same model name on another server
         other_url = other.base_url
         moved = run("--model", "m1", server=other_url)
@@ -401,7 +411,7 @@ def test_the_report_header_states_exactly_what_ran(
     assert "`bye`" not in header  # only what ran
     assert "- conditions: no-memory" in header
     assert "- repetitions: 1 per task and condition" in header
-    assert "- limits: 4 turns per run; per request: 77 output tokens" in header
+    assert "- limits: 4 turns per run; per request: at most 77 output tokens" in header
     assert "- cells: 1 run by this eval, 0 reused" in header
     assert "Model `" not in md and "scripted" not in header
     html = (out / "report.html").read_text()

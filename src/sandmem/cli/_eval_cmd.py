@@ -70,7 +70,7 @@ def _conditions(value: str) -> tuple[str, ...]:
     "--max-tokens",
     type=click.IntRange(1),
     default=None,
-    help="Cap on each agent request's output tokens (small local models can run on) [none].",
+    help="Cap on each agent request's output tokens [env SANDMEM_MAX_TOKENS; default 4096].",
 )
 @click.option(
     "--flush-timeout",

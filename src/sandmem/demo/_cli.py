@@ -45,12 +45,20 @@ from sandmem.demo._scenario import run_demo
     metavar="SECONDS",
     help="How long memory generation at each session's stop may take [600].",
 )
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="Cap on each agent answer [env SANDMEM_MAX_TOKENS; default 4096].",
+)
 def demo_command(
     model: str | None,
     offline: bool | None,
     keep: Path | None,
     max_turns: int | None,
     flush_timeout: float | None,
+    max_tokens: int | None,
 ) -> None:
     """Show memory carrying across two agent runs.
 
@@ -71,6 +79,7 @@ def demo_command(
                 workdir=keep,
                 max_turns=max_turns,
                 flush_timeout_s=flush_timeout,
+                max_tokens=max_tokens,
             )
         )
     click.get_current_context().exit(code)

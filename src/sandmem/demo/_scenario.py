@@ -29,6 +29,7 @@ from sandmem import (
     MemoryGenerateConfig,
     Model,
     ModelBehaviorError,
+    ModelSettings,
     RunConfig,
     Runner,
     RunResult,
@@ -125,6 +126,8 @@ class _Setup:
     turns: int | None = None
     #: how long memory generation at a session's stop may take (``None``: the default)
     flush_timeout_s: float | None = None
+    #: the cap on each agent request's answer (``None``: ``SANDMEM_MAX_TOKENS`` or 4096)
+    max_tokens: int | None = None
 
     def write(self, text: str = "") -> None:
         self.out.write(text + "\n")
@@ -146,6 +149,7 @@ class _Setup:
             name="acme-engineer",
             instructions=_INSTRUCTIONS,
             model=model,
+            model_settings=ModelSettings(max_tokens=self.max_tokens),
             capabilities=[Memory(generate=generate), Filesystem(), Shell()],
         )
         return agent, model
@@ -321,6 +325,7 @@ async def run_demo(
     out: TextIO | None = None,
     max_turns: int | None = None,
     flush_timeout_s: float | None = None,
+    max_tokens: int | None = None,
 ) -> int:
     """Run the two-run memory demo and print what happens to ``out`` (default stdout).
 
@@ -330,7 +335,7 @@ async def run_demo(
     workspaces; by default everything lives in a temporary directory removed at the end.
     ``max_turns`` limits each run (default 12 offline, 40 on a model); ``flush_timeout_s``
     how long memory generation at a session's stop may take (a slow local model needs more
-    than the default 600 s).
+    than the default 600 s); ``max_tokens`` caps each agent answer (memory phases keep theirs).
 
     Returns 0 when run 1 fixed the bug (checked in the workspace) and run 2's first model
     request carried its memory, 1 when either did not or the server failed, 2 for a usage
@@ -347,6 +352,8 @@ async def run_demo(
             )
         if max_turns is not None and max_turns < 1:
             raise UserError("--max-turns must be at least 1")
+        if max_tokens is not None and max_tokens < 1:
+            raise UserError("--max-tokens must be at least 1")
         if flush_timeout_s is not None and not flush_timeout_s > 0:
             raise UserError("--flush-timeout must be positive seconds")
         if workdir is not None:
@@ -358,6 +365,7 @@ async def run_demo(
         setup = _Setup(offline_mode, stream, workdir or Path(tmp), keep=workdir is not None)
         setup.turns = max_turns
         setup.flush_timeout_s = flush_timeout_s
+        setup.max_tokens = max_tokens
         if not offline_mode:
             setup.provider = default_provider()  # `sandmem demo --timeout/--max-retries` set it
             setup.llm = setup.provider.get_model(model)

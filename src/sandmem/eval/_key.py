@@ -39,7 +39,7 @@ class Settings(BaseModel):
     api: str | None
     backend: str
     max_turns: int
-    #: the cap on each agent request's output tokens (``None``: the server's default)
+    #: the cap on each agent request's output tokens (``None``: the scripted agent, no requests)
     max_tokens: int | None
     #: for ``scripted``: whether the policy looks at memory (tests use False as a control)
     scripted_uses_memory: bool | None

@@ -198,7 +198,7 @@ def what_ran(report: EvalReport) -> list[tuple[str, str]]:
         for task, digest in settings.task_digests.items()
         if any(s.task == task for s in report.summaries)
     )
-    cap = f"{settings.max_tokens} output tokens" if settings.max_tokens else "none sent"
+    cap = f"at most {settings.max_tokens} output tokens" if settings.max_tokens else "no model"
     return [
         ("agent", agent),
         ("memory", memory),

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from sandmem._errors import UserError
+from sandmem._settings import DEFAULT_MAX_TOKENS, ModelSettings, with_max_tokens
 from sandmem.eval._failures import EvalStopped, check_models
 from sandmem.eval._key import EXTRACTIVE, CellKey, Settings, cell_key, suite_digest, task_digest
 from sandmem.eval._step import (
@@ -97,7 +98,8 @@ class EvalOptions:
     fresh: bool = False
     #: the agent's turn limit per run (default: the suite's ``max_turns``)
     max_turns: int | None = None
-    #: the cap on each agent request's output tokens (default: none sent)
+    #: the cap on each agent request's output tokens (default: ``SANDMEM_MAX_TOKENS``, else
+    #: the run's default, 4096)
     max_tokens: int | None = None
     #: how long one memory generation (phase one and two at a step's stop) may take
     #: (default: ``MemoryGenerateConfig.flush_timeout_s``); a slow local model needs more
@@ -267,8 +269,13 @@ async def _server(provider: Any) -> tuple[str | None, str | None]:
 async def settings_of(suite: Suite, options: EvalOptions) -> Settings:
     """What this eval runs with: the report's header and the cells' keys come from it."""
     server = api = None
+    max_tokens = options.max_tokens
     if options.model != SCRIPTED:
         server, api = await _server(options.provider)
+        # the cap every agent request carries: the option, else SANDMEM_MAX_TOKENS, else the
+        # run's default (what the run loop sends; it decides results, so it is in the key)
+        capped = with_max_tokens(ModelSettings(max_tokens=max_tokens), DEFAULT_MAX_TOKENS)
+        max_tokens = capped.max_tokens
     return Settings(
         agent_model=options.model,
         memory=options.memory,
@@ -276,7 +283,7 @@ async def settings_of(suite: Suite, options: EvalOptions) -> Settings:
         api=api,
         backend=options.backend,
         max_turns=options.max_turns or suite.max_turns,
-        max_tokens=options.max_tokens,
+        max_tokens=max_tokens,
         scripted_uses_memory=options.scripted_uses_memory if options.model == SCRIPTED else None,
         suite=suite.name,
         suite_digest=suite_digest(suite),
