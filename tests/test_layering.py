@@ -27,6 +27,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         (
             "sandmem._errors",
             "sandmem._items",
+            "sandmem._config_base",
             "sandmem._settings",
             "sandmem._retry",
             "sandmem._usage",
