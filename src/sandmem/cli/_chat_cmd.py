@@ -349,7 +349,7 @@ def chat_command(
     opts = RunOptions(
         workspace=workspace,
         prompt="",
-        models=choose_models(model, memory_model, engine),
+        models=choose_models(model, memory_model, engine, workspace),
         rollout_id=rollout_id,
         resume=continued,
         layout=layout_config(memories_dir, sessions_dir),

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -101,18 +102,22 @@ def engine_options(fn: F) -> F:
 
     fn = click.option(
         "--model",
+        "--memory-model",
         "-m",
+        "model",
         metavar="MODEL",
-        help="Model name for both memory phases (default: $SANDMEM_MEMORY_MODEL, else "
-        "$SANDMEM_MODEL, else on a server that is not OpenAI's the one model it lists, else "
-        "the configured phase models).",
+        help="Model name for both memory phases, or 'extractive' for the offline engine "
+        "(default: $SANDMEM_MEMORY_MODEL, else the workspace's sandmem.toml [memory] model, "
+        "else $SANDMEM_MODEL, else on a server that is not OpenAI's the one model it lists, "
+        "else the configured phase models).",
     )(fn)
     fn = click.option(
         "--engine",
         type=click.Choice(ENGINES),
         default="model",
         show_default=True,
-        help="'extractive': deterministic memory generation without a model.",
+        help="'extractive': deterministic memory generation without a model "
+        "(the same as --model extractive).",
     )(fn)
     return client_options(fn)
 
@@ -162,27 +167,88 @@ def rollout_file(layout: MemoryLayoutConfig, rollout_id: str) -> str:
     return f"{layout.sessions_dir}/{rollout_id}.jsonl"
 
 
-def generate_config(engine: str, model: str | None) -> MemoryGenerateConfig:
+#: the per-workspace settings file (``[memory] model = "extractive"``), in the workspace root
+SETTINGS_FILE = "sandmem.toml"
+_SETTINGS_MAX_BYTES = 64 * 1024
+
+
+def workspace_memory_model(workspace: Path | None) -> str | None:
+    """The memory model the workspace's ``sandmem.toml`` names (``[memory] model``), if any.
+
+    The file is the user's, but read as untrusted: a link is not followed, only a regular file
+    of at most 64 KiB is read, and anything unreadable or malformed is a ``ConfigError``."""
+    if workspace is None:
+        return None
+    import tomllib
+
+    path = workspace / SETTINGS_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{path} is not a regular file")
+        data = handle.read(_SETTINGS_MAX_BYTES + 1)
+    try:
+        if len(data) > _SETTINGS_MAX_BYTES:
+            raise ValueError("larger than 64 KiB")
+        memory = tomllib.loads(data.decode("utf-8")).get("memory", {})
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc})") from None
+    model = memory.get("model") if isinstance(memory, dict) else None
+    if model is None:
+        return None
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigError(f'{path}: [memory] model must be a model name or "extractive"')
+    return model.strip()
+
+
+def generate_config(
+    engine: str, model: str | None, workspace: Path | None = None
+) -> MemoryGenerateConfig:
     """The generate config of the memory commands for ``--engine`` / ``--model``.
 
     ``--engine extractive`` runs both phases without a model. ``--model M`` (else
-    ``SANDMEM_MEMORY_MODEL``, else ``SANDMEM_MODEL``, else on a server that is not OpenAI's
-    the one model it lists) uses ``M`` for both phases with the server's default settings
-    (so it works for reasoning and non-reasoning models alike); none of them gives the
-    configured defaults. A missing or unclear setting is a ``ConfigError`` (exit 2).
+    ``SANDMEM_MEMORY_MODEL``, else the workspace's ``sandmem.toml``, else ``SANDMEM_MODEL``,
+    else on a server that is not OpenAI's the one model it lists) uses ``M`` for both phases
+    with the server's default settings (so it works for reasoning and non-reasoning models
+    alike); ``extractive`` as ``M`` is the offline engine; none of them gives the configured
+    defaults. A missing or unclear setting is a ``ConfigError`` (exit 2).
     """
     from sandmem.cli._models import memory_model_for_server, require_model_server
 
     if engine == EXTRACTIVE:
-        if model is not None:
+        if model is not None and model != EXTRACTIVE:
             raise click.UsageError("use either --engine extractive or --model, not both")
         return MemoryGenerateConfig.for_model(EXTRACTIVE)
+    named = model or os.environ.get("SANDMEM_MEMORY_MODEL", "").strip() or None
+    named = named or workspace_memory_model(workspace)
+    if named == EXTRACTIVE:
+        return MemoryGenerateConfig.for_model(EXTRACTIVE)
     try:
-        require_model_server("; or pass --engine extractive to generate memory without a model")
-        model = memory_model_for_server(model)
+        require_model_server(
+            "; or generate memory without a model: --engine extractive (--model extractive), "
+            f'SANDMEM_MEMORY_MODEL=extractive, or [memory] model = "extractive" in {SETTINGS_FILE}'
+        )
+        named = memory_model_for_server(named)
     except UserError as exc:
         raise ConfigError(str(exc)) from None
-    return MemoryGenerateConfig.for_model(model)
+    return MemoryGenerateConfig.for_model(named)
+
+
+def engine_note(engine: str, model: str | None, workspace: Path | None) -> str:
+    """What a memory command would generate with, for a dry run (never raises: a missing
+    setting is said, not raised)."""
+    try:
+        config = generate_config(engine, model, workspace)
+    except click.ClickException as exc:
+        return f"the real run needs a model: {exc.format_message()}"
+    if config.phase_one_model == EXTRACTIVE:
+        return "with the extractive engine (no model)"
+    return f"with the model {config.phase_two_model} (a model server is needed)"
 
 
 @contextlib.asynccontextmanager

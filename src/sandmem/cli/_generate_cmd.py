@@ -10,6 +10,7 @@ import click
 
 from sandmem.cli._common import (
     emit_model,
+    engine_note,
     engine_options,
     generate_config,
     layout_config,
@@ -52,7 +53,7 @@ def generate_command(
     (they stay pending and are retried next time).
     """
     layout = layout_config(memories_dir, sessions_dir)
-    config = generate_config(engine, model)
+    config = generate_config(engine, model, workspace)
     with progress_display(stderr_console()) as progress:
         report = run_async(
             generate(
@@ -73,7 +74,7 @@ def generate_command(
         raise incomplete_error(report)
 
 
-def _forget_lines(result: ForgetResult) -> list[str]:
+def _forget_lines(result: ForgetResult, engine: str = "") -> list[str]:
     verb = "would remove" if result.dry_run else "removed"
     lines = [f"  {verb} {path}" for path in result.removed]
     if result.state_entry:
@@ -85,6 +86,8 @@ def _forget_lines(result: ForgetResult) -> list[str]:
         )
     elif result.dry_run:
         lines.append("  then re-consolidate MEMORY.md and memory_summary.md without it")
+        if engine:
+            lines.append(f"  ({engine})")
     return lines
 
 
@@ -140,10 +143,10 @@ def forget_command(
             emit_model(plan)
             return
         click.echo(f"forget {plan.rollout_id} (dry run, nothing changed):")
-        for line in _forget_lines(plan):
+        for line in _forget_lines(plan, engine_note(engine, model, workspace)):
             click.echo(line)
         return
-    config = generate_config(engine, model)
+    config = generate_config(engine, model, workspace)
     if not yes:
         _confirm(plan)
     console = stderr_console()

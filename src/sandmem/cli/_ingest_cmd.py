@@ -203,7 +203,7 @@ def ingest_command(
     """
     layout = layout_config(memories_dir, sessions_dir)
     # the engine matters only to --generate (recording needs no model)
-    config = generate_config(engine, model) if generate_now else None
+    config = generate_config(engine, model, workspace) if generate_now else None
     if hook is not None:
         fmt, files = _hook_paths(hook, paths)
         if files and not wait:

@@ -103,7 +103,7 @@ def mcp_command(
     if token_env is not None and token is None:
         raise click.UsageError(f"--token-env {token_env}: ${token_env} is not set or empty")
     generates = (allow_generate or allow_forget) and not read_only
-    config = generate_config(engine, model) if generates else MemoryGenerateConfig()
+    config = generate_config(engine, model, workspace) if generates else MemoryGenerateConfig()
     layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     given = click.get_current_context().get_parameter_source("workspace")
     default = given is click.core.ParameterSource.DEFAULT

@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -90,11 +91,16 @@ class ModelChoice:
         return f"{text}; {api} API at {server_url()}"
 
 
-def choose_models(agent_flag: str | None, memory_flag: str | None, engine: str) -> ModelChoice:
+def choose_models(
+    agent_flag: str | None, memory_flag: str | None, engine: str, workspace: Path | None = None
+) -> ModelChoice:
     """Apply the rule of the module docstring. ``engine == "extractive"`` wins for memory;
-    ``--model scripted`` is the offline agent with the extractive engine."""
+    ``--model scripted`` is the offline agent with the extractive engine. The workspace's
+    ``sandmem.toml`` (``[memory] model``) comes after ``SANDMEM_MEMORY_MODEL``."""
+    from sandmem.cli._common import workspace_memory_model
+
     if agent_flag == SCRIPTED:
-        if memory_flag:
+        if memory_flag and memory_flag != EXTRACTIVE:
             raise click.UsageError("--model scripted generates memory offline: drop --memory-model")
         return ModelChoice(SCRIPTED, "--model", EXTRACTIVE, "--model scripted")
     if agent_flag:
@@ -104,7 +110,7 @@ def choose_models(agent_flag: str | None, memory_flag: str | None, engine: str) 
     else:
         agent, agent_source = DEFAULT_MODEL, "default"
     if engine == EXTRACTIVE:
-        if memory_flag:
+        if memory_flag and memory_flag != EXTRACTIVE:
             raise click.UsageError("use either --engine extractive or --memory-model, not both")
         return ModelChoice(agent, agent_source, EXTRACTIVE, "--engine extractive")
     if memory_flag:
@@ -112,6 +118,9 @@ def choose_models(agent_flag: str | None, memory_flag: str | None, engine: str) 
     memory_env = _env("SANDMEM_MEMORY_MODEL")
     if memory_env:
         return ModelChoice(agent, agent_source, memory_env, "SANDMEM_MEMORY_MODEL")
+    memory_file = workspace_memory_model(workspace)
+    if memory_file:
+        return ModelChoice(agent, agent_source, memory_file, "sandmem.toml")
     if agent_source != "default":
         return ModelChoice(agent, agent_source, agent, f"the agent's model, from {agent_source}")
     if not is_openai_server(server_url()):

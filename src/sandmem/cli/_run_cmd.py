@@ -444,7 +444,7 @@ def run_command(
     opts = RunOptions(
         workspace=workspace,
         prompt=text,
-        models=choose_models(model, memory_model, engine),
+        models=choose_models(model, memory_model, engine, workspace),
         rollout_id=_rollout_id(session_id),
         resume=session_id is not None,
         layout=layout_config(memories_dir, sessions_dir),
