@@ -58,6 +58,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem.memory.journal",
             "sandmem.memory.history",
             "sandmem.memory.proposals",
+            "sandmem.memory.tombstones",
             "sandmem.memory._history_prune",
             "sandmem.memory.verify",
             "sandmem.memory.read_prompt",

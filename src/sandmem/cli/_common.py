@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import stat
 import subprocess
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from sandmem._errors import UserError
 from sandmem._terminal import json_text
+from sandmem.cli._settings_file import SETTINGS_FILE, ConfigError, workspace_memory_model
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
@@ -27,13 +27,6 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 ENGINES = ("model", "extractive")
-
-
-class ConfigError(click.ClickException):
-    """The command cannot start as invoked: a setting in the environment is missing or
-    wrong. Printed as one line (``Error: ...``), exit status 2 like a usage error."""
-
-    exit_code = 2
 
 
 def _block_sigint() -> None:
@@ -165,45 +158,6 @@ def rollout_file(layout: MemoryLayoutConfig, rollout_id: str) -> str:
     """Where a conversation is recorded, relative to the workspace (the documented
     ``<sessions_dir>/<rollout_id>.jsonl``), for messages."""
     return f"{layout.sessions_dir}/{rollout_id}.jsonl"
-
-
-#: the per-workspace settings file (``[memory] model = "extractive"``), in the workspace root
-SETTINGS_FILE = "sandmem.toml"
-_SETTINGS_MAX_BYTES = 64 * 1024
-
-
-def workspace_memory_model(workspace: Path | None) -> str | None:
-    """The memory model the workspace's ``sandmem.toml`` names (``[memory] model``), if any.
-
-    The file is the user's, but read as untrusted: a link is not followed, only a regular file
-    of at most 64 KiB is read, and anything unreadable or malformed is a ``ConfigError``."""
-    if workspace is None:
-        return None
-    import tomllib
-
-    path = workspace / SETTINGS_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{path} is not a regular file")
-        data = handle.read(_SETTINGS_MAX_BYTES + 1)
-    try:
-        if len(data) > _SETTINGS_MAX_BYTES:
-            raise ValueError("larger than 64 KiB")
-        memory = tomllib.loads(data.decode("utf-8")).get("memory", {})
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid TOML ({exc})") from None
-    model = memory.get("model") if isinstance(memory, dict) else None
-    if model is None:
-        return None
-    if not isinstance(model, str) or not model.strip():
-        raise ConfigError(f'{path}: [memory] model must be a model name or "extractive"')
-    return model.strip()
 
 
 def generate_config(

@@ -24,7 +24,7 @@ from sandmem.cli._output import (
     report_lines,
     stderr_console,
 )
-from sandmem.memory import ForgetResult, forget, generate
+from sandmem.memory import ForgetResult, MemoryLayoutConfig, forget, generate
 
 
 @click.command("generate")
@@ -74,6 +74,18 @@ def generate_command(
         raise incomplete_error(report)
 
 
+def _undo_command(
+    workspace: Path, rollout_id: str, layout: MemoryLayoutConfig, as_json: bool
+) -> None:
+    result = run_async(forget(workspace, rollout_id, undo=True, layout=layout))
+    if as_json:
+        emit_model(result)
+    elif result.undone:
+        click.echo(f"{rollout_id} is no longer forgotten: the next ingest records it again")
+    else:
+        click.echo(f"{rollout_id} was not forgotten: nothing to undo", err=True)
+
+
 def _forget_lines(result: ForgetResult, engine: str = "") -> list[str]:
     verb = "would remove" if result.dry_run else "removed"
     lines = [f"  {verb} {path}" for path in result.removed]
@@ -113,6 +125,11 @@ def _confirm(plan: ForgetResult) -> None:
 @engine_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Show what would be removed; change nothing.")
+@click.option(
+    "--undo",
+    is_flag=True,
+    help="Let a forgotten conversation be ingested again (what was deleted stays deleted).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 @click.argument("rollout_id")
 def forget_command(
@@ -123,6 +140,7 @@ def forget_command(
     model: str | None,
     yes: bool,
     dry_run: bool,
+    undo: bool,
     as_json: bool,
     rollout_id: str,
 ) -> None:
@@ -135,8 +153,14 @@ def forget_command(
 
     Asks for confirmation first, listing what will go (--yes skips the question; without a
     terminal to ask on, pass --yes). --dry-run only lists it.
+
+    The conversation stays forgotten: `sandmem memory ingest` (and its hooks and --watch)
+    skip it from then on. --undo lifts that, so the next ingest records it anew.
     """
     layout = layout_config(memories_dir, sessions_dir)
+    if undo:
+        _undo_command(workspace, rollout_id, layout, as_json)
+        return
     plan = run_async(forget(workspace, rollout_id, dry_run=True, layout=layout))
     if dry_run:
         if as_json:

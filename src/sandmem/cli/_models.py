@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import click
 
 from sandmem._errors import ModelRequestError, UserError
+from sandmem.cli._settings_file import workspace_memory_model
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 from sandmem.models._provider import DEFAULT_MODEL, OpenAIProvider, default_provider
 from sandmem.redaction import redact
@@ -97,8 +98,6 @@ def choose_models(
     """Apply the rule of the module docstring. ``engine == "extractive"`` wins for memory;
     ``--model scripted`` is the offline agent with the extractive engine. The workspace's
     ``sandmem.toml`` (``[memory] model``) comes after ``SANDMEM_MEMORY_MODEL``."""
-    from sandmem.cli._common import workspace_memory_model
-
     if agent_flag == SCRIPTED:
         if memory_flag and memory_flag != EXTRACTIVE:
             raise click.UsageError("--model scripted generates memory offline: drop --memory-model")

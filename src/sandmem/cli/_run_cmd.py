@@ -27,7 +27,6 @@ from sandmem.capabilities.filesystem import Filesystem
 from sandmem.capabilities.memory import Memory
 from sandmem.capabilities.shell import Shell
 from sandmem.cli._common import (
-    ConfigError,
     git_tip,
     layout_config,
     layout_options,
@@ -48,6 +47,7 @@ from sandmem.cli._models import (
 )
 from sandmem.cli._output import Out, incomplete_text, progress_display, usage_dict
 from sandmem.cli._scripted import scripted_model
+from sandmem.cli._settings_file import ConfigError
 from sandmem.memory import (
     GenerationReport,
     MemoryGenerateConfig,

@@ -364,6 +364,9 @@ class ForgetResult(_Result):
     ``memory_summary.md`` were (would be) emptied rather than re-consolidated."""
     report: GenerationReport | None
     """The re-consolidation that followed (``None`` for a dry run)."""
+    undone: bool = False
+    """With ``undo=True``: whether a note of the conversation was taken away (``False``: it
+    was not forgotten)."""
 
 
 class IndexReport(_Result):

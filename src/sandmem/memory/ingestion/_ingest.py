@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sandmem.memory import tombstones
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, MemoryGenerationManager
 from sandmem.memory.ingestion import _detect, _sqlite
 from sandmem.memory.ingestion._claude import claude_events
@@ -123,6 +124,8 @@ class Ingestor:
         self.sessions = set(sessions) if sessions else None
         self.max_bytes = max_bytes
         self.max_title_chars = max_title_chars
+        #: conversations ``forget`` noted: never recorded again (``forget --undo`` lifts it)
+        self.forgotten: dict[str, tombstones.Tombstone] = {}
 
     async def run(self, paths: Iterable[str | os.PathLike[str]]) -> IngestReport:
         report = IngestReport()
@@ -131,6 +134,7 @@ class Ingestor:
         files = await asyncio.to_thread(expand, paths)
         lock = f"{layout.sessions_dir}/{INGEST_LOCK}"
         async with session.lock(lock, timeout=LOCK_TIMEOUT_S):
+            self.forgotten = await tombstones.load(session, layout)
             for path in files:
                 try:
                     report.sources.extend(await self._file(path))
@@ -329,6 +333,15 @@ class Ingestor:
         return None
 
     async def _record(self, stream: _Stream, plan: _Plan) -> IngestedSource:
+        stone = self.forgotten.get(stream.rollout_id)
+        if stone is not None:
+            return _skipped(
+                stream.path,
+                f"conversation {stream.rollout_id} was forgotten"
+                + (f" ({stone.forgotten_at})" if stone.forgotten_at else "")
+                + f"; `sandmem memory forget --undo {stream.rollout_id}` lets it be ingested again",
+                stream,
+            )
         meta = plan.meta
         mtime = await asyncio.to_thread(lambda: stream.path.stat().st_mtime)
         fallback = datetime.fromtimestamp(mtime, UTC).isoformat(timespec="milliseconds")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
 from sandmem.memory import state as gen_state
+from sandmem.memory import tombstones
 from sandmem.memory._results import (
     ConsolidationInfo,
     ConversationCounts,
@@ -280,6 +281,7 @@ async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -
     state = (await gen_state.load(session, paths))[0]
     if state.rollouts.pop(rid, None) is not None:
         await gen_state.save(session, paths, state)
+    await tombstones.add(session, paths, rid)  # so an ingest does not bring it back
     return plan
 
 
