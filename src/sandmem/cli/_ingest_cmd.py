@@ -43,6 +43,11 @@ def _lines(report: IngestReport) -> list[str]:
         where = f"{s.rollout_id} ({s.format})" if s.rollout_id else s.path
         if s.status == "recorded":
             text = f"  + {where}: {s.segments} segment(s), {s.items} item(s)"
+        elif s.status == "unchanged" and s.dropped:
+            text = (
+                f"  ! {where}: nothing recorded: every new line was dropped — is it really "
+                f"{s.format}? (--format auto tells the formats apart)"
+            )
         elif s.status == "unchanged":
             text = f"  = {where}: nothing new"
         else:
@@ -157,7 +162,7 @@ def _hook_paths(hook: str, arguments: tuple[str, ...]) -> tuple[str, list[Path]]
 @click.option(
     "--watch",
     "watch_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Keep ingesting the transcripts of DIR as they change (Ctrl-C stops).",
 )
 @click.option(
@@ -217,6 +222,8 @@ def ingest_command(
         return
     if not paths:
         raise click.UsageError("name at least one transcript file or directory (or --watch DIR)")
+    if hook is None:  # a hook's transcript may be gone already: that is not the user's error
+        _require_paths(paths)
     workspace.mkdir(parents=True, exist_ok=True)
     report = run_async(
         ingest(
@@ -234,6 +241,15 @@ def ingest_command(
         raise SystemExit(1)
 
 
+def _require_paths(paths: tuple[str, ...]) -> None:
+    """Every path named exists (a usage error, exit 2, names the first that does not)."""
+    for raw in paths:
+        if not os.path.exists(os.path.expanduser(raw)):
+            broken = " (a broken link)" if os.path.islink(os.path.expanduser(raw)) else ""
+            problem = f"{raw}: no such file or directory{broken}"
+            raise click.BadParameter(problem, param_hint="PATHS")
+
+
 def _watch(
     workspace: Path,
     layout: MemoryLayoutConfig,
@@ -244,11 +260,19 @@ def _watch(
     as_json: bool,
 ) -> None:
     workspace.mkdir(parents=True, exist_ok=True)
+    saved = [0, 0]  # segments, ingests that recorded something
 
     def show(report: IngestReport) -> None:
+        saved[0] += report.recorded_segments
+        saved[1] += 1 if report.recorded_segments else 0
         _emit(report, as_json)
         sys.stdout.flush()  # a pipe is block-buffered: show each ingest as it happens
 
+    click.echo(
+        f"watching {directory} for transcripts (a look every {interval:g} s), recording into "
+        f"{workspace / layout.sessions_dir}; Ctrl-C stops",
+        err=True,
+    )
     try:
         run_async(
             ingest_watch(
@@ -262,4 +286,9 @@ def _watch(
             )
         )
     except KeyboardInterrupt:
-        pass
+        click.echo(
+            f"stopped watching: {saved[0]} segment(s) recorded while watching, all saved "
+            "(the next ingest or watch continues where this one stopped)",
+            err=True,
+        )
+        raise SystemExit(130) from None  # 128 + SIGINT, as every command

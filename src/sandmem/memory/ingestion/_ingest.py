@@ -153,7 +153,7 @@ class Ingestor:
 
     async def _file(self, path: Path) -> list[IngestedSource]:
         if not await asyncio.to_thread(path.is_file):
-            return [_skipped(path, "not a file (missing, a directory or a device)")]
+            return [_skipped(path, await asyncio.to_thread(_not_a_file, path))]
         detection = await asyncio.to_thread(_detect.detect, path)
         found = detection.format
         fmt = self.format
@@ -243,7 +243,10 @@ class Ingestor:
         return _Plan(meta, found, throughs, pending, more)
 
     async def _document(self, path: Path, fmt: str | None) -> IngestedSource:
-        data = await asyncio.to_thread(_detect.load_document, path)
+        try:
+            data = await asyncio.to_thread(_detect.load_document, path)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _skipped(path, f"not a transcript: not JSON, JSON Lines or SQLite ({exc})")
         items = _detect.document_items(data)
         if items is None:
             return _skipped(path, "a JSON document that is not a list of items or messages")
@@ -466,6 +469,21 @@ def _identity(fmt: str, path: Path, head: list[dict[str, Any]]) -> tuple[str, st
                 return data["sessionId"], ""
         return path.stem, ""
     return path.stem, ""
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` is not a file ingest can read, in a few words."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file" + (" (a broken link)" if path.is_symlink() else "")
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file (a device, FIFO or socket)"
 
 
 def _skipped(path: Path, why: str, stream: _Stream | None = None) -> IngestedSource:
