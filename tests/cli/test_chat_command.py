@@ -203,11 +203,15 @@ def test_up_arrow_recalls_the_last_line_offline(tmp_path: Path) -> None:
     assert "^[[A" not in again
     assert "You asked: list the files please" in again
     term.send("/status\r")
-    assert "2 turn(s) this session" in term.expect("you> ")
+    status = term.expect("you> ")
+    assert "2 turn(s) this session" in status
+    assert "no tokens (the scripted agent is not a model)" in status and "tokens in" not in status
+    assert "API at" not in banner + status  # it contacts no server
     term.send("/exit\r")
     assert term.wait() == 0, term.seen
     assert (tmp_path / ".sandmem/chat_history").read_text().count("list the files please") >= 1
-    assert (tmp_path / "memories/memory_summary.md").read_text().strip()
+    assert not (tmp_path / "memories").exists()  # its turns are not recorded: no junk memory
+    assert not (tmp_path / "sessions").exists()
 
 
 def test_resume_needs_an_earlier_chat(tmp_path: Path, fake_openai: FakeOpenAIServer) -> None:

@@ -84,7 +84,13 @@ class ModelChoice:
         return f"{self.memory} ({self.memory_source})"
 
     def describe(self, *, memory: bool = True) -> str:
-        """The start-up line: which model each part uses, and which server."""
+        """The start-up line: which model each part uses, and which server (none for the
+        offline scripted agent, which contacts none)."""
+        if self.agent == SCRIPTED:
+            return (
+                "agent: scripted (--model scripted: an offline deterministic agent, no model, "
+                "no server); it reads memory, and its runs are not recorded"
+            )
         api = OpenAIProvider().api
         text = f"agent: {self.agent} ({self.agent_source})"
         if memory:
@@ -141,11 +147,16 @@ def _uses_proxy(scheme: str, host: str) -> bool:
     return scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(host)
 
 
-def check_server(timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+#: the hint of ``run`` and ``chat`` when no model server is configured
+OFFLINE_AGENT_HINT = "; or try it offline with --model scripted (a deterministic agent, no model)"
+
+
+def check_server(timeout_s: float = CONNECT_TIMEOUT_S, hint: str = "") -> None:
     """Raise ``ModelRequestError`` at once when nothing answers at the model server's address
     (a TCP connect with a short timeout; skipped behind an HTTP proxy, which the client uses),
-    ``UserError`` when no server is configured or ``OPENAI_BASE_URL`` is not a URL."""
-    require_model_server()
+    ``UserError`` when no server is configured (with ``hint``) or ``OPENAI_BASE_URL`` is not a
+    URL."""
+    require_model_server(hint)
     url = server_url()
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -38,6 +38,7 @@ from sandmem.cli._common import (
 )
 from sandmem.cli._live import stream_run
 from sandmem.cli._models import (
+    OFFLINE_AGENT_HINT,
     SCRIPTED,
     ModelChoice,
     check_server,
@@ -324,7 +325,7 @@ def ready_models(models: ModelChoice) -> ModelChoice:
     if models.agent == SCRIPTED:
         return models
     try:
-        check_server()
+        check_server(hint=OFFLINE_AGENT_HINT)
         return server_model(models)
     except UserError as exc:
         raise ConfigError(str(exc)) from None
@@ -389,7 +390,7 @@ def agent_options(*, recorded: str, turns: str) -> Callable[[F], F]:
     help="The agent's model (default: $SANDMEM_MODEL, else gpt-5.4-mini; on a server that is "
     "not OpenAI's, the one model it lists); memory uses it too unless --memory-model or "
     "--engine extractive says otherwise. `scripted`: an offline deterministic agent (no "
-    "server) with extractive memory.",
+    "server) that searches memory and lists the workspace; its runs are not recorded.",
 )
 @click.option(
     "--memory-model",
@@ -436,8 +437,9 @@ def run_command(
     recorded. PROMPT is the task ('-' reads it from stdin).
 
     Needs OPENAI_API_KEY or OPENAI_BASE_URL (SANDMEM_OPENAI_API=chat_completions for
-    servers without the Responses API). Exit status: 0 done, 1 the run or memory
-    generation failed, 2 usage error, 130 interrupted. Reference: `sandmem docs cli`.
+    servers without the Responses API), except with --model scripted (offline). Exit
+    status: 0 done, 1 the run or memory generation failed, 2 usage error, 130
+    interrupted. Reference: `sandmem docs cli`.
     """
     text = _prompt_text(prompt)
     workspace = workspace.absolute()  # the default is "."
@@ -449,7 +451,9 @@ def run_command(
         resume=session_id is not None,
         layout=layout_config(memories_dir, sessions_dir),
         read=not no_memory_read,
-        generate=not no_memory_generate,
+        # the scripted agent's turns carry no knowledge: recording them would only put
+        # junk into memory
+        generate=not no_memory_generate and model != SCRIPTED,
         max_turns=max_turns,
     )
     out = Out(quiet=quiet, as_json=as_json)
