@@ -339,6 +339,7 @@ def chat_command(
     no_memory_read: bool,
     no_memory_generate: bool,
     engine: str,
+    review: bool,
     max_turns: int,
 ) -> None:
     """Chat with a memory-enabled agent in a workspace, turn by turn.
@@ -363,6 +364,7 @@ def chat_command(
         read=not no_memory_read,
         generate=not no_memory_generate and model != SCRIPTED,  # its turns carry no knowledge
         max_turns=max_turns,
+        review=review,
     )
     opts.models = ready_models(opts.models)
     out = Out()

@@ -115,6 +115,17 @@ def engine_options(fn: F) -> F:
     return client_options(fn)
 
 
+def review_option(fn: F) -> F:
+    """``--review``: review mode (changes to memory become proposals in the inbox)."""
+    return click.option(
+        "--review",
+        is_flag=True,
+        help="Review mode: changes to memory (a consolidation, an edit) become proposals in "
+        "`sandmem memory inbox` instead of changing memory; `sandmem memory approve ID` "
+        "applies one.",
+    )(fn)
+
+
 def layout_config(memories_dir: str, sessions_dir: str) -> MemoryLayoutConfig:
     """The layout of ``--memories-dir`` / ``--sessions-dir`` (a usage error when invalid)."""
     try:

@@ -15,6 +15,7 @@ from sandmem.cli._common import (
     generate_config,
     layout_config,
     layout_options,
+    review_option,
     run_async,
     workspace_option,
 )
@@ -31,6 +32,7 @@ from sandmem.memory import ForgetResult, MemoryLayoutConfig, forget, generate
 @workspace_option(required=False)
 @layout_options
 @engine_options
+@review_option
 @click.option(
     "--retry-failed",
     is_flag=True,
@@ -43,6 +45,7 @@ def generate_command(
     sessions_dir: str,
     engine: str,
     model: str | None,
+    review: bool,
     retry_failed: bool,
     as_json: bool,
 ) -> None:
@@ -53,7 +56,7 @@ def generate_command(
     (they stay pending and are retried next time).
     """
     layout = layout_config(memories_dir, sessions_dir)
-    config = generate_config(engine, model, workspace)
+    config = generate_config(engine, model, workspace).model_copy(update={"review": review})
     with progress_display(stderr_console()) as progress:
         report = run_async(
             generate(

@@ -21,6 +21,7 @@ from sandmem.cli._common import (
     generate_config,
     layout_config,
     layout_options,
+    review_option,
     run_async,
     workspace_option,
 )
@@ -159,6 +160,7 @@ def _hook_paths(hook: str, arguments: tuple[str, ...]) -> tuple[str, list[Path]]
     "--session", "sessions", multiple=True, help="Only this source session id (repeatable)."
 )
 @click.option("--generate", "generate_now", is_flag=True, help="Generate memory right after.")
+@review_option
 @click.option(
     "--watch",
     "watch_dir",
@@ -190,6 +192,7 @@ def ingest_command(
     fmt: str,
     sessions: tuple[str, ...],
     generate_now: bool,
+    review: bool,
     watch_dir: Path | None,
     interval: float,
     hook: str | None,
@@ -209,6 +212,10 @@ def ingest_command(
     layout = layout_config(memories_dir, sessions_dir)
     # the engine matters only to --generate (recording needs no model)
     config = generate_config(engine, model, workspace) if generate_now else None
+    if review:
+        if config is None:
+            raise click.UsageError("--review applies to the generation: pass --generate too")
+        config = config.model_copy(update={"review": True})
     if hook is not None:
         fmt, files = _hook_paths(hook, paths)
         if files and not wait:

@@ -22,6 +22,7 @@ from sandmem.cli._common import (
     engine_options,
     generate_config,
     layout_options,
+    review_option,
     run_async,
     store_layout,
     store_options,
@@ -144,6 +145,7 @@ _STOPPED = "stopped (Ctrl-C): every note and edit made through the server is sav
     show_default=True,
     help="Seconds a write waits for a running consolidation before it fails.",
 )
+@review_option
 @click.option(
     "--max-update-chars",
     type=click.IntRange(min=1),
@@ -172,6 +174,7 @@ def mcp_command(
     conversation_id: str,
     lock_timeout: float,
     max_update_chars: int | None,
+    review: bool,
     create: bool,
 ) -> None:
     """Serve the workspace's memory over the Model Context Protocol.
@@ -191,6 +194,7 @@ def mcp_command(
         raise click.UsageError(f"--token-env {token_env}: ${token_env} is not set or empty")
     generates = (allow_generate or allow_forget) and not read_only
     config = generate_config(engine, model, workspace) if generates else MemoryGenerateConfig()
+    config = config.model_copy(update={"review": review})
     layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     if store_url is None and not create:
         _require_memory(workspace, memories_dir, sessions_dir)
@@ -199,6 +203,8 @@ def mcp_command(
     given = click.get_current_context().get_parameter_source("workspace")
     default = given is click.core.ParameterSource.DEFAULT
     tools = _tools(read_only, allow_forget, allow_generate)
+    if review:
+        tools += " (review mode: changes become proposals in `sandmem memory inbox`)"
     with _copy_dir(workspace, store_url is not None and default) as where:
         serving = serve_mcp(
             where,

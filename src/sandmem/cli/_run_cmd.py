@@ -31,6 +31,7 @@ from sandmem.cli._common import (
     layout_config,
     layout_options,
     open_workspace,
+    review_option,
     rollout_file,
     run_async,
     sigint_to_main_thread,
@@ -132,6 +133,8 @@ class RunOptions:
     read: bool
     generate: bool
     max_turns: int
+    #: review mode: consolidations and the agent's memory edits become proposals
+    review: bool = False
 
 
 @dataclass
@@ -152,7 +155,9 @@ def generate_config(opts: RunOptions) -> MemoryGenerateConfig:
     """The commands generate explicitly after the run (with progress and a report), so the
     session's stop must not generate as well: that would retry, within the same command, a
     conversation that just failed."""
-    return opts.models.generate_config().model_copy(update={"schedule": "explicit"})
+    return opts.models.generate_config().model_copy(
+        update={"schedule": "explicit", "review": opts.review}
+    )
 
 
 def build_agent(opts: RunOptions) -> SandboxAgent:
@@ -160,7 +165,9 @@ def build_agent(opts: RunOptions) -> SandboxAgent:
     if opts.read or opts.generate:
         memory = Memory(
             layout=opts.layout,
-            read=MemoryReadConfig() if opts.read else None,
+            read=MemoryReadConfig(live_update="propose" if opts.review else True)
+            if opts.read
+            else None,
             generate=generate_config(opts) if opts.generate else None,
         )
         capabilities.insert(0, memory)
@@ -374,6 +381,7 @@ def agent_options(*, recorded: str, turns: str) -> Callable[[F], F]:
             is_flag=True,
             help=f"Do not record {recorded} or generate memory.",
         )(fn)
+        fn = review_option(fn)
         return click.option(
             "--no-memory-read", is_flag=True, help="Do not show the agent existing memory."
         )(fn)
@@ -424,6 +432,7 @@ def run_command(
     no_memory_read: bool,
     no_memory_generate: bool,
     engine: str,
+    review: bool,
     max_turns: int,
     quiet: bool,
     as_json: bool,
@@ -455,6 +464,7 @@ def run_command(
         # junk into memory
         generate=not no_memory_generate and model != SCRIPTED,
         max_turns=max_turns,
+        review=review,
     )
     out = Out(quiet=quiet, as_json=as_json)
     opts.models = ready_models(opts.models)

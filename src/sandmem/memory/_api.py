@@ -365,7 +365,8 @@ def _report(report: FlushReport) -> GenerationReport:
         ),
         complete=not report.failed
         and not report.timed_out
-        and report.phase_two in ("done", "skipped"),
+        # review mode: a proposal in the inbox is what was asked for
+        and report.phase_two in ("done", "skipped", "proposed"),
     )
 
 

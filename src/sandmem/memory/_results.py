@@ -344,8 +344,9 @@ class GenerationReport(_Result):
     usage: GenerationUsage
     """Model usage per phase."""
     complete: bool
-    """Whether everything succeeded: no conversation failed, the consolidation did not fail,
-    and it did not time out."""
+    """Whether everything succeeded: no conversation failed, the consolidation did not fail
+    (in review mode, a consolidation waiting in the inbox as a proposal counts as done), and
+    it did not time out."""
 
 
 class ForgetResult(_Result):
