@@ -186,7 +186,7 @@ def check_server(timeout_s: float = CONNECT_TIMEOUT_S, hint: str = "") -> None:
         else ("check your network, or set OPENAI_BASE_URL to a local server")
     )
     raise ModelRequestError(
-        f"cannot reach the model server at {url} ({problem}); start it, or {where}",
+        f"cannot reach the model server at {url} ({problem}); start it, or {where}{hint}",
         retryable=True,
     )
 
