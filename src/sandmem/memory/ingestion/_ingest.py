@@ -118,12 +118,15 @@ class Ingestor:
         sessions: Sequence[str] | None = None,
         max_bytes: int = MAX_INGEST_BYTES,
         max_title_chars: int = MAX_TITLE_CHARS,
+        cwd: str | os.PathLike[str] | None = None,
     ) -> None:
         self.manager = manager
         self.format = format
         self.sessions = set(sessions) if sessions else None
         self.max_bytes = max_bytes
         self.max_title_chars = max_title_chars
+        #: only sessions whose working directory is this directory or inside it
+        self.cwd = os.path.normpath(os.path.abspath(os.fspath(cwd))) if cwd is not None else None
         #: conversations ``forget`` noted: never recorded again (``forget --undo`` lifts it)
         self.forgotten: dict[str, tombstones.Tombstone] = {}
 
@@ -346,6 +349,10 @@ class Ingestor:
                 stream,
             )
         meta = plan.meta
+        if self.cwd is not None and not in_directory(meta.cwd, self.cwd):
+            where = self.manager.redactor.redact_name(meta.cwd) if meta.cwd else "not recorded"
+            why = f"{OTHER_PROJECT}: its working directory ({where}) is not in {self.cwd}"
+            return _skipped(stream.path, why, stream)
         mtime = await asyncio.to_thread(lambda: stream.path.stat().st_mtime)
         fallback = datetime.fromtimestamp(mtime, UTC).isoformat(timespec="milliseconds")
         fallback = fallback.replace("+00:00", "Z")
@@ -469,6 +476,23 @@ def _identity(fmt: str, path: Path, head: list[dict[str, Any]]) -> tuple[str, st
                 return data["sessionId"], ""
         return path.stem, ""
     return path.stem, ""
+
+
+#: how a session of another project (``cwd`` filter) is reported as skipped
+OTHER_PROJECT = "another project"
+
+
+def in_directory(path: str | None, directory: str) -> bool:
+    """Whether ``path`` (a transcript's working directory, as recorded) is ``directory`` or
+    inside it; ``directory`` is an absolute normalised path (compared also with its real
+    path, so a symlinked home matches)."""
+    if not path or not os.path.isabs(path):
+        return False
+    given = os.path.normpath(path)
+    for root in {directory, os.path.realpath(directory)}:
+        if given == root or given.startswith(root.rstrip("/") + "/"):
+            return True
+    return False
 
 
 def _not_a_file(path: Path) -> str:
