@@ -384,3 +384,51 @@ def test_in_directory(path: str | None, inside: bool) -> None:
     from sandmem.memory.ingestion._ingest import in_directory
 
     assert in_directory(path, "/home/dev/shop") is inside
+
+
+# ---------------------------------------------------------------- 12: the smaller ones
+
+
+def test_view_help_says_the_page_size_the_code_uses() -> None:
+    from sandmem.memory.views._viewer import PAGE_SIZE
+
+    text = " ".join(invoke("memory", "view", "--help").stdout.split())
+    assert f"Over {PAGE_SIZE} conversations it shows the newest {PAGE_SIZE}" in text
+
+
+@pytest.mark.parametrize("command", ["tree", "list", "status", "log"])
+def test_a_workspace_given_as_an_argument_gets_a_hint(
+    tmp_path: Path, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ws").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = invoke("memory", command, "ws")
+    assert result.exit_code == 2
+    [line] = error_lines(result.stderr)
+    assert line.endswith("; to name the workspace, use -w ws")
+    not_a_dir = invoke("memory", command, "no-such-dir")
+    assert "use -w" not in not_a_dir.stderr
+
+
+def test_the_no_memory_error_speaks_to_cli_users(tmp_path: Path) -> None:
+    result = invoke("memory", "tree", "-w", tmp_path)
+    assert result.exit_code == 1
+    [line] = error_lines(result.stderr)
+    assert "--memories-dir / --sessions-dir" in line and "MemoryLayoutConfig(" not in line
+
+
+def test_the_viewer_lists_newest_first_and_the_real_summary_size(workspace: Path) -> None:
+    import re
+
+    page = workspace.parent / "view.html"
+    assert invoke("memory", "view", "-w", workspace, "--out", page).exit_code == 0
+    html = page.read_text()
+    assert html.index(">deploy-notes<") < html.index(">invoice-fix<")  # as `memory list`
+    listed = [c["rollout_id"] for c in invoke_json("memory", "list", "-w", workspace, "--json")]
+    assert listed == ["deploy-notes", "invoice-fix"]
+    size = (workspace / "memories" / "memory_summary.md").stat().st_size
+    found = re.search(r"memory_summary\.md, (\d+) bytes", html)
+    assert found is not None and int(found.group(1)) == size
+    tree = invoke_json("memory", "tree", "-w", workspace, "--json")
+    sizes = {f["path"]: f["bytes"] for f in tree["files"]}
+    assert sizes["memories/memory_summary.md"] == size

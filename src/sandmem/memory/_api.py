@@ -120,8 +120,8 @@ async def _require_layout(session: SandboxSession, paths: MemoryPaths) -> None:
         return
     raise MemoryNotFoundError(
         f"no memory in {session.root}: neither {paths.memories_dir}/ nor {paths.sessions_dir}/ "
-        "exists; run an agent with Memory() there first (`sandmem run`), or name the layout "
-        "it used (layout=MemoryLayoutConfig(...), --memories-dir / --sessions-dir)",
+        "exists; run an agent there first (`sandmem run`; in Python, an agent with Memory()), "
+        "or name the layout it used (--memories-dir / --sessions-dir; in Python, layout=)",
         path=paths.memories_dir,
     )
 
