@@ -54,7 +54,8 @@ CHAT_DIR = ".sandmem"
 PROMPT = "you> "
 HELP = (
     "/memory shows memory_summary.md · /status shows this chat and the memory · /exit (or "
-    "Ctrl-D) ends the chat and generates memory · Ctrl-C cancels the current turn"
+    "Ctrl-D) ends the chat and generates memory · Ctrl-C cancels the current turn; at the "
+    "prompt it ends the chat without generating memory"
 )
 
 
@@ -205,7 +206,8 @@ def line_editing(chat_dir: Path) -> contextlib.AbstractContextManager[None]:
 
 
 def _converse(runner: asyncio.Runner, chat: Chat) -> None:
-    """Read lines until /exit or end of input; Ctrl-C cancels a turn or clears the prompt."""
+    """Read lines until /exit or end of input; Ctrl-C cancels a turn, and at the prompt ends
+    the chat (``_EndedByCtrlC``)."""
     with line_editing(chat.opts.workspace / CHAT_DIR):
         _read_lines(runner, chat)
 
@@ -218,8 +220,7 @@ def _read_lines(runner: asyncio.Runner, chat: Chat) -> None:
             click.echo("")
             return
         except KeyboardInterrupt:
-            click.echo("\n(Ctrl-C: type /exit or press Ctrl-D to end the chat)", err=True)
-            continue
+            raise _EndedByCtrlC from None
         if not line:
             continue
         if line.startswith("/"):
@@ -273,6 +274,24 @@ async def _generate(chat: Chat) -> None:
         )
 
 
+class _EndedByCtrlC(Exception):
+    """Ctrl-C at the prompt: the chat ends at once, without generating memory."""
+
+
+def _ended_text(chat: Chat) -> str:
+    opts = chat.opts
+    where = f"{opts.workspace}/{rollout_file(opts.layout, opts.rollout_id)}"
+    if not chat.turns:
+        return "chat ended (Ctrl-C): no turn, nothing was recorded"
+    if not opts.generate:
+        return f"chat ended (Ctrl-C): {chat.turns} turn(s), not recorded; continue with --resume"
+    return (
+        f"chat ended (Ctrl-C): its {chat.turns} turn(s) are recorded in {where}; memory was not "
+        f"generated now: `{command_name()} memory generate -w {opts.workspace}` (or the end of "
+        "the next chat) does it; continue the chat with --resume"
+    )
+
+
 def _saved_text(chat: Chat) -> str:
     opts = chat.opts
     return (
@@ -288,7 +307,12 @@ def _run_chat(opts: RunOptions, out: Out) -> int:
     with asyncio.Runner() as runner:
         chat = runner.run(_open(opts, out))
         try:
-            _converse(runner, chat)
+            try:
+                _converse(runner, chat)
+            except _EndedByCtrlC:
+                click.echo("")
+                click.echo(_ended_text(chat), err=True)
+                return EXIT_INTERRUPTED
             if chat.turns and opts.generate:
                 try:
                     runner.run(_generate(chat))
@@ -347,8 +371,9 @@ def chat_command(
     Each message is one agent run, streamed like `sandmem run`. The history is kept in
     DIR/.sandmem/chat.db, so --resume continues the last chat. Commands: /memory, /status,
     /exit. Memory is generated when the chat ends (/exit or Ctrl-D); Ctrl-C cancels the
-    current turn, not the chat. Exit status: 0, 1 memory generation did not complete, 2
-    usage error, 130 interrupted during memory generation. Reference: `sandmem docs cli`.
+    current turn, and at the prompt ends the chat at once (memory not generated). Exit
+    status: 0, 1 memory generation did not complete, 2 usage error, 130 interrupted (Ctrl-C
+    at the prompt or during memory generation). Reference: `sandmem docs cli`.
     """
     if resume and session_id:
         raise click.UsageError("use either --resume or --session, not both")
