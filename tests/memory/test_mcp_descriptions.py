@@ -163,3 +163,25 @@ def test_in_memory_dir_rewrites_only_headers() -> None:
         "*** Delete File: notes.md",
         "*** End Patch",
     ]
+
+
+async def test_a_note_keeps_who_gave_it_out_of_what_is_remembered(tmp_path: Path) -> None:
+    """Issue 39 (12): the client's session id became a keyword of the remembered note."""
+    import json as _json
+
+    from sandmem.memory import generate
+
+    _seed(tmp_path)
+    tools = _tools(tmp_path)
+    caller = Caller(client="probe-client", session="sess-9f8e7d6c5b4a", transport="http")
+    note = "Deploys go through make deploy-staging, never by hand."
+    await tools.call("memory_remember", {"text": note, "kind": "procedure"}, caller)
+    [line] = (tmp_path / "sessions" / "mcp-notes.jsonl").read_text().splitlines()
+    segment = _json.loads(line)
+    assert segment["source"]["session"] == "sess-9f8e7d6c5b4a"  # attribution is kept
+    assert "sess-9f8e7d6c5b4a" not in _json.dumps(segment["input"])
+    assert "probe-client" not in _json.dumps(segment["input"])
+    await generate(tmp_path, engine="extractive")
+    memory = "".join(p.read_text() for p in (tmp_path / "memories").rglob("*.md"))
+    assert "deploy-staging" in memory
+    assert "sess-9f8e7d6c5b4a" not in memory and "9f8e7d6c5b4a" not in memory
