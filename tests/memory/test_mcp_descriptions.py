@@ -185,3 +185,27 @@ async def test_a_note_keeps_who_gave_it_out_of_what_is_remembered(tmp_path: Path
     memory = "".join(p.read_text() for p in (tmp_path / "memories").rglob("*.md"))
     assert "deploy-staging" in memory
     assert "sess-9f8e7d6c5b4a" not in memory and "9f8e7d6c5b4a" not in memory
+
+
+async def test_memory_forget_takes_the_ids_memory_list_gives(tmp_path: Path) -> None:
+    """memory_forget's description: the conversation to forget comes from memory_list."""
+    import json as _json
+
+    from sandmem.memory import generate
+
+    _seed(tmp_path)
+    options = ServerOptions(
+        str(tmp_path),
+        MemoryLayoutConfig(),
+        MemoryGenerateConfig.for_model("extractive"),
+        tracing=False,
+        allow_forget=True,
+    )
+    tools = MemoryTools(options)
+    await tools.call("memory_remember", {"text": "Use make lint before pushing."}, Caller())
+    await generate(tmp_path, engine="extractive")
+    listed = _json.loads((await tools.call("memory_list", {}, Caller())).split("\n(")[0])
+    ids = [row["rollout_id"] for row in listed]
+    assert ids == ["mcp-notes"]
+    forgot = _json.loads(await tools.call("memory_forget", {"rollout_id": ids[0]}, Caller()))
+    assert forgot["rollout_id"] == "mcp-notes" and forgot["removed"]
