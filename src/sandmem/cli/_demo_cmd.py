@@ -19,7 +19,7 @@ OFFLINE_DEMO_HINT = "; or run the demo offline: make demo OFFLINE=1 (sandmem dem
 
 def _checked(**params: Any) -> Any:
     if not wants_offline(params.get("model"), params.get("offline")):
-        check_server(hint=OFFLINE_DEMO_HINT)
+        check_server(hint=OFFLINE_DEMO_HINT, unreachable_hint=OFFLINE_DEMO_HINT)
     assert _demo_command.callback is not None
     return _demo_command.callback(**params)
 

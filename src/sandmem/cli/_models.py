@@ -151,11 +151,13 @@ def _uses_proxy(scheme: str, host: str) -> bool:
 OFFLINE_AGENT_HINT = "; or try it offline with --model scripted (a deterministic agent, no model)"
 
 
-def check_server(timeout_s: float = CONNECT_TIMEOUT_S, hint: str = "") -> None:
+def check_server(
+    timeout_s: float = CONNECT_TIMEOUT_S, hint: str = "", unreachable_hint: str = ""
+) -> None:
     """Raise ``ModelRequestError`` at once when nothing answers at the model server's address
-    (a TCP connect with a short timeout; skipped behind an HTTP proxy, which the client uses),
-    ``UserError`` when no server is configured (with ``hint``) or ``OPENAI_BASE_URL`` is not a
-    URL."""
+    (a TCP connect with a short timeout; skipped behind an HTTP proxy, which the client uses;
+    ``unreachable_hint`` ends its message), ``UserError`` when no server is configured (with
+    ``hint``) or ``OPENAI_BASE_URL`` is not a URL."""
     require_model_server(hint)
     url = server_url()
     parts = urlsplit(url)
@@ -186,7 +188,8 @@ def check_server(timeout_s: float = CONNECT_TIMEOUT_S, hint: str = "") -> None:
         else ("check your network, or set OPENAI_BASE_URL to a local server")
     )
     raise ModelRequestError(
-        f"cannot reach the model server at {url} ({problem}); start it, or {where}{hint}",
+        f"cannot reach the model server at {url} ({problem}); start it, or {where}"
+        + unreachable_hint,
         retryable=True,
     )
 
