@@ -5,9 +5,8 @@ out, instead of a failure in the middle of run 1)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
-
-import click
 
 from sandmem.cli._models import check_server, client_options
 from sandmem.demo import demo_command as _demo_command
@@ -16,20 +15,16 @@ from sandmem.demo._scenario import wants_offline
 #: how to run the demo without a model, for the errors of a demo that needs one
 OFFLINE_DEMO_HINT = "; or run the demo offline: make demo OFFLINE=1 (sandmem demo --offline)"
 
+_callback = _demo_command.callback
+assert _callback is not None
+_run_demo: Callable[..., Any] = _callback
+
 
 def _checked(**params: Any) -> Any:
     if not wants_offline(params.get("model"), params.get("offline")):
         check_server(hint=OFFLINE_DEMO_HINT, unreachable_hint=OFFLINE_DEMO_HINT)
-    assert _demo_command.callback is not None
-    return _demo_command.callback(**params)
+    return _run_demo(**params)
 
 
-demo_command = client_options(
-    click.Command(
-        _demo_command.name,
-        params=list(_demo_command.params),
-        callback=_checked,
-        help=_demo_command.help,
-        short_help=_demo_command.short_help,
-    )
-)
+_demo_command.callback = _checked  # the demo's own command, checked first
+demo_command = client_options(_demo_command)
