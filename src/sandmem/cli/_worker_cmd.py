@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sandmem._log_lines import OneLineWarnings, RedactLogRecords
+from sandmem._log_lines import OneLineWarnings, RedactLogRecords, one_line, redact
 from sandmem.cli._models import client_options
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 
@@ -163,7 +163,13 @@ async def _serve(worker: Worker, node: str) -> signal.Signals | None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping, sig)
-    await worker.warm()
+    try:
+        await worker.warm()
+    except Exception as exc:  # the broker or the store is not there: one line, not a traceback
+        raise click.ClickException(
+            f"the worker could not start: {redact(one_line(f'{type(exc).__name__}: {exc}'))}; "
+            "check --broker and --store (and that the services run)"
+        ) from None
     click.echo(f"sandmem worker {node} ready.", err=True)
     await worker.run(stop)
     if got:
