@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sandmem._errors import UserError
 from sandmem.cli._models import check_server, client_options
+from sandmem.cli._settings_file import ConfigError
 from sandmem.demo import demo_command as _demo_command
 from sandmem.demo._scenario import wants_offline
 
@@ -21,8 +23,15 @@ _run_demo: Callable[..., Any] = _callback
 
 
 def _checked(**params: Any) -> Any:
-    if not wants_offline(params.get("model"), params.get("offline")):
-        check_server(hint=OFFLINE_DEMO_HINT, unreachable_hint=OFFLINE_DEMO_HINT)
+    try:
+        online = not wants_offline(params.get("model"), params.get("offline"))
+    except UserError:
+        online = False  # the demo's own command says what is wrong with the flags
+    if online:
+        try:
+            check_server(hint=OFFLINE_DEMO_HINT, unreachable_hint=OFFLINE_DEMO_HINT)
+        except UserError as exc:  # nothing configured: a setting is missing (exit 2)
+            raise ConfigError(str(exc)) from None
     return _run_demo(**params)
 
 

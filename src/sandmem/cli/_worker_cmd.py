@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -127,8 +128,7 @@ def worker_command(
         "then stops",
         err=True,
     )
-    if asyncio.run(_serve(worker, node)) == signal.SIGINT:
-        raise SystemExit(130)  # 128 + SIGINT, as every command
+    asyncio.run(_serve(worker, node))  # ends the process itself after a signal
 
 
 def _log_to_stderr(level: str) -> None:
@@ -145,8 +145,9 @@ def _log_to_stderr(level: str) -> None:
     ours.propagate = True
 
 
-async def _serve(worker: Worker, node: str) -> signal.Signals | None:
-    """Run until SIGTERM or SIGINT; the signal that stopped it."""
+async def _serve(worker: Worker, node: str) -> None:
+    """Run until SIGTERM or SIGINT, then end the process: exit status 0 after SIGTERM, 130
+    (128 + SIGINT, as every command) after Ctrl-C."""
     stop = asyncio.Event()
     got: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
@@ -178,4 +179,9 @@ async def _serve(worker: Worker, node: str) -> signal.Signals | None:
             "each saved to the store as it finished; none left half-done",
             err=True,
         )
-    return got[0] if got else None
+        # every job has finished; what may still run is a chore's abandoned store or broker
+        # call in a thread (a sweep waiting out its S3 timeouts): do not wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(130 if got[0] == signal.SIGINT else 0)
