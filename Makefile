@@ -20,8 +20,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# make demo is offline (the scripted agent, the extractive engine) unless asked for a model:
+# ONLINE=1 (the model of OPENAI_API_KEY / OPENAI_BASE_URL / SANDMEM_MODEL) or MODEL=NAME. A key
+# that happens to be in the environment never makes it call a model; OFFLINE=1 says so too.
+DEMO_MODE = $(if $(OFFLINE),--offline$(if $(MODEL), --model '$(MODEL)'),$(if $(MODEL),--model '$(MODEL)',$(if $(ONLINE),--online,--offline)))
+
 demo: $(STAMP)
-	$(BIN)/sandmem demo --keep "$$(mktemp -d -t sandmem-demo-XXXXXX)"
+	$(BIN)/sandmem demo $(DEMO_MODE) --keep "$$(mktemp -d -t sandmem-demo-XXXXXX)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)

@@ -27,6 +27,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         (
             "sandmem._errors",
             "sandmem._items",
+            "sandmem._config_base",
             "sandmem._settings",
             "sandmem._retry",
             "sandmem._usage",
@@ -60,6 +61,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem.memory.history",
             "sandmem.memory.proposals",
             "sandmem.memory._run_review",
+            "sandmem.memory.tombstones",
             "sandmem.memory._history_prune",
             "sandmem.memory.verify",
             "sandmem.memory.read_prompt",

@@ -16,10 +16,12 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from sandmem._config_base import ConfigModel
 
 
-class ModelRetryBackoffSettings(BaseModel):
+class ModelRetryBackoffSettings(ConfigModel):
     """The wait before retry ``k`` (1-based): ``initial_delay * multiplier**(k-1)``, at most
     ``max_delay``, times a random factor in [0.5, 1] with ``jitter``. Defaults: 0.5 s, x2, 8 s,
     jitter on."""

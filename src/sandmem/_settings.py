@@ -10,8 +10,9 @@ import os
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from sandmem._config_base import ConfigModel
 from sandmem._errors import UserError
 from sandmem._retry import ModelRetryBackoffSettings
 
@@ -22,7 +23,7 @@ MAX_TOKENS_ENV = "SANDMEM_MAX_TOKENS"
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
-class Reasoning(BaseModel):
+class Reasoning(ConfigModel):
     """Reasoning options: ``effort`` and ``summary`` (``"auto"``, ``"concise"``,
     ``"detailed"``)."""
 
@@ -37,7 +38,7 @@ class Reasoning(BaseModel):
         return default if value is None else value
 
 
-class ModelRetrySettings(BaseModel):
+class ModelRetrySettings(ConfigModel):
     """Retries of a failed model request (the reference SDK's ``ModelRetrySettings``).
 
     With a ``policy`` (see ``sandmem._retry``: ``retry_policies``, ``RetryDecision``), the run
@@ -67,7 +68,7 @@ class ModelRetrySettings(BaseModel):
         return self.policy is not None and bool(self.max_retries)
 
 
-class ModelSettings(BaseModel):
+class ModelSettings(ConfigModel):
     """Per-request model settings.
 
     ``reasoning`` takes a ``Reasoning``, a dict such as ``{"effort": "low"}``, or the ``openai``

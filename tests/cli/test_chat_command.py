@@ -169,8 +169,6 @@ def test_ctrl_c_during_the_final_memory_generation_exits_130(
     # can land before input() blocks in read(), which then never sees it (a race a person
     # at a keyboard cannot hit)
     time.sleep(0.3)
-    term.send("\x03")  # at the prompt: nothing to cancel, the chat goes on
-    assert "type /exit or press Ctrl-D" in term.expect("you> ")
     term.send("hello\n")
     assert "Answer to hello." in term.expect("you> ")
     term.send("/exit\n")
@@ -203,11 +201,39 @@ def test_up_arrow_recalls_the_last_line_offline(tmp_path: Path) -> None:
     assert "^[[A" not in again
     assert "You asked: list the files please" in again
     term.send("/status\r")
-    assert "2 turn(s) this session" in term.expect("you> ")
+    status = term.expect("you> ")
+    assert "2 turn(s) this session" in status
+    assert "no tokens (the scripted agent is not a model)" in status and "tokens in" not in status
+    assert "API at" not in banner + status  # it contacts no server
     term.send("/exit\r")
     assert term.wait() == 0, term.seen
     assert (tmp_path / ".sandmem/chat_history").read_text().count("list the files please") >= 1
-    assert (tmp_path / "memories/memory_summary.md").read_text().strip()
+    assert not (tmp_path / "memories").exists()  # its turns are not recorded: no junk memory
+    assert not (tmp_path / "sessions").exists()
+
+
+def test_ctrl_c_at_the_prompt_ends_the_chat_and_says_what_was_saved(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    """Issue 39: like every long-running command, the first Ctrl-C with nothing to cancel
+    stops it (exit 130) after saying what was saved; memory is not generated then."""
+    fake_openai.handler = agent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SANDMEM_"))}
+    env |= {"OPENAI_BASE_URL": fake_openai.base_url, "TERM": "dumb"}
+    term = Terminal(["chat", "-w", str(tmp_path), "-m", "m", "--session", "c2"], env)
+    banner = term.expect("you> ")
+    assert "/exit (or Ctrl-D) ends the chat" in banner and "Ctrl-C" in banner
+    time.sleep(0.3)  # let input() block first (see the test above)
+    term.send("hello\n")
+    assert "Answer to hello." in term.expect("you> ")
+    time.sleep(0.3)
+    term.send("\x03")
+    assert term.wait() == 130, term.seen
+    assert "chat ended (Ctrl-C): its 1 turn(s) are recorded in" in term.seen
+    assert "sessions/c2.jsonl" in term.seen and "memory generate" in term.seen
+    assert (tmp_path / "sessions" / "c2.jsonl").is_file()
+    assert not any(r.wants_json() for r in fake_openai.requests)  # no generation started
+    assert "Traceback" not in term.seen
 
 
 def test_resume_needs_an_earlier_chat(tmp_path: Path, fake_openai: FakeOpenAIServer) -> None:

@@ -88,6 +88,11 @@ def test_codex_notify_command(tmp_path: Path) -> None:
     }
     env = {"CODEX_HOME": str(home)}
     args = ["memory", "ingest", "--workspace", str(ws), "--hook", "codex", "--wait"]
+    # Codex notifies for every project; by default only the workspace's turns are kept
+    other = CliRunner().invoke(cli, [*args, json.dumps(payload)], env=env)
+    assert other.exit_code == 0, other.output
+    assert not (ws / "sessions" / f"codex-{exp.session_id}.jsonl").exists()
+    args.append("--all-projects")
     result = CliRunner().invoke(cli, [*args, json.dumps(payload)], env=env)
     assert result.exit_code == 0, result.output
     assert (ws / "sessions" / f"codex-{exp.session_id}.jsonl").is_file()

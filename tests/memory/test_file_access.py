@@ -339,6 +339,7 @@ ALLOWED = {
     "ingestion/_lines.py": "reads a transcript the user named, line by line",
     "ingestion/_ingest.py": "expands and reads the transcripts the user named",
     "ingestion/_hooks.py": "finds the Codex transcript a notify hook names",
+    "ingestion/_open.py": "opens a transcript the user named without blocking (no FIFO)",
     # a run's apply_patch edits the whole workspace: paths under a memory directory go
     # through _files (redacted, no link followed), every other path through the session
     "live_edit.py": "apply_patch on the run's own files outside memory directories",

@@ -33,7 +33,7 @@ from sandmem.memory.mcp._tools import ToolRefused  # noqa: E402
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient  # noqa: E402
 
 SANDMEM = str(Path(sys.executable).with_name("sandmem"))
-GENERATES = ("--engine", "extractive", "--allow-generate")
+GENERATES = ("--engine", "extractive", "--allow-generate", "--create")
 SECRET = "sk-proj-" + "Q7x" * 16
 NOTE = "Always run the tests with make test-fast before every commit."
 TOKEN = "t0ken-" + "a" * 32
@@ -490,7 +490,7 @@ async def test_a_note_waits_for_the_sessions_lock(http_server: tuple[str, Path])
 def test_a_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SANDMEM_MCP_TOKEN"}
     done = subprocess.run(
-        [SANDMEM, "mcp", "-w", str(tmp_path), "--http", "0.0.0.0:1"],
+        [SANDMEM, "mcp", "-w", str(tmp_path), "--create", "--http", f"0.0.0.0:{_free_port()}"],
         env=env,
         capture_output=True,
         text=True,

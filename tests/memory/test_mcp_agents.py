@@ -28,7 +28,7 @@ NOTE = "I prefer invoices rounded to whole cents, never to tenths."
 
 def _server(workspace: Path) -> MCPServerStdio:
     return MCPServerStdio(
-        params={"command": SANDMEM, "args": ["mcp", "--workspace", str(workspace)]},
+        params={"command": SANDMEM, "args": ["mcp", "--workspace", str(workspace), "--create"]},
         client_session_timeout_seconds=30,
     )
 

@@ -126,7 +126,7 @@ def tokenless_server(
     address = "127.0.0.1" if host == "localhost" else host
     workspace = tmp_path_factory.mktemp("mcp-guard")
     port = _free_port(address)
-    argv = [SANDMEM, "mcp", "-w", str(workspace), "--http", f"{host}:{port}"]
+    argv = [SANDMEM, "mcp", "-w", str(workspace), "--create", "--http", f"{host}:{port}"]
     env = {k: v for k, v in os.environ.items() if k != "SANDMEM_MCP_TOKEN"}
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
     try:

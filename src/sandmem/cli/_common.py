@@ -19,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from sandmem._errors import UserError
 from sandmem._terminal import json_text
+from sandmem.cli._settings_file import SETTINGS_FILE, ConfigError, workspace_memory_model
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
@@ -26,13 +27,6 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 ENGINES = ("model", "extractive")
-
-
-class ConfigError(click.ClickException):
-    """The command cannot start as invoked: a setting in the environment is missing or
-    wrong. Printed as one line (``Error: ...``), exit status 2 like a usage error."""
-
-    exit_code = 2
 
 
 def _block_sigint() -> None:
@@ -101,20 +95,35 @@ def engine_options(fn: F) -> F:
 
     fn = click.option(
         "--model",
+        "--memory-model",
         "-m",
+        "model",
         metavar="MODEL",
-        help="Model name for both memory phases (default: $SANDMEM_MEMORY_MODEL, else "
-        "$SANDMEM_MODEL, else on a server that is not OpenAI's the one model it lists, else "
-        "the configured phase models).",
+        help="Model name for both memory phases, or 'extractive' for the offline engine "
+        "(default: $SANDMEM_MEMORY_MODEL, else the workspace's sandmem.toml [memory] model, "
+        "else $SANDMEM_MODEL, else on a server that is not OpenAI's the one model it lists, "
+        "else the configured phase models).",
     )(fn)
     fn = click.option(
         "--engine",
         type=click.Choice(ENGINES),
         default="model",
         show_default=True,
-        help="'extractive': deterministic memory generation without a model.",
+        help="'extractive': deterministic memory generation without a model "
+        "(the same as --model extractive).",
     )(fn)
     return client_options(fn)
+
+
+def review_option(fn: F) -> F:
+    """``--review``: review mode (changes to memory become proposals in the inbox)."""
+    return click.option(
+        "--review",
+        is_flag=True,
+        help="Review mode: changes to memory (a consolidation, an edit) become proposals in "
+        "`sandmem memory inbox` instead of changing memory; `sandmem memory approve ID` "
+        "applies one.",
+    )(fn)
 
 
 def layout_config(memories_dir: str, sessions_dir: str) -> MemoryLayoutConfig:
@@ -162,27 +171,49 @@ def rollout_file(layout: MemoryLayoutConfig, rollout_id: str) -> str:
     return f"{layout.sessions_dir}/{rollout_id}.jsonl"
 
 
-def generate_config(engine: str, model: str | None) -> MemoryGenerateConfig:
+def generate_config(
+    engine: str, model: str | None, workspace: Path | None = None
+) -> MemoryGenerateConfig:
     """The generate config of the memory commands for ``--engine`` / ``--model``.
 
     ``--engine extractive`` runs both phases without a model. ``--model M`` (else
-    ``SANDMEM_MEMORY_MODEL``, else ``SANDMEM_MODEL``, else on a server that is not OpenAI's
-    the one model it lists) uses ``M`` for both phases with the server's default settings
-    (so it works for reasoning and non-reasoning models alike); none of them gives the
-    configured defaults. A missing or unclear setting is a ``ConfigError`` (exit 2).
+    ``SANDMEM_MEMORY_MODEL``, else the workspace's ``sandmem.toml``, else ``SANDMEM_MODEL``,
+    else on a server that is not OpenAI's the one model it lists) uses ``M`` for both phases
+    with the server's default settings (so it works for reasoning and non-reasoning models
+    alike); ``extractive`` as ``M`` is the offline engine; none of them gives the configured
+    defaults. A missing or unclear setting is a ``ConfigError`` (exit 2).
     """
     from sandmem.cli._models import memory_model_for_server, require_model_server
 
     if engine == EXTRACTIVE:
-        if model is not None:
+        if model is not None and model != EXTRACTIVE:
             raise click.UsageError("use either --engine extractive or --model, not both")
         return MemoryGenerateConfig.for_model(EXTRACTIVE)
+    named = model or os.environ.get("SANDMEM_MEMORY_MODEL", "").strip() or None
+    named = named or workspace_memory_model(workspace)
+    if named == EXTRACTIVE:
+        return MemoryGenerateConfig.for_model(EXTRACTIVE)
     try:
-        require_model_server("; or pass --engine extractive to generate memory without a model")
-        model = memory_model_for_server(model)
+        require_model_server(
+            "; or generate memory without a model: --engine extractive (--model extractive), "
+            f'SANDMEM_MEMORY_MODEL=extractive, or [memory] model = "extractive" in {SETTINGS_FILE}'
+        )
+        named = memory_model_for_server(named)
     except UserError as exc:
         raise ConfigError(str(exc)) from None
-    return MemoryGenerateConfig.for_model(model)
+    return MemoryGenerateConfig.for_model(named)
+
+
+def engine_note(engine: str, model: str | None, workspace: Path | None) -> str:
+    """What a memory command would generate with, for a dry run (never raises: a missing
+    setting is said, not raised)."""
+    try:
+        config = generate_config(engine, model, workspace)
+    except click.ClickException as exc:
+        return f"the real run needs a model: {exc.format_message()}"
+    if config.phase_one_model == EXTRACTIVE:
+        return "with the extractive engine (no model)"
+    return f"with the model {config.phase_two_model} (a model server is needed)"
 
 
 @contextlib.asynccontextmanager

@@ -10,10 +10,12 @@ import click
 
 from sandmem.cli._common import (
     emit_model,
+    engine_note,
     engine_options,
     generate_config,
     layout_config,
     layout_options,
+    review_option,
     run_async,
     workspace_option,
 )
@@ -23,13 +25,14 @@ from sandmem.cli._output import (
     report_lines,
     stderr_console,
 )
-from sandmem.memory import ForgetResult, forget, generate
+from sandmem.memory import ForgetResult, MemoryLayoutConfig, forget, generate
 
 
 @click.command("generate")
 @workspace_option(required=False)
 @layout_options
 @engine_options
+@review_option
 @click.option(
     "--retry-failed",
     is_flag=True,
@@ -42,6 +45,7 @@ def generate_command(
     sessions_dir: str,
     engine: str,
     model: str | None,
+    review: bool,
     retry_failed: bool,
     as_json: bool,
 ) -> None:
@@ -52,7 +56,7 @@ def generate_command(
     (they stay pending and are retried next time).
     """
     layout = layout_config(memories_dir, sessions_dir)
-    config = generate_config(engine, model)
+    config = generate_config(engine, model, workspace).model_copy(update={"review": review})
     with progress_display(stderr_console()) as progress:
         report = run_async(
             generate(
@@ -73,7 +77,19 @@ def generate_command(
         raise incomplete_error(report)
 
 
-def _forget_lines(result: ForgetResult) -> list[str]:
+def _undo_command(
+    workspace: Path, rollout_id: str, layout: MemoryLayoutConfig, as_json: bool
+) -> None:
+    result = run_async(forget(workspace, rollout_id, undo=True, layout=layout))
+    if as_json:
+        emit_model(result)
+    elif result.undone:
+        click.echo(f"{rollout_id} is no longer forgotten: the next ingest records it again")
+    else:
+        click.echo(f"{rollout_id} was not forgotten: nothing to undo", err=True)
+
+
+def _forget_lines(result: ForgetResult, engine: str = "") -> list[str]:
     verb = "would remove" if result.dry_run else "removed"
     lines = [f"  {verb} {path}" for path in result.removed]
     if result.state_entry:
@@ -85,6 +101,8 @@ def _forget_lines(result: ForgetResult) -> list[str]:
         )
     elif result.dry_run:
         lines.append("  then re-consolidate MEMORY.md and memory_summary.md without it")
+        if engine:
+            lines.append(f"  ({engine})")
     return lines
 
 
@@ -110,6 +128,11 @@ def _confirm(plan: ForgetResult) -> None:
 @engine_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Show what would be removed; change nothing.")
+@click.option(
+    "--undo",
+    is_flag=True,
+    help="Let a forgotten conversation be ingested again (what was deleted stays deleted).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 @click.argument("rollout_id")
 def forget_command(
@@ -120,6 +143,7 @@ def forget_command(
     model: str | None,
     yes: bool,
     dry_run: bool,
+    undo: bool,
     as_json: bool,
     rollout_id: str,
 ) -> None:
@@ -132,18 +156,24 @@ def forget_command(
 
     Asks for confirmation first, listing what will go (--yes skips the question; without a
     terminal to ask on, pass --yes). --dry-run only lists it.
+
+    The conversation stays forgotten: `sandmem memory ingest` (and its hooks and --watch)
+    skip it from then on. --undo lifts that, so the next ingest records it anew.
     """
     layout = layout_config(memories_dir, sessions_dir)
+    if undo:
+        _undo_command(workspace, rollout_id, layout, as_json)
+        return
     plan = run_async(forget(workspace, rollout_id, dry_run=True, layout=layout))
     if dry_run:
         if as_json:
             emit_model(plan)
             return
         click.echo(f"forget {plan.rollout_id} (dry run, nothing changed):")
-        for line in _forget_lines(plan):
+        for line in _forget_lines(plan, engine_note(engine, model, workspace)):
             click.echo(line)
         return
-    config = generate_config(engine, model)
+    config = generate_config(engine, model, workspace)
     if not yes:
         _confirm(plan)
     console = stderr_console()

@@ -118,6 +118,19 @@ def diff_command(
     click.echo(result.diff, nl=False)
 
 
+def warn_forgotten(made: VersionInfo) -> None:
+    """A warning on stderr when the new version brings back what ``forget`` removed."""
+    if not made.forgotten_back:
+        return
+    undo = f"; `sandmem memory restore {made.parent}` undoes it" if made.parent else ""
+    click.echo(
+        f"warning: version {made.version} brings back what memory held of forgotten "
+        f"conversation(s) {', '.join(made.forgotten_back)} (their raw memories and "
+        f"transcripts stay deleted){undo}",
+        err=True,
+    )
+
+
 @click.command("restore")
 @workspace_option(required=False)
 @layout_options
@@ -142,8 +155,9 @@ def restore_command(
     made = run_async(restore(workspace, version, layout=layout, client="cli"))
     if as_json:
         emit_model(made)
-        return
-    click.echo(version_line(made))
+    else:
+        click.echo(version_line(made))
+    warn_forgotten(made)
 
 
 @click.command("redact-history")
@@ -233,8 +247,9 @@ def approve_command(
     made = run_async(approve(workspace, proposal_id, layout=layout, client="cli"))
     if as_json:
         emit_model(made)
-        return
-    click.echo(version_line(made))
+    else:
+        click.echo(version_line(made))
+    warn_forgotten(made)
 
 
 @click.command("dismiss")

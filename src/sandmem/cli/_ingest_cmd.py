@@ -21,6 +21,7 @@ from sandmem.cli._common import (
     generate_config,
     layout_config,
     layout_options,
+    review_option,
     run_async,
     workspace_option,
 )
@@ -39,10 +40,18 @@ FORMATS = ("auto", "codex", "claude-code", "openai-agents", "responses", "chat")
 
 def _lines(report: IngestReport) -> list[str]:
     lines = []
+    others = {id(s) for s in report.sources if s.status == "skipped" and _other_project(s.error)}
     for s in report.sources:
+        if id(s) in others:
+            continue
         where = f"{s.rollout_id} ({s.format})" if s.rollout_id else s.path
         if s.status == "recorded":
             text = f"  + {where}: {s.segments} segment(s), {s.items} item(s)"
+        elif s.status == "unchanged" and s.dropped:
+            text = (
+                f"  ! {where}: nothing recorded: every new line was dropped — is it really "
+                f"{s.format}? (--format auto tells the formats apart)"
+            )
         elif s.status == "unchanged":
             text = f"  = {where}: nothing new"
         else:
@@ -55,7 +64,16 @@ def _lines(report: IngestReport) -> list[str]:
         if s.more:
             extra.append("more left for the next ingest (budget reached)")
         lines.append(text + (f" [{'; '.join(extra)}]" if extra else ""))
+    if others:
+        lines.append(
+            f"  - {len(others)} session(s) of other projects left out (their working directory "
+            "is elsewhere; --all-projects takes them)"
+        )
     return lines
+
+
+def _other_project(error: str | None) -> bool:
+    return bool(error) and str(error).startswith("another project:")
 
 
 def _emit(report: IngestReport, as_json: bool) -> None:
@@ -153,11 +171,27 @@ def _hook_paths(hook: str, arguments: tuple[str, ...]) -> tuple[str, list[Path]]
 @click.option(
     "--session", "sessions", multiple=True, help="Only this source session id (repeatable)."
 )
+@click.option(
+    "--cwd",
+    "--project",
+    "cwd",
+    metavar="DIR",
+    default=None,
+    help="Only sessions whose working directory is DIR or inside it. Default, for transcripts "
+    "in Codex's or Claude Code's home (~/.codex, ~/.claude), which hold every project's: the "
+    "workspace.",
+)
+@click.option(
+    "--all-projects",
+    is_flag=True,
+    help="Ingest the sessions of every working directory (no --cwd default).",
+)
 @click.option("--generate", "generate_now", is_flag=True, help="Generate memory right after.")
+@review_option
 @click.option(
     "--watch",
     "watch_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Keep ingesting the transcripts of DIR as they change (Ctrl-C stops).",
 )
 @click.option(
@@ -184,7 +218,10 @@ def ingest_command(
     model: str | None,
     fmt: str,
     sessions: tuple[str, ...],
+    cwd: str | None,
+    all_projects: bool,
     generate_now: bool,
+    review: bool,
     watch_dir: Path | None,
     interval: float,
     hook: str | None,
@@ -203,7 +240,11 @@ def ingest_command(
     """
     layout = layout_config(memories_dir, sessions_dir)
     # the engine matters only to --generate (recording needs no model)
-    config = generate_config(engine, model) if generate_now else None
+    config = generate_config(engine, model, workspace) if generate_now else None
+    if review:
+        if config is None:
+            raise click.UsageError("--review applies to the generation: pass --generate too")
+        config = config.model_copy(update={"review": True})
     if hook is not None:
         fmt, files = _hook_paths(hook, paths)
         if files and not wait:
@@ -212,11 +253,17 @@ def ingest_command(
         paths = tuple(map(str, files))
         if not paths:
             return
+    if cwd is not None and all_projects:
+        raise click.UsageError("use either --cwd DIR or --all-projects, not both")
+    named = [*paths, *([str(watch_dir)] if watch_dir is not None else [])]
+    project = _project(workspace, cwd, all_projects, named, quiet=as_json)
     if watch_dir is not None:
-        _watch(workspace, layout, config, fmt, watch_dir, interval, as_json)
+        _watch(workspace, layout, config, fmt, watch_dir, interval, as_json, project)
         return
     if not paths:
         raise click.UsageError("name at least one transcript file or directory (or --watch DIR)")
+    if hook is None:  # a hook's transcript may be gone already: that is not the user's error
+        _require_paths(paths)
     workspace.mkdir(parents=True, exist_ok=True)
     report = run_async(
         ingest(
@@ -227,11 +274,58 @@ def ingest_command(
             layout=layout,
             config=config,
             generate_now=generate_now,
+            cwd=project,
         )
     )
     _emit(report, as_json)
     if any(s.status == "failed" for s in report.sources):
         raise SystemExit(1)
+
+
+def agent_homes() -> list[Path]:
+    """The home directories of Codex (``$CODEX_HOME``, else ``~/.codex``) and Claude Code
+    (``$CLAUDE_CONFIG_DIR``, else ``~/.claude``): their transcripts mix every project."""
+    homes = [
+        os.environ.get("CODEX_HOME") or "~/.codex",
+        os.environ.get("CLAUDE_CONFIG_DIR") or "~/.claude",
+    ]
+    return [Path(os.path.realpath(os.path.expanduser(home))) for home in homes]
+
+
+def _project(
+    workspace: Path, cwd: str | None, all_projects: bool, named: list[str], *, quiet: bool
+) -> str | None:
+    """The working directory whose sessions are ingested (``None``: all of them)."""
+    if cwd is not None:
+        return os.path.abspath(os.path.expanduser(cwd))
+    if all_projects:
+        return None
+    homes = agent_homes()
+    mixed = [
+        raw
+        for raw in named
+        if any(Path(os.path.realpath(os.path.expanduser(raw))).is_relative_to(h) for h in homes)
+    ]
+    if not mixed:
+        return None
+    project = str(workspace.absolute())
+    if not quiet:
+        click.echo(
+            f"only sessions whose working directory is in {project} are ingested: {mixed[0]} "
+            "holds every project's transcripts (--cwd DIR picks another project, "
+            "--all-projects takes them all)",
+            err=True,
+        )
+    return project
+
+
+def _require_paths(paths: tuple[str, ...]) -> None:
+    """Every path named exists (a usage error, exit 2, names the first that does not)."""
+    for raw in paths:
+        if not os.path.exists(os.path.expanduser(raw)):
+            broken = " (a broken link)" if os.path.islink(os.path.expanduser(raw)) else ""
+            problem = f"{raw}: no such file or directory{broken}"
+            raise click.BadParameter(problem, param_hint="PATHS")
 
 
 def _watch(
@@ -242,13 +336,22 @@ def _watch(
     directory: Path,
     interval: float,
     as_json: bool,
+    project: str | None,
 ) -> None:
     workspace.mkdir(parents=True, exist_ok=True)
+    saved = [0, 0]  # segments, ingests that recorded something
 
     def show(report: IngestReport) -> None:
+        saved[0] += report.recorded_segments
+        saved[1] += 1 if report.recorded_segments else 0
         _emit(report, as_json)
         sys.stdout.flush()  # a pipe is block-buffered: show each ingest as it happens
 
+    click.echo(
+        f"watching {directory} for transcripts (a look every {interval:g} s), recording into "
+        f"{workspace / layout.sessions_dir}; Ctrl-C stops",
+        err=True,
+    )
     try:
         run_async(
             ingest_watch(
@@ -259,7 +362,13 @@ def _watch(
                 config=config,
                 interval=interval,
                 on_report=show,
+                cwd=project,
             )
         )
     except KeyboardInterrupt:
-        pass
+        click.echo(
+            f"stopped watching: {saved[0]} segment(s) recorded while watching, all saved "
+            "(the next ingest or watch continues where this one stopped)",
+            err=True,
+        )
+        raise SystemExit(130) from None  # 128 + SIGINT, as every command

@@ -6,6 +6,7 @@ result model's JSON.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,25 @@ SUBCOMMANDS = {
 }
 
 
-@click.group("memory", cls=LazyGroup, lazy=SUBCOMMANDS)
+class _MemoryGroup(LazyGroup):
+    """The memory commands take the workspace as ``-w DIR``; a directory given as an argument
+    instead (``sandmem memory tree ws``) gets a hint saying so."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            extra = _EXTRA.match(exc.message)
+            if extra and Path(extra.group(1).split()[0]).is_dir():
+                hint = f"; to name the workspace, use -w {extra.group(1).split()[0]}"
+                raise click.UsageError(exc.message + hint, exc.ctx) from None
+            raise
+
+
+_EXTRA = re.compile(r"Got unexpected extra arguments? \((.+)\)")
+
+
+@click.group("memory", cls=_MemoryGroup, lazy=SUBCOMMANDS)
 def memory_group() -> None:
     """Inspect and maintain the memory of a workspace.
 

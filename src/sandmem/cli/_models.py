@@ -25,12 +25,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
 
 from sandmem._errors import ModelRequestError, UserError
+from sandmem.cli._settings_file import workspace_memory_model
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 from sandmem.models._provider import DEFAULT_MODEL, OpenAIProvider, default_provider
 from sandmem.redaction import redact
@@ -82,7 +84,13 @@ class ModelChoice:
         return f"{self.memory} ({self.memory_source})"
 
     def describe(self, *, memory: bool = True) -> str:
-        """The start-up line: which model each part uses, and which server."""
+        """The start-up line: which model each part uses, and which server (none for the
+        offline scripted agent, which contacts none)."""
+        if self.agent == SCRIPTED:
+            return (
+                "agent: scripted (--model scripted: an offline deterministic agent, no model, "
+                "no server); it reads memory, and its runs are not recorded"
+            )
         api = OpenAIProvider().api
         text = f"agent: {self.agent} ({self.agent_source})"
         if memory:
@@ -90,11 +98,14 @@ class ModelChoice:
         return f"{text}; {api} API at {server_url()}"
 
 
-def choose_models(agent_flag: str | None, memory_flag: str | None, engine: str) -> ModelChoice:
+def choose_models(
+    agent_flag: str | None, memory_flag: str | None, engine: str, workspace: Path | None = None
+) -> ModelChoice:
     """Apply the rule of the module docstring. ``engine == "extractive"`` wins for memory;
-    ``--model scripted`` is the offline agent with the extractive engine."""
+    ``--model scripted`` is the offline agent with the extractive engine. The workspace's
+    ``sandmem.toml`` (``[memory] model``) comes after ``SANDMEM_MEMORY_MODEL``."""
     if agent_flag == SCRIPTED:
-        if memory_flag:
+        if memory_flag and memory_flag != EXTRACTIVE:
             raise click.UsageError("--model scripted generates memory offline: drop --memory-model")
         return ModelChoice(SCRIPTED, "--model", EXTRACTIVE, "--model scripted")
     if agent_flag:
@@ -104,7 +115,7 @@ def choose_models(agent_flag: str | None, memory_flag: str | None, engine: str) 
     else:
         agent, agent_source = DEFAULT_MODEL, "default"
     if engine == EXTRACTIVE:
-        if memory_flag:
+        if memory_flag and memory_flag != EXTRACTIVE:
             raise click.UsageError("use either --engine extractive or --memory-model, not both")
         return ModelChoice(agent, agent_source, EXTRACTIVE, "--engine extractive")
     if memory_flag:
@@ -112,6 +123,9 @@ def choose_models(agent_flag: str | None, memory_flag: str | None, engine: str) 
     memory_env = _env("SANDMEM_MEMORY_MODEL")
     if memory_env:
         return ModelChoice(agent, agent_source, memory_env, "SANDMEM_MEMORY_MODEL")
+    memory_file = workspace_memory_model(workspace)
+    if memory_file:
+        return ModelChoice(agent, agent_source, memory_file, "sandmem.toml")
     if agent_source != "default":
         return ModelChoice(agent, agent_source, agent, f"the agent's model, from {agent_source}")
     if not is_openai_server(server_url()):
@@ -133,11 +147,18 @@ def _uses_proxy(scheme: str, host: str) -> bool:
     return scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(host)
 
 
-def check_server(timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+#: the hint of ``run`` and ``chat`` when no model server is configured
+OFFLINE_AGENT_HINT = "; or try it offline with --model scripted (a deterministic agent, no model)"
+
+
+def check_server(
+    timeout_s: float = CONNECT_TIMEOUT_S, hint: str = "", unreachable_hint: str = ""
+) -> None:
     """Raise ``ModelRequestError`` at once when nothing answers at the model server's address
-    (a TCP connect with a short timeout; skipped behind an HTTP proxy, which the client uses),
-    ``UserError`` when no server is configured or ``OPENAI_BASE_URL`` is not a URL."""
-    require_model_server()
+    (a TCP connect with a short timeout; skipped behind an HTTP proxy, which the client uses;
+    ``unreachable_hint`` ends its message), ``UserError`` when no server is configured (with
+    ``hint``) or ``OPENAI_BASE_URL`` is not a URL."""
+    require_model_server(hint)
     url = server_url()
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -167,7 +188,8 @@ def check_server(timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         else ("check your network, or set OPENAI_BASE_URL to a local server")
     )
     raise ModelRequestError(
-        f"cannot reach the model server at {url} ({problem}); start it, or {where}",
+        f"cannot reach the model server at {url} ({problem}); start it, or {where}"
+        + unreachable_hint,
         retryable=True,
     )
 

@@ -61,6 +61,7 @@ _PHASE_TWO_TEXT = {
     "incomplete": "consolidation incomplete (what was written is kept)",
     "fallback": "consolidated by the extractive engine (the model's consolidation failed)",
     "not_run": "consolidation not run",
+    "proposed": "consolidation proposed for review (memory unchanged): `sandmem memory inbox`",
 }
 
 

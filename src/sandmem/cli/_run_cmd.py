@@ -27,11 +27,11 @@ from sandmem.capabilities.filesystem import Filesystem
 from sandmem.capabilities.memory import Memory
 from sandmem.capabilities.shell import Shell
 from sandmem.cli._common import (
-    ConfigError,
     git_tip,
     layout_config,
     layout_options,
     open_workspace,
+    review_option,
     rollout_file,
     run_async,
     sigint_to_main_thread,
@@ -39,6 +39,7 @@ from sandmem.cli._common import (
 )
 from sandmem.cli._live import stream_run
 from sandmem.cli._models import (
+    OFFLINE_AGENT_HINT,
     SCRIPTED,
     ModelChoice,
     check_server,
@@ -48,6 +49,7 @@ from sandmem.cli._models import (
 )
 from sandmem.cli._output import Out, incomplete_text, progress_display, usage_dict
 from sandmem.cli._scripted import scripted_model
+from sandmem.cli._settings_file import ConfigError
 from sandmem.memory import (
     GenerationReport,
     MemoryGenerateConfig,
@@ -131,6 +133,8 @@ class RunOptions:
     read: bool
     generate: bool
     max_turns: int
+    #: review mode: consolidations and the agent's memory edits become proposals
+    review: bool = False
 
 
 @dataclass
@@ -151,7 +155,9 @@ def generate_config(opts: RunOptions) -> MemoryGenerateConfig:
     """The commands generate explicitly after the run (with progress and a report), so the
     session's stop must not generate as well: that would retry, within the same command, a
     conversation that just failed."""
-    return opts.models.generate_config().model_copy(update={"schedule": "explicit"})
+    return opts.models.generate_config().model_copy(
+        update={"schedule": "explicit", "review": opts.review}
+    )
 
 
 def build_agent(opts: RunOptions) -> SandboxAgent:
@@ -159,7 +165,9 @@ def build_agent(opts: RunOptions) -> SandboxAgent:
     if opts.read or opts.generate:
         memory = Memory(
             layout=opts.layout,
-            read=MemoryReadConfig() if opts.read else None,
+            read=MemoryReadConfig(live_update="propose" if opts.review else True)
+            if opts.read
+            else None,
             generate=generate_config(opts) if opts.generate else None,
         )
         capabilities.insert(0, memory)
@@ -324,7 +332,7 @@ def ready_models(models: ModelChoice) -> ModelChoice:
     if models.agent == SCRIPTED:
         return models
     try:
-        check_server()
+        check_server(hint=OFFLINE_AGENT_HINT)
         return server_model(models)
     except UserError as exc:
         raise ConfigError(str(exc)) from None
@@ -373,6 +381,7 @@ def agent_options(*, recorded: str, turns: str) -> Callable[[F], F]:
             is_flag=True,
             help=f"Do not record {recorded} or generate memory.",
         )(fn)
+        fn = review_option(fn)
         return click.option(
             "--no-memory-read", is_flag=True, help="Do not show the agent existing memory."
         )(fn)
@@ -389,7 +398,7 @@ def agent_options(*, recorded: str, turns: str) -> Callable[[F], F]:
     help="The agent's model (default: $SANDMEM_MODEL, else gpt-5.4-mini; on a server that is "
     "not OpenAI's, the one model it lists); memory uses it too unless --memory-model or "
     "--engine extractive says otherwise. `scripted`: an offline deterministic agent (no "
-    "server) with extractive memory.",
+    "server) that searches memory and lists the workspace; its runs are not recorded.",
 )
 @click.option(
     "--memory-model",
@@ -423,6 +432,7 @@ def run_command(
     no_memory_read: bool,
     no_memory_generate: bool,
     engine: str,
+    review: bool,
     max_turns: int,
     quiet: bool,
     as_json: bool,
@@ -436,21 +446,25 @@ def run_command(
     recorded. PROMPT is the task ('-' reads it from stdin).
 
     Needs OPENAI_API_KEY or OPENAI_BASE_URL (SANDMEM_OPENAI_API=chat_completions for
-    servers without the Responses API). Exit status: 0 done, 1 the run or memory
-    generation failed, 2 usage error, 130 interrupted. Reference: `sandmem docs cli`.
+    servers without the Responses API), except with --model scripted (offline). Exit
+    status: 0 done, 1 the run or memory generation failed, 2 usage error, 130
+    interrupted. Reference: `sandmem docs cli`.
     """
     text = _prompt_text(prompt)
     workspace = workspace.absolute()  # the default is "."
     opts = RunOptions(
         workspace=workspace,
         prompt=text,
-        models=choose_models(model, memory_model, engine),
+        models=choose_models(model, memory_model, engine, workspace),
         rollout_id=_rollout_id(session_id),
         resume=session_id is not None,
         layout=layout_config(memories_dir, sessions_dir),
         read=not no_memory_read,
-        generate=not no_memory_generate,
+        # the scripted agent's turns carry no knowledge: recording them would only put
+        # junk into memory
+        generate=not no_memory_generate and model != SCRIPTED,
         max_turns=max_turns,
+        review=review,
     )
     out = Out(quiet=quiet, as_json=as_json)
     opts.models = ready_models(opts.models)

@@ -62,8 +62,8 @@ def view_command(
     The page shows the summary as runs receive it, MEMORY.md with each task group linked to
     the rollout summaries it cites, every conversation (status, attempts, last error, tokens),
     the last consolidation's selection, the generation runs with tokens per phase, and memory
-    size over time. It loads nothing from the network; all text is escaped. Over 200
-    conversations it shows the newest 200 (--page N: the next ones) and only their rollout
+    size over time. It loads nothing from the network; all text is escaped. Over 100
+    conversations it shows the newest 100 (--page N: the next ones) and only their rollout
     summaries and runs, plus those MEMORY.md cites.
     """
     layout = layout_config(memories_dir, sessions_dir)

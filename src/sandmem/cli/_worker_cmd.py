@@ -7,11 +7,12 @@ import logging
 import os
 import signal
 import socket
+import sys
 from typing import TYPE_CHECKING
 
 import click
 
-from sandmem._log_lines import RedactLogRecords
+from sandmem._log_lines import OneLineWarnings, RedactLogRecords, one_line, redact
 from sandmem.cli._models import client_options
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
 
@@ -118,25 +119,69 @@ def worker_command(
         max_attempts=max_attempts,
         retry_cap_s=retry_cap,
     )
-    level = os.environ.get("SANDMEM_WORKER_LOGLEVEL", "WARNING").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:  # a server's error text may echo a key
-        handler.addFilter(RedactLogRecords())
+    _log_to_stderr(os.environ.get("SANDMEM_WORKER_LOGLEVEL", "WARNING").upper())
     node = name or f"sandmem@{socket.gethostname()}-{os.getpid()}"
     click.echo(
         f"sandmem worker {node}: jobs from {redact_url(broker)} (queue {queue}, concurrency "
         f"{concurrency}), memory in {root.describe()}; phase one {config.phase_one_model}, "
-        f"phase two {config.phase_two_model}",
+        f"phase two {config.phase_two_model}; Ctrl-C or SIGTERM lets running jobs finish, "
+        "then stops",
         err=True,
     )
-    asyncio.run(_serve(worker, node))
+    asyncio.run(_serve(worker, node))  # ends the process itself after a signal
+
+
+def _log_to_stderr(level: str) -> None:
+    """The worker's log: every record of ``level`` and above on stderr, sandmem's own
+    included (the CLI's one-line warnings would keep sandmem's INFO lines from the root
+    logger), redacted (a server's error text may echo a key)."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactLogRecords())
+    ours = logging.getLogger("sandmem")
+    for handler in list(ours.handlers):
+        if isinstance(handler, OneLineWarnings):  # the root's handler says it, with a time
+            ours.removeHandler(handler)
+    ours.propagate = True
 
 
 async def _serve(worker: Worker, node: str) -> None:
+    """Run until SIGTERM or SIGINT, then end the process: exit status 0 after SIGTERM, 130
+    (128 + SIGINT, as every command) after Ctrl-C."""
     stop = asyncio.Event()
+    got: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
+
+    def stopping(sig: signal.Signals) -> None:
+        if not got:
+            running = len(worker.running)
+            click.echo(
+                f"sandmem worker {node}: stopping; {running} running job(s) finish first",
+                err=True,
+            )
+        got.append(sig)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await worker.warm()
+        loop.add_signal_handler(sig, stopping, sig)
+    try:
+        await worker.warm()
+    except Exception as exc:  # the broker or the store is not there: one line, not a traceback
+        raise click.ClickException(
+            f"the worker could not start: {redact(one_line(f'{type(exc).__name__}: {exc}'))}; "
+            "check --broker and --store (and that the services run)"
+        ) from None
     click.echo(f"sandmem worker {node} ready.", err=True)
     await worker.run(stop)
+    if got:
+        click.echo(
+            f"sandmem worker {node} stopped ({got[0].name}): {worker.done} job(s) done, "
+            "each saved to the store as it finished; none left half-done",
+            err=True,
+        )
+        # every job has finished; what may still run is a chore's abandoned store or broker
+        # call in a thread (a sweep waiting out its S3 timeouts): do not wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(130 if got[0] == signal.SIGINT else 0)

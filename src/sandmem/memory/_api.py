@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from sandmem._errors import MemoryLockedError, MemoryNotFoundError, SandboxError, UserError
-from sandmem.memory import _files
+from sandmem.memory import _files, tombstones
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConversationInfo,
@@ -122,8 +122,8 @@ async def _require_layout(session: SandboxSession, paths: MemoryPaths) -> None:
         return
     raise MemoryNotFoundError(
         f"no memory in {session.root}: neither {paths.memories_dir}/ nor {paths.sessions_dir}/ "
-        "exists; run an agent with Memory() there first (`sandmem run`), or name the layout "
-        "it used (layout=MemoryLayoutConfig(...), --memories-dir / --sessions-dir)",
+        "exists; run an agent there first (`sandmem run`; in Python, an agent with Memory()), "
+        "or name the layout it used (--memories-dir / --sessions-dir; in Python, layout=)",
         path=paths.memories_dir,
     )
 
@@ -367,7 +367,8 @@ def _report(report: FlushReport) -> GenerationReport:
         ),
         complete=not report.failed
         and not report.timed_out
-        and report.phase_two in ("done", "skipped"),
+        # review mode: a proposal in the inbox is what was asked for
+        and report.phase_two in ("done", "skipped", "proposed"),
     )
 
 
@@ -473,6 +474,7 @@ async def forget(
     rollout_id: str,
     *,
     dry_run: bool = False,
+    undo: bool = False,
     layout: MemoryLayoutConfig | None = None,
     config: MemoryGenerateConfig | None = None,
     engine: Engine | None = None,
@@ -487,7 +489,13 @@ async def forget(
     ``MemoryNotFoundError`` for an unknown id (changing nothing), ``UserError`` for an
     invalid one, ``MemoryLockedError`` when another process holds the layout's lock. A failed
     re-consolidation does not raise: see ``result.report.complete``.
+
+    A forgotten conversation stays forgotten: ``ingest`` (its hooks, ``ingest_watch``) skips
+    it from then on. ``undo=True`` takes that note away (``result.undone``), so the next
+    ingest records it anew; nothing deleted comes back.
     """
+    if undo:
+        return await _unforget(target, rollout_id, layout)
     cfg = generate_config(config, engine, model)
     async with _opened(target, layout) as (session, paths, owned):
         if dry_run:
@@ -507,6 +515,29 @@ async def forget(
         state_entry=plan.state_entry,
         clears_memory=plan.clears_memory,
         report=_report(flushed) if flushed is not None else None,
+    )
+
+
+async def _unforget(
+    target: MemoryTarget, rollout_id: str, layout: MemoryLayoutConfig | None
+) -> ForgetResult:
+    from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
+
+    rid = maintenance.checked_rollout_id(rollout_id)
+    async with _opened(target, layout) as (session, paths, _owned):
+        try:
+            async with _files.lock(session, f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
+                undone = await tombstones.remove(session, paths, rid)
+        except SandboxError as exc:
+            raise _locked(exc) from exc
+    return ForgetResult(
+        rollout_id=rid,
+        dry_run=False,
+        removed=[],
+        state_entry=False,
+        clears_memory=False,
+        report=None,
+        undone=undone,
     )
 
 
@@ -608,6 +639,7 @@ def forget_sync(
     rollout_id: str,
     *,
     dry_run: bool = False,
+    undo: bool = False,
     layout: MemoryLayoutConfig | None = None,
     config: MemoryGenerateConfig | None = None,
     engine: Engine | None = None,
@@ -619,6 +651,7 @@ def forget_sync(
             target,
             rollout_id,
             dry_run=dry_run,
+            undo=undo,
             layout=layout,
             config=config,
             engine=engine,

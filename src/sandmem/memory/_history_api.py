@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from sandmem._errors import SandboxError, UserError
-from sandmem.memory import _files, _history_prune, history, journal, proposals
+from sandmem.memory import _files, _history_prune, history, journal, proposals, tombstones
 from sandmem.memory import state as gen_state
 from sandmem.memory._api import MemoryTarget, _locked, _opened, _run_sync
 from sandmem.memory._records import Problem, report
@@ -62,6 +62,9 @@ class VersionInfo(_Result):
     """Files that differ from the previous version."""
     redacted: bool = False
     """``redact-history`` rewrote this version."""
+    forgotten_back: list[str] = []
+    """Set by ``restore`` and ``approve``: conversations ``forget`` removed whose memory the
+    new version brings back (their raw memories and transcripts stay deleted)."""
 
 
 class HistoryDiff(_Result):
@@ -210,11 +213,22 @@ async def restore(
                 )
                 await journal.write_files(session, paths, files, attribution, selection=selection)
                 head, parent = await _head_and_parent(session, paths)
+                back = await _forgotten_back(session, paths, attribution)
             await _sync(session, paths, layout)
         except SandboxError as exc:
             raise _locked(exc) from exc
     assert head is not None
-    return _info(head, parent)
+    return _info(head, parent).model_copy(update={"forgotten_back": back})
+
+
+async def _forgotten_back(
+    session: SandboxSession, paths: MemoryPaths, attribution: Attribution
+) -> list[str]:
+    """The conversations ``attribution`` folds in that ``forget`` removed."""
+    if not attribution.rollouts_added:
+        return []
+    forgotten = await tombstones.load(session, paths)
+    return [rid for rid in attribution.rollouts_added if rid in forgotten]
 
 
 async def _head_and_parent(
@@ -389,11 +403,12 @@ async def approve(
                 await journal.write_files(session, paths, files, attribution, selection=selection)
                 await proposals.remove(session, paths, proposal)
                 head, parent = await _head_and_parent(session, paths)
+                back = await _forgotten_back(session, paths, attribution)
             await _sync(session, paths, layout)
         except SandboxError as exc:
             raise _locked(exc) from exc
     assert head is not None
-    return _info(head, parent)
+    return _info(head, parent).model_copy(update={"forgotten_back": back})
 
 
 async def _replan(session: SandboxSession, paths: MemoryPaths) -> None:

@@ -146,7 +146,7 @@ async def _redact_unparsed(store: Store, redact: Any) -> None:
     known_proposals = {f"{p.id}.json" for p in await proposals.load_all(store.session, store.paths)}
     for sub, known in (("versions", known_versions), ("proposals", known_proposals)):
         names = [n for n in await store._names(sub) if n.endswith(".json") and n not in known]
-        found = await store.session.read_many([f"{store.root}/{sub}/{n}" for n in names])
+        found = await _files.read_many(store.session, [f"{store.root}/{sub}/{n}" for n in names])
         for path, data in found.items():
             if data is not None and (clean := redact_bytes(data, redact)) != data:
-                await store.session.write(path, clean)
+                await _files.write(store.session, path, clean)

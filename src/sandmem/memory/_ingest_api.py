@@ -61,6 +61,7 @@ async def ingest(
     generate_now: bool = False,
     max_bytes: int = MAX_INGEST_BYTES,
     max_title_chars: int = MAX_TITLE_CHARS,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> IngestReport:
     """Record the transcripts at ``paths`` (files, or directories searched for ``*.jsonl``,
     ``*.json`` and SQLite files) as conversations of the layout: one conversation per source
@@ -70,9 +71,11 @@ async def ingest(
     redacted before it is written. ``format`` is one of ``auto`` (told from the content),
     ``codex``, ``claude-code``, ``openai-agents`` (a ``SQLiteSession`` database or a JSON
     list of items), ``responses``, ``chat``; ``sessions`` limits a database (or any source) to
-    those session ids. ``max_bytes`` bounds what one ingest records per source session (the
-    rest waits for the next ingest); ``max_title_chars`` bounds a source's title, which every
-    segment of its session carries.
+    those session ids; ``cwd`` to the sessions whose working directory (as the transcript
+    records it) is that directory or inside it, the others are skipped ("another project").
+    ``max_bytes`` bounds what one ingest records per source session (the rest waits for the
+    next ingest); ``max_title_chars`` bounds a source's title, which every segment of its
+    session carries.
 
     The conversations are pending: the next flush, ``sandmem memory generate`` or a worker
     generates their memory; ``generate_now=True`` does it at once, with the engine chosen as
@@ -101,6 +104,7 @@ async def ingest(
             sessions=sessions,
             max_bytes=max_bytes,
             max_title_chars=max_title_chars,
+            cwd=cwd,
         )
         try:
             report = await ingestor.run(paths)
@@ -125,6 +129,7 @@ def ingest_sync(
     generate_now: bool = False,
     max_bytes: int = MAX_INGEST_BYTES,
     max_title_chars: int = MAX_TITLE_CHARS,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> IngestReport:
     """``ingest``, blocking."""
     return _run_sync(
@@ -140,6 +145,7 @@ def ingest_sync(
             generate_now=generate_now,
             max_bytes=max_bytes,
             max_title_chars=max_title_chars,
+            cwd=cwd,
         )
     )
 
@@ -169,16 +175,18 @@ async def ingest_watch(
     interval: float = 2.0,
     stop: asyncio.Event | None = None,
     on_report: Callable[[IngestReport], None] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> None:
     """Ingest the transcripts under ``directory`` as they change, until ``stop`` is set: a
     file is ingested once it has stayed the same for one look (every ``interval`` seconds)
     after a change. Restarting it records nothing twice (each ingest records only what is
-    new). ``on_report`` gets the report of every ingest that recorded or failed something."""
+    new). ``on_report`` gets the report of every ingest that recorded or failed something;
+    ``cwd`` keeps only the sessions of that working directory, as for ``ingest``."""
     if interval <= 0:
         raise UserError("interval must be positive")
 
     async def once(files: list[Path]) -> None:
-        report = await ingest(target, files, format=format, layout=layout, config=config)
+        report = await ingest(target, files, format=format, layout=layout, config=config, cwd=cwd)
         if on_report is not None and (report.recorded_segments or report.failed):
             on_report(report)
 

@@ -344,8 +344,9 @@ class GenerationReport(_Result):
     usage: GenerationUsage
     """Model usage per phase."""
     complete: bool
-    """Whether everything succeeded: no conversation failed, the consolidation did not fail,
-    and it did not time out."""
+    """Whether everything succeeded: no conversation failed, the consolidation did not fail
+    (in review mode, a consolidation waiting in the inbox as a proposal counts as done), and
+    it did not time out."""
 
 
 class ForgetResult(_Result):
@@ -364,6 +365,9 @@ class ForgetResult(_Result):
     ``memory_summary.md`` were (would be) emptied rather than re-consolidated."""
     report: GenerationReport | None
     """The re-consolidation that followed (``None`` for a dry run)."""
+    undone: bool = False
+    """With ``undo=True``: whether a note of the conversation was taken away (``False``: it
+    was not forgotten)."""
 
 
 class IndexReport(_Result):

@@ -6,7 +6,6 @@ from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -15,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from sandmem._config_base import ConfigModel
 from sandmem._settings import ModelSettings, Reasoning
 from sandmem.memory.store._base import GenerationScheduler, MemoryStore, plain_path
 from sandmem.models._base import Model, ModelProvider
@@ -52,7 +52,7 @@ def _nested(a: str, b: str) -> bool:
     return a.startswith(b + "/") or b.startswith(a + "/")
 
 
-class MemoryLayoutConfig(BaseModel):
+class MemoryLayoutConfig(ConfigModel):
     """Where one memory lives in the workspace. Isolation between agents is by layout.
 
     Both directories are relative to the workspace, normalised, and checked here, at
@@ -120,7 +120,7 @@ class MemoryLayoutConfig(BaseModel):
         return self
 
 
-class MemoryReadConfig(BaseModel):
+class MemoryReadConfig(ConfigModel):
     """Reading memory. ``live_update`` lets (and requires) the agent fix stale memory in
     ``MEMORY.md`` during the run; ``False`` makes memory read-only; ``"propose"`` lets the
     agent edit memory files with ``apply_patch``, but the edits become a proposal in the
@@ -142,7 +142,7 @@ def _default_settings() -> ModelSettings:
     return ModelSettings(reasoning=Reasoning(effort="medium"))
 
 
-class MemoryGenerateConfig(BaseModel):
+class MemoryGenerateConfig(ConfigModel):
     """Generating memory when the sandbox session stops (phase one per rollout, then phase two
     per layout). Models are a name (resolved by ``model_provider``, default the OpenAI
     provider), a ``Model``, or ``"extractive"`` for the deterministic model-free engine."""

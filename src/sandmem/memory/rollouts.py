@@ -260,11 +260,10 @@ def note_segment(
     updated_at: str | None = None,
 ) -> dict[str, Any]:
     """A segment that records a note given from outside a run (the MCP server's
-    ``memory_remember``): the note is the user message, attributed to ``source`` (who gave it:
-    ``via``, ``client``, ``session``...), which is also kept in the segment as ``source``.
-    Phase one reads it like any run segment."""
-    who = "; ".join(f"{key}: {value}" for key, value in source.items() if value)
-    message = f"{text.strip()}\n\n(A {kind} to remember; {who})"
+    ``memory_remember``): the note is the user message; who gave it (``via``, ``client``,
+    ``session``...) is kept in the segment's ``source`` only, not in the text phase one reads,
+    so a client's name or session id never becomes part of what is remembered."""
+    message = f"{text.strip()}\n\n(A {kind} to remember.)"
     return segment(
         rollout_id,
         updated_at=updated_at,

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sandmem.memory import _files
+from sandmem.memory import _files, tombstones
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, MemoryGenerationManager
 from sandmem.memory.ingestion import _detect, _sqlite
 from sandmem.memory.ingestion._claude import claude_events
@@ -118,12 +118,17 @@ class Ingestor:
         sessions: Sequence[str] | None = None,
         max_bytes: int = MAX_INGEST_BYTES,
         max_title_chars: int = MAX_TITLE_CHARS,
+        cwd: str | os.PathLike[str] | None = None,
     ) -> None:
         self.manager = manager
         self.format = format
         self.sessions = set(sessions) if sessions else None
         self.max_bytes = max_bytes
         self.max_title_chars = max_title_chars
+        #: only sessions whose working directory is this directory or inside it
+        self.cwd = os.path.normpath(os.path.abspath(os.fspath(cwd))) if cwd is not None else None
+        #: conversations ``forget`` noted: never recorded again (``forget --undo`` lifts it)
+        self.forgotten: dict[str, tombstones.Tombstone] = {}
 
     async def run(self, paths: Iterable[str | os.PathLike[str]]) -> IngestReport:
         report = IngestReport()
@@ -132,6 +137,7 @@ class Ingestor:
         files = await asyncio.to_thread(expand, paths)
         lock = f"{layout.sessions_dir}/{INGEST_LOCK}"
         async with _files.lock(session, lock, timeout=LOCK_TIMEOUT_S):
+            self.forgotten = await tombstones.load(session, layout)
             for path in files:
                 try:
                     report.sources.extend(await self._file(path))
@@ -150,7 +156,7 @@ class Ingestor:
 
     async def _file(self, path: Path) -> list[IngestedSource]:
         if not await asyncio.to_thread(path.is_file):
-            return [_skipped(path, "not a file (missing, a directory or a device)")]
+            return [_skipped(path, await asyncio.to_thread(_not_a_file, path))]
         detection = await asyncio.to_thread(_detect.detect, path)
         found = detection.format
         fmt = self.format
@@ -240,7 +246,10 @@ class Ingestor:
         return _Plan(meta, found, throughs, pending, more)
 
     async def _document(self, path: Path, fmt: str | None) -> IngestedSource:
-        data = await asyncio.to_thread(_detect.load_document, path)
+        try:
+            data = await asyncio.to_thread(_detect.load_document, path)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _skipped(path, f"not a transcript: not JSON, JSON Lines or SQLite ({exc})")
         items = _detect.document_items(data)
         if items is None:
             return _skipped(path, "a JSON document that is not a list of items or messages")
@@ -330,7 +339,20 @@ class Ingestor:
         return None
 
     async def _record(self, stream: _Stream, plan: _Plan) -> IngestedSource:
+        stone = self.forgotten.get(stream.rollout_id)
+        if stone is not None:
+            return _skipped(
+                stream.path,
+                f"conversation {stream.rollout_id} was forgotten"
+                + (f" ({stone.forgotten_at})" if stone.forgotten_at else "")
+                + f"; `sandmem memory forget --undo {stream.rollout_id}` lets it be ingested again",
+                stream,
+            )
         meta = plan.meta
+        if self.cwd is not None and not in_directory(meta.cwd, self.cwd):
+            where = self.manager.redactor.redact_name(meta.cwd) if meta.cwd else "not recorded"
+            why = f"{OTHER_PROJECT}: its working directory ({where}) is not in {self.cwd}"
+            return _skipped(stream.path, why, stream)
         mtime = await asyncio.to_thread(lambda: stream.path.stat().st_mtime)
         fallback = datetime.fromtimestamp(mtime, UTC).isoformat(timespec="milliseconds")
         fallback = fallback.replace("+00:00", "Z")
@@ -454,6 +476,38 @@ def _identity(fmt: str, path: Path, head: list[dict[str, Any]]) -> tuple[str, st
                 return data["sessionId"], ""
         return path.stem, ""
     return path.stem, ""
+
+
+#: how a session of another project (``cwd`` filter) is reported as skipped
+OTHER_PROJECT = "another project"
+
+
+def in_directory(path: str | None, directory: str) -> bool:
+    """Whether ``path`` (a transcript's working directory, as recorded) is ``directory`` or
+    inside it; ``directory`` is an absolute normalised path (compared also with its real
+    path, so a symlinked home matches)."""
+    if not path or not os.path.isabs(path):
+        return False
+    given = os.path.normpath(path)
+    for root in {directory, os.path.realpath(directory)}:
+        if given == root or given.startswith(root.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` is not a file ingest can read, in a few words."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file" + (" (a broken link)" if path.is_symlink() else "")
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file (a device, FIFO or socket)"
 
 
 def _skipped(path: Path, why: str, stream: _Stream | None = None) -> IngestedSource:

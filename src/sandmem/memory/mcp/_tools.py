@@ -23,7 +23,14 @@ from sandmem.memory import _api as api
 from sandmem.memory import _files, journal
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.history import Attribution
-from sandmem.memory.layout import READ_FILES, SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, read_text
+from sandmem.memory.layout import (
+    MEMORY_MD,
+    READ_FILES,
+    SKILLS_DIR,
+    SUMMARIES_DIR,
+    MemoryPaths,
+    read_text,
+)
 from sandmem.memory.live_edit import apply_live_edit, patch_targets, workspace_relative
 from sandmem.memory.mcp._store import StoreSync
 from sandmem.memory.rollouts import note_segment, validate_rollout_id
@@ -127,8 +134,9 @@ class UpdateArgs(_Args):
         Field(
             min_length=1,
             description="A patch in the `*** Begin Patch` / `*** Update File: <path>` / `@@` / "
-            "`*** End Patch` format, touching only `MEMORY.md` or files under `skills/` of the "
-            "memory directory.",
+            "`*** End Patch` format, touching only `MEMORY.md` or `skills/<name>/SKILL.md` "
+            "(any file under `skills/`) of the memory directory, with or without the memory "
+            "directory in front (`memories/MEMORY.md`), as memory_read and search hits give it.",
         ),
     ]
 
@@ -165,8 +173,9 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "memory_read",
-            "Read a memory file (MEMORY.md, memory_summary.md, a rollout summary or a skill), "
-            "a page of lines at a time. Only files of the memory directory can be read.",
+            "Read a memory file (`MEMORY.md`, `memory_summary.md`, a rollout summary "
+            "`rollout_summaries/<file>.md` or a skill `skills/<name>/SKILL.md`), a page of "
+            "lines at a time. Only files of the memory directory can be read.",
             ReadArgs,
             "search_memory",
             False,
@@ -198,8 +207,9 @@ TOOL_SPECS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "memory_update",
-            "Correct memory now: apply a patch to MEMORY.md or a skill file when an entry "
-            "turned out to be wrong. Edit only the entries that are wrong.",
+            "Correct memory now: apply a patch to `MEMORY.md` or a skill file "
+            "(`skills/<name>/SKILL.md`) when an entry turned out to be wrong. Read the file with "
+            "memory_read first; edit only the entries that are wrong.",
             UpdateArgs,
             "update_memory",
             True,
@@ -446,7 +456,8 @@ class MemoryTools:
                 f"{limit:,} (edit only the entries that are wrong), so nothing was changed"
             )
         async with api._opened(self._target, self.options.layout) as (session, paths, _):
-            targets = patch_targets(args.patch)
+            patch = in_memory_dir(args.patch, paths)
+            targets = patch_targets(patch)
             if targets is None:
                 targets = []  # apply_live_edit reports what is wrong with the patch
             for target in targets:
@@ -463,7 +474,7 @@ class MemoryTools:
                     await journal.notice(
                         session, paths, Attribution("hand_edit"), redactor=redactor
                     )
-                    result = await apply_live_edit(session, args.patch, guards, lock_timeout=wait)
+                    result = await apply_live_edit(session, patch, guards, lock_timeout=wait)
                     await journal.notice(session, paths, attribution, redactor=redactor)
             except SandboxError as exc:
                 raise api._locked(exc) from exc
@@ -486,12 +497,41 @@ class MemoryTools:
         return report.model_dump_json(indent=1)
 
 
+_PATCH_HEADS = ("*** Add File: ", "*** Delete File: ", "*** Update File: ", "*** Move to: ")
+
+
+def in_memory_dir(patch: str, paths: MemoryPaths) -> str:
+    """``patch`` with each file it names relative to the memory directory (``MEMORY.md``,
+    ``skills/<name>/SKILL.md``: the forms the tool descriptions, ``memory_read`` and the
+    resources use) given its workspace path (``memories/MEMORY.md``); other paths unchanged,
+    for the check that follows to judge."""
+    lines = patch.split("\n")
+    for n, line in enumerate(lines):
+        head = next((h for h in _PATCH_HEADS if line.startswith(h)), None)
+        if head is not None:
+            lines[n] = head + _from_memory_dir(line[len(head) :], paths)
+    return "\n".join(lines)
+
+
+def _from_memory_dir(given: str, paths: MemoryPaths) -> str:
+    raw = given.strip()
+    if raw.startswith("memory://"):
+        raw = raw[len("memory://") :]
+    if not raw or raw.startswith("/"):
+        return given
+    rel = posixpath.normpath(raw)
+    if rel == MEMORY_MD or rel.startswith(f"{SKILLS_DIR}/"):
+        return f"{paths.memories_dir}/{rel}"
+    return given
+
+
 def _editable(paths: MemoryPaths, rel: str, given: str) -> None:
     inside = rel == paths.memory_md or rel.startswith(paths.skills_dir + "/")
     if not inside:
         raise ToolRefused(
-            f"memory_update edits only {paths.memory_md} and files under {paths.skills_dir}/; "
-            f"the patch touches {given!r}, so nothing was changed"
+            f"memory_update edits only MEMORY.md and files under skills/ of the memory directory "
+            f"({paths.memory_md}, {paths.skills_dir}/...); the patch touches {given!r}, so "
+            "nothing was changed"
         )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
-from sandmem.memory import _files
+from sandmem.memory import _files, tombstones
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConsolidationInfo,
@@ -278,6 +278,7 @@ async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -
     state = (await gen_state.load(session, paths))[0]
     if state.rollouts.pop(rid, None) is not None:
         await gen_state.save(session, paths, state)
+    await tombstones.add(session, paths, rid)  # so an ingest does not bring it back
     return plan
 
 

@@ -65,6 +65,8 @@ class ViewerData:
     sessions_dir: str
     generated_at: str
     summary: str = ""
+    #: the size of memory_summary.md on disk (what `sandmem memory tree` reports)
+    summary_bytes: int = 0
     summary_injected: str = ""
     #: the whole memory prompt a run with ``MemoryReadConfig(live_update=True)`` receives
     memory_prompt: str = ""
@@ -242,8 +244,8 @@ async def _conversations(
     page: list[ConversationInfo] | None = None,
 ) -> list[dict[str, Any]]:
     """``maintenance.conversations`` (the public memory API's rows; ``page``: these rows,
-    newest first), with the error's class and the phase-one tokens from the log; oldest
-    first."""
+    newest first), with the error's class and the phase-one tokens from the log; newest
+    first, as ``sandmem memory list`` shows them."""
     from sandmem.memory.views._maintenance import conversations
 
     async def rows() -> list[dict[str, Any]]:
@@ -253,7 +255,7 @@ async def _conversations(
     empty: list[dict[str, Any]] = []
     tokens = _tokens_by_rollout(log)
     result = []
-    for row in reversed(await reader.guard("conversations", rows, empty)):
+    for row in await reader.guard("conversations", rows, empty):
         rid = str(row.get("rollout_id"))
         error = row.get("last_error")
         redact = reader.redactor.redact
@@ -408,6 +410,13 @@ async def collect(
     data = ViewerData(workspace, paths.memories_dir, paths.sessions_dir, generated_at)
     summary = (await reader.text(paths.summary_md) or "").strip()
     data.summary = summary
+
+    async def summary_size() -> int:
+        if not await _files.exists(session, paths.summary_md):
+            return 0
+        return len(await _files.read_bytes(session, paths.summary_md))
+
+    data.summary_bytes = await reader.guard(paths.summary_md, summary_size, 0)
     if summary:
         data.summary_injected = truncate_head_tail(
             summary, SUMMARY_MAX_TOKENS, what="memory summary"

@@ -63,7 +63,7 @@ def _summary(data: ViewerData) -> str:
     if not data.summary_injected:
         body = '<p class="empty">memory_summary.md is empty: nothing is injected into runs.</p>'
         return _section("summary", "Summary as injected", body)
-    size = len(data.summary.encode("utf-8"))
+    size = data.summary_bytes  # the file's own size, as `sandmem memory tree` reports it
     cut = data.summary_injected != data.summary
     prompt = (
         '<details id="memory-prompt"><summary>The whole memory prompt a run receives '
@@ -163,7 +163,8 @@ def _conversations(data: ViewerData) -> str:
         f'<table id="conversations-table"><thead>{head}</thead><tbody>{body}</tbody></table>'
     )
     note = (
-        f"{len(rows)} conversation(s) in {_e(data.sessions_dir)}/, oldest first. "
+        f"{len(rows)} conversation(s) in {_e(data.sessions_dir)}/, newest first (as `sandmem "
+        "memory list`). "
         "pending: extracted at the next generation; failed: gave up after max_attempts."
     )
     if data.pages > 1:
