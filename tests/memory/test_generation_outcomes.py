@@ -213,7 +213,10 @@ async def test_tokens_are_counted_when_phase_one_output_is_invalid(
     fake_openai.handler = lambda req: FakeReply(text='{"rollout_slug": "x"}')
     provider = OpenAIProvider(base_url=fake_openai.base_url, api_key="test", max_retries=0)
     config = MemoryGenerateConfig(
-        phase_one_model="m", phase_two_model=phase_two_model(), model_provider=provider
+        phase_one_model="m",
+        phase_two_model=phase_two_model(),
+        model_provider=provider,
+        phase_one_fallback=False,
     )
     await get_manager(sandbox, PATHS, config).record(segment("r1", "task"))
     report = await flush(sandbox, config)

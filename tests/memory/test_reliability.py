@@ -74,6 +74,9 @@ async def test_fault_modes_leave_every_rollout_processed_or_pending(
         phase_two_model=phase_two_model(),
         model_provider=provider,
         phase_one_concurrency=1,
+        # unusable answers fail here, to be retried (the extractive fallback of phase one is
+        # tried in memory/test_small_model_phases.py)
+        phase_one_fallback=False,
     )
     ids = [f"r{i}" for i in range(8)]
     client = UnixLocalSandboxClient()

@@ -117,7 +117,7 @@ async def test_phase_one_repairs_once_then_fails(
 
     fake_openai.reset()
     fake_openai.handler = lambda req: FakeReply(text="I cannot produce JSON, sorry.")
-    report = await flush(sandbox, config(provider), "r2")
+    report = await flush(sandbox, config(provider, phase_one_fallback=False), "r2")
     assert "r2" in report.failed and "also after one repair request" in report.failed["r2"]
     assert len(fake_openai.requests) == 2
 
@@ -131,12 +131,66 @@ async def test_phase_one_refuses_a_copy_of_the_transcript(
 
     fake_openai.handler = copying
     sandbox._memory_managers.clear()  # type: ignore[attr-defined]
-    manager = get_manager(sandbox, PATHS, config(provider))
+    manager = get_manager(sandbox, PATHS, config(provider, phase_one_fallback=False))
     manager.detach_stop_hook()
     await manager.record(segment("r1", LOG_TEXT))
     report = await manager.flush()
     assert "r1" in report.failed
     assert f"phase one's {where} for rollout r1 is mostly a copy" in report.failed["r1"]
+    assert not (sandbox.root / "memories/raw_memories/r1.md").exists()
+
+
+def _unusable_answers() -> dict[str, Any]:
+    """Phase-one answers a small model gives that cannot be used, by kind."""
+    return {
+        "copy of the transcript": lambda req: FakeReply.json(
+            {**ARTIFACTS, "raw_memory": "Summary: " + LOG_TEXT[:3000]}
+        ),
+        "no JSON at all": lambda req: FakeReply(text="I cannot produce JSON, sorry."),
+        "half-empty fields": lambda req: FakeReply.json({**ARTIFACTS, "raw_memory": ""}),
+        "a bad slug": lambda req: FakeReply.json({**ARTIFACTS, "rollout_slug": "Not A Slug!"}),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_unusable_answers()))
+async def test_an_unusable_phase_one_answer_falls_back_to_the_extractive_engine(
+    sandbox: SandboxSession, provider: OpenAIProvider, fake_openai: FakeOpenAIServer, kind: str
+) -> None:
+    def handler(req: FakeRequest) -> FakeReply:
+        if req.wants_json():
+            reply: FakeReply = _unusable_answers()[kind](req)
+            return reply
+        return FakeReply(text="no consolidation from this model")
+
+    fake_openai.handler = handler
+    sandbox._memory_managers.clear()  # type: ignore[attr-defined]
+    manager = get_manager(sandbox, PATHS, config(provider))
+    manager.detach_stop_hook()
+    await manager.record(segment("r1", LOG_TEXT))
+    report = await manager.flush()
+    assert report.processed == ["r1"] and not report.failed
+    raw = (sandbox.root / "memories/raw_memories/r1.md").read_text()
+    assert "make the tests pass" in raw  # the extractive engine's notes of the conversation
+    (summary,) = (sandbox.root / "memories/rollout_summaries").glob("r1_*.md")
+    assert "Extracted without a model: the model's answer could not be used" in (
+        summary.read_text()
+    )
+    # memory is not blank for the next run: the consolidation (the model's, else the
+    # extractive fallback's) has what phase one produced
+    assert (sandbox.root / "memories/memory_summary.md").read_text().strip()
+
+
+async def test_a_server_problem_in_phase_one_is_not_replaced_by_the_fallback(
+    sandbox: SandboxSession, provider: OpenAIProvider, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.handler = lambda req: FakeReply.json(ARTIFACTS)
+    fake_openai.inject(status=500, times=5, message="upstream down")
+    sandbox._memory_managers.clear()  # type: ignore[attr-defined]
+    manager = get_manager(sandbox, PATHS, config(provider))
+    manager.detach_stop_hook()
+    await manager.record(segment("r1"))
+    report = await manager.flush()
+    assert "r1" in report.failed  # retried at the next flush, by the model
     assert not (sandbox.root / "memories/raw_memories/r1.md").exists()
 
 

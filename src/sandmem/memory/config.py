@@ -168,6 +168,11 @@ class MemoryGenerateConfig(ConfigModel):
     #: consolidates instead (marked as such; the model is tried again at the next flush), so
     #: memory never goes blank; ``False`` keeps the previous memory (or the incomplete result)
     phase_two_fallback: bool = True
+    #: when the model answers phase one with something unusable (not valid JSON after one
+    #: repair, mostly a copy of the transcript, half-empty fields, a bad slug), the extractive
+    #: engine extracts that conversation instead (its summary says so); server problems are
+    #: still retried. ``False``: the conversation fails and is retried at the next flush
+    phase_one_fallback: bool = True
     memory_md_max_bytes: int = Field(default=96_000, gt=0)
     summary_max_bytes: int = Field(default=24_000, gt=0)
     skill_file_max_bytes: int = Field(default=64_000, gt=0)

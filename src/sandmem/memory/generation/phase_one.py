@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -44,6 +45,9 @@ from sandmem.sandboxes._session import SandboxSession
 
 ROLLOUT_MAX_TOKENS = 150_000
 SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
+
+
+logger = logging.getLogger("sandmem.memory")
 
 
 def extra_guidance_block(extra_prompt: str | None) -> str:
@@ -266,18 +270,48 @@ async def extract(
 ) -> PhaseOneArtifacts | None:
     """Run phase one for one rollout with the configured engine; model requests are added
     to ``usage`` as they are made (each inside ``request_slot`` when given)."""
-    artifacts: PhaseOneArtifacts | None
     if config.phase_one_model == EXTRACTIVE:
-        from sandmem.memory.extractive import extract as extractive_extract
-
-        artifacts = await asyncio.to_thread(extractive_extract, rollout_id, rollout_text)
-    else:
+        return await _extractive(rollout_id, rollout_text)
+    try:
         artifacts = await call_model(
             rollout_id, rollout_text, config, provider, omitted_bytes, usage, request_slot
         )
-    if artifacts is None:
-        return None
-    return validate_artifacts(artifacts, rollout_id)
+        return validate_artifacts(artifacts, rollout_id)
+    except (MemoryGenerationError, ModelBehaviorError) as exc:
+        # a server problem (the request failed) is retried at the next flush; an answer that
+        # cannot be used is replaced by the extractive engine's, so memory never goes blank
+        # because a small model copied the transcript or could not write JSON
+        if not config.phase_one_fallback or isinstance(exc.__cause__, ModelRequestError):
+            raise
+        fallback = await _extractive(rollout_id, rollout_text)
+        if fallback is None:
+            raise
+        logger.warning(
+            "memory: phase one's answer for %s could not be used (%s); extracted by the "
+            "extractive engine instead",
+            rollout_id,
+            exc,
+        )
+        note = FALLBACK_NOTE.format(reason=_one_line(str(exc)))
+        return fallback.model_copy(
+            update={"rollout_summary": f"{note}\n\n{fallback.rollout_summary}"}
+        )
+
+
+#: the first line of a rollout summary the extractive engine wrote in place of the model's
+FALLBACK_NOTE = "(Extracted without a model: the model's answer could not be used: {reason}.)"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+async def _extractive(rollout_id: str, rollout_text: str) -> PhaseOneArtifacts | None:
+    from sandmem.memory.extractive import extract as extractive_extract
+
+    artifacts = await asyncio.to_thread(extractive_extract, rollout_id, rollout_text)
+    return None if artifacts is None else validate_artifacts(artifacts, rollout_id)
 
 
 @dataclass(frozen=True)
