@@ -222,7 +222,7 @@ def _index_file(
 def rank_both(index: LayoutIndex, query: str, limit: int) -> list[AnyHit]:
     """Distilled memory and transcript passages in one list (``_transcripts.merge``)."""
     distilled = rank_memory(index, query, limit)
-    passages = _transcripts.rank(index.conn, query, limit, _search.MAX_QUERY_TERMS)
+    passages = _transcripts.rank(index.conn, _search.capped(query), limit, _search.MAX_QUERY_TERMS)
     if not passages:
         return list(distilled)
     terms = _search.query_terms(index.conn, query)

@@ -142,7 +142,7 @@ def query_terms(conn: sqlite3.Connection, query: str) -> list[str]:
     ``MAX_QUERY_CHARS`` characters. The query is tokenized as data, never parsed as FTS5
     syntax, so no input can be a syntax error; the work is linear in the (capped) query."""
     conn.execute("DELETE FROM temp.query")
-    conn.execute("INSERT INTO temp.query (rowid, text) VALUES (1, ?)", (query[:MAX_QUERY_CHARS],))
+    conn.execute("INSERT INTO temp.query (rowid, text) VALUES (1, ?)", (capped(query),))
     terms: dict[str, None] = {}
     for (term,) in conn.execute("SELECT term FROM temp.query_terms ORDER BY offset"):
         terms.setdefault(str(term))
@@ -150,6 +150,17 @@ def query_terms(conn: sqlite3.Connection, query: str) -> list[str]:
             break
     conn.execute("DELETE FROM temp.query")
     return list(terms)
+
+
+def capped(query: str) -> str:
+    """The first ``MAX_QUERY_CHARS`` characters of ``query``, without a word cut in two."""
+    if len(query) <= MAX_QUERY_CHARS:
+        return query
+    head = query[:MAX_QUERY_CHARS]
+    if query[MAX_QUERY_CHARS].isspace():
+        return head
+    cut = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:cut] if cut > 0 else head
 
 
 def create_tables(conn: sqlite3.Connection) -> None:
