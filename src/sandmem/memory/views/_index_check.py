@@ -66,6 +66,7 @@ META: dict[str, TypeAdapter[Any]] = {
     "state_stat": TypeAdapter(_Stat),
     "status_counts": TypeAdapter(_StatusCounts),
     "log": TypeAdapter(_Log),
+    "passages": TypeAdapter(_Count),
     "embedder": TypeAdapter(Annotated[str, Field(max_length=200)]),
 }
 #: keys with a name after this prefix (``cache:raw_sizes``)

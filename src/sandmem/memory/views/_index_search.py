@@ -161,6 +161,7 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
     )
     if gone or stale:
         index.touch()
+        conn.execute("DELETE FROM meta WHERE key = 'passages'")  # counted again when asked
     for rid in gone:
         _transcripts.drop_conversation(conn, rid)
     redact = _redactor() if stale else str
@@ -222,11 +223,12 @@ def _index_file(
 def rank_both(index: LayoutIndex, query: str, limit: int) -> list[AnyHit]:
     """Distilled memory and transcript passages in one list (``_transcripts.merge``)."""
     distilled = rank_memory(index, query, limit)
-    passages = _transcripts.rank(index.conn, _search.capped(query), limit, _search.MAX_QUERY_TERMS)
+    total = passage_count(index)
+    query = _search.capped(query)
+    passages = _transcripts.rank(index.conn, query, limit, _search.MAX_QUERY_TERMS, total)
     if not passages:
         return list(distilled)
-    terms = _search.query_terms(index.conn, query)
-    weight, _total = _transcripts.weights(index.conn, terms)
+    weight = _transcripts.weights(index.conn, _search.query_terms(index.conn, query), total)
 
     def covers(hit: AnyHit) -> float:
         return _transcripts.coverage(hit.matched, weight)
@@ -276,7 +278,7 @@ def _forget_row(index: LayoutIndex, digest_key: str) -> None:
     so the next use looks at every file of that tier again."""
     logger.warning("memory index row does not match its file: indexing it again")
     index.touch()
-    index.conn.execute("DELETE FROM meta WHERE key = ?", (digest_key,))
+    index.conn.execute("DELETE FROM meta WHERE key IN (?, 'passages')", (digest_key,))
 
 
 def _memory_hit_ok(hit: _search.Hit, data: bytes | None) -> bool:
@@ -325,6 +327,7 @@ async def search_hits(
         hits = list(rank_memory(index, query, limit))
     hits = await verified(index, hits)
     terms = _search.query_terms(index.conn, query) if hits else []
+    weight = _transcripts.weights(index.conn, terms, passage_count(index)) if hits else {}
     out: list[SearchHit] = []
     for hit in hits:
         if isinstance(hit, _search.Hit):
@@ -338,14 +341,23 @@ async def search_hits(
                 )
             )
         else:
-            out.append(_transcript_hit(index, hit, terms))
+            out.append(_transcript_hit(index, hit, terms, weight))
     return out
 
 
+def passage_count(index: LayoutIndex) -> int:
+    """How many passages the transcript tier holds (kept in meta while unchanged)."""
+    stored = index._meta("passages")
+    if isinstance(stored, int):
+        return stored
+    total = _transcripts.count(index.conn)
+    index._set_meta("passages", total)
+    return total
+
+
 def _transcript_hit(
-    index: LayoutIndex, hit: _transcripts.TranscriptHit, terms: list[str]
+    index: LayoutIndex, hit: _transcripts.TranscriptHit, terms: list[str], weight: dict[str, float]
 ) -> SearchHit:
-    weight, _total = _transcripts.weights(index.conn, terms)
     top = _search._Top(0, "", 1, None, "", hit.text, hit.score, 0)
     found = _search._best_lines(index.conn, terms, [weight[t] for t in terms], [top])
     snippet = found.get(0, (1, _search._snippet(hit.text.split("\n", 1)[0])))[1]

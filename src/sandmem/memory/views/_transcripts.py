@@ -243,26 +243,26 @@ def idf(total: int, n: int) -> float:
     return math.log(1 + (total - n + 0.5) / (n + 0.5))
 
 
-def weights(conn: sqlite3.Connection, terms: Iterable[str]) -> tuple[dict[str, float], int]:
-    """Each term's idf over the passages and how many passages hold it, by term."""
-    total = count(conn)
+def weights(conn: sqlite3.Connection, terms: Iterable[str], total: int) -> dict[str, float]:
+    """Each term's idf over the ``total`` passages, by term."""
     found: dict[str, float] = {}
     for term in terms:
         row = conn.execute("SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)).fetchone()
         n = int(row[0]) if row else 0
         found[term] = idf(total, n) if total else 1.0
-    return found, total
+    return found
 
 
-def rank(conn: sqlite3.Connection, query: str, limit: int, cap: int) -> list[TranscriptHit]:
-    """The ``limit`` best passages for ``query``, best first (ties by conversation, segment),
-    one per distinct (conversation, text)."""
+def rank(
+    conn: sqlite3.Connection, query: str, limit: int, cap: int, total: int
+) -> list[TranscriptHit]:
+    """The ``limit`` best passages for ``query`` among ``total`` passages, best first (ties by
+    conversation, segment), one per distinct (conversation, text)."""
     words = query_words(query, cap)
     if not words:
         return []
     word_stems = stems(conn, words)
     terms = sorted({t for found in word_stems for t in found})
-    total = count(conn)
     if not terms or not total:
         return []
     df = {}
