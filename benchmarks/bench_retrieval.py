@@ -85,7 +85,10 @@ async def _hit_texts(root: Path, question: str, transcripts: bool) -> list[str]:
 
 def _recall(ranked: list[list[str]], facts: list[Fact]) -> dict[int, float]:
     return {
-        k: sum(any(f.value in text for text in texts[:k]) for texts, f in zip(ranked, facts))
+        k: sum(
+            any(f.value in text for text in texts[:k])
+            for texts, f in zip(ranked, facts, strict=True)
+        )
         / len(facts)
         for k in KS
     }
@@ -94,7 +97,7 @@ def _recall(ranked: list[list[str]], facts: list[Fact]) -> dict[int, float]:
 def _by_position(ranked: list[list[str]], facts: list[Fact], k: int = 5) -> dict[str, float]:
     out = {}
     for position in POSITIONS:
-        pairs = [(t, f) for t, f in zip(ranked, facts) if f.position == position]
+        pairs = [(t, f) for t, f in zip(ranked, facts, strict=True) if f.position == position]
         out[position] = sum(any(f.value in x for x in t[:k]) for t, f in pairs) / max(1, len(pairs))
     return out
 
@@ -294,7 +297,7 @@ def run(
             "Evidence@5 by where the fact was planted:\n\n"
             + table(
                 ["planted in", *(label.split(":")[-1].strip() for label, _ in modes)], position_rows
-            ),  # fmt: skip
+            ),
             "`search` with the transcript tier, warm process, "
             f"{latency[0]['questions'] if latency else 0} questions per layout "
             f"(4..{SCALE_TURNS} turns a conversation):\n\n"

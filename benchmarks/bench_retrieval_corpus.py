@@ -115,8 +115,14 @@ _FILLER_ANSWERS = [
     "Updated {f} and reran the checks, all good.",
 ]
 _COMMANDS = ["pytest -q", "ruff check .", "mypy src", "git diff --stat", "make lint", "ls src"]
-_OUTPUTS = ["12 passed in 0.84s", "All checks passed!", "Success: no issues found",
-            " 3 files changed, 41 insertions(+), 9 deletions(-)", "ok", "app.py util.py"]  # fmt: skip
+_OUTPUTS = [
+    "12 passed in 0.84s",
+    "All checks passed!",
+    "Success: no issues found",
+    " 3 files changed, 41 insertions(+), 9 deletions(-)",
+    "ok",
+    "app.py util.py",
+]
 
 
 def _word(rng: random.Random) -> str:
