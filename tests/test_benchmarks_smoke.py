@@ -24,6 +24,8 @@ import bench_history  # noqa: E402
 import bench_ingest  # noqa: E402
 import bench_input_size  # noqa: E402
 import bench_noop  # noqa: E402
+import bench_retrieval  # noqa: E402
+import bench_retrieval_corpus  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_selection  # noqa: E402
 from bench_common import CORPUS_DIR, Figure, machine_line  # noqa: E402
@@ -185,3 +187,45 @@ def test_adaptive_figure_runs_small() -> None:
     check_section(figure, "adaptive")
     limited = figure.data["limited"]
     assert limited["processed"] == 8 and limited["attempts"] == 0
+
+
+def test_retrieval_figure_runs_small_and_its_questions_share_no_value() -> None:
+    convs, facts = bench_retrieval_corpus.generate(8, max_turns=6)
+    assert {c.format for c in convs} == set(bench_retrieval_corpus.FORMATS)
+    assert {f.position for f in facts} == set(bench_retrieval_corpus.POSITIONS)
+    assert len({f.value for f in facts}) == len(facts)
+    assert all(f.value not in f.question and f.value in f.text for f in facts)
+    figure = bench_retrieval.run(conversations=8, max_turns=6, scales=(6,))
+    check_section(figure, "retrieval")
+    quality = figure.data["quality"]
+    assert quality["conversations"] == 8 and quality["facts"] == 16 and quality["generated"]
+    for recall in quality["recall"].values():
+        assert set(recall) == {1, 5, 10}
+        assert all(0.0 <= v <= 1.0 for v in recall.values())
+    assert [r["count"] for r in figure.data["latency"]] == [6]
+
+
+def test_update_replaces_only_the_named_sections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    tiny = {
+        "selection": lambda: bench_selection.run(count=5, caps=(5,), repeat=1),
+        "ingest": lambda: bench_ingest.run(turns=2, output_bytes=200),
+    }
+    for name, fn in tiny.items():
+        monkeypatch.setitem(bench_run.FIGURES, name, fn)
+    assert bench_run.main(["--only", "selection,ingest", "--out", str(out)]) == 0
+    before = out.read_text()
+    ingest_section = before[before.index('<a id="figure-11">') :]
+    assert bench_run.main(["--update", str(out), "--only", "selection"]) == 0
+    after = out.read_text()
+    assert after.count('<a id="figure-5">') == 1 and after.count('<a id="figure-11">') == 1
+    assert after.endswith(ingest_section)  # the other figure is kept byte for byte
+    assert "Regenerated on their own since: figure 5 at " in after
+    assert bench_run.main(["--update", str(out), "--only", "ingest"]) == 0
+    again = out.read_text()
+    [note] = [line for line in again.splitlines() if line.startswith("Regenerated")]
+    assert "figure 5 at " in note and "figure 11 at " in note
+    with pytest.raises(SystemExit):
+        bench_run.main(["--update", str(out)])  # which figures?

@@ -351,6 +351,8 @@ ALLOWED = {
     # descriptor through the session under no_symlinks(); routing it through _files is a
     # follow-up of the index owner
     "views/_index.py": "the search index's own descriptor handling (see docs/security.md)",
+    "views/_index_search.py": "the search index's queries and transcript tier (split out of "
+    "_index.py: the same descriptor handling; its .touch() is the index's own method)",
 }
 
 #: session file primitives: called on a session only by the layer

@@ -77,6 +77,10 @@ async def build(root: Path) -> None:
     await session.aclose()
 
 
+#: what a distilled-memory hit of the API and of the full scan both hold
+HIT_FIELDS = ("path", "line", "score", "snippet", "heading")
+
+
 async def answers(root: Path) -> dict[str, Any]:
     """What the API says of the workspace (through the index)."""
     status = await api.status(root)
@@ -86,7 +90,13 @@ async def answers(root: Path) -> dict[str, Any]:
         "dirs": {k: v.model_dump() for k, v in status.dirs.items()},
         "files": {k: v.model_dump() for k, v in status.files.items()},
         "list": [c.model_dump() for c in await api.list_conversations(root)],
-        "search": {q: (await api.search(root, q)).model_dump()["hits"] for q in QUERIES},
+        "search": {
+            q: [
+                h.model_dump(include=set(HIT_FIELDS))
+                for h in (await api.search(root, q, transcripts=False)).hits
+            ]
+            for q in QUERIES
+        },
     }
 
 
@@ -105,7 +115,7 @@ async def check(root: Path, tmp_path: Path) -> None:
     files = await searchable_files(session, PATHS)
     await session.aclose()
     for query in QUERIES:
-        full = [h.__dict__ for h in search_memory(files, query, 10)]
+        full = [{k: getattr(h, k) for k in HIT_FIELDS} for h in search_memory(files, query, 10)]
         assert seen["search"][query] == full, query
 
 
@@ -168,10 +178,12 @@ async def test_unchanged_files_are_not_read_again(
 
     monkeypatch.setattr(session, "read_many", counting)
     await api.status(session)
-    await api.search(session, "invoice")
+    found = await api.search(session, "invoice")
     layout_reads = [p for p in reads if p.startswith((PATHS.sessions_dir, PATHS.raw_dir))]
-    assert layout_reads == []
-    assert not [p for p in reads if p.startswith(PATHS.summaries_dir)]
+    summary_reads = [p for p in reads if p.startswith(PATHS.summaries_dir)]
+    # search reads only the files its hits name (each hit is checked against its file)
+    assert found.hits
+    assert set(layout_reads + summary_reads) <= {h.path for h in found.hits}
     # one append: only that rollout is read again
     await session.append(PATHS.rollout_file("poetry"), segment("poetry", "And pin it", 40))
     reads.clear()
@@ -304,12 +316,15 @@ async def test_a_backend_without_host_files_keeps_the_index_through_the_session(
         for number, (rid, task) in enumerate(TOPICS[:3]):
             await session.write(PATHS.rollout_file(rid), segment(rid, task, number))
         await flush(session)
-        hits = await api.search(session, "invoice total")
+        hits = await api.search(session, "invoice total", transcripts=False)
         assert await session.exists(f"{PATHS.memories_dir}/{INDEX_NAME}")
         files = await searchable_files(session, PATHS)
-        assert [h.model_dump() for h in hits.hits] == [
-            h.__dict__ for h in search_memory(files, "invoice total", 10)
+        assert [h.model_dump(include=set(HIT_FIELDS)) for h in hits.hits] == [
+            {k: getattr(h, k) for k in HIT_FIELDS}
+            for h in search_memory(files, "invoice total", 10)
         ]
+        both = await api.search(session, "invoice total")
+        assert {h.tier for h in both.hits} == {"memory", "transcript"}
         async with opened_index(session, PATHS) as index:
             assert index.fd is None
             assert {c.rollout_id for c in index.conversations()} == {r for r, _ in TOPICS[:3]}

@@ -281,6 +281,11 @@ def show_command(
     show_default=True,
     help="Most hits to print.",
 )
+@click.option(
+    "--memory-only",
+    is_flag=True,
+    help="Search distilled memory only, not the recorded conversations.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
 @click.argument("query", nargs=-1, required=True)
 def search_command(
@@ -288,20 +293,24 @@ def search_command(
     memories_dir: str,
     sessions_dir: str,
     limit: int,
+    memory_only: bool,
     as_json: bool,
     query: tuple[str, ...],
 ) -> None:
-    """Search memory; print the best-matching sections first.
+    """Search memory; print the best-matching hits first.
 
-    Searches the sections of MEMORY.md, the rollout summaries and the skills.
+    Searches distilled memory (the sections of MEMORY.md, the rollout summaries and the
+    skills) first, then the recorded conversations (SESSIONS_DIR/*.jsonl) when distilled
+    memory does not cover QUERY as well as a passage of them does.
 
-    Each hit is printed as FILE:LINE: SNIPPET (the section's best-matching line). Ranking is
-    BM25 over the sections (split at Markdown headings) with stemming; any word of QUERY
-    may match, and sections matching more and rarer words rank higher.
+    Each hit is printed as FILE:LINE: SNIPPET (the section's best-matching line); a
+    transcript hit as SESSIONS_DIR/ID.jsonl:SEGMENT: [KIND] SNIPPET (read it with `sandmem
+    memory show ID --what rollout`). Ranking is BM25 with stemming; any word of QUERY may
+    match, and hits matching more and rarer words rank higher.
     """
     layout = layout_config(memories_dir, sessions_dir)
     text = " ".join(query)
-    results = run_async(search(workspace, text, limit, layout=layout))
+    results = run_async(search(workspace, text, limit, layout=layout, transcripts=not memory_only))
     if as_json:
         emit_model(results)
         return
@@ -309,7 +318,8 @@ def search_command(
         click.echo(f"no matches for {text!r}", err=True)
         return
     for hit in results.hits:
-        click.echo(f"{hit.path}:{hit.line}: {hit.snippet}")
+        kind = f"[{hit.heading}] " if hit.tier == "transcript" else ""
+        click.echo(f"{hit.path}:{hit.line}: {kind}{hit.snippet}")
 
 
 # ---------------------------------------------------------------- status

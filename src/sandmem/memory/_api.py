@@ -35,14 +35,13 @@ from sandmem.memory._results import (
     MemoryFile,
     MemoryFileKind,
     MemoryStatus,
-    SearchHit,
     SearchResults,
     TokenUsage,
 )
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.layout import MemoryPaths, ensure_layout, read_text
 from sandmem.memory.views import _maintenance as maintenance
-from sandmem.memory.views._index import opened_index, rebuild_index
+from sandmem.memory.views._index import opened_index, purge_index, rebuild_index
 from sandmem.memory.views._viewer import PAGE_SIZE
 from sandmem.models._base import Model
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
@@ -278,22 +277,22 @@ async def search(
     limit: int = 10,
     *,
     layout: MemoryLayoutConfig | None = None,
+    transcripts: bool = True,
 ) -> SearchResults:
-    """Ranked search (BM25, stemmed) over the sections of ``MEMORY.md``, the rollout
-    summaries and the skills; at most ``limit`` hits, best first. Any word of ``query`` may
-    match; a query with no words or no match gives no hits."""
+    """Ranked search (BM25, stemmed) over distilled memory — the sections of ``MEMORY.md``,
+    the rollout summaries and the skills — and, with ``transcripts`` (the default), over the
+    recorded conversations (``<sessions_dir>/*.jsonl``, redacted passages); at most ``limit``
+    hits, best first. Distilled memory comes first; a transcript passage goes before a
+    distilled hit only when it covers more of the query (``hit.tier`` tells them apart; a
+    transcript hit names its ``rollout_id``, ``segment`` and ``summary_file``). Any word of
+    ``query`` may match; a query with no words or no match gives no hits."""
     if limit < 1:
         raise UserError(f"the search limit must be at least 1, got {limit}")
+    parts = ("search", "transcripts") if transcripts else ("search",)
     async with _opened(target, layout) as (session, paths, _):
-        async with opened_index(session, paths, "search") as index:
-            hits = index.search(query, limit)
-    return SearchResults(
-        query=query,
-        hits=[
-            SearchHit(path=h.path, line=h.line, score=h.score, snippet=h.snippet, heading=h.heading)
-            for h in hits
-        ],
-    )
+        async with opened_index(session, paths, *parts) as index:
+            hits = await index.search_hits(query, limit, transcripts=transcripts)
+    return SearchResults(query=query, hits=hits)
 
 
 async def view_html(
@@ -508,6 +507,7 @@ async def forget(
                 plan, flushed = await maintenance.forget_rollout(session, paths, rollout_id, cfg)
             except SandboxError as exc:
                 raise _locked(exc) from exc
+            await purge_index(session, paths)  # the index keeps no page of its words
     return ForgetResult(
         rollout_id=plan.rollout_id,
         dry_run=dry_run,
@@ -589,9 +589,10 @@ def search_sync(
     limit: int = 10,
     *,
     layout: MemoryLayoutConfig | None = None,
+    transcripts: bool = True,
 ) -> SearchResults:
     """``search``, blocking."""
-    return _run_sync(search(target, query, limit, layout=layout))
+    return _run_sync(search(target, query, limit, layout=layout, transcripts=transcripts))
 
 
 def view_html_sync(

@@ -250,20 +250,35 @@ class MemoryFile(_Result):
 
 
 class SearchHit(_Result):
-    """One ranked section of a memory file."""
+    """One ranked hit: a section of a distilled memory file (``tier="memory"``) or a passage
+    of a recorded conversation (``tier="transcript"``)."""
 
     path: str
-    """The file, workspace-relative."""
+    """The file, workspace-relative: a memory file, or the conversation's rollout file
+    (``<sessions_dir>/<rollout_id>.jsonl``) for a transcript hit."""
     line: int
-    """1-based line of the section's best-matching line."""
+    """1-based line of the section's best-matching line; for a transcript hit, the segment's
+    line in the rollout file (``segment``)."""
     score: float
-    """BM25 relevance, higher is better; only the order between hits of one search means
-    anything."""
+    """BM25 relevance within the hit's tier, higher is better; only the order between hits of
+    one search means anything."""
     snippet: str
-    """That line, whitespace collapsed, cut to 160 characters."""
+    """That line (for a transcript hit, the passage's best-matching line), whitespace
+    collapsed, cut to 160 characters."""
     heading: str | None
     """The headings down to the section (``"Memory > Invoice totals"``); ``None`` for text
-    before the first heading."""
+    before the first heading; for a transcript hit, what the passage is (``user``,
+    ``assistant``, ``tool call``, ``tool output``, ``final output``)."""
+    tier: Literal["memory", "transcript"] = "memory"
+    """Where the hit comes from: distilled memory, or the recorded conversations."""
+    rollout_id: str | None = None
+    """A transcript hit's conversation (``sandmem memory show ID --what rollout`` prints it)."""
+    segment: int | None = None
+    """A transcript hit's segment: its 1-based line in the rollout file."""
+    summary_file: str | None = None
+    """A transcript hit's rollout summary, when one exists (workspace-relative)."""
+    text: str | None = None
+    """A transcript hit's whole passage (redacted, at most 600 characters)."""
 
 
 class SearchResults(_Result):

@@ -395,6 +395,13 @@ class MemoryTools:
             return f"No memory matches {args.query!r}."
         lines = []
         for hit in found.hits:
+            if hit.tier == "transcript":  # the passage, and the summary memory_read serves
+                summary = f"; summary {hit.summary_file}" if hit.summary_file else ""
+                where = (
+                    f"[transcript {hit.rollout_id} segment {hit.segment}, {hit.heading}{summary}]"
+                )
+                lines.append(f"{hit.path}:{hit.line} {where} {' '.join((hit.text or '').split())}")
+                continue
             section = f" [{hit.heading}]" if hit.heading else ""
             lines.append(f"{hit.path}:{hit.line}{section} {hit.snippet}")
         return "\n".join(lines)

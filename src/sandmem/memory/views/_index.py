@@ -30,6 +30,7 @@ file, it is left out of listings, store sync, the redaction pass and ``sandmem m
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -42,12 +43,11 @@ from typing import Any, TypeVar, cast
 from sandmem._errors import SandboxError, UserError
 from sandmem._items import content_text
 from sandmem.memory import state as gen_state
-from sandmem.memory._results import ConversationInfo, IndexReport
+from sandmem.memory._results import ConversationInfo, IndexReport, SearchHit
 from sandmem.memory.layout import (
     INDEX_DB,
     INDEX_LOCK,
     MAX_DEPTH,
-    RACY_NS,
     SUMMARIES_DIR,
     MemoryPaths,
     Stat,
@@ -61,7 +61,8 @@ from sandmem.memory.layout import (
 )
 from sandmem.memory.rollouts import parse_segment
 from sandmem.memory.state import RolloutState, RolloutStatus
-from sandmem.memory.views import _search
+from sandmem.memory.views import _index_check, _index_search, _search, _transcripts
+from sandmem.memory.views._index_search import _matches, _trusted
 from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
@@ -73,7 +74,7 @@ INDEX_NAME = INDEX_DB
 #: how long a reader waits for another process refreshing the index
 LOCK_TIMEOUT_S = 60.0
 #: bump when the schema or what a row holds changes: an index of another version is rebuilt
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 #: a conversation's task is cut to this many characters
 TASK_CHARS = 120
 #: files read at once while deriving rows
@@ -94,7 +95,7 @@ _SCHEMA = (
     "CREATE TABLE docs (path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER)",
 )
 #: the tables a rebuild empties
-_TABLES = ("conversations", "states", "docs", "sections", "sections_fts")
+_TABLES = ("conversations", "states", "docs", "sections", "sections_fts", *_transcripts.TABLES)
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ _NEEDS = {
     "rollouts": ("memories", "sessions"),
     "sizes": ("memories", "sessions", "raw", "summaries", "skills"),
     "search": ("memories", "summaries", "skills"),
+    "transcripts": ("sessions",),
 }
 
 
@@ -208,11 +210,21 @@ async def list_layout(
     return listing
 
 
+def _tables(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    _search.create_tables(conn)
+    _transcripts.create_tables(conn)
+
+
+@functools.cache
+def _expected_schema() -> frozenset[Any]:
+    return _index_check.expected_schema(_tables)
+
+
 def _create(conn: sqlite3.Connection) -> None:
     try:
-        for statement in _SCHEMA:
-            conn.execute(statement)
-        _search.create_tables(conn)
+        _tables(conn)
     except (sqlite3.OperationalError, UserError) as exc:
         conn.close()
         raise UserError(
@@ -225,10 +237,16 @@ def _create(conn: sqlite3.Connection) -> None:
 
 
 def _usable(conn: sqlite3.Connection) -> bool:
-    """An index of this version that was not left half-updated by a crash."""
+    """An index of this version, with exactly this version's schema and well-typed meta
+    values (``_index_check``), that was not left half-updated by a crash."""
     try:
+        _guard(conn)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != INDEX_VERSION:
+            return False
+        problem = _index_check.schema_ok(conn, _expected_schema()) or _index_check.meta_ok(conn)
+        if problem is not None:
+            logger.warning("memory index failed its check (%s): rebuilding it", problem)
             return False
         row = conn.execute("SELECT value FROM meta WHERE key = 'dirty'").fetchone()
         conn.execute("SELECT count(*) FROM conversations").fetchone()
@@ -239,6 +257,14 @@ def _usable(conn: sqlite3.Connection) -> bool:
         logger.warning("memory index was left mid-update (a crash): rebuilding it")
         return False
     return True
+
+
+def _guard(conn: sqlite3.Connection) -> None:
+    """No function runs from the file's schema (``trusted_schema``), and deleted rows are
+    overwritten, not left in free pages (``secure_delete``: ``forget`` and ``redact-history``
+    rely on it)."""
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.execute("PRAGMA secure_delete = ON")
 
 
 def _connect(data: bytes | None) -> sqlite3.Connection:
@@ -254,6 +280,7 @@ def _connect(data: bytes | None) -> sqlite3.Connection:
                 return conn
         conn.close()
         conn = sqlite3.connect(":memory:")
+    _guard(conn)
     _create(conn)
     return conn
 
@@ -279,6 +306,7 @@ def _open_file(fd: int) -> sqlite3.Connection:
 def _file_connection(fd: int) -> sqlite3.Connection:
     conn = sqlite3.connect(f"/proc/self/fd/{fd}")
     try:
+        _guard(conn)
         conn.execute("PRAGMA journal_mode = MEMORY")
         conn.execute("PRAGMA synchronous = FULL")
     except sqlite3.DatabaseError:
@@ -289,23 +317,6 @@ def _file_connection(fd: int) -> sqlite3.Connection:
         os.ftruncate(fd, 0)  # not a database: start it again
         return _file_connection(fd)
     return conn
-
-
-def _trusted(stat: Stat | None, started_ns: int) -> tuple[int | None, int | None]:
-    """The stat to store: ``(None, None)`` for a missing file; the mtime as ``None`` (never
-    matching) when the backend has none or the file changed within ``RACY_NS``."""
-    if stat is None:
-        return None, None
-    size, mtime = stat
-    if mtime is None or mtime > started_ns - RACY_NS:
-        return size, None
-    return size, mtime
-
-
-def _matches(stored: tuple[int | None, int | None], stat: Stat | None) -> bool:
-    if stat is None:
-        return stored == (None, None)
-    return stored[1] is not None and stored == stat
 
 
 class LayoutIndex:
@@ -338,6 +349,7 @@ class LayoutIndex:
         self.digests: dict[str, str | None] = {}
         self.changed = False
         _search.scratch(conn)
+        _transcripts.scratch(conn)
 
     @property
     def path(self) -> str:
@@ -416,6 +428,8 @@ class LayoutIndex:
             await self._refresh_states()
         if "search" in parts:
             await self._refresh_search()
+        if "transcripts" in parts:
+            await self._refresh_transcripts()
 
     def _unchanged(self, key: str, *listings: dict[str, Stat]) -> tuple[bool, str | None]:
         """Whether ``listings`` are exactly what they were when ``key``'s rows were last
@@ -736,67 +750,22 @@ class LayoutIndex:
 
     # ------------------------------------------------------------ search
 
-    def _searchable(self) -> dict[str, Stat]:
-        found: dict[str, Stat] = {}
-        memory_md = self.listing.memories.get(self.paths.memory_md)
-        if memory_md is not None:
-            found[self.paths.memory_md] = memory_md
-        for path, stat in self.listing.summaries.items():
-            if path.endswith(".md"):
-                found[path] = stat
-        found.update(self.listing.skills)
-        return found
-
     async def _refresh_search(self) -> None:
-        """Index again every searchable file that differs from its row."""
-        files = self._searchable()
-        unchanged, digest = self._unchanged("search_digest", files)
-        if unchanged:
-            return
-        started_ns = time.time_ns()
-        rows = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime FROM docs")}
-        gone = [p for p in rows if p not in files]
-        stale = sorted(
-            p for p, stat in files.items() if p not in rows or not _matches(rows[p], stat)
-        )
-        if gone or stale:
-            self.touch()
-        for path in gone:
-            self._drop(path)
-        summaries = f"{self.paths.summaries_dir}/"
-        for start in range(0, len(stale), _READ_BATCH):
-            batch = stale[start : start + _READ_BATCH]
-            with no_symlinks():
-                found, _bad = await read_isolated(self.session, batch)
-            for path in batch:
-                self._drop(path)
-                data = found.get(path)
-                if data is None:
-                    continue  # unreadable: no row, looked at again next time
-                self.conn.execute(
-                    "INSERT INTO docs VALUES (?, ?, ?)", (path, *_trusted(files[path], started_ns))
-                )
-                text = data.decode("utf-8", "replace")
-                if "\x00" in text:
-                    continue
-                if path.startswith(summaries):
-                    text = _search._without_header(text)
-                _search.add_file(self.conn, path, text)
-        _search.fill_lengths(self.conn)
-        if gone or stale:
-            self._set_meta("corpus", _search.corpus(self.conn))
-        if digest is not None:
-            self._set_meta("search_digest", digest)
+        await _index_search.refresh_search(self)
 
-    def _drop(self, path: str) -> None:
-        _search.drop_file(self.conn, path)
-        self.conn.execute("DELETE FROM docs WHERE path = ?", (path,))
+    async def _refresh_transcripts(self) -> None:
+        await _index_search.refresh_transcripts(self)
 
     def search(self, query: str, limit: int) -> list[_search.Hit]:
         """``search_memory``'s ranking over the indexed sections: the same hits, in the same
         order, as the full scan of the same files (the same tables and query)."""
-        sizes = self._meta("corpus")
-        return _search.rank(self.conn, query, limit, tuple(sizes) if sizes else None)
+        return _index_search.rank_memory(self, query, limit)
+
+    async def search_hits(
+        self, query: str, limit: int, *, transcripts: bool = True
+    ) -> list[SearchHit]:
+        """The public hits of one search (``_index_search.search_hits``)."""
+        return await _index_search.search_hits(self, query, limit, transcripts=transcripts)
 
 
 async def _stat_each(session: SandboxSession, paths: list[str]) -> dict[str, Stat | None]:
@@ -883,7 +852,7 @@ async def rebuild_index(session: SandboxSession, paths: MemoryPaths) -> IndexRep
             for table in _TABLES:
                 index.conn.execute(f"DELETE FROM {table}")
             index.conn.execute("DELETE FROM meta WHERE key != 'dirty'")
-            await index.refresh(("conversations", "sizes", "search"))
+            await index.refresh(("conversations", "sizes", "search", "transcripts"))
             await index.log_summary()
             count = index.conn.execute("SELECT count(*) FROM conversations").fetchone()[0]
             files = index.conn.execute("SELECT count(*) FROM docs").fetchone()[0]
@@ -916,3 +885,11 @@ async def remove_index(session: SandboxSession, paths: MemoryPaths) -> list[str]
                     await session.remove(path)
                     removed.append(path)
     return removed
+
+
+async def purge_index(session: SandboxSession, paths: MemoryPaths) -> None:
+    """Bring the index in line with the files and merge its full-text indexes, so a forgotten
+    conversation's words are in no page of it (``forget`` calls it after removing the
+    conversation's files)."""
+    async with opened_index(session, paths, "search", "transcripts") as index:
+        await _index_search.purge(index)

@@ -24,7 +24,7 @@ import math
 import re
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sandmem._errors import UserError
 from sandmem.memory import _files
@@ -33,6 +33,9 @@ from sandmem.sandboxes._session import SandboxSession
 
 #: at most this many distinct query words are used
 MAX_QUERY_TERMS = 32
+#: only this many characters of a query are tokenized (a bound on one request's work: far
+#: more than ``MAX_QUERY_TERMS`` words need)
+MAX_QUERY_CHARS = 4096
 #: snippets are cut to this many characters
 SNIPPET_CHARS = 160
 #: a heading match counts this much more than a body match
@@ -81,6 +84,8 @@ class Hit:
     score: float
     snippet: str
     heading: str | None
+    #: the query terms the section holds (how much of the query it covers)
+    matched: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -134,16 +139,29 @@ def _close(
 
 def query_terms(conn: sqlite3.Connection, query: str) -> list[str]:
     """The distinct terms of ``query`` as the index sees them (lower-cased, Porter-stemmed),
-    in order of first appearance, at most ``MAX_QUERY_TERMS``. The query is tokenized as
-    data, never parsed as FTS5 syntax, so no input can be a syntax error."""
+    in order of first appearance, at most ``MAX_QUERY_TERMS``, from the first
+    ``MAX_QUERY_CHARS`` characters. The query is tokenized as data, never parsed as FTS5
+    syntax, so no input can be a syntax error; the work is linear in the (capped) query."""
     conn.execute("DELETE FROM temp.query")
-    conn.execute("INSERT INTO temp.query (rowid, text) VALUES (1, ?)", (query,))
-    rows = conn.execute("SELECT term FROM temp.query_terms ORDER BY offset").fetchall()
-    terms: list[str] = []
-    for (term,) in rows:
-        if term not in terms:
-            terms.append(str(term))
-    return terms[:MAX_QUERY_TERMS]
+    conn.execute("INSERT INTO temp.query (rowid, text) VALUES (1, ?)", (capped(query),))
+    terms: dict[str, None] = {}
+    for (term,) in conn.execute("SELECT term FROM temp.query_terms ORDER BY offset"):
+        terms.setdefault(str(term))
+        if len(terms) == MAX_QUERY_TERMS:
+            break
+    conn.execute("DELETE FROM temp.query")
+    return list(terms)
+
+
+def capped(query: str) -> str:
+    """The first ``MAX_QUERY_CHARS`` characters of ``query``, without a word cut in two."""
+    if len(query) <= MAX_QUERY_CHARS:
+        return query
+    head = query[:MAX_QUERY_CHARS]
+    if query[MAX_QUERY_CHARS].isspace():
+        return head
+    cut = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:cut] if cut > 0 else head
 
 
 def create_tables(conn: sqlite3.Connection) -> None:
@@ -266,13 +284,16 @@ def rank(
                 tf.idf * tf.tf * ? / (tf.tf + ? * (1 - ? + ? * s.length / ?))
             FROM tf JOIN sections AS s ON s.id = tf.doc
         ),
-        scored(doc, score) AS (SELECT doc, {summed} FROM parts GROUP BY doc),
-        top(id, path, start, heading, first_line, score) AS (
-            SELECT s.id, s.path, s.start, s.heading, s.first_line, scored.score
+        scored(doc, score, mask) AS (
+            SELECT doc, {summed}, sum(1 << i) FROM parts GROUP BY doc
+        ),
+        top(id, path, start, heading, first_line, score, mask) AS (
+            SELECT s.id, s.path, s.start, s.heading, s.first_line, scored.score, scored.mask
             FROM scored JOIN sections AS s ON s.id = scored.doc
             ORDER BY scored.score DESC, s.path, s.start LIMIT ?
         )
-        SELECT top.id, top.path, top.start, top.heading, top.first_line, f.body, top.score
+        SELECT top.id, top.path, top.start, top.heading, top.first_line, f.body, top.score,
+            top.mask
         FROM top JOIN sections_fts AS f ON f.rowid = top.id
         ORDER BY top.score DESC, top.path, top.start
     """
@@ -285,7 +306,8 @@ def rank(
     hits = []
     for t in top:
         line, snippet = best.get(t.sid, (t.start, _snippet(t.lines[0])))
-        hits.append(Hit(t.path, line, round(t.score, 6), snippet, t.heading))
+        matched = frozenset(term for i, term in enumerate(terms) if int(t.mask) >> i & 1)
+        hits.append(Hit(t.path, line, round(t.score, 6), snippet, t.heading, matched))
     return hits
 
 
@@ -298,6 +320,7 @@ class _Top:
     first_line: str
     body: str
     score: float
+    mask: int
 
     @property
     def lines(self) -> list[str]:

@@ -1,0 +1,379 @@
+"""Search in the layout index: bringing its two tiers in line with the files, ranking them,
+and checking each hit against its file.
+
+- distilled memory: the sections of ``MEMORY.md``, the rollout summaries and the skills
+  (``_search``'s tables), indexed again per file that changed;
+- the transcripts: the passages of ``<sessions_dir>/*.jsonl`` (``_transcripts``' tables),
+  indexed by byte offset (only what was appended since the last use is parsed).
+
+``rank_both`` ranks each tier and merges them (``_transcripts.merge``: distilled memory first
+unless a transcript passage covers more of the query); ``verified`` drops a hit whose text is
+not in the file it names (a forged row), so a snippet always comes from a file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from sandmem.memory._results import SearchHit
+from sandmem.memory.layout import RACY_NS, Stat, read_isolated
+from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
+from sandmem.memory.views import _search, _transcripts
+from sandmem.sandboxes._paths import no_symlinks
+
+if TYPE_CHECKING:
+    from sandmem.memory.views._index import LayoutIndex
+
+logger = logging.getLogger("sandmem.memory")
+
+#: files read at once while indexing
+READ_BATCH = 64
+
+#: one hit of either tier
+AnyHit = _search.Hit | _transcripts.TranscriptHit
+
+
+def _trusted(stat: Stat | None, started_ns: int) -> tuple[int | None, int | None]:
+    """The stat to store: ``(None, None)`` for a missing file; the mtime as ``None`` (never
+    matching) when the backend has none or the file changed within ``RACY_NS``."""
+    if stat is None:
+        return None, None
+    size, mtime = stat
+    if mtime is None or mtime > started_ns - RACY_NS:
+        return size, None
+    return size, mtime
+
+
+def _matches(stored: tuple[int | None, int | None], stat: Stat | None) -> bool:
+    if stat is None:
+        return stored == (None, None)
+    return stored[1] is not None and stored == stat
+
+
+def _redactor() -> _transcripts.Redact:
+    from sandmem.redaction import redact  # its patterns compile on import: only when indexing
+
+    return redact
+
+
+# ---------------------------------------------------------------- distilled memory
+
+
+def _searchable(index: LayoutIndex) -> dict[str, Stat]:
+    found: dict[str, Stat] = {}
+    memory_md = index.listing.memories.get(index.paths.memory_md)
+    if memory_md is not None:
+        found[index.paths.memory_md] = memory_md
+    for path, stat in index.listing.summaries.items():
+        if path.endswith(".md"):
+            found[path] = stat
+    found.update(index.listing.skills)
+    return found
+
+
+async def refresh_search(index: LayoutIndex) -> None:
+    """Index again every searchable file that differs from its row."""
+    files = _searchable(index)
+    unchanged, digest = index._unchanged("search_digest", files)
+    if unchanged:
+        return
+    conn = index.conn
+    started_ns = time.time_ns()
+    rows = {p: (s, m) for p, s, m in conn.execute("SELECT path, size, mtime FROM docs")}
+    gone = [p for p in rows if p not in files]
+    stale = sorted(p for p, stat in files.items() if p not in rows or not _matches(rows[p], stat))
+    if gone or stale:
+        index.touch()
+    for path in gone:
+        drop_file(index, path)
+    summaries = f"{index.paths.summaries_dir}/"
+    for start in range(0, len(stale), READ_BATCH):
+        batch = stale[start : start + READ_BATCH]
+        with no_symlinks():
+            found, _bad = await read_isolated(index.session, batch)
+        for path in batch:
+            drop_file(index, path)
+            data = found.get(path)
+            if data is None:
+                continue  # unreadable: no row, looked at again next time
+            conn.execute(
+                "INSERT INTO docs VALUES (?, ?, ?)", (path, *_trusted(files[path], started_ns))
+            )
+            text = data.decode("utf-8", "replace")
+            if "\x00" in text:
+                continue
+            if path.startswith(summaries):
+                text = _search._without_header(text)
+            _search.add_file(conn, path, text)
+    _search.fill_lengths(conn)
+    if gone or stale:
+        index._set_meta("corpus", _search.corpus(conn))
+    if digest is not None:
+        index._set_meta("search_digest", digest)
+
+
+def drop_file(index: LayoutIndex, path: str) -> None:
+    _search.drop_file(index.conn, path)
+    index.conn.execute("DELETE FROM docs WHERE path = ?", (path,))
+
+
+def rank_memory(index: LayoutIndex, query: str, limit: int) -> list[_search.Hit]:
+    sizes = index._meta("corpus")
+    return _search.rank(index.conn, query, limit, tuple(sizes) if sizes else None)
+
+
+# ---------------------------------------------------------------- transcripts
+
+
+def _rollouts(index: LayoutIndex) -> dict[str, Stat]:
+    """The rollout files directly in the sessions directory, by rollout id."""
+    prefix = f"{index.paths.sessions_dir}/"
+    found: dict[str, Stat] = {}
+    for path, stat in index.listing.sessions.items():
+        name = path[len(prefix) :]
+        if name.endswith(".jsonl") and "/" not in name:
+            rid = name[:-6]
+            if ROLLOUT_ID_PATTERN.fullmatch(rid):
+                found[rid] = stat
+    return found
+
+
+async def refresh_transcripts(index: LayoutIndex) -> None:
+    """Index what was appended to each rollout file since it was last indexed; a file that
+    shrank or changed before its indexed end is indexed again; a file gone is dropped."""
+    files = _rollouts(index)
+    unchanged, digest = index._unchanged("transcripts_digest", index.listing.sessions)
+    if unchanged:
+        return
+    conn = index.conn
+    started_ns = time.time_ns()
+    rows = {
+        str(rid): (size, mtime, indexed, segments, tail)
+        for rid, size, mtime, indexed, segments, tail in conn.execute(
+            "SELECT rid, size, mtime, indexed, segments, tail FROM transcript_files"
+        )
+    }
+    gone = [rid for rid in rows if rid not in files]
+    stale = sorted(
+        r for r, stat in files.items() if r not in rows or not _matches(rows[r][:2], stat)
+    )
+    if gone or stale:
+        index.touch()
+        conn.execute("DELETE FROM meta WHERE key = 'passages'")  # counted again when asked
+    for rid in gone:
+        _transcripts.drop_conversation(conn, rid)
+    redact = _redactor() if stale else str
+    for start in range(0, len(stale), READ_BATCH):
+        batch = stale[start : start + READ_BATCH]
+        paths = [index.paths.rollout_file(rid) for rid in batch]
+        with no_symlinks():
+            found, _bad = await read_isolated(index.session, paths)
+        for rid, path in zip(batch, paths, strict=True):
+            data = found.get(path)
+            if data is None:
+                _transcripts.drop_conversation(conn, rid)  # looked at again next time
+                continue
+            _index_file(index, rid, data, rows.get(rid), files[rid], started_ns, redact)
+    if digest is not None:
+        index._set_meta("transcripts_digest", digest)
+
+
+def _index_file(
+    index: LayoutIndex,
+    rid: str,
+    data: bytes,
+    row: tuple[object, ...] | None,
+    stat: Stat,
+    started_ns: int,
+    redact: _transcripts.Redact,
+) -> None:
+    """Index one rollout file's new lines (all of them when its indexed part changed)."""
+    offset, number = 0, 1
+    if row is not None:
+        end, segments, tail = row[2], row[3], row[4]
+        if (
+            isinstance(end, int)
+            and isinstance(segments, int)
+            and 0 < end <= len(data)
+            and data[max(0, end - _transcripts.TAIL) : end].hex() == tail
+        ):
+            offset, number = end, segments
+    if offset == 0:
+        _transcripts.drop_conversation(index.conn, rid)
+    lines, end = _transcripts.lines_from(data, offset)
+    number = _transcripts.add_lines(index.conn, rid, number, lines, redact)
+    whole = end == len(data) == stat[0]
+    index.conn.execute(
+        "INSERT OR REPLACE INTO transcript_files VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            rid,
+            *(_trusted(stat, started_ns) if whole else (None, None)),
+            end,
+            number,
+            data[max(0, end - _transcripts.TAIL) : end].hex(),
+        ),
+    )
+
+
+# ---------------------------------------------------------------- both tiers
+
+
+def rank_both(index: LayoutIndex, query: str, limit: int) -> list[AnyHit]:
+    """Distilled memory and transcript passages in one list (``_transcripts.merge``)."""
+    distilled = rank_memory(index, query, limit)
+    total = passage_count(index)
+    query = _search.capped(query)
+    passages = _transcripts.rank(index.conn, query, limit, _search.MAX_QUERY_TERMS, total)
+    if not passages:
+        return list(distilled)
+    weight = _transcripts.weights(index.conn, _search.query_terms(index.conn, query), total)
+
+    def covers(hit: AnyHit) -> float:
+        return _transcripts.coverage(hit.matched, weight)
+
+    merged: list[AnyHit] = _transcripts.merge(distilled, passages, covers, limit)
+    return merged
+
+
+async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
+    """``hits`` without those whose text is not in the file they name (a row forged in the
+    index file, or a file changed since it was indexed): each such file is indexed again at
+    the next use."""
+    wanted = sorted(
+        {h.path for h in hits if isinstance(h, _search.Hit)}
+        | {
+            index.paths.rollout_file(h.rollout_id)
+            for h in hits
+            if isinstance(h, _transcripts.TranscriptHit)
+        }
+    )
+    if not wanted:
+        return hits
+    with no_symlinks():
+        found, _bad = await read_isolated(index.session, wanted)
+    kept: list[AnyHit] = []
+    redact: _transcripts.Redact | None = None
+    for hit in hits:
+        if isinstance(hit, _search.Hit):
+            ok = _memory_hit_ok(hit, found.get(hit.path))
+            if not ok:
+                _forget_row(index, "search_digest")
+                drop_file(index, hit.path)
+        else:
+            redact = redact or _redactor()
+            data = found.get(index.paths.rollout_file(hit.rollout_id))
+            ok = _transcript_hit_ok(hit, data, redact)
+            if not ok:
+                _forget_row(index, "transcripts_digest")
+                _transcripts.drop_conversation(index.conn, hit.rollout_id)
+        if ok:
+            kept.append(hit)
+    return kept
+
+
+def _forget_row(index: LayoutIndex, digest_key: str) -> None:
+    """Before a row that does not match its file is dropped: the listing's digest goes too,
+    so the next use looks at every file of that tier again."""
+    logger.warning("memory index row does not match its file: indexing it again")
+    index.touch()
+    index.conn.execute("DELETE FROM meta WHERE key IN (?, 'passages')", (digest_key,))
+
+
+def _memory_hit_ok(hit: _search.Hit, data: bytes | None) -> bool:
+    if data is None:
+        return False
+    lines = data.decode("utf-8", "replace").splitlines()
+    if not 1 <= hit.line <= len(lines):
+        return False
+    line = lines[hit.line - 1]
+    return hit.snippet == _search._snippet(line) and (
+        hit.heading is None or hit.heading.rsplit(" > ", 1)[-1] in data.decode("utf-8", "replace")
+    )
+
+
+def _transcript_hit_ok(
+    hit: _transcripts.TranscriptHit, data: bytes | None, redact: _transcripts.Redact
+) -> bool:
+    if data is None:
+        return False
+    lines = data.split(b"\n")
+    if not 1 <= hit.segment < len(lines):  # the last piece after the last newline is no line
+        return False
+    return any(
+        p.text == hit.text and p.kind == hit.kind
+        for p in _transcripts.segment_passages(lines[hit.segment - 1], redact)
+    )
+
+
+async def purge(index: LayoutIndex) -> None:
+    """Merge both full-text indexes so deleted rows leave no term behind (with
+    ``secure_delete`` freed pages are zeroed): ``forget`` calls it after a conversation's files
+    are gone and the index was brought in line with them."""
+    index.touch()
+    index.conn.execute("INSERT INTO passages_fts (passages_fts) VALUES ('optimize')")
+    index.conn.execute("INSERT INTO sections_fts (sections_fts) VALUES ('optimize')")
+
+
+async def search_hits(
+    index: LayoutIndex, query: str, limit: int, *, transcripts: bool = True
+) -> list[SearchHit]:
+    """The public hits of one search: ranked (both tiers, or distilled memory only), checked
+    against their files, transcript hits with their snippet line and rollout summary."""
+    if transcripts:
+        hits = rank_both(index, query, limit)
+    else:
+        hits = list(rank_memory(index, query, limit))
+    hits = await verified(index, hits)
+    terms = _search.query_terms(index.conn, query) if hits else []
+    weight = _transcripts.weights(index.conn, terms, passage_count(index)) if hits else {}
+    out: list[SearchHit] = []
+    for hit in hits:
+        if isinstance(hit, _search.Hit):
+            out.append(
+                SearchHit(
+                    path=hit.path,
+                    line=hit.line,
+                    score=hit.score,
+                    snippet=hit.snippet,
+                    heading=hit.heading,
+                )
+            )
+        else:
+            out.append(_transcript_hit(index, hit, terms, weight))
+    return out
+
+
+def passage_count(index: LayoutIndex) -> int:
+    """How many passages the transcript tier holds (kept in meta while unchanged)."""
+    stored = index._meta("passages")
+    if isinstance(stored, int):
+        return stored
+    total = _transcripts.count(index.conn)
+    index._set_meta("passages", total)
+    return total
+
+
+def _transcript_hit(
+    index: LayoutIndex, hit: _transcripts.TranscriptHit, terms: list[str], weight: dict[str, float]
+) -> SearchHit:
+    top = _search._Top(0, "", 1, None, "", hit.text, hit.score, 0)
+    found = _search._best_lines(index.conn, terms, [weight[t] for t in terms], [top])
+    snippet = found.get(0, (1, _search._snippet(hit.text.split("\n", 1)[0])))[1]
+    row = index.conn.execute(
+        "SELECT summary_name FROM conversations WHERE rid = ?", (hit.rollout_id,)
+    ).fetchone()
+    summary = f"{index.paths.memories_dir}/{row[0]}" if row and row[0] else None
+    return SearchHit(
+        path=index.paths.rollout_file(hit.rollout_id),
+        line=hit.segment,
+        score=round(hit.score, 6),
+        snippet=snippet,
+        heading=hit.kind,
+        tier="transcript",
+        rollout_id=hit.rollout_id,
+        segment=hit.segment,
+        summary_file=summary if summary in index.listing.summaries else None,
+        text=hit.text,
+    )

@@ -1,0 +1,364 @@
+"""The transcript tier of search: passages of the recorded conversations (``sessions/``).
+
+Distilled memory (``MEMORY.md``, rollout summaries, skills: ``_search``) is what generation
+chose to keep; the rollout files are where nothing was dropped. This module indexes them in
+the layout index (``_index``) so ``search`` can fall back on them:
+
+- each segment (one line of ``<sessions_dir>/<rollout_id>.jsonl``) is cut into *passages*: a
+  user or assistant message, a tool call, a tool output, a final output, each split at lines
+  into pieces of at most ``PASSAGE_CHARS`` (an item's first ``ITEM_CHARS`` only), every piece
+  passed through ``sandmem.redaction.redact`` before it is stored (nothing unredacted enters
+  the index, whatever a hand-edited rollout file holds);
+- a rollout file is indexed by byte offset: segments are append-only, so when a file grew and
+  the ``TAIL`` bytes before its indexed end are unchanged, only the lines after that end are
+  parsed; a file that shrank or changed before its end is indexed again from the start;
+- ``rank`` scores passages with FTS5's BM25 (``bm25()``), leaving out words found in more than
+  ``COMMON_SHARE`` of the passages when rarer ones are there (they would make every passage a
+  candidate and say nothing);
+- ``merge`` puts the two tiers in one list: distilled hits first, unless a transcript passage
+  covers more of the query (see ``coverage``).
+
+Pure helpers (``passages``, ``merge``, ``coverage``) take data in and give data out; the SQL
+helpers take the index's connection.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sandmem._items import content_texts, item_kind
+from sandmem.memory.rollouts import RolloutSegment, keep_item, parse_segment
+
+#: a passage is cut to at most this many characters (at a line break when there is one)
+PASSAGE_CHARS = 600
+#: only this many characters of one item (a message, a tool output) are indexed
+ITEM_CHARS = 32_000
+#: bytes before a file's indexed end that must be unchanged to index only what follows
+TAIL = 256
+#: a query word found in more than this share of passages is left out (when rarer ones are)
+COMMON_SHARE = 0.2
+#: passages ranked per hit asked for (duplicates of one passage are dropped after ranking)
+OVERFETCH = 3
+
+_TOKENIZE = "tokenize='porter unicode61'"
+SCHEMA = (
+    """CREATE TABLE transcript_files (
+        rid TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, indexed INTEGER, segments INTEGER,
+        tail TEXT)""",
+    "CREATE TABLE passages (id INTEGER PRIMARY KEY, rid TEXT, segment INTEGER, kind TEXT)",
+    "CREATE INDEX passages_rid ON passages (rid)",
+    f"CREATE VIRTUAL TABLE passages_fts USING fts5(body, {_TOKENIZE})",
+)
+TABLES = ("transcript_files", "passages", "passages_fts")
+SCRATCH = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.passage_rows USING fts5vocab(main, passages_fts, "
+    "'row')",
+)
+_WORD = re.compile(r"[^\W_]+")
+#: what every passage goes through before it is stored (``sandmem.redaction.redact``)
+Redact = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One piece of one item of a segment: ``kind`` is ``user``, ``assistant``, ``tool call``,
+    ``tool output`` or ``final output``."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class TranscriptHit:
+    """A ranked passage: its conversation, segment (the line of the rollout file), kind and
+    text, its BM25 ``score`` (higher is better) and the query terms it holds."""
+
+    rollout_id: str
+    segment: int
+    kind: str
+    text: str
+    score: float
+    matched: frozenset[str]
+
+
+# ---------------------------------------------------------------- passages (pure)
+
+
+def _item_passage(item: dict[str, Any]) -> tuple[str, str] | None:
+    kind = item_kind(item)
+    if kind == "message":
+        role = str(item.get("role") or "")
+        if role not in ("user", "assistant"):
+            return None  # system and developer instructions say nothing about the work
+        return role, "\n".join(content_texts(item.get("content")))
+    if kind in ("function_call", "custom_tool_call", "local_shell_call"):
+        name = str(item.get("name") or "tool")
+        args = item.get("arguments", item.get("input", item.get("action")))
+        return "tool call", f"{name} {args if isinstance(args, str) else _compact(args)}"
+    if kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
+        output = item.get("output")
+        text = output if isinstance(output, str) else "\n".join(content_texts(output))
+        return "tool output", text
+    return None
+
+
+def _compact(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def split_text(text: str, size: int = PASSAGE_CHARS) -> Iterator[str]:
+    """``text`` (its first ``ITEM_CHARS``) in pieces of at most ``size`` characters, cut after
+    a line break when one is in the second half of a piece; blank pieces are left out."""
+    text = text[:ITEM_CHARS]
+    start = 0
+    while start < len(text):
+        end = min(start + size, len(text))
+        if end < len(text):
+            cut = text.rfind("\n", start + size // 2, end)
+            end = cut + 1 if cut != -1 else end
+        piece = text[start:end].strip()
+        if piece:
+            yield piece
+        start = end
+
+
+def passages(segment: RolloutSegment, redact: Redact) -> list[Passage]:
+    """The passages of one segment, redacted with ``redact`` (``str -> str``), in item order;
+    an item repeated in the segment is indexed once."""
+    found: list[Passage] = []
+    seen: set[tuple[str, str]] = set()
+    items = [*segment.input, *segment.generated_items]
+    pairs = [_item_passage(item) for item in items if keep_item(item)]
+    if isinstance(segment.final_output, str):
+        pairs.append(("final output", segment.final_output))
+    for pair in pairs:
+        if pair is None or pair in seen:
+            continue
+        seen.add(pair)
+        kind, text = pair
+        for piece in split_text(text):
+            found.append(Passage(kind, redact(piece)))
+    return found
+
+
+def segment_passages(line: bytes, redact: Redact) -> list[Passage]:
+    """The passages of one rollout line (none when it is not a segment)."""
+    segment = parse_segment(line)
+    return [] if segment is None else passages(segment, redact)
+
+
+def lines_from(data: bytes, offset: int) -> tuple[list[bytes], int]:
+    """The complete lines of ``data`` after ``offset`` and the offset after the last one (a
+    last line without its newline is a write in progress: it waits)."""
+    end = data.rfind(b"\n") + 1
+    if end <= offset:
+        return [], offset
+    return data[offset:end].split(b"\n")[:-1], end
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def create_tables(conn: sqlite3.Connection) -> None:
+    for statement in SCHEMA:
+        conn.execute(statement)
+
+
+def scratch(conn: sqlite3.Connection) -> None:
+    for statement in SCRATCH:
+        conn.execute(statement)
+
+
+def drop_conversation(conn: sqlite3.Connection, rid: str) -> None:
+    """Remove a conversation's passages and file row."""
+    conn.execute(
+        "DELETE FROM passages_fts WHERE rowid IN (SELECT id FROM passages WHERE rid = ?)", (rid,)
+    )
+    conn.execute("DELETE FROM passages WHERE rid = ?", (rid,))
+    conn.execute("DELETE FROM transcript_files WHERE rid = ?", (rid,))
+
+
+def add_lines(
+    conn: sqlite3.Connection, rid: str, first_segment: int, lines: Iterable[bytes], redact: Redact
+) -> int:
+    """Index ``lines`` of a rollout file, the first being segment ``first_segment``; returns
+    the number of the next segment."""
+    number = first_segment
+    for line in lines:
+        for passage in segment_passages(line, redact):
+            cur = conn.execute(
+                "INSERT INTO passages (rid, segment, kind) VALUES (?, ?, ?)",
+                (rid, number, passage.kind),
+            )
+            conn.execute(
+                "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
+                (cur.lastrowid, passage.text),
+            )
+        number += 1
+    return number
+
+
+def count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM passages").fetchone()[0])
+
+
+# ---------------------------------------------------------------- ranking
+
+
+def query_words(query: str, cap: int) -> list[str]:
+    """The distinct words of ``query`` (lower-cased), in order, at most ``cap``."""
+    words: dict[str, None] = {}
+    for match in _WORD.finditer(query):
+        words.setdefault(match.group().lower())
+        if len(words) == cap:
+            break
+    return list(words)
+
+
+def stems(conn: sqlite3.Connection, words: Sequence[str]) -> list[list[str]]:
+    """Each word's terms as the index sees them (stemmed; usually one), through the scratch
+    query table of ``_search``."""
+    conn.execute("DELETE FROM temp.query")
+    conn.executemany(
+        "INSERT INTO temp.query (rowid, text) VALUES (?, ?)",
+        [(i + 1, word) for i, word in enumerate(words)],
+    )
+    found: list[list[str]] = [[] for _ in words]
+    for doc, term in conn.execute("SELECT doc, term FROM temp.query_terms ORDER BY doc, offset"):
+        if str(term) not in found[int(doc) - 1]:
+            found[int(doc) - 1].append(str(term))
+    conn.execute("DELETE FROM temp.query")
+    return found
+
+
+def idf(total: int, n: int) -> float:
+    """The always-positive inverse document frequency ``_search`` uses too."""
+    return math.log(1 + (total - n + 0.5) / (n + 0.5))
+
+
+def weights(conn: sqlite3.Connection, terms: Iterable[str], total: int) -> dict[str, float]:
+    """Each term's idf over the ``total`` passages, by term."""
+    found: dict[str, float] = {}
+    for term in terms:
+        row = conn.execute("SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)).fetchone()
+        n = int(row[0]) if row else 0
+        found[term] = idf(total, n) if total else 1.0
+    return found
+
+
+def rank(
+    conn: sqlite3.Connection, query: str, limit: int, cap: int, total: int
+) -> list[TranscriptHit]:
+    """The ``limit`` best passages for ``query`` among ``total`` passages, best first (ties by
+    conversation, segment), one per distinct (conversation, text)."""
+    words = query_words(query, cap)
+    if not words:
+        return []
+    word_stems = stems(conn, words)
+    terms = sorted({t for found in word_stems for t in found})
+    if not terms or not total:
+        return []
+    df = {}
+    for term in terms:
+        row = conn.execute("SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)).fetchone()
+        df[term] = int(row[0]) if row else 0
+    present = [w for w, found in zip(words, word_stems, strict=True) if any(df[t] for t in found)]
+    if not present:
+        return []
+    rare = [
+        w
+        for w, found in zip(words, word_stems, strict=True)
+        if w in present and all(df[t] <= COMMON_SHARE * total for t in found)
+    ]
+    chosen = rare or present
+    expression = " OR ".join('"' + w.replace('"', '""') + '"' for w in chosen)
+    rows = conn.execute(
+        "SELECT f.rowid, f.body, f.rank FROM passages_fts AS f WHERE passages_fts MATCH ? "
+        "ORDER BY f.rank LIMIT ?",
+        (expression, limit * OVERFETCH),
+    ).fetchall()
+    if not rows:
+        return []
+    meta = {
+        int(pid): (str(rid), int(seg), str(kind))
+        for pid, rid, seg, kind in conn.execute(
+            f"SELECT id, rid, segment, kind FROM passages WHERE id IN "
+            f"({','.join('?' * len(rows))})",
+            [row[0] for row in rows],
+        )
+    }
+    matched = _matched(conn, [(int(r[0]), str(r[1])) for r in rows], set(terms))
+    hits: list[TranscriptHit] = []
+    seen: set[tuple[str, str]] = set()
+    ordered = sorted(rows, key=lambda r: (r[2], *meta.get(int(r[0]), ("", 0, ""))[:2]))
+    for pid, body, score in ordered:
+        where = meta.get(int(pid))
+        if where is None or (where[0], body) in seen:
+            continue
+        seen.add((where[0], body))
+        hits.append(
+            TranscriptHit(where[0], where[1], where[2], body, -float(score), matched[int(pid)])
+        )
+        if len(hits) == limit:
+            break
+    return hits
+
+
+def _matched(
+    conn: sqlite3.Connection, bodies: list[tuple[int, str]], terms: set[str]
+) -> dict[int, frozenset[str]]:
+    """The query terms each body holds (tokenized in ``_search``'s scratch table)."""
+    conn.executemany("INSERT INTO temp.stage_lines (rowid, text) VALUES (?, ?)", bodies)
+    found: dict[int, set[str]] = {pid: set() for pid, _ in bodies}
+    marks = ",".join("?" * len(terms))
+    for doc, term in conn.execute(
+        f"SELECT DISTINCT doc, term FROM temp.stage_line_terms WHERE term IN ({marks})",
+        sorted(terms),
+    ):
+        found[int(doc)].add(str(term))
+    conn.execute("DELETE FROM temp.stage_lines")
+    return {pid: frozenset(t) for pid, t in found.items()}
+
+
+# ---------------------------------------------------------------- the two tiers in one list
+
+
+def coverage(matched: Iterable[str], weight: dict[str, float]) -> float:
+    """The share of the query's weight (``weight``: each query term's idf) that ``matched``
+    holds, 0..1."""
+    whole = sum(weight.values())
+    if whole <= 0:
+        return 0.0
+    return sum(weight.get(term, 0.0) for term in set(matched)) / whole
+
+
+def merge(
+    distilled: Sequence[Any],
+    transcripts: Sequence[Any],
+    covers: Any,
+    limit: int,
+) -> list[Any]:
+    """Both tiers in one list of at most ``limit``, each tier in its own order: the next
+    distilled hit goes first unless the next transcript hit covers more of the query
+    (``covers(hit)``: ``coverage`` of the terms it holds). So distilled memory comes first
+    whenever it covers the query as well as the transcripts do."""
+    out: list[Any] = []
+    i = j = 0
+    while len(out) < limit and (i < len(distilled) or j < len(transcripts)):
+        take_distilled = j >= len(transcripts) or (
+            i < len(distilled) and covers(distilled[i]) >= covers(transcripts[j]) - 1e-9
+        )
+        if take_distilled:
+            out.append(distilled[i])
+            i += 1
+        else:
+            out.append(transcripts[j])
+            j += 1
+    return out

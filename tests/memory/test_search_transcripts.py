@@ -1,0 +1,263 @@
+"""The transcript tier of search: recorded conversations (``sessions/``) indexed by byte offset,
+redacted before they enter the index, merged after distilled memory, readable through
+``show``, and gone from the index after ``forget``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from memory_doubles import segment_line
+
+from sandmem import memory as api
+from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.rollouts import RolloutSegment
+from sandmem.memory.views import _transcripts
+from sandmem.memory.views._index import INDEX_NAME
+
+PATHS = MemoryPaths("memories", "sessions")
+EXTRACT = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
+SECRETS = (
+    "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 2,
+    "AKIA" + "QWERTYUIOPASDFGH",
+    "xoxb-123456789012-123456789012-" + "abcdefghijklmnopqrstuvwx",
+)
+
+
+def turn(
+    rid: str, user: str, answer: str, minute: int = 0, tool: tuple[str, str] | None = None
+) -> str:
+    """One segment line: a user message, an optional tool call and its output, an answer."""
+    items: list[dict[str, Any]] = []
+    if tool is not None:
+        items += [
+            {"type": "function_call", "name": "exec_command", "call_id": "c1",
+             "arguments": json.dumps({"cmd": tool[0]})},
+            {"type": "function_call_output", "call_id": "c1", "output": tool[1]},
+        ]  # fmt: skip
+    items.append({"role": "assistant", "content": answer})
+    line = {
+        "updated_at": f"2026-05-01T10:{minute:02d}:00+00:00",
+        "rollout_id": rid,
+        "input": [{"role": "user", "content": user}],
+        "generated_items": items,
+        "terminal_metadata": {"terminal_state": "completed"},
+    }
+    return json.dumps(line) + "\n"
+
+
+def workspace(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "ws"
+    (root / PATHS.memories_dir).mkdir(parents=True)
+    (root / PATHS.sessions_dir).mkdir(parents=True)
+    for rid, text in files.items():
+        (root / PATHS.rollout_file(rid)).write_text(text)
+    return root
+
+
+def age(root: Path, seconds: float = 120.0) -> None:
+    past = time.time() - seconds
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.utime(path, (past, past))
+
+
+def index_bytes(root: Path) -> bytes:
+    return (root / PATHS.memories_dir / INDEX_NAME).read_bytes()
+
+
+def index_terms(root: Path) -> set[str]:
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, passages_fts, 'row')")
+        return {str(t) for (t,) in conn.execute("SELECT term FROM temp.v")}
+    finally:
+        conn.close()
+
+
+async def test_a_transcript_hit_names_its_conversation_segment_and_reads_back(
+    tmp_path: Path,
+) -> None:
+    root = workspace(
+        tmp_path,
+        {
+            "ci": turn("ci", "Set up CI", "Done, CI runs on push.")
+            + turn("ci", "Which port does staging use?", "Staging listens on port 7431.", 1),
+            "docs": turn("docs", "Write the README", "README written."),
+        },
+    )
+    found = await api.search(root, "staging port")
+    [hit] = [h for h in found.hits if h.tier == "transcript"][:1]
+    assert (hit.rollout_id, hit.segment, hit.line) == ("ci", 2, 2)
+    assert hit.path == PATHS.rollout_file("ci")
+    assert hit.heading in ("user", "assistant")
+    assert "7431" in (hit.text or "") or "staging" in hit.snippet.lower()
+    shown = await api.show(root, "rollout", "ci")  # the read path the hit names
+    line = shown.text.splitlines()[hit.segment - 1].encode()
+    assert hit.text in [p.text for p in _transcripts.segment_passages(line, str)]
+    # a tool output and a tool call are passages too
+    root2 = workspace(
+        tmp_path / "b",
+        {"t": turn("t", "Run it", "Ran.", tool=("pytest -k flaky_quux", "3 passed in 0.2s"))},
+    )
+    kinds = {h.heading for h in (await api.search(root2, "flaky_quux passed")).hits}
+    assert {"tool call", "tool output"} <= kinds
+    # memory_only leaves them out
+    assert not (await api.search(root, "staging port", transcripts=False)).hits
+
+
+async def test_distilled_memory_comes_first_when_it_covers_the_query(tmp_path: Path) -> None:
+    root = workspace(
+        tmp_path, {"ci": turn("ci", "Which port does staging use?", "Port 7431 on staging.")}
+    )
+    (root / PATHS.memory_md).write_text("# Memory\n\n## Staging\n- staging port is 7431\n")
+    found = await api.search(root, "staging port")
+    assert [h.tier for h in found.hits][:2] == ["memory", "transcript"]
+    # a query distilled memory does not cover: the transcript passage goes first
+    found = await api.search(root, "which port does staging use")
+    assert found.hits[0].tier == "transcript"
+
+
+def test_merge_keeps_each_tier_in_order_and_prefers_distilled_on_ties() -> None:
+    distilled = [("d1", 1.0), ("d2", 0.2), ("d3", 0.2)]
+    passages = [("t1", 0.5), ("t2", 0.2), ("t3", 0.1)]
+
+    def covers(hit: tuple[str, float]) -> float:
+        return hit[1]
+
+    merged = _transcripts.merge(distilled, passages, covers, 10)
+    assert [h[0] for h in merged] == ["d1", "t1", "d2", "d3", "t2", "t3"]
+    assert [h[0] for h in _transcripts.merge(distilled, passages, covers, 3)] == ["d1", "t1", "d2"]
+    assert _transcripts.merge([], passages, covers, 2) == passages[:2]
+    assert _transcripts.merge(distilled, [], covers, 2) == distilled[:2]
+    assert _transcripts.coverage({"a"}, {"a": 3.0, "b": 1.0}) == 0.75
+    assert _transcripts.coverage({"a"}, {}) == 0.0
+
+
+def test_passages_cut_at_lines_and_skip_instructions() -> None:
+    segment = RolloutSegment(
+        1, None, "r", None,
+        [{"role": "system", "content": "SYSTEM RULES"}, {"role": "user", "content": "q\n" * 500}],
+        [{"role": "assistant", "content": "done"}], "final", [], {},
+    )  # fmt: skip
+    found = _transcripts.passages(segment, str.upper)
+    assert all(len(p.text) <= _transcripts.PASSAGE_CHARS for p in found)
+    assert not any("SYSTEM" in p.text for p in found)
+    assert {p.kind for p in found} == {"user", "assistant", "final output"}
+    assert found[-1].text == "FINAL"  # every piece went through the redactor
+    assert list(_transcripts.split_text("")) == []
+    assert list(_transcripts.split_text("x" * 1300)) == ["x" * 600, "x" * 600, "x" * 100]
+
+
+async def test_appended_segments_are_parsed_alone_and_a_rewrite_starts_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = workspace(tmp_path, {"a": turn("a", "first alpha question", "alpha answer")})
+    await api.search(root, "alpha")
+    parsed: list[bytes] = []
+    real = _transcripts.add_lines
+
+    def counting(conn: Any, rid: str, first: int, lines: Any, redact: Any) -> int:
+        lines = list(lines)
+        parsed.extend(lines)
+        return real(conn, rid, first, lines, redact)
+
+    monkeypatch.setattr(_transcripts, "add_lines", counting)
+    age(root)
+    with (root / PATHS.rollout_file("a")).open("a") as f:
+        f.write(turn("a", "second bravo question", "bravo answer", 1))
+    found = await api.search(root, "bravo")
+    assert [json.loads(line)["input"][0]["content"] for line in parsed] == ["second bravo question"]
+    assert found.hits[0].segment == 2
+    # an unfinished last line waits for its newline
+    parsed.clear()
+    with (root / PATHS.rollout_file("a")).open("a") as f:
+        f.write(turn("a", "third charlie", "charlie", 2).rstrip("\n"))
+    assert not [h for h in (await api.search(root, "charlie")).hits if h.tier == "transcript"]
+    assert parsed == []
+    # a rewritten file (shorter, different) is indexed from the start: old words are gone
+    (root / PATHS.rollout_file("a")).write_text(turn("a", "delta only", "delta"))
+    assert not [h for h in (await api.search(root, "alpha bravo")).hits if h.tier == "transcript"]
+    assert (await api.search(root, "delta")).hits[0].segment == 1
+    # a removed file's passages go
+    (root / PATHS.rollout_file("a")).unlink()
+    assert (await api.search(root, "delta")).hits == []
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+async def test_no_secret_in_a_transcript_enters_the_index(tmp_path: Path, secret: str) -> None:
+    root = workspace(
+        tmp_path,
+        {
+            "leak": turn(
+                "leak",
+                f"deploy with token {secret} please",
+                f"Deployed using {secret}.",
+                tool=(f"curl -H 'Authorization: Bearer {secret}' api", f"ok {secret}"),
+            )
+        },
+    )
+    found = await api.search(root, "deploy token")
+    assert found.hits
+    assert all(secret not in (h.text or "") + h.snippet for h in found.hits)
+    data = index_bytes(root)
+    for piece in (secret, secret[4:], secret[-12:]):
+        assert piece.encode() not in data
+    assert not any(secret.lower()[-10:] in term for term in index_terms(root))
+
+
+async def test_forget_removes_the_conversation_from_every_page_of_the_index(
+    tmp_path: Path,
+) -> None:
+    word = "quuxzanzibarword"
+    root = workspace(
+        tmp_path,
+        {
+            "gone": turn("gone", f"remember {word} for later", f"Noted {word}."),
+            "kept": turn("kept", "set up the linter", "ruff configured"),
+        },
+    )
+    await api.generate(root, engine="extractive")
+    assert any(h.rollout_id == "gone" for h in (await api.search(root, word)).hits)
+    assert word.encode() in index_bytes(root)
+    await api.forget(root, "gone", engine="extractive")
+    assert (await api.search(root, word)).hits == []
+    assert word.encode() not in index_bytes(root)
+    assert word not in index_terms(root)
+    assert (await api.search(root, "linter")).hits
+
+
+async def test_hits_are_rebuilt_after_reindex_and_redact_history(tmp_path: Path) -> None:
+    root = workspace(tmp_path, {"r": turn("r", "the cache ttl is 300 seconds", "ok")})
+    report = await api.reindex(root)
+    assert report.bytes > 0
+    assert (await api.search(root, "cache ttl")).hits[0].tier == "transcript"
+    from sandmem.memory import redact_history
+
+    await redact_history(root, "zzz-not-there")
+    assert not (root / PATHS.memories_dir / INDEX_NAME).exists()
+    assert (await api.search(root, "cache ttl")).hits[0].rollout_id == "r"
+
+
+async def test_transcript_search_needs_segments_and_ignores_junk(tmp_path: Path) -> None:
+    root = workspace(
+        tmp_path,
+        {
+            "junk": 'not json\n{"x": 1}\n\n' + segment_line("junk", "tidy the garage"),
+            "bad name!": segment_line("x", "hidden words"),
+        },
+    )
+    (root / PATHS.sessions_dir / "nested").mkdir()
+    (root / PATHS.sessions_dir / "nested" / "n.jsonl").write_text(segment_line("n", "hidden"))
+    hits = (await api.search(root, "garage hidden")).hits
+    assert sorted((h.rollout_id, h.segment, h.heading) for h in hits) == [
+        ("junk", 4, "assistant"),
+        ("junk", 4, "user"),
+    ]
