@@ -283,13 +283,16 @@ def test_a_failed_extraction_is_tried_once_per_run(
     memory = memory_server_handler(ANSWER)
 
     def handler(req: FakeRequest) -> FakeReply:
-        if req.wants_json():
-            return FakeReply(text="not json")  # the conversation's fault: uses an attempt
+        if not req.wants_json() and not server.requests[:-1]:
+            # the run's one request; the next one, phase one's, is refused as the
+            # conversation's fault (HTTP 400: it uses an attempt). An unusable answer would
+            # be replaced by the extractive fallback instead (test_small_model_phases.py)
+            server.inject(status=400, message="context length exceeded")
         return memory(req)
 
     server.handler = handler
     result = invoke("run", "-w", tmp_path, "-m", "m", "--session", "s1", "hi", env=env)
     assert result.exit_code == 1 and "1 conversation(s) failed: s1" in result.stderr
-    assert sum(r.wants_json() for r in server.requests) == 2  # one answer, one repair
+    assert sum(r.wants_json() for r in server.requests) == 1  # asked once, not again
     [row] = json.loads(invoke("memory", "status", "-w", tmp_path, "--json").stdout)["conversations"]
     assert row["rollout_id"] == "s1" and row["status"] == "pending" and row["attempts"] == 1
