@@ -340,6 +340,7 @@ ALLOWED = {
     "ingestion/_ingest.py": "expands and reads the transcripts the user named",
     "ingestion/_hooks.py": "finds the Codex transcript a notify hook names",
     "ingestion/_open.py": "opens a transcript the user named without blocking (no FIFO)",
+    "ingestion/_sqlite.py": "opens a session database the user named, read-only",
     # a run's apply_patch edits the whole workspace: paths under a memory directory go
     # through _files (redacted, no link followed), every other path through the session
     "live_edit.py": "apply_patch on the run's own files outside memory directories",
@@ -347,12 +348,6 @@ ALLOWED = {
     "store/_sync.py": "git merge-file on copies in a temp directory of its own",
     # the viewer's page template, package data
     "views/_viewer_html.py": "reads the page template from the package",
-    # the search index (owned by q-search this round): its SQLite file is opened by
-    # descriptor through the session under no_symlinks(); routing it through _files is a
-    # follow-up of the index owner
-    "views/_index.py": "the search index's own descriptor handling (see docs/security.md)",
-    "views/_index_search.py": "the search index's queries and transcript tier (split out of "
-    "_index.py: the same descriptor handling; its .touch() is the index's own method)",
 }
 
 #: session file primitives: called on a session only by the layer
@@ -365,7 +360,7 @@ PRIMITIVES = {
 OS_FILE = {
     "open", "remove", "unlink", "rename", "replace", "rmdir", "mkdir", "makedirs", "listdir",
     "scandir", "walk", "stat", "lstat", "symlink", "link", "readlink", "chmod", "truncate",
-    "mkfifo", "removedirs", "utime",
+    "mkfifo", "removedirs", "utime", "fstat", "ftruncate", "close", "fdopen", "dup",
 }  # fmt: skip
 #: ``pathlib`` I/O, told from session-shaped methods by their arity
 PATH_IO = {
@@ -383,6 +378,32 @@ def _receiver(node: ast.expr) -> str:
     return ""
 
 
+def _in_memory(call: ast.Call) -> bool:
+    """Whether an ``sqlite3.connect`` call opens an in-memory database (a file is opened by
+    the layer: ``_files.HostFile.connect_sqlite``)."""
+    first = call.args[0] if call.args else None
+    return isinstance(first, ast.Constant) and first.value == ":memory:"
+
+
+def _method_offence(call: ast.Call, func: ast.Attribute) -> str | None:
+    owner, name = _receiver(func.value), func.attr
+    if owner in ("session", "_session") and name in PRIMITIVES:
+        return f"{owner}.{name}()"
+    if owner == "os" and name in OS_FILE:
+        return f"os.{name}()"
+    if owner == "sqlite3" and name == "connect" and not _in_memory(call):
+        return "sqlite3.connect() on a file"
+    if owner == "shutil" and name != "which":
+        return f"shutil.{name}()"
+    if name in PATH_IO and len(call.args) == PATH_IO[name] and not call.keywords:
+        if owner not in ("_files", "self", "scoped", "files", "store"):
+            return f".{name}() (pathlib)"
+        return None
+    if name == "open" and owner not in ("_files",):
+        return ".open()"
+    return None
+
+
 def _offences(tree: ast.AST) -> list[str]:
     found = []
     for node in ast.walk(tree):
@@ -393,20 +414,9 @@ def _offences(tree: ast.AST) -> list[str]:
             found.append(f"{node.lineno}: open()")
         if isinstance(func, ast.Name) and func.id == "no_symlinks":
             found.append(f"{node.lineno}: no_symlinks() (the layer applies it)")
-        if not isinstance(func, ast.Attribute):
-            continue
-        owner, name = _receiver(func.value), func.attr
-        if owner in ("session", "_session") and name in PRIMITIVES:
-            found.append(f"{node.lineno}: {owner}.{name}()")
-        elif owner == "os" and name in OS_FILE:
-            found.append(f"{node.lineno}: os.{name}()")
-        elif owner == "shutil" and name != "which":
-            found.append(f"{node.lineno}: shutil.{name}()")
-        elif name in PATH_IO and len(node.args) == PATH_IO[name] and not node.keywords:
-            if owner not in ("_files", "self", "scoped", "files", "store"):
-                found.append(f"{node.lineno}: .{name}() (pathlib)")
-        elif name == "open" and owner not in ("_files",):
-            found.append(f"{node.lineno}: .open()")
+        offence = _method_offence(node, func) if isinstance(func, ast.Attribute) else None
+        if offence is not None:
+            found.append(f"{node.lineno}: {offence}")
     return found
 
 
@@ -437,8 +447,12 @@ async def f(session, self, p):
     p.read_bytes()
     with no_symlinks():
         pass
+    os.ftruncate(3, 0)
+    os.fstat(3)
+    sqlite3.connect(f"/proc/self/fd/{3}")
+    sqlite3.connect(":memory:")  # not a file: allowed
 """
-    assert len(_offences(ast.parse(code))) == 8
+    assert len(_offences(ast.parse(code))) == 11
 
 
 def test_the_allowlist_names_real_modules() -> None:
