@@ -16,12 +16,15 @@ from pathlib import Path
 
 import pytest
 from test_history import PATCH, consolidated, open_session, record
+from test_search_transcripts import turn, workspace
 
-from sandmem import SandboxPathError, SandmemError
+from sandmem import SandboxError, SandboxPathError, SandmemError
 from sandmem import memory as api
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig, _files
+from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.mcp import ServerOptions
 from sandmem.memory.mcp._tools import Caller, MemoryTools, ToolRefused
+from sandmem.memory.views._index import INDEX_NAME, opened_index, rebuild_index, remove_index
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "sandmem" / "memory"
 CONFIG = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
@@ -538,3 +541,91 @@ async def test_a_proposal_id_naming_a_file_outside_deletes_nothing(tmp_path: Pat
     except SandmemError as exc:
         assert "\n" not in str(exc)
     assert (tmp_path / "package.json").read_text() == "{}\n"
+
+
+# ---------------------------------------------------------------- the search index's files
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def _outside_index(tmp_path: Path, root: Path) -> Path:
+    """A valid index of another workspace, whose memory and transcripts say ``zebracorn``,
+    copied into ``root`` outside its layout (what a planted link would hand SQLite)."""
+    other = workspace(tmp_path / "other", {"z": turn("z", "zebracorn rollout", "zebracorn done")})
+    (other / "memories/MEMORY.md").write_text("# Notes\n- the zebracorn deploy token\n")
+    assert (await api.search(other, "zebracorn")).hits  # it answers where it belongs
+    outside = root / "config/outside.sqlite"
+    outside.parent.mkdir()
+    outside.write_bytes((other / "memories" / INDEX_NAME).read_bytes())
+    return outside
+
+
+@pytest.mark.parametrize("planted", ["relative", "absolute", "dangling", "fifo"])
+async def test_the_index_file_is_never_reached_through_a_link(tmp_path: Path, planted: str) -> None:
+    """A link (or FIFO) at ``.index.sqlite``: the index never opens, reads, writes, rebuilds
+    or removes what it names; search answers from the layout's own files."""
+    root = workspace(tmp_path, {"ci": turn("ci", "fix the invoices", "invoices fixed")})
+    outside = await _outside_index(tmp_path, root)
+    before = _digest(outside)
+    (root / "memories/MEMORY.md").write_text("# Notes\n- invoices are fixed\n")
+    name = root / "memories" / INDEX_NAME
+    if planted == "relative":
+        name.symlink_to("../config/outside.sqlite")
+    elif planted == "absolute":
+        name.symlink_to(outside)
+    elif planted == "dangling":
+        name.symlink_to(root / "config/nowhere.sqlite")
+    else:
+        os.mkfifo(name)
+    paths = MemoryPaths("memories", "sessions")
+    async with await open_session(root) as session:
+        with pytest.raises(SandboxError):
+            await asyncio.wait_for(_files.open_host(session, f"memories/{INDEX_NAME}"), 5)
+        async with opened_index(session, paths, "search", "transcripts") as index:
+            assert index.file is None and not index.keep  # in memory, for this call only
+            assert not await index.search_hits("zebracorn", 10)
+            assert await index.search_hits("invoices", 10)
+        await asyncio.wait_for(rebuild_index(session, paths), 20)
+        await remove_index(session, paths)  # removes a link itself, never its target
+    found = await api.search(root, "zebracorn invoices")
+    assert found.hits and not any("zebracorn" in (h.text or h.snippet) for h in found.hits)
+    assert _digest(outside) == before
+    assert not (root / "config/nowhere.sqlite").exists()
+
+
+@pytest.mark.parametrize("planted", ["relative", "absolute", "swapped", "directory"])
+async def test_the_transcript_tier_reads_no_linked_transcript(tmp_path: Path, planted: str) -> None:
+    """A link at a ``sessions/`` transcript the tier would index (or at ``sessions/`` itself,
+    or swapped in for a transcript already indexed): its target is never read, indexed or
+    quoted in a snippet."""
+    root = workspace(tmp_path, {"ci": turn("ci", "fix the invoices", "invoices fixed")})
+    secret = root / "private"  # the workspace's own files, outside the layout
+    secret.mkdir()
+    (secret / "leak.jsonl").write_text(turn("leak", "the quokka plan", "quokka launch at dawn"))
+    before = _digest(secret / "leak.jsonl")
+    leak = root / "sessions/leak.jsonl"
+    if planted == "relative":
+        leak.symlink_to("../private/leak.jsonl")
+    elif planted == "absolute":
+        leak.symlink_to(secret / "leak.jsonl")
+    elif planted == "swapped":  # indexed as a file of its own, then replaced by a link
+        leak.write_text(turn("leak", "the quokka plan", "quokka launch at dawn"))
+        assert any(h.tier == "transcript" for h in (await api.search(root, "quokka")).hits)
+        leak.unlink()
+        leak.symlink_to(secret / "leak.jsonl")
+    else:
+        (root / "sessions/ci.jsonl").rename(secret / "ci.jsonl")
+        (root / "sessions").rmdir()
+        (root / "sessions").symlink_to(secret)
+    for _ in range(2):  # a fresh index, then the kept one
+        found = await api.search(root, "quokka dawn invoices")
+        assert not any("quokka" in (h.text or h.snippet) for h in found.hits)
+    await api.reindex(root)
+    assert not (await api.search(root, "quokka")).hits
+    if planted != "directory":  # the layout's own transcript is still searched
+        assert any(h.tier == "transcript" for h in (await api.search(root, "invoices")).hits)
+    assert _digest(secret / "leak.jsonl") == before
