@@ -13,9 +13,14 @@ Every function here takes the sandbox session and a workspace-relative path, and
   without blocking and refuses FIFOs, sockets and devices, and never writes through a file
   with other hard links (writes replace the file; ``append`` gives it an inode of its own).
 
+A derived file a library must open itself (the search index's SQLite database) is held open
+by descriptor (``open_host``, ``HostFile``): the library works on that descriptor, never on
+the name, and no other module handles the descriptor.
+
 Callers never opt in: there is no other path to a layout's files. ``tests/memory/
 test_file_access.py`` fails when a module of ``sandmem/memory/`` calls a session file
-primitive, ``open()``, ``pathlib`` I/O, ``os`` file calls or ``shutil`` on its own.
+primitive, ``open()``, ``pathlib`` I/O, ``os`` file or descriptor calls, ``shutil`` or
+``sqlite3.connect`` on a file on its own.
 """
 
 from __future__ import annotations
