@@ -16,12 +16,15 @@ from pathlib import Path
 
 import pytest
 from test_history import PATCH, consolidated, open_session, record
+from test_search_transcripts import turn, workspace
 
-from sandmem import SandboxPathError, SandmemError
+from sandmem import SandboxError, SandboxPathError, SandmemError
 from sandmem import memory as api
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig, _files
+from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.mcp import ServerOptions
 from sandmem.memory.mcp._tools import Caller, MemoryTools, ToolRefused
+from sandmem.memory.views._index import INDEX_NAME, opened_index, rebuild_index, remove_index
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "sandmem" / "memory"
 CONFIG = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
@@ -340,6 +343,7 @@ ALLOWED = {
     "ingestion/_ingest.py": "expands and reads the transcripts the user named",
     "ingestion/_hooks.py": "finds the Codex transcript a notify hook names",
     "ingestion/_open.py": "opens a transcript the user named without blocking (no FIFO)",
+    "ingestion/_sqlite.py": "opens a session database the user named, read-only",
     # a run's apply_patch edits the whole workspace: paths under a memory directory go
     # through _files (redacted, no link followed), every other path through the session
     "live_edit.py": "apply_patch on the run's own files outside memory directories",
@@ -347,12 +351,6 @@ ALLOWED = {
     "store/_sync.py": "git merge-file on copies in a temp directory of its own",
     # the viewer's page template, package data
     "views/_viewer_html.py": "reads the page template from the package",
-    # the search index (owned by q-search this round): its SQLite file is opened by
-    # descriptor through the session under no_symlinks(); routing it through _files is a
-    # follow-up of the index owner
-    "views/_index.py": "the search index's own descriptor handling (see docs/security.md)",
-    "views/_index_search.py": "the search index's queries and transcript tier (split out of "
-    "_index.py: the same descriptor handling; its .touch() is the index's own method)",
 }
 
 #: session file primitives: called on a session only by the layer
@@ -365,7 +363,7 @@ PRIMITIVES = {
 OS_FILE = {
     "open", "remove", "unlink", "rename", "replace", "rmdir", "mkdir", "makedirs", "listdir",
     "scandir", "walk", "stat", "lstat", "symlink", "link", "readlink", "chmod", "truncate",
-    "mkfifo", "removedirs", "utime",
+    "mkfifo", "removedirs", "utime", "fstat", "ftruncate", "close", "fdopen", "dup",
 }  # fmt: skip
 #: ``pathlib`` I/O, told from session-shaped methods by their arity
 PATH_IO = {
@@ -383,6 +381,32 @@ def _receiver(node: ast.expr) -> str:
     return ""
 
 
+def _in_memory(call: ast.Call) -> bool:
+    """Whether an ``sqlite3.connect`` call opens an in-memory database (a file is opened by
+    the layer: ``_files.HostFile.connect_sqlite``)."""
+    first = call.args[0] if call.args else None
+    return isinstance(first, ast.Constant) and first.value == ":memory:"
+
+
+def _method_offence(call: ast.Call, func: ast.Attribute) -> str | None:
+    owner, name = _receiver(func.value), func.attr
+    if owner in ("session", "_session") and name in PRIMITIVES:
+        return f"{owner}.{name}()"
+    if owner == "os" and name in OS_FILE:
+        return f"os.{name}()"
+    if owner == "sqlite3" and name == "connect" and not _in_memory(call):
+        return "sqlite3.connect() on a file"
+    if owner == "shutil" and name != "which":
+        return f"shutil.{name}()"
+    if name in PATH_IO and len(call.args) == PATH_IO[name] and not call.keywords:
+        if owner not in ("_files", "self", "scoped", "files", "store"):
+            return f".{name}() (pathlib)"
+        return None
+    if name == "open" and owner not in ("_files",):
+        return ".open()"
+    return None
+
+
 def _offences(tree: ast.AST) -> list[str]:
     found = []
     for node in ast.walk(tree):
@@ -393,20 +417,9 @@ def _offences(tree: ast.AST) -> list[str]:
             found.append(f"{node.lineno}: open()")
         if isinstance(func, ast.Name) and func.id == "no_symlinks":
             found.append(f"{node.lineno}: no_symlinks() (the layer applies it)")
-        if not isinstance(func, ast.Attribute):
-            continue
-        owner, name = _receiver(func.value), func.attr
-        if owner in ("session", "_session") and name in PRIMITIVES:
-            found.append(f"{node.lineno}: {owner}.{name}()")
-        elif owner == "os" and name in OS_FILE:
-            found.append(f"{node.lineno}: os.{name}()")
-        elif owner == "shutil" and name != "which":
-            found.append(f"{node.lineno}: shutil.{name}()")
-        elif name in PATH_IO and len(node.args) == PATH_IO[name] and not node.keywords:
-            if owner not in ("_files", "self", "scoped", "files", "store"):
-                found.append(f"{node.lineno}: .{name}() (pathlib)")
-        elif name == "open" and owner not in ("_files",):
-            found.append(f"{node.lineno}: .open()")
+        offence = _method_offence(node, func) if isinstance(func, ast.Attribute) else None
+        if offence is not None:
+            found.append(f"{node.lineno}: {offence}")
     return found
 
 
@@ -437,8 +450,12 @@ async def f(session, self, p):
     p.read_bytes()
     with no_symlinks():
         pass
+    os.ftruncate(3, 0)
+    os.fstat(3)
+    sqlite3.connect(f"/proc/self/fd/{3}")
+    sqlite3.connect(":memory:")  # not a file: allowed
 """
-    assert len(_offences(ast.parse(code))) == 8
+    assert len(_offences(ast.parse(code))) == 11
 
 
 def test_the_allowlist_names_real_modules() -> None:
@@ -524,3 +541,91 @@ async def test_a_proposal_id_naming_a_file_outside_deletes_nothing(tmp_path: Pat
     except SandmemError as exc:
         assert "\n" not in str(exc)
     assert (tmp_path / "package.json").read_text() == "{}\n"
+
+
+# ---------------------------------------------------------------- the search index's files
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def _outside_index(tmp_path: Path, root: Path) -> Path:
+    """A valid index of another workspace, whose memory and transcripts say ``zebracorn``,
+    copied into ``root`` outside its layout (what a planted link would hand SQLite)."""
+    other = workspace(tmp_path / "other", {"z": turn("z", "zebracorn rollout", "zebracorn done")})
+    (other / "memories/MEMORY.md").write_text("# Notes\n- the zebracorn deploy token\n")
+    assert (await api.search(other, "zebracorn")).hits  # it answers where it belongs
+    outside = root / "config/outside.sqlite"
+    outside.parent.mkdir()
+    outside.write_bytes((other / "memories" / INDEX_NAME).read_bytes())
+    return outside
+
+
+@pytest.mark.parametrize("planted", ["relative", "absolute", "dangling", "fifo"])
+async def test_the_index_file_is_never_reached_through_a_link(tmp_path: Path, planted: str) -> None:
+    """A link (or FIFO) at ``.index.sqlite``: the index never opens, reads, writes, rebuilds
+    or removes what it names; search answers from the layout's own files."""
+    root = workspace(tmp_path, {"ci": turn("ci", "fix the invoices", "invoices fixed")})
+    outside = await _outside_index(tmp_path, root)
+    before = _digest(outside)
+    (root / "memories/MEMORY.md").write_text("# Notes\n- invoices are fixed\n")
+    name = root / "memories" / INDEX_NAME
+    if planted == "relative":
+        name.symlink_to("../config/outside.sqlite")
+    elif planted == "absolute":
+        name.symlink_to(outside)
+    elif planted == "dangling":
+        name.symlink_to(root / "config/nowhere.sqlite")
+    else:
+        os.mkfifo(name)
+    paths = MemoryPaths("memories", "sessions")
+    async with await open_session(root) as session:
+        with pytest.raises(SandboxError):
+            await asyncio.wait_for(_files.open_host(session, f"memories/{INDEX_NAME}"), 5)
+        async with opened_index(session, paths, "search", "transcripts") as index:
+            assert index.file is None and not index.keep  # in memory, for this call only
+            assert not await index.search_hits("zebracorn", 10)
+            assert await index.search_hits("invoices", 10)
+        await asyncio.wait_for(rebuild_index(session, paths), 20)
+        await remove_index(session, paths)  # removes a link itself, never its target
+    found = await api.search(root, "zebracorn invoices")
+    assert found.hits and not any("zebracorn" in (h.text or h.snippet) for h in found.hits)
+    assert _digest(outside) == before
+    assert not (root / "config/nowhere.sqlite").exists()
+
+
+@pytest.mark.parametrize("planted", ["relative", "absolute", "swapped", "directory"])
+async def test_the_transcript_tier_reads_no_linked_transcript(tmp_path: Path, planted: str) -> None:
+    """A link at a ``sessions/`` transcript the tier would index (or at ``sessions/`` itself,
+    or swapped in for a transcript already indexed): its target is never read, indexed or
+    quoted in a snippet."""
+    root = workspace(tmp_path, {"ci": turn("ci", "fix the invoices", "invoices fixed")})
+    secret = root / "private"  # the workspace's own files, outside the layout
+    secret.mkdir()
+    (secret / "leak.jsonl").write_text(turn("leak", "the quokka plan", "quokka launch at dawn"))
+    before = _digest(secret / "leak.jsonl")
+    leak = root / "sessions/leak.jsonl"
+    if planted == "relative":
+        leak.symlink_to("../private/leak.jsonl")
+    elif planted == "absolute":
+        leak.symlink_to(secret / "leak.jsonl")
+    elif planted == "swapped":  # indexed as a file of its own, then replaced by a link
+        leak.write_text(turn("leak", "the quokka plan", "quokka launch at dawn"))
+        assert any(h.tier == "transcript" for h in (await api.search(root, "quokka")).hits)
+        leak.unlink()
+        leak.symlink_to(secret / "leak.jsonl")
+    else:
+        (root / "sessions/ci.jsonl").rename(secret / "ci.jsonl")
+        (root / "sessions").rmdir()
+        (root / "sessions").symlink_to(secret)
+    for _ in range(2):  # a fresh index, then the kept one
+        found = await api.search(root, "quokka dawn invoices")
+        assert not any("quokka" in (h.text or h.snippet) for h in found.hits)
+    await api.reindex(root)
+    assert not (await api.search(root, "quokka")).hits
+    if planted != "directory":  # the layout's own transcript is still searched
+        assert any(h.tier == "transcript" for h in (await api.search(root, "invoices")).hits)
+    assert _digest(secret / "leak.jsonl") == before

@@ -326,7 +326,7 @@ async def test_a_backend_without_host_files_keeps_the_index_through_the_session(
         both = await api.search(session, "invoice total")
         assert {h.tier for h in both.hits} == {"memory", "transcript"}
         async with opened_index(session, PATHS) as index:
-            assert index.fd is None
+            assert index.file is None
             assert {c.rollout_id for c in index.conversations()} == {r for r, _ in TOPICS[:3]}
 
 

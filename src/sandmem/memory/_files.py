@@ -13,9 +13,14 @@ Every function here takes the sandbox session and a workspace-relative path, and
   without blocking and refuses FIFOs, sockets and devices, and never writes through a file
   with other hard links (writes replace the file; ``append`` gives it an inode of its own).
 
+A derived file a library must open itself (the search index's SQLite database) is held open
+by descriptor (``open_host``, ``HostFile``): the library works on that descriptor, never on
+the name, and no other module handles the descriptor.
+
 Callers never opt in: there is no other path to a layout's files. ``tests/memory/
 test_file_access.py`` fails when a module of ``sandmem/memory/`` calls a session file
-primitive, ``open()``, ``pathlib`` I/O, ``os`` file calls or ``shutil`` on its own.
+primitive, ``open()``, ``pathlib`` I/O, ``os`` file or descriptor calls, ``shutil`` or
+``sqlite3.connect`` on a file on its own.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import posixpath
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
@@ -32,6 +38,8 @@ from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._types import EntryKind
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from sandmem.sandboxes._session import FileStat, SandboxSession
     from sandmem.sandboxes._types import FileEntry
 
@@ -278,11 +286,50 @@ async def rename(session: SandboxSession, src: str, dst: str) -> None:
         await session.rename(check(src), check(dst))
 
 
-async def open_fd(session: SandboxSession, path: str) -> int | None:
-    """A read-write descriptor of the regular file ``path`` (created when missing; ``None`` on
-    a backend whose files are not host files); see ``SandboxSession.open_host_fd``."""
+class HostFile:
+    """A regular layout file held open by descriptor (``open_host``): every use reaches the
+    file that was checked when it was opened, whatever its name points to later. Only this
+    module touches the descriptor."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def _open(self) -> int:
+        if self._fd is None:
+            raise ValueError("the file was closed")
+        return self._fd
+
+    def size(self) -> int:
+        """The file's size in bytes now."""
+        return os.fstat(self._open()).st_size
+
+    def truncate(self) -> None:
+        """Empty the file."""
+        os.ftruncate(self._open(), 0)
+
+    def connect_sqlite(self) -> sqlite3.Connection:
+        """An SQLite connection to this file: SQLite opens ``/proc/self/fd/N``, the open file
+        itself (never a link or a file put at the name since), so it reads only the pages a
+        query needs. Close the connection before the file."""
+        import sqlite3
+
+        return sqlite3.connect(f"/proc/self/fd/{self._open()}")
+
+    def close(self) -> None:
+        """Close the descriptor (once; it drops this process's locks on the file)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+async def open_host(session: SandboxSession, path: str) -> HostFile | None:
+    """The regular file ``path`` held open read-write by descriptor, created when missing
+    (``None`` on a backend whose files are not host files: use ``read`` / ``write``);
+    ``SandboxError`` when a link (at any depth) or a special file is there. The caller
+    closes it."""
     with no_symlinks():
-        return await session.open_host_fd(check(path))
+        fd = await session.open_host_fd(check(path))
+    return None if fd is None else HostFile(fd)
 
 
 #: the layout locks this task holds: ``(id(session), path)``

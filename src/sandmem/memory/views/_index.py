@@ -19,11 +19,11 @@ backend that reports no mtime (``InMemorySandboxSession``) gets no trusted rows:
 re-derived on every call, correctly but without the speed. The log is append-only: when it
 grew and its old end is unchanged, only the new lines are read.
 
-The file is read and written only through the sandbox session, so it goes through the one
-host-filesystem layer like every other workspace file. On a backend with host files SQLite
-works on the file itself (``/proc/self/fd/N``, opened without following links), reading only
-the pages a query needs; elsewhere the database lives in memory (``sqlite3.deserialize``) and
-is written back whole with ``session.write`` (atomic) only when something changed. A hidden
+The file is reached only through the memory file access layer (``memory/_files``), like every
+other file of a layout: no link is followed, a special file is refused. On a backend with host
+files SQLite works on the file itself, held open by descriptor (``_files.open_host``), reading
+only the pages a query needs; elsewhere the database lives in memory (``sqlite3.deserialize``)
+and is written back whole with ``_files.write`` (atomic) only when something changed. A hidden
 file, it is left out of listings, store sync, the redaction pass and ``sandmem memory tree``.
 """
 
@@ -33,7 +33,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -42,6 +41,7 @@ from typing import Any, TypeVar, cast
 
 from sandmem._errors import SandboxError, UserError
 from sandmem._items import content_text
+from sandmem.memory import _files
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import ConversationInfo, IndexReport, SearchHit
 from sandmem.memory.layout import (
@@ -63,7 +63,6 @@ from sandmem.memory.rollouts import parse_segment
 from sandmem.memory.state import RolloutState, RolloutStatus
 from sandmem.memory.views import _index_check, _index_search, _search, _transcripts
 from sandmem.memory.views._index_search import _matches, _trusted
-from sandmem.sandboxes._paths import no_symlinks
 from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
@@ -203,10 +202,9 @@ async def list_layout(
         "skills": (paths.skills_dir, MAX_DEPTH),
     }
     listing = Listing()
-    with no_symlinks():
-        for name, (top, depth) in tops.items():
-            if name in wanted:
-                setattr(listing, name, await list_files(session, top, depth))
+    for name, (top, depth) in tops.items():
+        if name in wanted:
+            setattr(listing, name, await list_files(session, top, depth))
     return listing
 
 
@@ -285,37 +283,37 @@ def _connect(data: bytes | None) -> sqlite3.Connection:
     return conn
 
 
-def _open_file(fd: int) -> sqlite3.Connection:
-    """The index in the file open as ``fd`` (SQLite opens ``/proc/self/fd/N``: the file the
-    host-filesystem layer checked, whatever the path names now). An unusable file is
-    truncated and built again. The rollback journal stays in memory (no side file is created
-    by name); a crash mid-update is caught by the ``dirty`` mark."""
-    conn = _file_connection(fd)
+def _open_file(file: _files.HostFile) -> sqlite3.Connection:
+    """The index in the open ``file`` (the file the file access layer checked, whatever the
+    path names now). An unusable file is truncated and built again. The rollback journal
+    stays in memory (no side file is created by name); a crash mid-update is caught by the
+    ``dirty`` mark."""
+    conn = _file_connection(file)
     try:
-        if os.fstat(fd).st_size and _usable(conn):
+        if file.size() and _usable(conn):
             return conn
     except sqlite3.DatabaseError as exc:
         logger.warning("memory index unreadable (%s): rebuilding it", exc)
     conn.close()
-    os.ftruncate(fd, 0)
-    conn = _file_connection(fd)
+    file.truncate()
+    conn = _file_connection(file)
     _create(conn)
     return conn
 
 
-def _file_connection(fd: int) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"/proc/self/fd/{fd}")
+def _file_connection(file: _files.HostFile) -> sqlite3.Connection:
+    conn = file.connect_sqlite()
     try:
         _guard(conn)
         conn.execute("PRAGMA journal_mode = MEMORY")
         conn.execute("PRAGMA synchronous = FULL")
     except sqlite3.DatabaseError:
-        if os.fstat(fd).st_size == 0:
+        if file.size() == 0:
             conn.close()
             raise
         conn.close()
-        os.ftruncate(fd, 0)  # not a database: start it again
-        return _file_connection(fd)
+        file.truncate()  # not a database: start it again
+        return _file_connection(file)
     return conn
 
 
@@ -332,7 +330,7 @@ class LayoutIndex:
         session: SandboxSession,
         paths: MemoryPaths,
         conn: sqlite3.Connection,
-        fd: int | None = None,
+        file: _files.HostFile | None = None,
         *,
         keep: bool = True,
     ) -> None:
@@ -341,7 +339,8 @@ class LayoutIndex:
         self.keep = keep
         self.paths = paths
         self.conn = conn
-        self.fd = fd
+        #: the index file held open, when SQLite works on it (else the index is in memory)
+        self.file = file
         self.listing = Listing()
         #: whether the last ``refresh`` listed the raw memories (else ``checked`` does)
         self.raw_listed = False
@@ -358,32 +357,31 @@ class LayoutIndex:
     @classmethod
     async def load(cls, session: SandboxSession, paths: MemoryPaths) -> LayoutIndex:
         path = f"{paths.memories_dir}/{INDEX_NAME}"
-        with no_symlinks():
-            if not await session.exists(paths.memories_dir):
-                return cls(session, paths, _connect(None), keep=False)  # nowhere to keep it
+        if not await _files.exists(session, paths.memories_dir):
+            return cls(session, paths, _connect(None), keep=False)  # nowhere to keep it
+        try:
+            file = await _files.open_host(session, path)
+        except SandboxError as exc:  # a symlink or special file planted there
+            logger.warning("memory index %s not used: %s", path, exc)
+            return cls(session, paths, _connect(None), keep=False)
+        if file is not None:
             try:
-                fd = await session.open_host_fd(path)
-            except SandboxError as exc:  # a symlink or special file planted there
-                logger.warning("memory index %s not used: %s", path, exc)
-                return cls(session, paths, _connect(None), keep=False)
-            if fd is not None:
-                try:
-                    conn = _open_file(fd)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                return cls(session, paths, conn, fd)
-            try:
-                found, _bad = await read_isolated(session, [path])
-                data = found.get(path)
-            except SandboxError:
-                data = None
+                conn = _open_file(file)
+            except BaseException:
+                file.close()
+                raise
+            return cls(session, paths, conn, file)
+        try:
+            found, _bad = await read_isolated(session, [path])
+            data = found.get(path)
+        except SandboxError:
+            data = None
         return cls(session, paths, _connect(data))
 
-    def touch(self) -> None:
+    def will_change(self) -> None:
         """Called before each change: the first one marks a file index ``dirty``, synced
         before any row changes."""
-        if not self.changed and self.fd is not None:
+        if not self.changed and self.file is not None:
             self.conn.execute("UPDATE meta SET value = 1 WHERE key = 'dirty'")
             self.conn.commit()
         self.changed = True
@@ -393,7 +391,7 @@ class LayoutIndex:
         derives again what it lacks."""
         if not self.changed or not self.keep:
             return
-        if self.fd is not None:
+        if self.file is not None:
             self.conn.commit()
             self.conn.execute("UPDATE meta SET value = 0 WHERE key = 'dirty'")
             self.conn.commit()
@@ -402,18 +400,17 @@ class LayoutIndex:
         self.conn.commit()
         data = self.conn.serialize()
         try:
-            with no_symlinks():
-                if await self.session.exists(self.paths.memories_dir):
-                    await self.session.write(self.path, data)
+            if await _files.exists(self.session, self.paths.memories_dir):
+                await _files.write(self.session, self.path, data)
             self.changed = False
         except SandboxError as exc:
             logger.warning("could not write the memory index %s: %s", self.path, exc)
 
     def close(self) -> None:
         self.conn.close()
-        if self.fd is not None:  # after SQLite let go: closing it drops the process's locks
-            os.close(self.fd)
-            self.fd = None
+        if self.file is not None:  # after SQLite let go: closing it drops the process's locks
+            self.file.close()
+            self.file = None
 
     async def refresh(self, parts: Iterable[str]) -> None:
         """List what ``parts`` need and bring those rows in line with the files:
@@ -453,7 +450,7 @@ class LayoutIndex:
             return None
 
     def _set_meta(self, key: str, value: Any) -> None:
-        self.touch()
+        self.will_change()
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
     # ------------------------------------------------------------ conversations
@@ -497,7 +494,7 @@ class LayoutIndex:
                 stale.append(rid)
         gone = [rid for rid in rows if rid not in current]
         if gone:
-            self.touch()
+            self.will_change()
             self.conn.executemany("DELETE FROM conversations WHERE rid = ?", [(r,) for r in gone])
         stale.sort()
         for start in range(0, len(stale), _READ_BATCH):
@@ -513,10 +510,9 @@ class LayoutIndex:
     ) -> None:
         files = [self.paths.rollout_file(r) for r in batch]
         raw_files = [self.paths.raw_memory_file(r) for r in batch]
-        with no_symlinks():
-            rollouts, _bad = await read_isolated(self.session, files)
-            raws, _bad_raw = await read_isolated(self.session, raw_files)
-        self.touch()
+        rollouts, _bad = await read_isolated(self.session, files)
+        raws, _bad_raw = await read_isolated(self.session, raw_files)
+        self.will_change()
         for rid, path, raw_path in zip(batch, files, raw_files, strict=True):
             data = rollouts.get(path)
             if data is None:  # unreadable: no row, so it is looked at again next time
@@ -586,7 +582,7 @@ class LayoutIndex:
         if stored is not None and _matches(tuple(stored), stat):
             return
         state, _problems = await gen_state.load(self.session, self.paths)
-        self.touch()
+        self.will_change()
         self.conn.execute("DELETE FROM states")
         self.conn.executemany(
             "INSERT INTO states VALUES (?, ?, ?, ?, ?)",
@@ -664,8 +660,7 @@ class LayoutIndex:
         started_ns = time.time_ns()
         ids = [row.rollout_id for row in rows]
         raw_files = {rid: self.paths.raw_memory_file(rid) for rid in ids}
-        with no_symlinks():
-            stats = await _stat_each(self.session, list(raw_files.values()))
+        stats = await _stat_each(self.session, list(raw_files.values()))
         stored = self._rows_of("SELECT rid, raw_size, raw_mtime FROM conversations", ids)
         prefix = f"{self.paths.sessions_dir}/"
         current: dict[str, tuple[Stat, Stat | None]] = {}
@@ -680,8 +675,7 @@ class LayoutIndex:
         names = {
             f"{self.paths.memories_dir}/{row.summary_name}": row for row in rows if row.summary_name
         }
-        with no_symlinks():
-            found = await _stat_each(self.session, list(names))
+        found = await _stat_each(self.session, list(names))
         self.listing.summaries.update({p: s for p, s in found.items() if s is not None})
         return rows
 
@@ -721,7 +715,7 @@ class LayoutIndex:
             return LogSummary(stored["totals"], stored["last_two"])
         started_ns = time.time_ns()
         try:
-            data = (await self.session.read_many([self.paths.log_jsonl]))[self.paths.log_jsonl]
+            data = await _files.read(self.session, self.paths.log_jsonl)
         except SandboxError:
             return LogSummary()
         data = data or b""
@@ -771,12 +765,12 @@ class LayoutIndex:
 async def _stat_each(session: SandboxSession, paths: list[str]) -> dict[str, Stat | None]:
     """``stat_many``; a path it cannot stat (a symlink, a special file) counts as missing."""
     try:
-        found = await session.stat_many(paths)
+        found = await _files.stat_many(session, paths)
     except SandboxError:
         found = {}
         for path in paths:
             try:
-                found.update(await session.stat_many([path]))
+                found.update(await _files.stat_many(session, [path]))
             except SandboxError:
                 found[path] = None
     return {p: None if s is None else (s.size, s.mtime_ns) for p, s in found.items()}
@@ -813,14 +807,13 @@ def _info(
 async def _exclusive(session: SandboxSession, paths: MemoryPaths) -> AsyncIterator[None]:
     """The index's own cross-process lock (``.index.lock``; not the layout's lock, so a
     reader never waits for a generation): one process refreshes the index at a time."""
-    if not await session.exists(paths.memories_dir):
+    if not await _files.exists(session, paths.memories_dir):
         yield
         return
-    with no_symlinks():
-        lock = f"{paths.memories_dir}/{INDEX_LOCK}"
-        await make_way(session, lock)  # a planted link or FIFO is moved aside, never blocks
-        async with session.lock(lock, timeout=LOCK_TIMEOUT_S):
-            yield
+    lock = f"{paths.memories_dir}/{INDEX_LOCK}"
+    await make_way(session, lock)  # a planted link or FIFO is moved aside, never blocks
+    async with _files.lock(session, lock, timeout=LOCK_TIMEOUT_S):
+        yield
 
 
 @contextlib.asynccontextmanager
@@ -848,7 +841,7 @@ async def rebuild_index(session: SandboxSession, paths: MemoryPaths) -> IndexRep
     async with _exclusive(session, paths):
         index = await LayoutIndex.load(session, paths)
         try:
-            index.touch()
+            index.will_change()
             for table in _TABLES:
                 index.conn.execute(f"DELETE FROM {table}")
             index.conn.execute("DELETE FROM meta WHERE key != 'dirty'")
@@ -858,9 +851,9 @@ async def rebuild_index(session: SandboxSession, paths: MemoryPaths) -> IndexRep
             files = index.conn.execute("SELECT count(*) FROM docs").fetchone()[0]
             sections = index.conn.execute("SELECT count(*) FROM sections").fetchone()[0]
             await index.save()
-            if index.fd is not None:
+            if index.file is not None:
                 index.conn.execute("VACUUM")
-                size = os.fstat(index.fd).st_size
+                size = index.file.size()
             else:
                 size = len(index.conn.serialize())
         finally:
@@ -876,14 +869,13 @@ async def remove_index(session: SandboxSession, paths: MemoryPaths) -> list[str]
     so the next use builds it again from the (redacted) files. Returns the paths removed."""
     removed: list[str] = []
     async with _exclusive(session, paths):
-        if not await session.is_dir(paths.memories_dir):
+        if not await _files.is_dir(session, paths.memories_dir):
             return removed
-        with no_symlinks():
-            for name in await session.listdir(paths.memories_dir):
-                if name == INDEX_NAME or name.startswith(f"{INDEX_NAME}-"):
-                    path = f"{paths.memories_dir}/{name}"
-                    await session.remove(path)
-                    removed.append(path)
+        for name in await _files.listdir(session, paths.memories_dir):
+            if name == INDEX_NAME or name.startswith(f"{INDEX_NAME}-"):
+                path = f"{paths.memories_dir}/{name}"
+                await _files.remove(session, path)
+                removed.append(path)
     return removed
 
 

@@ -21,7 +21,6 @@ from sandmem.memory._results import SearchHit
 from sandmem.memory.layout import RACY_NS, Stat, read_isolated
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.memory.views import _search, _transcripts
-from sandmem.sandboxes._paths import no_symlinks
 
 if TYPE_CHECKING:
     from sandmem.memory.views._index import LayoutIndex
@@ -85,14 +84,13 @@ async def refresh_search(index: LayoutIndex) -> None:
     gone = [p for p in rows if p not in files]
     stale = sorted(p for p, stat in files.items() if p not in rows or not _matches(rows[p], stat))
     if gone or stale:
-        index.touch()
+        index.will_change()
     for path in gone:
         drop_file(index, path)
     summaries = f"{index.paths.summaries_dir}/"
     for start in range(0, len(stale), READ_BATCH):
         batch = stale[start : start + READ_BATCH]
-        with no_symlinks():
-            found, _bad = await read_isolated(index.session, batch)
+        found, _bad = await read_isolated(index.session, batch)
         for path in batch:
             drop_file(index, path)
             data = found.get(path)
@@ -160,7 +158,7 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
         r for r, stat in files.items() if r not in rows or not _matches(rows[r][:2], stat)
     )
     if gone or stale:
-        index.touch()
+        index.will_change()
         conn.execute("DELETE FROM meta WHERE key = 'passages'")  # counted again when asked
     for rid in gone:
         _transcripts.drop_conversation(conn, rid)
@@ -168,8 +166,7 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
     for start in range(0, len(stale), READ_BATCH):
         batch = stale[start : start + READ_BATCH]
         paths = [index.paths.rollout_file(rid) for rid in batch]
-        with no_symlinks():
-            found, _bad = await read_isolated(index.session, paths)
+        found, _bad = await read_isolated(index.session, paths)
         for rid, path in zip(batch, paths, strict=True):
             data = found.get(path)
             if data is None:
@@ -251,8 +248,7 @@ async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
     )
     if not wanted:
         return hits
-    with no_symlinks():
-        found, _bad = await read_isolated(index.session, wanted)
+    found, _bad = await read_isolated(index.session, wanted)
     kept: list[AnyHit] = []
     redact: _transcripts.Redact | None = None
     for hit in hits:
@@ -277,7 +273,7 @@ def _forget_row(index: LayoutIndex, digest_key: str) -> None:
     """Before a row that does not match its file is dropped: the listing's digest goes too,
     so the next use looks at every file of that tier again."""
     logger.warning("memory index row does not match its file: indexing it again")
-    index.touch()
+    index.will_change()
     index.conn.execute("DELETE FROM meta WHERE key IN (?, 'passages')", (digest_key,))
 
 
@@ -311,7 +307,7 @@ async def purge(index: LayoutIndex) -> None:
     """Merge both full-text indexes so deleted rows leave no term behind (with
     ``secure_delete`` freed pages are zeroed): ``forget`` calls it after a conversation's files
     are gone and the index was brought in line with them."""
-    index.touch()
+    index.will_change()
     index.conn.execute("INSERT INTO passages_fts (passages_fts) VALUES ('optimize')")
     index.conn.execute("INSERT INTO sections_fts (sections_fts) VALUES ('optimize')")
 
