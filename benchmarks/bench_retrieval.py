@@ -20,7 +20,7 @@ Latency: layouts of 1,000 and 10,000 conversations (generated the same way, 4..`
 turns each, written directly as rollout files, memory generated with the ``extractive`` engine,
 index built by ``reindex``); ``search`` with the transcript tier inside one warm process,
 p50/p95 over the questions. ``SANDMEM_RETRIEVAL_DIR=<dir>`` keeps the scale layouts there and
-reuses them.
+reuses them. ``SANDMEM_RETRIEVAL_SCALES=1000`` runs only the named latency layouts.
 """
 
 from __future__ import annotations
@@ -262,6 +262,10 @@ def run(
 ) -> Figure:
     keep_dir = os.environ.get("SANDMEM_RETRIEVAL_DIR")
     keep = Path(keep_dir) if keep_dir else None
+    # SANDMEM_RETRIEVAL_SCALES=1000 runs only the named latency layouts (the 10,000 one takes
+    # the longest to build); the figure's table shows which ran
+    if chosen := os.environ.get("SANDMEM_RETRIEVAL_SCALES", "").strip():
+        scales = tuple(int(n) for n in chosen.split(","))
     quality = asyncio.run(_quality(conversations, max_turns))
     latency = [asyncio.run(_latency(n, keep)) for n in scales]
     recall = quality["recall"]
