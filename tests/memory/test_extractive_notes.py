@@ -4,10 +4,9 @@ that says where something lives is a fact, not a preference (issue 39, item 12).
 from __future__ import annotations
 
 import pytest
-from memory_doubles import extracted
+from memory_doubles import consolidated, extracted
 
-from sandmem.memory._types import ConsolidationInputs, ConsolidationOutput, SelectedMemory
-from sandmem.memory.extractive import consolidate
+from sandmem.memory._types import SelectedMemory
 from sandmem.memory.extractive._salience import classify
 from sandmem.memory.rollouts import note_segment, read_note, segment_line
 
@@ -18,22 +17,6 @@ def _note(rid: str, text: str, kind: str) -> SelectedMemory:
     source = {"via": "MCP (stdio)", "client": "claude-code 1.0", "session": SESSION}
     line = segment_line(note_segment(rid, text, kind=kind, source=source)).decode()
     return extracted(rid, line)
-
-
-def _consolidated(chosen: list[SelectedMemory]) -> ConsolidationOutput:
-    return consolidate(
-        ConsolidationInputs(
-            memories_dir="memories",
-            selected=chosen,
-            added=[m.ref for m in chosen],
-            retained=[],
-            removed=[],
-            current_memory_md="",
-            consolidated_memory_md="",
-            memory_md_max_bytes=96_000,
-            summary_max_bytes=24_000,
-        )
-    )
 
 
 def _preferences(summary: str) -> str:
@@ -73,7 +56,7 @@ def test_a_note_is_filed_by_its_kind_never_as_a_task(rid: str, text: str, kind: 
 
 
 def test_consolidated_notes_keep_their_kinds_and_no_session_id() -> None:
-    out = _consolidated([_note(*n) for n in NOTES])
+    out = consolidated([_note(*n) for n in NOTES])
     prefs = _preferences(out.memory_summary_md)
     assert "Always run the linters before committing." in prefs
     assert "credentials" not in prefs and "deploy key" not in prefs and "twine" not in prefs
