@@ -33,7 +33,8 @@ NOT_DONE = Check(False, "still wrong")
 def test_the_verdict_answers_each_question_separately(
     run_1: Check, summary: str, carried: bool, code: int, last: str
 ) -> None:
-    lines, got = verdict(run_1, Check(False, "no new test file under tests/"), summary, carried)
+    no_test = Check(False, "no new test file under tests/")
+    lines, got = verdict(run_1, no_test, summary, carried, len(summary.encode()) + 1)
     assert got == code
     assert lines[0] == (
         f"Run 1 did its task (fix the bug): {'YES' if run_1.done else 'NO'}: {run_1.detail}"
@@ -42,7 +43,7 @@ def test_the_verdict_answers_each_question_separately(
     if not summary.strip():
         assert memory.startswith("Memory carried to run 2: NO: memory_summary.md is empty")
     elif carried:
-        assert memory.startswith("Memory carried to run 2: YES:") and "6 bytes" in memory
+        assert memory.startswith("Memory carried to run 2: YES:") and "7 B)" in memory
     else:
         assert memory.startswith("Memory carried to run 2: NO: run 2's first model request")
     assert lines[2] == "Run 2 did its task (regression test): NO: no new test file under tests/"

@@ -9,6 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from sandmem.eval import EvalStopped
+
 _SUITE = """
 name = "resume"
 [[task]]
@@ -28,9 +32,10 @@ check = "test -f {release} || sleep 60"
 """
 
 
-def _eval(suite: Path, out: Path) -> subprocess.Popen[str]:
+def _eval(suite: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
+    sandmem = str(Path(sys.executable).with_name("sandmem"))
     return subprocess.Popen(
-        [str(Path(sys.executable).with_name("sandmem")), "eval", str(suite), "--out", str(out)],
+        [sandmem, "eval", str(suite), "--out", str(out), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -101,3 +106,37 @@ def test_sigint_exits_130_and_says_how_to_resume(tmp_path: Path) -> None:
         proc.communicate(timeout=30)
     assert proc.returncode == 130, output
     assert "2 finished cells are kept" in output and "rerun" in output
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["kept", "fresh"])
+def test_ctrl_c_says_how_to_resume_without_losing_the_kept_cells(
+    tmp_path: Path, fresh: bool
+) -> None:
+    suite = tmp_path / "suite.toml"
+    suite.write_text(_SUITE.format(release=tmp_path / "never"))
+    out = tmp_path / "out"
+    proc = _eval(suite, out, *(["--fresh"] if fresh else []))
+    try:
+        _wait_for(out, "first.no-memory.0", proc)
+        time.sleep(0.3)  # the second task's check is now sleeping
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 130, output
+    said = output[output.index("interrupted:") :]
+    assert "finished cells are kept" in said
+    if fresh:
+        assert "rerun the command without --fresh" in said and "same command" not in said
+    else:
+        assert "rerun the same command" in said and "without --fresh" not in said
+
+
+@pytest.mark.parametrize("cell", [None, "first.memory.0"])
+def test_a_stopped_fresh_eval_says_to_rerun_without_fresh(cell: str | None) -> None:
+    plain = str(EvalStopped("the server refused the key", cell=cell))
+    fresh = str(EvalStopped("the server refused the key", cell=cell, fresh=True))
+    assert "rerun the same command" in plain and "--fresh" not in plain
+    assert "rerun the command without --fresh" in fresh and "same command" not in fresh

@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable
 
 from sandmem._items import Item
-from sandmem.memory._types import SelectedMemory
-from sandmem.memory.extractive import extract
+from sandmem.memory._types import ConsolidationInputs, ConsolidationOutput, SelectedMemory
+from sandmem.memory.extractive import consolidate, extract
 from sandmem.memory.layout import fingerprint
 from sandmem.memory.selection import RawMemoryRef
 from sandmem.models._base import ModelRequest
@@ -118,3 +118,21 @@ def extracted(rollout_id: str, text: str) -> SelectedMemory:
         terminal_state=fp.terminal_state,
     )
     return SelectedMemory(ref, artifacts.raw_memory, artifacts.rollout_summary)
+
+
+def consolidated(chosen: list[SelectedMemory]) -> ConsolidationOutput:
+    """The extractive phase two of ``chosen`` (all added, nothing removed, no manual notes,
+    the default budgets)."""
+    return consolidate(
+        ConsolidationInputs(
+            memories_dir="memories",
+            selected=chosen,
+            added=[m.ref for m in chosen],
+            retained=[],
+            removed=[],
+            current_memory_md="",
+            consolidated_memory_md="",
+            memory_md_max_bytes=96_000,
+            summary_max_bytes=24_000,
+        )
+    )

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_doubles import extracted
+from memory_doubles import consolidated, extracted
 
 from sandmem.memory import generate_sync, ingest_sync, search_sync
-from sandmem.memory._types import ConsolidationInputs, SelectedMemory
-from sandmem.memory.extractive import consolidate, extract
+from sandmem.memory._types import SelectedMemory
+from sandmem.memory.extractive import extract
 from sandmem.memory.extractive._salience import classify, salient_quote
 from sandmem.memory.extractive.phase_one import raw_memory_budget, summary_budget
 
@@ -83,19 +83,7 @@ def test_late_facts_reach_memory_md() -> None:
         _selected(f"conv-{n}", _conversation(_messages(12, 9 + n % 3, planted)))
         for n, planted in enumerate(PLANTED.values())
     ]
-    memory = consolidate(
-        ConsolidationInputs(
-            memories_dir="memories",
-            selected=chosen,
-            added=[m.ref for m in chosen],
-            retained=[],
-            removed=[],
-            current_memory_md="",
-            consolidated_memory_md="",
-            memory_md_max_bytes=96_000,
-            summary_max_bytes=24_000,
-        )
-    )
+    memory = consolidated(chosen)
     for planted in PLANTED.values():
         assert planted in memory.memory_md
     assert "From now on I prefer structlog" in memory.memory_summary_md

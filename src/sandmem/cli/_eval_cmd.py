@@ -17,6 +17,7 @@ from sandmem.eval import (
     run_eval,
     what_ran,
 )
+from sandmem.eval._failures import rerun_advice
 
 
 def _conditions(value: str) -> tuple[str, ...]:
@@ -132,8 +133,8 @@ def eval_command(
     except KeyboardInterrupt:
         kept = len(list((out / "cells").glob("*.json")))
         click.echo(
-            f"\ninterrupted: {kept} finished cells are kept in {out / 'cells'}; rerun the same "
-            "command to resume where it stopped",
+            f"\ninterrupted: {kept} finished cells are kept in {out / 'cells'}; "
+            f"{rerun_advice(fresh)}",
             err=True,
         )
         raise SystemExit(130) from None

@@ -61,6 +61,12 @@ if TYPE_CHECKING:
 @click.option("--retry-cap", default=300.0, show_default=True, help="Longest retry delay (s).")
 @click.option("--s3-connect-timeout", default=5.0, show_default=True, help="Seconds.")
 @click.option("--s3-read-timeout", default=20.0, show_default=True, help="Seconds.")
+@click.option(
+    "--stop-grace",
+    default=10.0,
+    show_default=True,
+    help="Seconds a stop lets running jobs finish; the rest go back on the queue.",
+)
 @click.option("--name", default=None, help="Worker name in its banner [sandmem@HOST-PID].")
 @client_options
 def worker_command(
@@ -80,6 +86,7 @@ def worker_command(
     retry_cap: float,
     s3_connect_timeout: float,
     s3_read_timeout: float,
+    stop_grace: float,
     name: str | None,
 ) -> None:
     """Run a worker that executes deferred memory generation jobs.
@@ -88,7 +95,8 @@ def worker_command(
     RedisScheduler(...)) push their rollouts at stop and enqueue a job; this worker runs it
     with the same two-phase pipeline, retry state, redaction and verification as inline
     generation, up to --concurrency jobs at once. Run as many as you like, on any host: a
-    lease per layout keeps one writer. SIGTERM lets running jobs finish, then exits.
+    lease per layout keeps one writer. SIGTERM or Ctrl-C lets running jobs finish for up to
+    --stop-grace seconds, puts the rest back on the queue, then exits.
     """
     from sandmem.distributed._queue import RedisQueue, redact_url
     from sandmem.distributed._s3 import S3MemoryStore
@@ -118,14 +126,15 @@ def worker_command(
         sweep_interval_s=sweep_interval,
         max_attempts=max_attempts,
         retry_cap_s=retry_cap,
+        stop_grace_s=stop_grace,
     )
     _log_to_stderr(os.environ.get("SANDMEM_WORKER_LOGLEVEL", "WARNING").upper())
     node = name or f"sandmem@{socket.gethostname()}-{os.getpid()}"
     click.echo(
         f"sandmem worker {node}: jobs from {redact_url(broker)} (queue {queue}, concurrency "
         f"{concurrency}), memory in {root.describe()}; phase one {config.phase_one_model}, "
-        f"phase two {config.phase_two_model}; Ctrl-C or SIGTERM lets running jobs finish, "
-        "then stops",
+        f"phase two {config.phase_two_model}; Ctrl-C or SIGTERM lets running jobs finish "
+        f"(up to {stop_grace:g} s, then they go back on the queue), then stops",
         err=True,
     )
     asyncio.run(_serve(worker, node))  # ends the process itself after a signal
@@ -156,7 +165,8 @@ async def _serve(worker: Worker, node: str) -> None:
         if not got:
             running = len(worker.running)
             click.echo(
-                f"sandmem worker {node}: stopping; {running} running job(s) finish first",
+                f"sandmem worker {node}: stopping; {running} running job(s) finish first (up "
+                f"to {worker.stop_grace_s:g} s, then they go back on the queue)",
                 err=True,
             )
         got.append(sig)
@@ -174,13 +184,15 @@ async def _serve(worker: Worker, node: str) -> None:
     click.echo(f"sandmem worker {node} ready.", err=True)
     await worker.run(stop)
     if got:
+        back = f", {worker.put_back} put back on the queue" if worker.put_back else ""
         click.echo(
-            f"sandmem worker {node} stopped ({got[0].name}): {worker.done} job(s) done, "
+            f"sandmem worker {node} stopped ({got[0].name}): {worker.done} job(s) done{back}, "
             "each saved to the store as it finished; none left half-done",
             err=True,
         )
-        # every job has finished; what may still run is a chore's abandoned store or broker
-        # call in a thread (a sweep waiting out its S3 timeouts): do not wait for it
+        # every job has settled or gone back to the queue; what may still run is a chore's
+        # abandoned store or broker call in a thread (a sweep waiting out its S3 timeouts):
+        # do not wait for it
         sys.stdout.flush()
         sys.stderr.flush()
         logging.shutdown()

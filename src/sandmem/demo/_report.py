@@ -8,6 +8,8 @@ import textwrap
 from typing import TextIO
 
 from sandmem._items import Item, item_kind
+from sandmem._log_lines import human_size
+from sandmem.memory import _files
 from sandmem.sandboxes import SandboxSession
 
 _MAX_ARG = 90
@@ -93,8 +95,8 @@ async def tree_lines(session: SandboxSession, path: str) -> list[str]:
                 lines.append(f"{prefix}{branch}{name}/")
                 await walk(child, prefix + ("    " if last else "│   "))
             else:
-                size = len(await session.read_bytes(child))
-                lines.append(f"{prefix}{branch}{name}  ({size:,} bytes)")
+                size = await _files.size(session, child)
+                lines.append(f"{prefix}{branch}{name}  ({human_size(size)})")
 
     if await session.exists(path):
         await walk(path, "")

@@ -52,7 +52,7 @@ from sandmem.demo._workspace import (
     command_env,
     invoice_workspace,
 )
-from sandmem.memory import EXTRACTIVE
+from sandmem.memory import EXTRACTIVE, _files
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.read_prompt import memory_read_prompt
 from sandmem.memory.state import read_log
@@ -233,18 +233,19 @@ def _describe_log(records: list[dict[str, Any]]) -> str:
     )
 
 
-async def _show_memory(setup: _Setup, session: SandboxSession) -> str:
+async def _show_memory(setup: _Setup, session: SandboxSession) -> tuple[str, int]:
     setup.write(f"  Memory generation: {_describe_log(await _generation_log(session))}")
     setup.write("  Memory tree:")
     for path in (MEMORIES_DIR, SESSIONS_DIR):
         setup.write(indent("\n".join(await tree_lines(session, path))).rstrip("\n"))
     summary_path = f"{MEMORIES_DIR}/memory_summary.md"
     summary = ""
-    if await session.exists(summary_path):
-        summary = (await session.read_bytes(summary_path)).decode("utf-8", "replace")
+    size = await _files.size(session, summary_path) or 0
+    if size:
+        summary = (await _files.read_bytes(session, summary_path)).decode("utf-8", "replace")
     setup.write(f"  {summary_path}:")
     setup.write(indent(summary or "(empty)", "    │ ").rstrip("\n"))
-    return summary
+    return summary, size
 
 
 async def _scenario(setup: _Setup) -> int:
@@ -270,7 +271,7 @@ async def _scenario(setup: _Setup) -> int:
     try:
         async with resumed:
             setup.write("[2/3] A new session resumed from the snapshot: the memory run 2 gets")
-            summary = await _show_memory(setup, resumed)
+            summary, summary_bytes = await _show_memory(setup, resumed)
             seen = len(await _generation_log(resumed))
             setup.write("\n[3/3] Run 2 in the resumed session (the task names no bug, no file)")
             _, model = await _run(setup, resumed, REGRESSION_TASK, RUN_2_ID)
@@ -280,7 +281,8 @@ async def _scenario(setup: _Setup) -> int:
         page = await _keep(setup, resumed) if setup.keep else None
     finally:
         await client.delete(resumed)
-    lines, code = verdict(fixed, tested, summary, memory_carried(_first(model), summary))
+    carried = memory_carried(_first(model), summary)
+    lines, code = verdict(fixed, tested, summary, carried, summary_bytes)
     setup.write("")
     for line in lines:
         setup.write(line)

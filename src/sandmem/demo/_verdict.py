@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sandmem._log_lines import human_size
 from sandmem.demo._workspace import BUGGY_FILE, python_command
 from sandmem.sandboxes import SandboxSession
 
@@ -72,11 +73,11 @@ async def check_regression_test(session: SandboxSession) -> Check:
 
 
 def verdict(
-    run_1: Check, run_2: Check | None, summary: str, carried: bool
+    run_1: Check, run_2: Check | None, summary: str, carried: bool, summary_bytes: int
 ) -> tuple[list[str], int]:
     """The verdict's lines and the exit status (0: run 1 did its task and memory was
-    carried)."""
-    size = len(summary.encode())
+    carried). ``summary_bytes`` is memory_summary.md's size on disk (``_files.size``), shown
+    as the memory tree and ``sandmem memory status`` show it."""
     if not summary.strip():
         memory = "NO: memory_summary.md is empty, so run 2 had no memory to read"
     elif not carried:
@@ -87,7 +88,7 @@ def verdict(
     else:
         memory = (
             "YES: run 2's first model request carried run 1's memory (memory_summary.md inside "
-            f"the memory prompt of its instructions, {size} bytes)"
+            f"the memory prompt of its instructions, {human_size(summary_bytes)})"
         )
     lines = [
         f"Run 1 did its task (fix the bug): {'YES' if run_1.done else 'NO'}: {run_1.detail}",

@@ -23,6 +23,16 @@ the worker goes on. The **sweeper** (one worker per interval, at start and every
 ``sweep_interval_s``) lists the pending marks under ``--store`` and enqueues each layout
 whose oldest mark is older than the interval: work whose enqueue was lost (a broker down at
 the stop, a broker restarted empty) runs without waiting for another stop.
+
+**Stopping** (``stop`` set: SIGTERM, the first Ctrl-C) takes no new job and is bounded: the
+running jobs get ``stop_grace_s`` (default 10 s) to finish and be acknowledged; any still
+running then is cancelled and its message put back on the queue at once, not counted as an
+attempt (another worker runs it from the start: jobs are idempotent; its layout's lease, if a
+cancelled release did not reach Redis, expires after its TTL). The chores (tick, heartbeat,
+sweep) are cancelled and not waited for past ``_SETTLE_S`` (a store or broker call in a thread
+cannot be interrupted; it is abandoned), nor is anything waited for behind such a thread. A
+message that cannot be put back (the broker away) is redelivered by the queue's tick once its
+visibility timeout passes, as when a worker dies.
 """
 
 from __future__ import annotations
@@ -42,6 +52,10 @@ from sandmem.memory.store._base import MemoryStoreConflict, MemoryStoreError
 from sandmem.redaction import redact
 
 logger = logging.getLogger("sandmem.distributed")
+
+#: how long a stopping worker waits for its cancelled jobs to put their messages back and for
+#: its cancelled chores, each (a store or broker call in a thread cannot be interrupted)
+_SETTLE_S = 2.0
 
 
 def job_store(root: S3MemoryStore, job: JobMessage) -> S3MemoryStore:
@@ -79,6 +93,7 @@ class Worker:
         max_attempts: int = 8,
         retry_base_s: float = 2.0,
         retry_cap_s: float = 300.0,
+        stop_grace_s: float = 10.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -91,9 +106,13 @@ class Worker:
         self.max_attempts = max_attempts
         self.retry_base_s = retry_base_s
         self.retry_cap_s = retry_cap_s
+        #: how long a stop lets running jobs finish before they are put back on the queue
+        self.stop_grace_s = stop_grace_s
         #: message ids of the jobs running in this process (their deadlines are renewed)
         self.running: set[str] = set()
+        #: jobs settled (acknowledged, retried or failed), and jobs a stop put back
         self.done = 0
+        self.put_back = 0
         self._warm = False
         #: one pooled synchronous Redis client for every lease this worker takes
         self._leases: Any = None
@@ -138,11 +157,10 @@ class Worker:
             asyncio.create_task(self._every(self.sweep_interval_s, self.sweep, first=0.0)),
         ]
         idle = 0.05
+        claimed_by: dict[asyncio.Task[None], tuple[str, bytes]] = {}
         try:
             while not stop.is_set():
-                await slots.acquire()
-                if stop.is_set():
-                    slots.release()
+                if not await _acquire(slots, stop):
                     break
                 try:
                     claimed = await self.queue.claim()
@@ -159,17 +177,46 @@ class Worker:
                 idle = 0.05
                 task = asyncio.create_task(self._handle(*claimed))
                 jobs.add(task)
+                claimed_by[task] = claimed
                 task.add_done_callback(jobs.discard)
+                task.add_done_callback(lambda t: claimed_by.pop(t, None))
                 task.add_done_callback(lambda _t: slots.release())
         finally:
             for chore in chores:
                 chore.cancel()
-            if jobs:
-                await asyncio.wait(jobs)
-            await asyncio.gather(*chores, return_exceptions=True)
+            await self._wind_down(jobs, claimed_by)
+            await asyncio.wait(chores, timeout=_SETTLE_S)
             if self._leases is not None:
                 leases, self._leases = self._leases, None
-                await asyncio.to_thread(leases.close)
+                with contextlib.suppress(Exception):
+                    leases.close()  # closes sockets; never queued behind an abandoned thread
+
+    async def _wind_down(
+        self, jobs: set[asyncio.Task[None]], claimed_by: dict[asyncio.Task[None], tuple[str, bytes]]
+    ) -> None:
+        """Let the running jobs finish within ``stop_grace_s``; cancel the rest and put their
+        messages back on the queue (within ``_SETTLE_S``)."""
+        if jobs:
+            await asyncio.wait(set(jobs), timeout=self.stop_grace_s)
+        late = {task: claimed_by[task] for task in jobs if task in claimed_by}
+        if not late:
+            return
+        for task in late:
+            task.cancel()
+        await asyncio.wait(late, timeout=_SETTLE_S)
+
+        async def put_back(message_id: str, raw: bytes) -> None:
+            try:
+                await self.queue.retry_later(message_id, 0.0, raw)
+                self.put_back += 1
+                logger.warning("job %s put back on the queue: the worker is stopping", message_id)
+            except Exception as exc:  # the tick redelivers it after the visibility timeout
+                logger.warning("job %s not put back (%s): redelivered later", message_id, exc)
+
+        returns = [asyncio.create_task(put_back(*claimed)) for claimed in late.values()]
+        _, pending = await asyncio.wait(returns, timeout=_SETTLE_S)
+        for task in pending:
+            task.cancel()
 
     async def _every(self, interval_s: float, fn: Any, first: float | None = None) -> None:
         await asyncio.sleep(interval_s if first is None else first)
@@ -194,11 +241,12 @@ class Worker:
         self.running.add(message_id)
         try:
             await self._handle_inner(message_id, raw)
+            self.done += 1
         except Exception:  # a broker error while settling: the tick redelivers the message
             logger.exception("could not settle job %s", message_id)
-        finally:
-            self.running.discard(message_id)
             self.done += 1
+        finally:  # cancelled by a stop: put back on the queue by ``_wind_down``
+            self.running.discard(message_id)
 
     async def _handle_inner(self, message_id: str, raw: bytes) -> None:
         try:
@@ -318,6 +366,26 @@ class Worker:
                 logger.info("sweeper: enqueued %s (pending for %.0f s)", job.layout, age)
                 enqueued += 1
         return enqueued
+
+
+async def _acquire(slots: asyncio.Semaphore, stop: asyncio.Event) -> bool:
+    """Take a job slot, or give up when ``stop`` is set first (False)."""
+    if stop.is_set():
+        return False
+    take = asyncio.ensure_future(slots.acquire())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({take, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not take.done():
+        take.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await take
+    if take.done() and not take.cancelled():
+        if stop.is_set():
+            slots.release()
+            return False
+        return True
+    return False
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

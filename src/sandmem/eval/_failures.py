@@ -27,16 +27,28 @@ from sandmem.memory.state import classify
 from sandmem.redaction import redact
 
 
+def rerun_advice(fresh: bool) -> str:
+    """How to resume an eval that stopped: rerun it as it was, except that a rerun with
+    ``--fresh`` would run again (and overwrite) the finished cells it kept."""
+    if fresh:
+        return (
+            "rerun the command without --fresh to resume where it stopped (with --fresh it "
+            "would run the finished cells again)"
+        )
+    return "rerun the same command to resume where it stopped (finished cells are reused)"
+
+
 class EvalStopped(SandmemError):
     """The eval stopped before its end for a reason that is not a task's failure (the model
     server, its key or model name, a timeout, the configuration). ``cell`` names the cell it
-    happened in (``None``: before the first task); nothing of that cell was kept."""
+    happened in (``None``: before the first task); nothing of that cell was kept. ``fresh``:
+    the eval ran with ``--fresh`` (the advice then says to rerun without it)."""
 
-    def __init__(self, reason: str, *, cell: str | None = None) -> None:
+    def __init__(self, reason: str, *, cell: str | None = None, fresh: bool = False) -> None:
         where = f"in cell {cell}" if cell else "before the first task"
         super().__init__(
             f"eval stopped {where}: {reason}; this is not a task failure, so nothing of it "
-            "was kept: fix it and run the same command again (finished cells are reused)"
+            f"was kept: fix it and {rerun_advice(fresh)}"
         )
         self.reason = reason
         self.cell = cell

@@ -366,6 +366,10 @@ async def run_suite_detailed(suite: Suite, options: EvalOptions) -> SuiteRun:
     settings, owned = await _prepare(suite, options)
     try:
         return await _run_cells(suite, options, settings)
+    except EvalStopped as exc:
+        if not options.fresh:
+            raise
+        raise EvalStopped(exc.reason, cell=exc.cell, fresh=True) from exc.__cause__
     finally:
         if owned is not None:
             await owned.aclose()

@@ -150,6 +150,14 @@ async def stat_many(session: SandboxSession, paths: Sequence[str]) -> dict[str, 
         return await session.stat_many(list(paths))
 
 
+async def size(session: SandboxSession, path: str) -> int | None:
+    """The size of the regular file at ``path`` on disk, in bytes (``None``: missing, a link,
+    a special file) — the one number every report of a memory file's size shows (``memory
+    status``/``tree``, the viewer, the demo), never the length of a decoded or cleaned text."""
+    found = (await stat_many(session, [path]))[path]
+    return None if found is None else found.size
+
+
 async def exists(session: SandboxSession, path: str) -> bool:
     """Whether an entry other than a symlink is there (a link, or a link on the way, counts
     as missing)."""

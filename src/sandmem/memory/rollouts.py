@@ -274,6 +274,18 @@ def note_segment(
     )
 
 
+_NOTE_TAIL = re.compile(r"\n\n\(A (preference|fact|procedure|note) to remember\.\)\s*\Z")
+
+
+def read_note(message: str) -> tuple[str, str] | None:
+    """``(kind, text)`` of a user message :func:`note_segment` wrote, or ``None`` for any
+    other message: the one reader of the note's kind marker."""
+    found = _NOTE_TAIL.search(message)
+    if found is None:
+        return None
+    return found.group(1), message[: found.start()].strip()
+
+
 _MAX_DEPTH = 64
 
 

@@ -25,7 +25,7 @@ from sandmem.memory.extractive._shell import (
     viewed_file,
 )
 from sandmem.memory.extractive._text import clip, one_line
-from sandmem.memory.rollouts import exception_text
+from sandmem.memory.rollouts import exception_text, read_note
 from sandmem.redaction import Redactor
 
 _TOOL_ERROR = re.compile(r"^\s*error\b[:\s]", re.I)
@@ -122,6 +122,9 @@ class Facts:
     statements: list[Statement] = field(default_factory=list)
     corrections: list[str] = field(default_factory=list)
     preferences: list[str] = field(default_factory=list)
+    #: what notes given over MCP (``memory_remember``) said, as ``(kind, text)``: a fact or a
+    #: procedure (a preference note's text is among ``preferences``)
+    notes: list[tuple[str, str]] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     files: dict[str, FileFact] = field(default_factory=dict)
@@ -189,6 +192,12 @@ class _Walker:
         text = text.strip()
         if not text:
             return
+        note = read_note(text)
+        if note is not None and note[0] != "note":
+            self._note(*note)
+            return
+        if note is not None:
+            text = note[1]
         said = statements(text, len(self.facts.requests) + 1)
         self.facts.requests.append(text)
         known = {s.text for s in self.facts.statements}
@@ -203,6 +212,15 @@ class _Walker:
                 _add_unique(self.facts.corrections, statement.text)
         if first or any(s.kind not in ("preference", "correction") for s in said) or not said:
             self.facts.tasks.append(text)
+
+    def _note(self, kind: str, text: str) -> None:
+        """A note of a declared kind is filed by that kind, never as a task, whatever its
+        wording (a fact that says *never* is still a fact)."""
+        self.facts.requests.append(text)
+        if kind == "preference":
+            _add_unique(self.facts.preferences, text)
+        elif (kind, text) not in self.facts.notes:
+            self.facts.notes.append((kind, text))
 
     def _call(self, segment: int, item: Item) -> None:
         name = str(item.get("name") or "tool")

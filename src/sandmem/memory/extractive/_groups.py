@@ -18,6 +18,7 @@ from sandmem.memory.selection import newest_first
 KINDS = (
     "task",
     "preference",
+    "procedure",
     "correction",
     "decision",
     "constraint",
@@ -34,7 +35,8 @@ KINDS = (
     "directory",
 )
 _LABEL = re.compile(
-    r"^(task|outcome|result|preference|correction|decision|constraint|fact|request|changed|fix|"
+    r"^(task|outcome|result|preference|procedure|correction|decision|constraint|fact|request|"
+    r"changed|fix|"
     r"failed|works|file|directory)\s*:\s*",
     re.I,
 )

@@ -65,6 +65,17 @@ _ASK = re.compile(
     r"help|drop|split|merge|migrate|upgrade|downgrade|pin|document|clean)\b",
     re.I,
 )
+#: a sentence that says where something is (credentials, a config, a log) states a fact, even
+#: when it says *never* or *instead* ("the token never lives in the repo, it is in ~/.env")
+_LOCATION = re.compile(
+    r"\b(?:lives?|is|are|sits?|resides?|stored|kept|located|found|saved|goes|go)\s+"
+    r"(?:only\s+)?(?:in|at|under|inside)\b",
+    re.I,
+)
+#: ... unless it is addressed to the agent: an instruction or a stated preference
+_ADDRESSED = re.compile(
+    r"\bprefer|^(?:always|never|don't|dont|do not|please|make sure|from now on)\b|\byou\b", re.I
+)
 _FILLER = re.compile(
     r"^(?:ok(?:ay)?|thanks?(?: you)?|great|nice|cool|perfect|sounds good|go ahead|continue|"
     r"yes|yep|sure|done|lgtm|thx)\b[\s.!]*$",
@@ -117,6 +128,8 @@ def classify(sentence: str, *, first: bool) -> str | None:
         return None
     if sentence.endswith("?"):
         return "request"
+    if _LOCATION.search(sentence) and not _ADDRESSED.search(sentence):
+        return "fact"
     if PREFERENCE.search(sentence):
         return "preference"
     if not first and CORRECTION.match(sentence):

@@ -278,6 +278,7 @@ def render_raw_memory(facts: Facts, rollout_id: str) -> str:
     ranked += [f"- Task: {quote(r, 240)}" for r in facts.tasks[:3]]
     ranked.append(f"- Outcome: {outcome_phrase(facts)}")
     ranked += [f"- Preference: {quote(p, 240)}" for p in facts.preferences]
+    ranked += [f"- {kind.capitalize()}: {quote(text, 240)}" for kind, text in facts.notes]
     ranked += [f"- Correction: {quote(c, 240)}" for c in facts.corrections]
     shown = {quote(r, 240)[1:-1] for r in facts.tasks[:3]}
     said = [

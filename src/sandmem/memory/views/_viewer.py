@@ -412,9 +412,7 @@ async def collect(
     data.summary = summary
 
     async def summary_size() -> int:
-        if not await _files.exists(session, paths.summary_md):
-            return 0
-        return len(await _files.read_bytes(session, paths.summary_md))
+        return await _files.size(session, paths.summary_md) or 0
 
     data.summary_bytes = await reader.guard(paths.summary_md, summary_size, 0)
     if summary:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from sandmem._log_lines import human_size
 from sandmem.memory.layout import SUMMARIES_DIR
 from sandmem.memory.views._viewer import SizePoint, Summary, ViewerData, collect
 from sandmem.memory.views._viewer_history import render_history
@@ -73,7 +74,7 @@ def _summary(data: ViewerData) -> str:
         else ""
     )
     note = (
-        f"{_e(data.memories_dir)}/memory_summary.md, {size} bytes"
+        f"{_e(data.memories_dir)}/memory_summary.md, {human_size(size)}"
         + (", cut to 15,000 tokens (head and tail) as every run receives it" if cut else "")
         + ". It is placed in each run's instructions inside the memory prompt."
     )
