@@ -418,7 +418,7 @@ def test_the_no_memory_error_speaks_to_cli_users(tmp_path: Path) -> None:
 
 
 def test_the_viewer_lists_newest_first_and_the_real_summary_size(workspace: Path) -> None:
-    import re
+    from sandmem._log_lines import human_size
 
     page = workspace.parent / "view.html"
     assert invoke("memory", "view", "-w", workspace, "--out", page).exit_code == 0
@@ -427,8 +427,8 @@ def test_the_viewer_lists_newest_first_and_the_real_summary_size(workspace: Path
     listed = [c["rollout_id"] for c in invoke_json("memory", "list", "-w", workspace, "--json")]
     assert listed == ["deploy-notes", "invoice-fix"]
     size = (workspace / "memories" / "memory_summary.md").stat().st_size
-    found = re.search(r"memory_summary\.md, (\d+) bytes", html)
-    assert found is not None and int(found.group(1)) == size
+    # the size on disk, in the CLI's form (tests/cli/test_file_sizes_agree.py: every surface)
+    assert f"memory_summary.md, {human_size(size)}" in html
     tree = invoke_json("memory", "tree", "-w", workspace, "--json")
     sizes = {f["path"]: f["bytes"] for f in tree["files"]}
     assert sizes["memories/memory_summary.md"] == size
