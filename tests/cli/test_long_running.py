@@ -5,6 +5,7 @@ bind and argument errors into one ``Error:`` line. Driven in a pseudo-terminal."
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import time
@@ -14,6 +15,11 @@ import pytest
 from cli_workspaces import invoke
 from ingest_fixtures import codex_session_one
 from pty_run import PtyCommand
+
+#: the MCP server's tests need the `mcp` extra (`make test-min` runs tests/cli without it)
+needs_mcp = pytest.mark.skipif(
+    importlib.util.find_spec("mcp") is None, reason="needs the mcp extra"
+)
 
 
 def test_watch_says_what_it_watches_and_what_ctrl_c_saved(tmp_path: Path) -> None:
@@ -64,6 +70,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@needs_mcp
 def test_mcp_stdio_says_what_it_serves_and_stops_on_the_first_ctrl_c(tmp_path: Path) -> None:
     ws = _layout(tmp_path / "ws")
     with PtyCommand("mcp", "-w", ws) as cmd:
@@ -78,6 +85,7 @@ def test_mcp_stdio_says_what_it_serves_and_stops_on_the_first_ctrl_c(tmp_path: P
         cmd.expect(r"stopped \(Ctrl-C\): every note and edit made through the server is saved")
 
 
+@needs_mcp
 def test_mcp_http_names_the_mcp_endpoint_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     ws = _layout(tmp_path / "ws")
     port = _free_port()
@@ -131,6 +139,7 @@ def test_mcp_a_bad_address_is_one_error_line(tmp_path: Path, given: str, says: s
     assert "Traceback" not in result.stderr
 
 
+@needs_mcp
 def test_mcp_refuses_an_empty_directory_unless_asked(tmp_path: Path) -> None:
     result = invoke("mcp", "-w", tmp_path)
     assert result.exit_code == 2
