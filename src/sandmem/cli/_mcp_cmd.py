@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from sandmem._extras import require
 from sandmem.cli._common import (
     engine_options,
     generate_config,
@@ -200,6 +201,7 @@ def mcp_command(
         _require_memory(workspace, memories_dir, sessions_dir)
     if address is not None:
         _check_port(*address)
+    require("mcp", "mcp")  # before the start line: a missing extra is the one line printed
     given = click.get_current_context().get_parameter_source("workspace")
     default = given is click.core.ParameterSource.DEFAULT
     tools = _tools(read_only, allow_forget, allow_generate)
