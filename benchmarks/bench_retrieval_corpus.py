@@ -81,7 +81,7 @@ ATTRIBUTES = [
     (
         "The {c} {a} {k} retries {v} times before giving up.",
         "How many attempts does the {C} {A} {K} make after a failure?",
-        lambda r: f"{r.randrange(2, 60)}x",
+        lambda r: f"{r.randrange(2, 600)}x",
     ),
     (
         "The {c} {a} {k} writes its output to {v}.",
@@ -169,9 +169,12 @@ def _fact(
     parts by their own word, the others by a synonym."""
     c, a, k, t = subject
     fact_t, question_t, value_of = ATTRIBUTES[t]
-    value = value_of(rng)
-    while value in used:
+    for _ in range(10_000):  # values are drawn until one is new: never forever
         value = value_of(rng)
+        if value not in used:
+            break
+    else:
+        raise ValueError(f"no new value for {fact_t!r}: too many facts for its value range")
     used.add(value)
     names = {"c": CADENCES[c][0], "a": AREAS[a][0], "k": COMPONENTS[k][0], "v": value}
     parts = [("C", CADENCES[c]), ("A", AREAS[a]), ("K", COMPONENTS[k])]
