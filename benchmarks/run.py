@@ -137,8 +137,15 @@ def update(text: str, figures: list[Figure], machine: str, load: str) -> str:
         if numbered:
             lines[numbered[0]] = row
         else:
-            rows = [i for i, line in enumerate(lines) if re.match(r"^\| \d+ \| ", line)]
-            lines.insert(rows[-1] + 1 if rows else len(lines), row)
+            rows = [
+                (int(m.group(1)), i)
+                for i, line in enumerate(lines)
+                if (m := re.match(r"^\| (\d+) \| ", line))
+            ]
+            after = [i for number, i in rows if number < figure.number]
+            before = [i for number, i in rows if number > figure.number]
+            at = after[-1] + 1 if after else before[0] if before else len(lines)
+            lines.insert(at, row)
     noted = {f.number: f"figure {f.number} at {when} ({load.lower()})" for f in figures}
     kept = [i for i, line in enumerate(lines) if line.startswith(REGENERATED)]
     if kept:

@@ -229,3 +229,22 @@ def test_update_replaces_only_the_named_sections(
     assert "figure 5 at " in note and "figure 11 at " in note
     with pytest.raises(SystemExit):
         bench_run.main(["--update", str(out)])  # which figures?
+
+
+def test_update_adds_a_new_figures_summary_row_in_number_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    tiny = {
+        "selection": lambda: bench_selection.run(count=5, caps=(5,), repeat=1),
+        "ingest": lambda: bench_ingest.run(turns=2, output_bytes=200),
+    }
+    for name, fn in tiny.items():
+        monkeypatch.setitem(bench_run.FIGURES, name, fn)
+    for first, then in (("ingest", "selection"), ("selection", "ingest")):
+        assert bench_run.main(["--only", first, "--out", str(out)]) == 0
+        assert bench_run.main(["--update", str(out), "--only", then]) == 0
+        rows = [line for line in out.read_text().splitlines() if line.startswith("| 5 | ")]
+        rows += [line for line in out.read_text().splitlines() if line.startswith("| 11 | ")]
+        lines = out.read_text().splitlines()
+        assert len(rows) == 2 and lines.index(rows[0]) + 1 == lines.index(rows[1])
