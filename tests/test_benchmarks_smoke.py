@@ -16,6 +16,7 @@ if str(BENCHMARKS) not in sys.path:
 
 import bench_adaptive  # noqa: E402
 import bench_append  # noqa: E402
+import bench_compare  # noqa: E402
 import bench_exec  # noqa: E402
 import bench_extractive  # noqa: E402
 import bench_first_request  # noqa: E402
@@ -248,3 +249,25 @@ def test_update_adds_a_new_figures_summary_row_in_number_order(
         rows += [line for line in out.read_text().splitlines() if line.startswith("| 11 | ")]
         lines = out.read_text().splitlines()
         assert len(rows) == 2 and lines.index(rows[0]) + 1 == lines.index(rows[1])
+
+
+def test_compare_shows_each_differing_cell_as_before_and_after() -> None:
+    before = "## Figure 5: x\n\n| call | n | median |\n| --- | --- | --- |\n| a | 4 | 200 ms |\n"
+    after = "## Figure 5: x\n\n| call | n | median |\n| --- | --- | --- |\n| a | 5 | 0.3 s |\n"
+    table, differ, compared = bench_compare.side_by_side(before, after)
+    assert "| a | 4 → 5 | 200 ms → 0.3 s (1.50x) |" in table
+    assert (differ, compared) == (2, 3)
+    same, differ, _ = bench_compare.side_by_side(before, before)
+    assert differ == 0 and "| a | 4 | 200 ms |" in same
+    wider = after.replace("| a | 5 | 0.3 s |", "| a | 5 | 0.3 s | extra |")
+    shown, differ, _ = bench_compare.side_by_side(before, wider)
+    assert differ == -1 and "before:" in shown and "extra" in shown
+
+
+def test_compare_exports_a_commits_own_code(tmp_path: Path) -> None:
+    git = BENCHMARKS.parent / ".git"
+    if not git.exists():
+        pytest.skip("not a git checkout")
+    short = bench_compare.export("HEAD", tmp_path)
+    assert short and (tmp_path / "src" / "sandmem" / "__init__.py").is_file()
+    assert (tmp_path / "benchmarks" / "run.py").is_file()
