@@ -86,9 +86,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "memory.api",
         (
             "sandmem.memory",
-            "sandmem.memory._api",
-            "sandmem.memory._history_api",
-            "sandmem.memory._ingest_api",
+            "sandmem.memory.api",
             "sandmem.memory.mcp",
         ),
     ),
@@ -369,3 +367,69 @@ def test_the_package_has_typing_and_in_function_imports_to_check() -> None:
     typing_only = [t for targets in EDGES.values() for t, only in targets.items() if only]
     assert typing_only, "no TYPE_CHECKING import was seen"
     assert "sandmem.memory.generation._redact_pass" in EDGES["sandmem.memory.generation._stop"]
+
+
+def _private_imports_of(package: str, source: str, *, module: str, is_package: bool) -> list[str]:
+    """What ``source`` imports from ``package`` that is private: a module of it whose name
+    starts with ``_``, or a ``_name`` taken from it (``from package import _x``)."""
+    found: list[str] = []
+    base_package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = base_package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            names = [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            names = [name.partition(":")[0] for name in _lazy_names(node)]
+        for name in names:
+            if name != package and not name.startswith(package + "."):
+                continue
+            rest = name[len(package) + 1 :].split(".") if name != package else []
+            if any(part.startswith("_") for part in rest):
+                found.append(name)
+    return found
+
+
+_API = "sandmem.memory.api"
+
+
+def test_nothing_outside_the_memory_api_imports_a_private_name_of_it() -> None:
+    """The MCP server, ``sandmem.memory``, the CLI and the tests take the memory API's public
+    names (``open_target``, ``generation_manager``, ...) from ``sandmem.memory.api``."""
+    tests = Path(__file__).resolve().parent
+    sources = [(m, p, p.name == "__init__.py") for m, p in MODULES.items()]
+    sources += [(f"tests.{p.stem}", p, False) for p in tests.rglob("*.py")]
+    wrong = [
+        f"{module} imports {name}"
+        for module, path, is_package in sources
+        if not (module == _API or module.startswith(_API + "."))
+        for name in _private_imports_of(
+            _API, path.read_text(encoding="utf-8"), module=module, is_package=is_package
+        )
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from sandmem.memory.api._target import open_target",
+        "from sandmem.memory.api import _secret",
+        "import sandmem.memory.api._looking",
+        "from sandmem.memory import api as _a\nx = {'a': 'sandmem.memory.api._changing:generate'}",
+    ],
+)
+def test_the_private_name_rule_sees_each_kind_of_import(source: str) -> None:
+    found = _private_imports_of(_API, source, module="sandmem.memory.mcp._x", is_package=False)
+    assert found != []
+
+
+def test_the_private_name_rule_lets_public_names_through() -> None:
+    source = "from sandmem.memory.api import open_target\nfrom sandmem.memory import api\n"
+    assert _private_imports_of(_API, source, module="sandmem.memory.mcp._x", is_package=False) == []

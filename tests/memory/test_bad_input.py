@@ -12,7 +12,7 @@ from memory_doubles import phase_one_model, phase_two_model
 
 from sandmem.cli._output import report_lines
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory._api import _report as api_report
+from sandmem.memory.api import generation_report as api_report
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.views._maintenance import memory_status

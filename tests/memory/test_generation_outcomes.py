@@ -17,7 +17,7 @@ from sandmem._errors import ModelRequestError
 from sandmem.cli._memory_cmd import status_lines
 from sandmem.cli._output import report_lines
 from sandmem.memory import MemoryGenerateConfig
-from sandmem.memory._api import _report as api_report
+from sandmem.memory.api import generation_report as api_report
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.state import read_log

@@ -1,5 +1,5 @@
 """Owns ``sandmem mcp``, a Model Context Protocol server over one workspace's memory, and, on
-the memory API floor, imports the memory API (``_api``), the segment recorder, the live-edit
+the memory API floor, imports the memory API (``memory.api``), the segment recorder, the live-edit
 path and the floors below (never ``capabilities`` or anything above).
 
 For any MCP client (Claude Code, Codex CLI, Cursor, the OpenAI Agents SDK, pydantic-ai); see
@@ -39,12 +39,12 @@ async def serve_mcp(
     needs ``token``). ``engine`` / ``config`` choose how ``memory_generate`` and
     ``memory_forget`` consolidate, as for ``sandmem.memory.generate``; ``max_update_chars``
     is the longest patch ``memory_update`` applies (default 65,536)."""
-    from sandmem.memory._api import generate_config
+    from sandmem.memory.api import config_from_options
 
     options = ServerOptions(
         workspace=os.fspath(workspace),
         layout=layout or MemoryLayoutConfig(),
-        config=generate_config(config, engine),
+        config=config_from_options(config, engine),
         read_only=read_only,
         allow_forget=allow_forget,
         allow_generate=allow_generate,

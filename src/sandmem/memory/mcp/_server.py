@@ -25,8 +25,7 @@ from sandmem._errors import MemoryNotFoundError
 from sandmem._extras import require
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._terminal import printable
-from sandmem.memory import _api as api
-from sandmem.memory import _files
+from sandmem.memory import _files, api
 from sandmem.memory.layout import MEMORY_MD, SUMMARIES_DIR, SUMMARY_MD, read_text
 from sandmem.memory.mcp._tools import Caller, MemoryTools, ServerOptions, ToolRefused, memory_file
 from sandmem.memory.read_prompt import memory_read_prompt
@@ -71,16 +70,10 @@ class MemoryMCPServer:
         sync = self.tools.sync
         if self.options.read_only and sync is None:
             return
-        from pathlib import Path
-
         from sandmem.memory.layout import ensure_layout
-        from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 
-        root = Path(self.options.workspace)
-        if not await anyio.to_thread.run_sync(root.is_dir):
-            raise MemoryNotFoundError(f"no workspace directory {str(root)!r}", path=str(root))
-        session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
-        async with session:
+        missing = "the MCP server serves an existing workspace"
+        async with api.target_session(self.options.workspace, missing) as (session, _owned):
             await ensure_layout(session, self.options.paths)
         if sync is not None:
             await sync.pull(fresh=True)
@@ -227,7 +220,7 @@ class MemoryMCPServer:
 
     async def _text(self, path: str) -> str | None:
         try:
-            async with api._opened(self.options.workspace, self.options.layout) as (s, _, _o):
+            async with api.open_target(self.options.workspace, self.options.layout) as (s, _, _o):
                 return await read_text(s, path)
         except MemoryNotFoundError:
             return None
@@ -259,7 +252,7 @@ class MemoryMCPServer:
         if not paths:
             return {}
         found: dict[str, str] = {}
-        async with api._opened(self.options.workspace, self.options.layout) as (session, _, _o):
+        async with api.open_target(self.options.workspace, self.options.layout) as (session, _, _o):
             stats = await _files.stat_many(session, paths)
             for path, stat in stats.items():
                 if stat is None:

@@ -20,7 +20,7 @@ import time
 
 import anyio
 
-from sandmem.memory import _api as api
+from sandmem.memory import api
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.generation._job import run_job
 from sandmem.memory.generation.manager import FlushReport
@@ -51,17 +51,17 @@ class StoreSync:
         async with self._lock:
             if not fresh and time.monotonic() - self._pulled_at < PULL_INTERVAL_S:
                 return False
-            async with api._opened(self.workspace, self.layout) as (session, _, _owned):
+            async with api.open_target(self.workspace, self.layout) as (session, _, _owned):
                 changed = await pull(session, self.paths, self.store)
             self._pulled_at = time.monotonic()
             return changed
 
     async def push_segments(self) -> int:
-        async with api._opened(self.workspace, self.layout) as (session, _, _owned):
+        async with api.open_target(self.workspace, self.layout) as (session, _, _owned):
             return await push_segments(session, self.paths, self.store)
 
     async def push_edits(self) -> bool:
-        async with api._opened(self.workspace, self.layout) as (session, _, _owned):
+        async with api.open_target(self.workspace, self.layout) as (session, _, _owned):
             return await push_edits(session, self.paths, self.store)
 
     async def generate(self, config: MemoryGenerateConfig) -> FlushReport:

@@ -19,8 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandmem._errors import MemoryLockedError, SandboxError, SandmemError, UserError
-from sandmem.memory import _api as api
-from sandmem.memory import _files, journal
+from sandmem.memory import _files, api, journal
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
@@ -409,14 +408,14 @@ class MemoryTools:
     async def _memory_read(self, args: ReadArgs, caller: Caller, handle: Span) -> str:
         path = memory_file(self.paths, args.path)
         handle.set_many({"gen_ai.memory.record.id": path})
-        async with api._opened(self._target, self.options.layout) as (session, _paths, _):
+        async with api.open_target(self._target, self.options.layout) as (session, _paths, _):
             text = await read_text(session, path)
         if text is None:
             raise ToolRefused(f"{path} does not exist; memory_search or memory_list find files")
         return page(path, text, args.offset, args.limit)
 
     async def _memory_list(self, args: ListArgs, caller: Caller, handle: Span) -> str:
-        async with api._opened(self._target, self.options.layout) as (session, paths, _):
+        async with api.open_target(self._target, self.options.layout) as (session, paths, _):
             found, total = await conversation_page(session, paths, limit=args.limit)
         keep = ("rollout_id", "status", "updated_at", "task", "summary_file")
         rows = [c.model_dump(include=set(keep)) for c in found]  # one page, from the index
@@ -432,12 +431,12 @@ class MemoryTools:
         rid = self.options.conversation_id
         handle.set_many({"gen_ai.memory.record.id": rid})
         segment = note_segment(rid, args.text, kind=args.kind, source=caller.source())
-        async with api._opened(self._target, self.options.layout) as (session, paths, _owned):
-            manager = api._manager(session, paths, self.options.config, detach=True)
+        async with api.open_target(self._target, self.options.layout) as (session, paths, _owned):
+            manager = api.generation_manager(session, paths, self.options.config, detach=True)
             try:
                 await manager.record(segment, lock_timeout=self.options.lock_timeout)
             except SandboxError as exc:
-                raise api._locked(exc) from exc
+                raise api.lock_error(exc) from exc
         where = self.paths.rollout_file(rid)
         if self.sync is not None:
             await self.sync.push_segments()
@@ -462,7 +461,7 @@ class MemoryTools:
                 f"the patch is {len(args.patch):,} characters; memory_update takes at most "
                 f"{limit:,} (edit only the entries that are wrong), so nothing was changed"
             )
-        async with api._opened(self._target, self.options.layout) as (session, paths, _):
+        async with api.open_target(self._target, self.options.layout) as (session, paths, _):
             patch = in_memory_dir(args.patch, paths)
             targets = patch_targets(patch)
             if targets is None:
@@ -484,7 +483,7 @@ class MemoryTools:
                     result = await apply_live_edit(session, patch, guards, lock_timeout=wait)
                     await journal.notice(session, paths, attribution, redactor=redactor)
             except SandboxError as exc:
-                raise api._locked(exc) from exc
+                raise api.lock_error(exc) from exc
         return result.render()
 
     async def _memory_forget(self, args: ForgetArgs, caller: Caller, handle: Span) -> str:
@@ -497,7 +496,7 @@ class MemoryTools:
     async def _memory_generate(self, args: NoArgs, caller: Caller, handle: Span) -> str:
         if self.sync is not None:
             flushed = await self.sync.generate(self.options.config)
-            return api._report(flushed).model_dump_json(indent=1)
+            return api.generation_report(flushed).model_dump_json(indent=1)
         report = await api.generate(
             self._target, layout=self.options.layout, config=self.options.config
         )

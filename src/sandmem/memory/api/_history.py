@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict
 from sandmem._errors import SandboxError, UserError
 from sandmem.memory import _files, _history_prune, history, journal, proposals, tombstones
 from sandmem.memory import state as gen_state
-from sandmem.memory._api import MemoryTarget, _locked, _opened, _run_sync
 from sandmem.memory._records import Problem, report
+from sandmem.memory.api._target import MemoryTarget, lock_error, open_target, run_sync
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
 from sandmem.memory.history import Attribution, Version, unified
@@ -147,7 +147,7 @@ async def log(
     target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None, limit: int | None = None
 ) -> list[VersionInfo]:
     """The layout's versions, newest first, with their attribution. Reads only."""
-    async with _opened(target, layout) as (session, paths, _owned):
+    async with open_target(target, layout) as (session, paths, _owned):
         await _sync(session, paths, layout)
         found = await history.versions(session, paths)
     by_seq = {v.seq: v for v in found}
@@ -165,7 +165,7 @@ async def diff(
     """The unified diff from version ``old`` to ``new`` (numbers, ``head``, ``head~N``).
     Neither given: the last change (the newest version against its parent); only ``old``:
     that version against the newest."""
-    async with _opened(target, layout) as (session, paths, _owned):
+    async with open_target(target, layout) as (session, paths, _owned):
         await _sync(session, paths, layout)
         found = await history.versions(session, paths)
         if old is None and new is None:
@@ -190,7 +190,7 @@ async def restore(
     """Make a new version whose memory files equal ``version``'s (files it did not have are
     removed); the conversations state (``phase_two_selection.json``) follows, so the next
     consolidation folds in what came after it. Raises ``UserError`` for an unknown version."""
-    async with _opened(target, layout) as (session, paths, _owned):
+    async with open_target(target, layout) as (session, paths, _owned):
         try:
             async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
                 found = await history.versions(session, paths)
@@ -216,7 +216,7 @@ async def restore(
                 back = await _forgotten_back(session, paths, attribution)
             await _sync(session, paths, layout)
         except SandboxError as exc:
-            raise _locked(exc) from exc
+            raise lock_error(exc) from exc
     assert head is not None
     return _info(head, parent).model_copy(update={"forgotten_back": back})
 
@@ -263,7 +263,7 @@ async def redact_history(
         redactor = Redactor(rules, defaults=secrets)
     except ValueError as exc:
         raise UserError(f"invalid pattern {pattern!r}: {exc}") from exc
-    async with _opened(target, layout) as (session, paths, _owned):
+    async with open_target(target, layout) as (session, paths, _owned):
         try:
             async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
                 changed = await _history_prune.redact_history(session, paths, redactor.redact)
@@ -275,7 +275,7 @@ async def redact_history(
                     await replace_mirror(session, paths, store)
                     await redact_store(session, paths, store, redactor.redact)
         except SandboxError as exc:
-            raise _locked(exc) from exc
+            raise lock_error(exc) from exc
     return RedactResult(versions=changed, files=rewritten, still_in=still)
 
 
@@ -345,7 +345,7 @@ async def inbox(
 ) -> list[ProposalInfo]:
     """The pending proposals (review mode), oldest first, each with its diff and whether it
     is stale. Reads only."""
-    async with _opened(target, layout) as (session, paths, _owned):
+    async with open_target(target, layout) as (session, paths, _owned):
         found: list[ProposalInfo] = []
         for proposal in await proposals.load_all(session, paths):
             try:
@@ -373,7 +373,7 @@ async def approve(
     """Apply a proposal as a new version (its attribution kept, ``proposal`` set). Raises
     ``UserError`` for an unknown or stale proposal (stale: a file it changes moved on since;
     dismiss it and regenerate)."""
-    async with _opened(target, layout) as (session, paths, _owned):
+    async with open_target(target, layout) as (session, paths, _owned):
         try:
             async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
                 proposal = await proposals.get(session, paths, proposal_id)
@@ -406,7 +406,7 @@ async def approve(
                 back = await _forgotten_back(session, paths, attribution)
             await _sync(session, paths, layout)
         except SandboxError as exc:
-            raise _locked(exc) from exc
+            raise lock_error(exc) from exc
     assert head is not None
     return _info(head, parent).model_copy(update={"forgotten_back": back})
 
@@ -424,7 +424,7 @@ async def dismiss(
     target: MemoryTarget, proposal_id: str, *, layout: MemoryLayoutConfig | None = None
 ) -> ProposalInfo:
     """Drop a proposal; memory is unchanged. Returns what was dropped."""
-    async with _opened(target, layout) as (session, paths, _owned):
+    async with open_target(target, layout) as (session, paths, _owned):
         try:
             async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
                 proposal = await proposals.get(session, paths, proposal_id)
@@ -437,7 +437,7 @@ async def dismiss(
                 if proposal.attribution.kind == "consolidation":
                     await _replan(session, paths)
         except SandboxError as exc:
-            raise _locked(exc) from exc
+            raise lock_error(exc) from exc
     return info
 
 
@@ -450,7 +450,7 @@ def log_sync(
     target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None, limit: int | None = None
 ) -> list[VersionInfo]:
     """``log``, blocking."""
-    return _run_sync(log(target, layout=layout, limit=limit))
+    return run_sync(log(target, layout=layout, limit=limit))
 
 
 def diff_sync(
@@ -461,7 +461,7 @@ def diff_sync(
     layout: MemoryLayoutConfig | None = None,
 ) -> HistoryDiff:
     """``diff``, blocking."""
-    return _run_sync(diff(target, old, new, layout=layout))
+    return run_sync(diff(target, old, new, layout=layout))
 
 
 def restore_sync(
@@ -472,7 +472,7 @@ def restore_sync(
     client: str = "api",
 ) -> VersionInfo:
     """``restore``, blocking."""
-    return _run_sync(restore(target, version, layout=layout, client=client))
+    return run_sync(restore(target, version, layout=layout, client=client))
 
 
 def redact_history_sync(
@@ -483,14 +483,14 @@ def redact_history_sync(
     layout: MemoryLayoutConfig | None = None,
 ) -> RedactResult:
     """``redact_history``, blocking."""
-    return _run_sync(redact_history(target, pattern, secrets=secrets, layout=layout))
+    return run_sync(redact_history(target, pattern, secrets=secrets, layout=layout))
 
 
 def inbox_sync(
     target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None
 ) -> list[ProposalInfo]:
     """``inbox``, blocking."""
-    return _run_sync(inbox(target, layout=layout))
+    return run_sync(inbox(target, layout=layout))
 
 
 def approve_sync(
@@ -501,11 +501,11 @@ def approve_sync(
     client: str = "api",
 ) -> VersionInfo:
     """``approve``, blocking."""
-    return _run_sync(approve(target, proposal_id, layout=layout, client=client))
+    return run_sync(approve(target, proposal_id, layout=layout, client=client))
 
 
 def dismiss_sync(
     target: MemoryTarget, proposal_id: str, *, layout: MemoryLayoutConfig | None = None
 ) -> ProposalInfo:
     """``dismiss``, blocking."""
-    return _run_sync(dismiss(target, proposal_id, layout=layout))
+    return run_sync(dismiss(target, proposal_id, layout=layout))

@@ -16,16 +16,13 @@ from typing import Literal
 
 from sandmem._errors import SandboxError, UserError
 from sandmem.memory import journal
-from sandmem.memory._api import (
+from sandmem.memory.api._changing import (
     Engine,
-    MemoryTarget,
-    _locked,
-    _manager,
-    _run_sync,
-    _target_session,
+    config_from_options,
     generate,
-    generate_config,
+    generation_manager,
 )
+from sandmem.memory.api._target import MemoryTarget, lock_error, run_sync, target_session
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.history import Attribution
 from sandmem.memory.ingestion._detect import FORMATS
@@ -45,7 +42,7 @@ def _workspace(
 ) -> contextlib.AbstractAsyncContextManager[tuple[SandboxSession, bool]]:
     """The session of a target (a workspace need not hold a memory layout yet: ingest
     creates one) and whether it is ours."""
-    return _target_session(target, "create it first or pass a live SandboxSession")
+    return target_session(target, "create it first or pass a live SandboxSession")
 
 
 async def ingest(
@@ -94,10 +91,10 @@ async def ingest(
         raise UserError("max_bytes must be positive")
     if max_title_chars <= 0:
         raise UserError("max_title_chars must be positive")
-    cfg = generate_config(config, engine, model)
+    cfg = config_from_options(config, engine, model)
     mpaths = MemoryPaths.of(layout or MemoryLayoutConfig())
     async with _workspace(target) as (session, owned):
-        manager = _manager(session, mpaths, cfg, owned)
+        manager = generation_manager(session, mpaths, cfg, owned)
         ingestor = Ingestor(
             manager,
             format=format,
@@ -109,7 +106,7 @@ async def ingest(
         try:
             report = await ingestor.run(paths)
         except SandboxError as exc:
-            raise _locked(exc) from exc
+            raise lock_error(exc) from exc
         if generate_now:  # the consolidation's version says it came from an ingest
             with journal.attributed(Attribution("ingest", client="ingest")):
                 report.generation = await generate(session, layout=layout, config=cfg)
@@ -132,7 +129,7 @@ def ingest_sync(
     cwd: str | os.PathLike[str] | None = None,
 ) -> IngestReport:
     """``ingest``, blocking."""
-    return _run_sync(
+    return run_sync(
         ingest(
             target,
             paths,
