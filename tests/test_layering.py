@@ -73,8 +73,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem.memory._results",
             "sandmem.memory._render",
             "sandmem.memory._render_text",
-            # the store seam: MemoryLayoutConfig names it; its sync is the floor above
-            "sandmem.memory.store._base",
+            # the store seam: MemoryLayoutConfig names it; moving a layout to and from a store
+            # (memory/store/) is the floor above
+            "sandmem.memory._store_seam",
         ),
     ),
     ("memory.store", ("sandmem.memory.store",)),

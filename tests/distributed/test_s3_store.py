@@ -10,7 +10,7 @@ from services import S3Server
 
 from sandmem.distributed import S3MemoryStore
 from sandmem.distributed._s3 import _PACKS_MAX
-from sandmem.memory.store._base import MemoryStoreConflict
+from sandmem.memory._store_seam import MemoryStoreConflict
 
 
 def _store(s3: S3Server) -> S3MemoryStore:
@@ -117,7 +117,7 @@ async def test_a_version_spread_over_too_many_packs_is_packed_again(s3_server: S
 async def test_a_version_of_one_object_per_file_still_reads_and_moves_into_packs(
     s3_server: S3Server,
 ) -> None:
-    from sandmem.memory.store._base import MemoryVersion, sha256
+    from sandmem.memory._store_seam import MemoryVersion, sha256
 
     store = _store(s3_server)  # as versions were written before packs
     files = {"MEMORY.md": b"old\n", "skills/a/SKILL.md": b"skill\n"}

@@ -15,9 +15,7 @@ from sandmem._errors import UserError
 from sandmem.distributed import S3MemoryStore
 from sandmem.distributed._jobs import PoisonMessage, parse_job
 from sandmem.distributed._worker import job_store
-from sandmem.memory.generation._job import _stage
-from sandmem.memory.layout import MemoryPaths
-from sandmem.memory.store._base import (
+from sandmem.memory._store_seam import (
     MalformedStoreObject,
     MemoryStore,
     MemoryStoreError,
@@ -25,6 +23,8 @@ from sandmem.memory.store._base import (
     safe_name,
     sha256,
 )
+from sandmem.memory.generation._job import _stage
+from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.store._sync import pull
 
 HOSTILE = [

@@ -14,7 +14,7 @@ from sandmem import memory as api
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
-from sandmem.memory.store._base import MemoryStore, MemoryVersion
+from sandmem.memory._store_seam import MemoryStore, MemoryVersion
 from sandmem.models._base import ModelRequest
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel, tool_call

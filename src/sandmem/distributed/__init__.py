@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from sandmem.distributed._s3 import S3MemoryStore
     from sandmem.distributed._scheduler import CeleryScheduler, RedisScheduler
     from sandmem.distributed._worker import Worker
-    from sandmem.memory.store._base import MemoryStoreConflict, MemoryStoreError
+    from sandmem.memory._store_seam import MemoryStoreConflict, MemoryStoreError
     from sandmem.sandboxes._s3_snapshot import S3SnapshotSpec
 
 __all__ = [
@@ -50,8 +50,8 @@ _WHERE = {
     "CeleryScheduler": "sandmem.distributed._scheduler",
     "LeaseBusy": "sandmem.distributed._lease",
     "LeaseLost": "sandmem.distributed._lease",
-    "MemoryStoreConflict": "sandmem.memory.store._base",
-    "MemoryStoreError": "sandmem.memory.store._base",
+    "MemoryStoreConflict": "sandmem.memory._store_seam",
+    "MemoryStoreError": "sandmem.memory._store_seam",
     "RedisLease": "sandmem.distributed._lease",
     "RedisQueue": "sandmem.distributed._queue",
     "RedisScheduler": "sandmem.distributed._scheduler",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandmem._extras import require
-from sandmem.memory.store._base import (
+from sandmem.memory._store_seam import (
     MAX_OBJECT_BYTES,
     MalformedStoreObject,
     MemoryStoreConflict,

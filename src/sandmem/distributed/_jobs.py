@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandmem._errors import UserError
-from sandmem.memory.store._base import safe_name
+from sandmem.memory._store_seam import safe_name
 
 
 class StoreSpec(BaseModel):

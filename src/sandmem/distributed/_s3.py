@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 from sandmem._errors import UserError
 from sandmem.distributed._botocore import lean_client, read_object, translated
-from sandmem.memory.store._base import (
+from sandmem.memory._store_seam import (
     MalformedStoreObject,
     MemoryStore,
     MemoryStoreConflict,

@@ -16,7 +16,7 @@ from sandmem._errors import UserError
 from sandmem.distributed._jobs import JobMessage
 from sandmem.distributed._queue import DEFAULT_QUEUE, RedisQueue, redact_url
 from sandmem.distributed._s3 import S3MemoryStore
-from sandmem.memory.store._base import GenerationScheduler, MemoryStore
+from sandmem.memory._store_seam import GenerationScheduler, MemoryStore
 
 
 class RedisScheduler(GenerationScheduler):

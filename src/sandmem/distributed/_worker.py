@@ -48,7 +48,7 @@ from sandmem.distributed._jobs import JobMessage, PoisonMessage, StoreSpec, mark
 from sandmem.distributed._lease import LeaseBusy, LeaseLost, RedisLease, lease_client
 from sandmem.distributed._queue import RedisQueue
 from sandmem.distributed._s3 import S3MemoryStore
-from sandmem.memory.store._base import MemoryStoreConflict, MemoryStoreError
+from sandmem.memory._store_seam import MemoryStoreConflict, MemoryStoreError
 from sandmem.redaction import redact
 
 logger = logging.getLogger("sandmem.distributed")

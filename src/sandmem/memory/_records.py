@@ -20,8 +20,8 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AfterValidator, ValidationError
 
 from sandmem.memory._json import loads_bounded
+from sandmem.memory._store_seam import safe_name
 from sandmem.memory.layout import is_editable
-from sandmem.memory.store._base import safe_name
 
 logger = logging.getLogger("sandmem.memory")
 

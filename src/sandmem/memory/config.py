@@ -16,7 +16,7 @@ from pydantic import (
 
 from sandmem._config_base import ConfigModel
 from sandmem._settings import ModelSettings, Reasoning
-from sandmem.memory.store._base import GenerationScheduler, MemoryStore, plain_path
+from sandmem.memory._store_seam import GenerationScheduler, MemoryStore, plain_path
 from sandmem.models._base import Model, ModelProvider
 
 #: the model name that selects sandmem's deterministic, model-free engine

@@ -8,11 +8,11 @@ manager for a live session.
 from __future__ import annotations
 
 from sandmem._errors import UserError
+from sandmem.memory._store_seam import MemoryStore
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.generation._stop import on_stop
 from sandmem.memory.generation.manager import MemoryGenerationManager
 from sandmem.memory.layout import MemoryPaths
-from sandmem.memory.store._base import MemoryStore
 from sandmem.sandboxes._session import SandboxSession
 
 

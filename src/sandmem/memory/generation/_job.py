@@ -26,15 +26,15 @@ import time
 from typing import TYPE_CHECKING
 
 from sandmem.memory import _files
-from sandmem.memory.generation.manager import MemoryGenerationManager
-from sandmem.memory.layout import PHASE_ONE_DIRS
-from sandmem.memory.state import log_line
-from sandmem.memory.store._base import (
+from sandmem.memory._store_seam import (
     MemoryStore,
     MemoryStoreConflict,
     MemoryVersion,
     checked_segments,
 )
+from sandmem.memory.generation.manager import MemoryGenerationManager
+from sandmem.memory.layout import PHASE_ONE_DIRS
+from sandmem.memory.state import log_line
 from sandmem.memory.store._history_sync import MirrorNames, sync_history
 from sandmem.memory.store._sync import _COMMIT_ATTEMPTS, Lease, read_current, walk_files
 from sandmem.sandboxes._in_memory import InMemorySandboxClient

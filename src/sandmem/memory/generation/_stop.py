@@ -33,10 +33,10 @@ from sandmem.memory.store._history_sync import sync_history
 from sandmem.memory.store._sync import pull, push_edits, push_segments
 
 if TYPE_CHECKING:
+    from sandmem.memory._store_seam import GenerationScheduler, MemoryStore
     from sandmem.memory.config import MemoryGenerateConfig
     from sandmem.memory.generation.manager import MemoryGenerationManager
     from sandmem.memory.layout import MemoryPaths
-    from sandmem.memory.store._base import GenerationScheduler, MemoryStore
     from sandmem.redaction import Redactor
     from sandmem.sandboxes._session import SandboxSession
 

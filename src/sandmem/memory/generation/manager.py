@@ -28,6 +28,7 @@ from sandmem._errors import SandboxError
 from sandmem._usage import Usage
 from sandmem.memory import _files, journal
 from sandmem.memory import state as gen_state
+from sandmem.memory._store_seam import MemoryStore
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.generation import _degrade, _trace, phase_one, phase_two
 from sandmem.memory.generation._fallback import fall_back
@@ -54,7 +55,6 @@ from sandmem.memory.layout import (
 )
 from sandmem.memory.rollouts import segment_line, utc_now
 from sandmem.memory.state import FailureKind, GenerationState, PhaseTwoStatus, append_log
-from sandmem.memory.store._base import MemoryStore
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import FileStat, SandboxSession

@@ -1,14 +1,12 @@
-"""Owns memory stores and moving a layout between a workspace and a store, and imports
-memory's core and the floors below (never ``memory.generation``, ``memory.views``, the memory
-API or anything above).
+"""Owns moving a layout between a workspace and a memory store, and imports memory's core and
+the floors below (never ``memory.generation``, ``memory.views``, the memory API or anything
+above).
 
-The names below are imported on first use (``_lazy``): importing the seam (``_base``) runs
-this package's ``__init__``, and ``_sync`` imports ``memory.history``, which imports the seam.
-
-The store seam (``_base``: ``MemoryStore``, ``LocalMemoryStore``, ``GenerationScheduler``,
-versions) is part of memory's core (``MemoryLayoutConfig`` names it) and imports only the
-foundation; ``_sync`` (pull, push, three-way merge) and ``_history_sync`` use memory's core
-modules. S3 and the Redis queue live in ``sandmem.distributed``.
+The store seam (``MemoryStore``, ``LocalMemoryStore``, ``GenerationScheduler``, versions) is
+part of memory's core, ``memory/_store_seam.py`` (``MemoryLayoutConfig`` names it); this
+package re-exports it under its public path. ``_sync`` (pull, push, three-way merge) and
+``_history_sync`` use memory's core modules. S3 and the Redis queue live in
+``sandmem.distributed``. The names below are imported on first use (``_lazy``).
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import TYPE_CHECKING
 from sandmem._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from sandmem.memory.store._base import (
+    from sandmem.memory._store_seam import (
         GenerationScheduler,
         LocalMemoryStore,
         MemoryStore,
@@ -42,12 +40,12 @@ __all__ = [
 
 #: where each name is defined (imported on first use)
 _WHERE = {
-    "GenerationScheduler": "sandmem.memory.store._base",
-    "LocalMemoryStore": "sandmem.memory.store._base",
-    "MemoryStore": "sandmem.memory.store._base",
-    "MemoryStoreConflict": "sandmem.memory.store._base",
-    "MemoryStoreError": "sandmem.memory.store._base",
-    "MemoryVersion": "sandmem.memory.store._base",
+    "GenerationScheduler": "sandmem.memory._store_seam",
+    "LocalMemoryStore": "sandmem.memory._store_seam",
+    "MemoryStore": "sandmem.memory._store_seam",
+    "MemoryStoreConflict": "sandmem.memory._store_seam",
+    "MemoryStoreError": "sandmem.memory._store_seam",
+    "MemoryVersion": "sandmem.memory._store_seam",
     "pull": "sandmem.memory.store._sync",
     "push_edits": "sandmem.memory.store._sync",
     "push_segments": "sandmem.memory.store._sync",

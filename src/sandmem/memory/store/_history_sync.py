@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from sandmem.memory import _files, history
 from sandmem.memory._json import loads_bounded
+from sandmem.memory._store_seam import MemoryStore
 from sandmem.memory.history import (
     DEFAULT_RETENTION,
     Retention,
@@ -28,7 +29,6 @@ from sandmem.memory.history import (
     _version_name,
     parse_version,
 )
-from sandmem.memory.store._base import MemoryStore
 
 if TYPE_CHECKING:
     from sandmem.memory.layout import MemoryPaths

@@ -25,9 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sandmem._errors import SandboxError
 from sandmem.memory import _files
-from sandmem.memory.history import redact_bytes
-from sandmem.memory.layout import PUSHED_OFFSETS, READ_DIRS, READ_FILES, STORE_DIR, is_read_file
-from sandmem.memory.store._base import (
+from sandmem.memory._store_seam import (
     MalformedStoreObject,
     MemoryStore,
     MemoryStoreConflict,
@@ -36,6 +34,8 @@ from sandmem.memory.store._base import (
     new_sequence,
     sha256,
 )
+from sandmem.memory.history import redact_bytes
+from sandmem.memory.layout import PUSHED_OFFSETS, READ_DIRS, READ_FILES, STORE_DIR, is_read_file
 
 if TYPE_CHECKING:
     from sandmem.memory.layout import MemoryPaths
