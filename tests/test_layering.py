@@ -155,6 +155,16 @@ def _type_only_lines(tree: ast.Module) -> set[int]:
 _MODULE_STRING = re.compile(r"^sandmem(\.\w+)*(:\w+)?$")
 
 
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` names, relative ones made absolute from ``package``."""
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        parts = parts[: len(parts) - node.level + 1]
+        base = ".".join([*parts, *([node.module] if node.module else [])])
+    return base
+
+
 def edges_of(
     module: str, source: str, *, is_package: bool, known: set[str] | dict[str, Path]
 ) -> dict[str, bool]:
@@ -181,11 +191,7 @@ def edges_of(
             for alias in node.names:
                 add(alias.name, node.lineno in typing_lines)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join([*parts, *([node.module] if node.module else [])])
+            base = _absolute(node, package)
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 add(full if full in known else base, node.lineno in typing_lines)
@@ -380,11 +386,7 @@ def _private_imports_of(package: str, source: str, *, module: str, is_package: b
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = base_package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join([*parts, *([node.module] if node.module else [])])
+            base = _absolute(node, base_package)
             names = [f"{base}.{alias.name}" for alias in node.names]
         else:
             names = [name.partition(":")[0] for name in _lazy_names(node)]
@@ -434,3 +436,93 @@ def test_the_private_name_rule_sees_each_kind_of_import(source: str) -> None:
 def test_the_private_name_rule_lets_public_names_through() -> None:
     source = "from sandmem.memory.api import open_target\nfrom sandmem.memory import api\n"
     assert _private_imports_of(_API, source, module="sandmem.memory.mcp._x", is_package=False) == []
+
+
+_VIEWS = "sandmem.memory.views"
+
+
+def test_views_never_import_generation() -> None:
+    """Looking at memory never runs (or even loads) the pipeline that writes it."""
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in EDGES.items()
+        if module == _VIEWS or module.startswith(_VIEWS + ".")
+        for target in targets
+        if target.startswith("sandmem.memory.generation")
+    ]
+    assert wrong == []
+
+
+#: the writing functions of memory's core modules: what a view must never call
+WRITERS: dict[str, frozenset[str]] = {
+    "sandmem.memory._files": frozenset({"write", "append", "mkdir", "remove", "rename"}),
+    "sandmem.memory.state": frozenset({"save", "save_selection", "save_settled", "append_log"}),
+    "sandmem.memory.layout": frozenset({"ensure_layout", "make_way", "write_json"}),
+    "sandmem.memory.tombstones": frozenset({"add", "remove"}),
+    "sandmem.memory.journal": frozenset({"commit", "write_files", "notice"}),
+}
+#: the views that may write, and why: the derived layout index is data the views keep
+VIEW_WRITERS = {"sandmem.memory.views._index": "writes and removes its own .index.sqlite"}
+
+
+def writes_of(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """The calls or imports of a function of ``WRITERS`` in ``source``: through the module
+    (``_files.write``, also under another name) or taken by name from it."""
+    package = module if is_package else module.rpartition(".")[0]
+    aliases: dict[str, str] = {}
+    found: list[str] = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in WRITERS:
+                    aliases[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, package)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if full in WRITERS:
+                    aliases[alias.asname or alias.name] = full
+                elif alias.name in WRITERS.get(base, ()):
+                    found.append(full)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            owner = aliases.get(node.value.id)
+            if owner is not None and node.attr in WRITERS[owner]:
+                found.append(f"{owner}.{node.attr}")
+    return found
+
+
+def test_views_only_read() -> None:
+    wrong = [
+        f"{module} uses {name}"
+        for module, path in MODULES.items()
+        if (module == _VIEWS or module.startswith(_VIEWS + ".")) and module not in VIEW_WRITERS
+        for name in writes_of(path.read_text(encoding="utf-8"), module)
+    ]
+    assert wrong == []
+    assert writes_of(MODULES["sandmem.memory.views._index"].read_text(encoding="utf-8"), "x.y")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from sandmem.memory import _files\nasync def f(s):\n    await _files.write(s, 'a', b'')",
+        "from sandmem.memory import _files as fa\nfa.remove",
+        "from sandmem.memory._files import write",
+        "from .._files import rename",
+        "from sandmem.memory import state as gen_state\ngen_state.save_selection",
+        "import sandmem.memory.journal as j\nj.commit",
+        "from sandmem.memory import tombstones\ntombstones.add",
+    ],
+)
+def test_the_write_rule_sees_each_kind_of_write(source: str) -> None:
+    assert writes_of(source, "sandmem.memory.views._x") != []
+
+
+def test_the_write_rule_lets_reads_through() -> None:
+    source = (
+        "from sandmem.memory import _files, tombstones\nfrom sandmem.memory import state as s\n"
+        "_files.read\n_files.listdir\ntombstones.load\ns.load\ns.read_log\n"
+    )
+    assert writes_of(source, "sandmem.memory.views._x") == []

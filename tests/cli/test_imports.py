@@ -63,11 +63,11 @@ def test_the_check_sees_private_imports(tmp_path: Path) -> None:
         "from sandmem.memory import status, MemoryPaths\n"
         "from sandmem.memory.views._search import search_layout\n"
         "import sandmem.memory.layout\n"
-        "def f():\n    from sandmem.memory.views._maintenance import read_log\n"
+        "def f():\n    from sandmem.memory.views._status import read_log\n"
     )
     assert violations(sample) == {
         ("sandmem.memory", "MemoryPaths"),
         ("sandmem.memory.views._search", "search_layout"),
         ("sandmem.memory.layout", "*"),
-        ("sandmem.memory.views._maintenance", "read_log"),
+        ("sandmem.memory.views._status", "read_log"),
     }

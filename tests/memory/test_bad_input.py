@@ -15,7 +15,7 @@ from sandmem.memory import MemoryGenerateConfig
 from sandmem.memory.api import generation_report as api_report
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.layout import MemoryPaths
-from sandmem.memory.views._maintenance import memory_status
+from sandmem.memory.views._status import memory_status
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 
 PATHS = MemoryPaths("memories", "sessions")

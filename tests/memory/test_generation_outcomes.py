@@ -21,7 +21,7 @@ from sandmem.memory.api import generation_report as api_report
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.state import read_log
-from sandmem.memory.views._maintenance import memory_status
+from sandmem.memory.views._status import memory_status
 from sandmem.models import OpenAIProvider
 from sandmem.models._base import ModelRequest
 from sandmem.sandboxes import Manifest, UnixLocalSandboxClient

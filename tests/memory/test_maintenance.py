@@ -13,11 +13,11 @@ from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig, UserError
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
 from sandmem.memory import MemoryGenerateConfig
+from sandmem.memory.api import forget_rollout
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.state import read_log
-from sandmem.memory.views._maintenance import (
-    forget_rollout,
+from sandmem.memory.views._status import (
     layout_files,
     memory_status,
     rollout_statuses,

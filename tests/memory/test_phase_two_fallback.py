@@ -20,7 +20,7 @@ from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.generation._degrade import FALLBACK_NOTE, brief_lines, strip_brief
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.state import read_log
-from sandmem.memory.views._maintenance import memory_status
+from sandmem.memory.views._status import memory_status
 from sandmem.models._base import ModelRequest
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel, tool_call, tool_outputs

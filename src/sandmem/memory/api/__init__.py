@@ -9,8 +9,10 @@ floor below it (never ``capabilities``, ``distributed`` or anything above).
   (``run_sync``)
 - ``_looking``: ``status``, ``list_conversations``, ``reindex``, ``list_files``, ``show``,
   ``search``, ``view_html``
-- ``_changing``: ``generate``, ``forget``, and what the ingest functions and the MCP server
-  share with them (``config_from_options``, ``generation_manager``, ``generation_report``)
+- ``_changing``: ``generate``, and what ``forget``, the ingest functions and the MCP server
+  share with it (``config_from_options``, ``generation_manager``, ``generation_report``)
+- ``_forget``: ``forget`` (``undo`` too) over ``forget_plan`` (what it removes) and
+  ``forget_rollout`` (removing it, then consolidating again)
 - ``_history``: ``log``, ``diff``, ``restore``, ``redact_history``, ``inbox``, ``approve``,
   ``dismiss``
 - ``_ingest``: ``ingest``, ``ingest_watch``, ``hook_transcripts``
@@ -32,13 +34,12 @@ if TYPE_CHECKING:
         Engine,
         GenerationProgress,
         config_from_options,
-        forget,
-        forget_sync,
         generate,
         generate_sync,
         generation_manager,
         generation_report,
     )
+    from sandmem.memory.api._forget import forget, forget_plan, forget_rollout, forget_sync
     from sandmem.memory.api._history import (
         HistoryDiff,
         ProposalInfo,
@@ -107,6 +108,8 @@ __all__ = [
     "dismiss",
     "dismiss_sync",
     "forget",
+    "forget_plan",
+    "forget_rollout",
     "forget_sync",
     "generate",
     "generate_sync",
@@ -161,8 +164,10 @@ _WHERE = {
     "diff_sync": "sandmem.memory.api._history",
     "dismiss": "sandmem.memory.api._history",
     "dismiss_sync": "sandmem.memory.api._history",
-    "forget": "sandmem.memory.api._changing",
-    "forget_sync": "sandmem.memory.api._changing",
+    "forget": "sandmem.memory.api._forget",
+    "forget_sync": "sandmem.memory.api._forget",
+    "forget_plan": "sandmem.memory.api._forget",
+    "forget_rollout": "sandmem.memory.api._forget",
     "generate": "sandmem.memory.api._changing",
     "generate_sync": "sandmem.memory.api._changing",
     "generation_manager": "sandmem.memory.api._changing",

@@ -1,5 +1,5 @@
-"""The memory API's changing functions: ``generate`` and ``forget`` (each with its
-``*_sync`` twin), and the helpers the ingest functions and the MCP server share with them:
+"""The memory API's ``generate`` (with its ``*_sync`` twin), and the helpers ``forget``, the
+ingest functions and the MCP server share with it:
 the generate config of the API's options, the session's generation manager, and the report
 of a flush.
 
@@ -16,14 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from sandmem._errors import SandboxError, UserError
-from sandmem.memory import _files, tombstones
 from sandmem.memory import state as gen_state
-from sandmem.memory._results import ForgetResult, GenerationReport, GenerationUsage, TokenUsage
+from sandmem.memory._results import GenerationReport, GenerationUsage, TokenUsage
 from sandmem.memory.api._target import MemoryTarget, lock_error, open_target, run_sync
 from sandmem.memory.config import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.layout import MemoryPaths
-from sandmem.memory.views import _maintenance as maintenance
-from sandmem.memory.views._index import purge_index
+from sandmem.memory.views import _status
 from sandmem.models._base import Model
 from sandmem.sandboxes._session import SandboxSession
 
@@ -123,7 +121,7 @@ async def _flush_with_progress(
 ) -> FlushReport:
     session, paths = manager.session, manager.paths
     wanted = {"pending", "failed"} if retry_failed else {"pending"}
-    total = sum(c.status in wanted for c in await maintenance.conversations(session, paths))
+    total = sum(c.status in wanted for c in await _status.conversations(session, paths))
     since = len(await gen_state.read_log(session, paths))
     flushing = asyncio.ensure_future(
         manager.flush(retry_failed=retry_failed, wait_backoff=wait_backoff)
@@ -190,79 +188,6 @@ async def generate(
     return generation_report(flushed)
 
 
-async def forget(
-    target: MemoryTarget,
-    rollout_id: str,
-    *,
-    dry_run: bool = False,
-    undo: bool = False,
-    layout: MemoryLayoutConfig | None = None,
-    config: MemoryGenerateConfig | None = None,
-    engine: Engine | None = None,
-    model: str | Model | None = None,
-) -> ForgetResult:
-    """Forget one conversation: delete its rollout file, raw memory, rollout summaries and
-    generation state, then consolidate again so ``MEMORY.md`` and ``memory_summary.md`` drop
-    what only it supported (with the engine chosen as for ``generate``). When it was the last
-    conversation in memory, both files are emptied instead; skills are never touched.
-
-    ``dry_run=True`` changes nothing and reports what would go. Raises
-    ``MemoryNotFoundError`` for an unknown id (changing nothing), ``UserError`` for an
-    invalid one, ``MemoryLockedError`` when another process holds the layout's lock. A failed
-    re-consolidation does not raise: see ``result.report.complete``.
-
-    A forgotten conversation stays forgotten: ``ingest`` (its hooks, ``ingest_watch``) skips
-    it from then on. ``undo=True`` takes that note away (``result.undone``), so the next
-    ingest records it anew; nothing deleted comes back.
-    """
-    if undo:
-        return await _unforget(target, rollout_id, layout)
-    cfg = config_from_options(config, engine, model)
-    async with open_target(target, layout) as (session, paths, owned):
-        if dry_run:
-            plan = await maintenance.forget_plan(session, paths, rollout_id)
-            flushed = None
-        else:
-            await maintenance.forget_plan(session, paths, rollout_id)  # refuse unknown ids first
-            generation_manager(session, paths, cfg, detach=owned)
-            try:
-                plan, flushed = await maintenance.forget_rollout(session, paths, rollout_id, cfg)
-            except SandboxError as exc:
-                raise lock_error(exc) from exc
-            await purge_index(session, paths)  # the index keeps no page of its words
-    return ForgetResult(
-        rollout_id=plan.rollout_id,
-        dry_run=dry_run,
-        removed=plan.files,
-        state_entry=plan.state_entry,
-        clears_memory=plan.clears_memory,
-        report=generation_report(flushed) if flushed is not None else None,
-    )
-
-
-async def _unforget(
-    target: MemoryTarget, rollout_id: str, layout: MemoryLayoutConfig | None
-) -> ForgetResult:
-    from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
-
-    rid = maintenance.checked_rollout_id(rollout_id)
-    async with open_target(target, layout) as (session, paths, _owned):
-        try:
-            async with _files.lock(session, f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
-                undone = await tombstones.remove(session, paths, rid)
-        except SandboxError as exc:
-            raise lock_error(exc) from exc
-    return ForgetResult(
-        rollout_id=rid,
-        dry_run=False,
-        removed=[],
-        state_entry=False,
-        clears_memory=False,
-        report=None,
-        undone=undone,
-    )
-
-
 # ---------------------------------------------------------------- sync twins
 
 
@@ -290,31 +215,5 @@ def generate_sync(
             wait_backoff=wait_backoff,
             progress=progress,
             flush_on_stop=flush_on_stop,
-        )
-    )
-
-
-def forget_sync(
-    target: MemoryTarget,
-    rollout_id: str,
-    *,
-    dry_run: bool = False,
-    undo: bool = False,
-    layout: MemoryLayoutConfig | None = None,
-    config: MemoryGenerateConfig | None = None,
-    engine: Engine | None = None,
-    model: str | Model | None = None,
-) -> ForgetResult:
-    """``forget``, blocking."""
-    return run_sync(
-        forget(
-            target,
-            rollout_id,
-            dry_run=dry_run,
-            undo=undo,
-            layout=layout,
-            config=config,
-            engine=engine,
-            model=model,
         )
     )

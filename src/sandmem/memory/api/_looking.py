@@ -29,7 +29,7 @@ from sandmem.memory._results import (
 from sandmem.memory.api._target import MemoryTarget, open_target, run_sync
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.layout import read_text
-from sandmem.memory.views import _maintenance as maintenance
+from sandmem.memory.views import _status
 from sandmem.memory.views._index import opened_index, rebuild_index
 from sandmem.memory.views._viewer import PAGE_SIZE
 from sandmem.sandboxes._session import SandboxSession
@@ -40,7 +40,7 @@ async def status(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = No
     next retry, last error), the last consolidation, file sizes, and tokens spent per phase.
     Changes no memory file (only the derived layout index)."""
     async with open_target(target, layout) as (session, paths, _):
-        return await maintenance.memory_status(session, paths)
+        return await _status.memory_status(session, paths)
 
 
 async def list_conversations(
@@ -54,7 +54,7 @@ async def list_conversations(
     (first user message) and rollout summary file. ``offset`` and ``limit`` take one page
     (``limit=None``: all the rest)."""
     async with open_target(target, layout) as (session, paths, _):
-        return await maintenance.conversations(session, paths, limit=limit, offset=offset)
+        return await _status.conversations(session, paths, limit=limit, offset=offset)
 
 
 async def reindex(target: MemoryTarget, *, layout: MemoryLayoutConfig | None = None) -> IndexReport:
@@ -71,7 +71,7 @@ async def list_files(
     """Every visible file of the layout (under ``memories_dir`` and ``sessions_dir``; hidden
     ones such as locks and phase two's journal are left out) with its size, sorted by path."""
     async with open_target(target, layout) as (session, paths, _):
-        entries = await maintenance.layout_files(session, paths)
+        entries = await _status.layout_files(session, paths)
     return [FileSize(path=e.path, bytes=e.size) for e in entries]
 
 
@@ -127,8 +127,8 @@ async def show(
         if what == "memory":
             return await _file(session, what, paths.memory_md, None)
         assert rollout_id is not None
-        rid = maintenance.checked_rollout_id(rollout_id)
-        found = await maintenance.rollout_summary_files(session, paths, rid)
+        rid = _status.checked_rollout_id(rollout_id)
+        found = await _status.rollout_summary_files(session, paths, rid)
         raw_path = paths.raw_memory_file(rid)
         known = (
             bool(found)
@@ -136,7 +136,7 @@ async def show(
             or await _files.exists(session, raw_path)
         )
         if not known:
-            raise maintenance.unknown_conversation(paths, rid)
+            raise _status.unknown_conversation(paths, rid)
         if what == "raw_memory":
             return await _file(session, what, raw_path, rid)
         if what == "rollout":

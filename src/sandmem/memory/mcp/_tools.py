@@ -34,7 +34,7 @@ from sandmem.memory.live_edit import apply_live_edit, patch_targets, workspace_r
 from sandmem.memory.mcp._store import StoreSync
 from sandmem.memory.rollouts import note_segment, validate_rollout_id
 from sandmem.memory.store import MemoryStore
-from sandmem.memory.views._maintenance import conversation_page
+from sandmem.memory.views._status import conversation_page
 from sandmem.redaction import Redactor
 from sandmem.tracing import Span, span
 

@@ -31,6 +31,9 @@ from sandmem.memory import _files
 from sandmem.memory.layout import MemoryPaths, parse_header, read_text
 from sandmem.sandboxes._session import SandboxSession
 
+#: how many levels of folders the full scan enters under ``rollout_summaries/`` and ``skills/``
+SCAN_DEPTH = 12
+
 #: at most this many distinct query words are used
 MAX_QUERY_TERMS = 32
 #: only this many characters of a query are tokenized (a bound on one request's work: far
@@ -411,17 +414,13 @@ async def searchable_files(session: SandboxSession, paths: MemoryPaths) -> dict[
     """The texts search covers: ``MEMORY.md``, every rollout summary, every file under
     ``skills/`` (hidden files skipped). Paths are workspace-relative. The full scan the
     index (``_index``) is checked against; the commands read the index."""
-    from sandmem.memory.generation._scoped_tools import ScopedFiles  # the same walk
-
     found: dict[str, str] = {}
     memory_md = await read_text(session, paths.memory_md)
     if memory_md is not None:
         found[paths.memory_md] = memory_md
-    scoped = ScopedFiles(session, paths.memories_dir)
     for top in (paths.summaries_dir, paths.skills_dir):
-        if not await _files.exists(session, top):
-            continue
-        for path in await scoped.walk(top):
+        # links are never followed, hidden names are skipped (as the consolidation's tools)
+        for path in sorted(await _files.walk(session, top, depth=SCAN_DEPTH)):
             if top == paths.summaries_dir and not path.endswith(".md"):
                 continue
             text = await read_text(session, path)

@@ -22,7 +22,7 @@ from sandmem.memory._results import ConversationInfo
 from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_header
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import PhaseTwoState
-from sandmem.memory.views._maintenance import rollout_ids
+from sandmem.memory.views._status import rollout_ids
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # imported by ``collect``: the memory API imports this module for PAGE_SIZE
@@ -246,7 +246,7 @@ async def _conversations(
     """``maintenance.conversations`` (the public memory API's rows; ``page``: these rows,
     newest first), with the error's class and the phase-one tokens from the log; newest
     first, as ``sandmem memory list`` shows them."""
-    from sandmem.memory.views._maintenance import conversations
+    from sandmem.memory.views._status import conversations
 
     async def rows() -> list[dict[str, Any]]:
         found = page if page is not None else await conversations(session, paths)

@@ -1,14 +1,14 @@
-"""Looking after a layout's memory: what it holds, what is still pending, and forgetting.
+"""What a layout's memory holds and what is still pending (read only).
 
 These functions work through a ``SandboxSession`` on any backend; the public memory API
-(``sandmem.memory.status``, ``list_conversations``, ``forget``, ...) is built on them:
+(``sandmem.memory.status``, ``list_conversations``, ``show``, ...) is built on them:
 
 - ``layout_files``: every file of a layout with its size;
 - ``conversations``: each recorded conversation and whether its memory is done, pending,
   failed or skipped (the manager's own rules, read-only);
 - ``memory_status``: the data behind ``status()`` and ``sandmem memory status``;
-- ``forget_plan`` / ``forget_rollout``: what forgetting one conversation removes; doing it,
-  then re-consolidating.
+- ``rollout_summary_files``, ``checked_rollout_id``, ``unknown_conversation``: finding one
+  conversation's files (``show`` and ``forget``, which lives in the memory API, use them).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import MemoryNotFoundError, UserError
-from sandmem.memory import _files, tombstones
+from sandmem.memory import _files
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import (
     ConsolidationInfo,
@@ -29,7 +29,6 @@ from sandmem.memory._results import (
     PhaseTokens,
     TokensPerPhase,
 )
-from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.layout import (
     MAX_DEPTH,
     RAW_DIR,
@@ -40,7 +39,7 @@ from sandmem.memory.layout import (
     parse_header,
     read_text,
 )
-from sandmem.memory.rollouts import utc_now, validate_rollout_id
+from sandmem.memory.rollouts import validate_rollout_id
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import PhaseTwoState
 from sandmem.memory.views._index import (
@@ -52,7 +51,7 @@ from sandmem.memory.views._index import (
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # forgetting imports generation when it runs; looking never does
-    from sandmem.memory.generation.manager import FlushReport
+    pass
 
 
 @dataclass(frozen=True)
@@ -203,7 +202,7 @@ async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemorySt
     )
 
 
-# ---------------------------------------------------------------- showing and forgetting
+# ---------------------------------------------------------------- one conversation
 
 
 async def rollout_summary_files(
@@ -241,90 +240,3 @@ def unknown_conversation(paths: MemoryPaths, rid: str) -> MemoryNotFoundError:
         path=paths.rollout_file(rid),
         rollout_id=rid,
     )
-
-
-@dataclass(frozen=True)
-class ForgetPlan:
-    """What forgetting one conversation removes: its files, whether it has a state entry,
-    and whether it is the last conversation in the consolidated memory."""
-
-    rollout_id: str
-    files: list[str]
-    state_entry: bool
-    clears_memory: bool
-
-
-async def forget_plan(session: SandboxSession, paths: MemoryPaths, rollout_id: str) -> ForgetPlan:
-    """What ``forget_rollout`` would remove, changing nothing. Raises ``UserError`` for an
-    invalid id and ``MemoryNotFoundError`` for an unknown one."""
-    rid = checked_rollout_id(rollout_id)
-    files = await rollout_summary_files(session, paths, rid)
-    found = await _files.stat_many(session, [paths.raw_memory_file(rid), paths.rollout_file(rid)])
-    files += [path for path, st in found.items() if st is not None]
-    in_state = rid in (await gen_state.load(session, paths))[0].rollouts
-    if not files and not in_state:
-        raise unknown_conversation(paths, rid)
-    from sandmem.memory.generation.phase_two import load_raw_memories
-
-    consolidated = bool((await gen_state.load_selection(session, paths)).refs)
-    others = [r for r in await load_raw_memories(session, paths) if r != rid]
-    return ForgetPlan(rid, files, in_state, consolidated and not others)
-
-
-async def _forget_files(session: SandboxSession, paths: MemoryPaths, rid: str) -> ForgetPlan:
-    plan = await forget_plan(session, paths, rid)
-    for path in plan.files:
-        await _files.remove(session, path)
-    state = (await gen_state.load(session, paths))[0]
-    if state.rollouts.pop(rid, None) is not None:
-        await gen_state.save(session, paths, state)
-    await tombstones.add(session, paths, rid)  # so an ingest does not bring it back
-    return plan
-
-
-async def _clear_consolidated(session: SandboxSession, paths: MemoryPaths) -> None:
-    """No raw memory is left: the consolidated memory would only repeat forgotten facts, and
-    consolidation refuses to leave ``MEMORY.md`` empty, so empty it here."""
-    await _files.write(session, paths.memory_md, b"")
-    await _files.write(session, paths.summary_md, b"")
-    for path in (paths.raw_memories_md, paths.consolidated_memory_md):
-        if await _files.exists(session, path):
-            await _files.remove(session, path)
-    await gen_state.save_selection(session, paths, [], utc_now())
-
-
-async def forget_rollout(
-    session: SandboxSession,
-    paths: MemoryPaths,
-    rollout_id: str,
-    config: MemoryGenerateConfig,
-) -> tuple[ForgetPlan, FlushReport]:
-    """Forget one conversation: remove its rollout file, raw memory, rollout summaries and
-    state entry, then re-consolidate with ``config`` (phase two is told the rollout was
-    removed and drops what only it supported). When no raw memory is left, ``MEMORY.md`` and
-    ``memory_summary.md`` are emptied instead (skills are kept).
-
-    Raises ``UserError`` for an invalid id, ``MemoryNotFoundError`` for an unknown one, and
-    ``SandboxError`` when a lock stays held. A failed re-consolidation does not raise: it is
-    in the flush report (the next generation retries it).
-    """
-    from sandmem.memory import journal
-    from sandmem.memory.generation._attach import get_manager
-    from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
-    from sandmem.memory.generation.phase_two import load_raw_memories
-    from sandmem.memory.history import Attribution
-
-    rid = checked_rollout_id(rollout_id)
-    manager = get_manager(session, paths, config)
-    await manager.prepare()
-    # one version, attributed to this forget: the re-consolidation's, or the cleared files'
-    attribution = Attribution("forget", rollouts_removed=(rid,))
-    with journal.attributed(attribution):
-        async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
-            async with _files.lock(session, f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
-                plan = await _forget_files(session, paths, rid)
-            consolidated = bool((await gen_state.load_selection(session, paths)).refs)
-            if consolidated and not await load_raw_memories(session, paths):
-                await _clear_consolidated(session, paths)
-                await journal.notice(session, paths, attribution)
-        return plan, await manager.flush()
