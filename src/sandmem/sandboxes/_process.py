@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
 import subprocess
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sandmem._truncate import snap_head, snap_tail
 from sandmem.sandboxes._session import ExecResult
 
 CHUNK_SIZE = 64 * 1024
@@ -29,31 +29,6 @@ DRAIN_GRACE_SECONDS = 0.5
 KILL_GRACE_SECONDS = 5.0
 #: how long a cancelled call waits for the killed command to be reaped before it re-raises
 CANCEL_GRACE_SECONDS = 1.0
-
-
-#: how far a truncation cut may move to reach a line break or a token boundary
-_SNAP_BYTES = 4096
-_TOKEN_BYTES = re.compile(rb"[\w.~+/=%:-]")
-
-
-def _snap_end(head: bytes) -> bytes:
-    """``head`` cut back to just after its last line break (or token boundary) near the end."""
-    window = head[-_SNAP_BYTES:]
-    cut = window.rfind(b"\n")
-    if cut < 0:
-        cut = next(
-            (i for i in range(len(window) - 1, -1, -1) if not _TOKEN_BYTES.match(window, i)), -1
-        )
-    return head if cut < 0 else head[: len(head) - len(window) + cut + 1]
-
-
-def _snap_start(tail: bytes) -> bytes:
-    """``tail`` cut forward to just after its first line break (or token boundary)."""
-    window = tail[:_SNAP_BYTES]
-    cut = window.find(b"\n")
-    if cut < 0:
-        cut = next((i for i in range(len(window)) if not _TOKEN_BYTES.match(window, i)), -1)
-    return tail if cut < 0 else tail[cut + 1 :]
 
 
 class _Capture:
@@ -84,14 +59,14 @@ class _Capture:
         """The captured bytes (with an omission marker when truncated) and whether truncated.
 
         When truncated, the head ends and the tail starts at a line break (or, failing one
-        within ``_SNAP_BYTES``, at a character that cannot be part of a token), so the cut
+        within ``SNAP_BYTES``, at a character that cannot be part of a token), so the cut
         never splits a secret in two: redaction later sees each one whole or not at all."""
         tail = b"".join(self._tail)[-self._tail_limit :]
         omitted = self.total - len(self._head) - len(tail)
         if omitted <= 0:
             return bytes(self._head) + tail, False
-        head = _snap_end(bytes(self._head))
-        tail = _snap_start(tail)
+        head = snap_head(bytes(self._head))
+        tail = snap_tail(tail)
         omitted = self.total - len(head) - len(tail)
         marker = (
             f"\n[... sandmem: {omitted} bytes omitted; the command wrote {self.total} bytes, "

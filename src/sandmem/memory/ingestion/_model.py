@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from sandmem._items import Item
+from sandmem._truncate import truncate_chars_head_tail
 
 #: a string longer than this (characters) keeps its head and tail around a marker
 MAX_TEXT_CHARS = 32 * 1024
@@ -70,11 +71,7 @@ class SourceMeta:
 
 def bound(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     """``text`` cut to about ``limit`` characters, keeping its head and tail."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    omitted = len(text) - 2 * half
-    return f"{text[:half]}\n[... {omitted} characters omitted at ingest ...]\n{text[-half:]}"
+    return truncate_chars_head_tail(text, limit, where="at ingest")
 
 
 def bound_value(value: Any, depth: int = 0) -> Any:
