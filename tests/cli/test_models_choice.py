@@ -50,7 +50,7 @@ def test_choose_models(
         monkeypatch.setenv(name, value)
     choice = choose_models(flags[0], flags[1], "model")
     assert (choice.agent, choice.memory) == (agent, memory)
-    config = choice.generate_config()
+    config = choice.memory_config()
     if memory is None:
         assert (config.phase_one_model, config.phase_two_model) == ("gpt-5.4-mini", "gpt-5.5")
         assert config.phase_one_model_settings is not None
@@ -62,7 +62,7 @@ def test_choose_models(
 def test_extractive_engine_wins_for_memory() -> None:
     choice = choose_models("m1", None, "extractive")
     assert (choice.agent, choice.memory) == ("m1", "extractive")
-    assert choice.generate_config().phase_two_model == "extractive"
+    assert choice.memory_config().phase_two_model == "extractive"
     with pytest.raises(click.UsageError):
         choose_models("m1", "m2", "extractive")
 

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from sandmem._errors import UserError
 from sandmem._terminal import json_text
-from sandmem.cli._settings_file import SETTINGS_FILE, ConfigError, workspace_memory_model
+from sandmem.cli._settings_file import SETTINGS_FILE, ConfigError
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
@@ -171,7 +171,7 @@ def rollout_file(layout: MemoryLayoutConfig, rollout_id: str) -> str:
     return f"{layout.sessions_dir}/{rollout_id}.jsonl"
 
 
-def generate_config(
+def memory_command_config(
     engine: str, model: str | None, workspace: Path | None = None
 ) -> MemoryGenerateConfig:
     """The generate config of the memory commands for ``--engine`` / ``--model``.
@@ -183,14 +183,18 @@ def generate_config(
     alike); ``extractive`` as ``M`` is the offline engine; none of them gives the configured
     defaults. A missing or unclear setting is a ``ConfigError`` (exit 2).
     """
-    from sandmem.cli._models import memory_model_for_server, require_model_server
+    from sandmem.cli._models import (
+        memory_model_for_server,
+        named_memory_model,
+        require_model_server,
+    )
 
     if engine == EXTRACTIVE:
         if model is not None and model != EXTRACTIVE:
             raise click.UsageError("use either --engine extractive or --model, not both")
         return MemoryGenerateConfig.for_model(EXTRACTIVE)
-    named = model or os.environ.get("SANDMEM_MEMORY_MODEL", "").strip() or None
-    named = named or workspace_memory_model(workspace)
+    chosen = named_memory_model(model, "--model", workspace)
+    named = chosen[0] if chosen is not None else None
     if named == EXTRACTIVE:
         return MemoryGenerateConfig.for_model(EXTRACTIVE)
     try:
@@ -208,7 +212,7 @@ def engine_note(engine: str, model: str | None, workspace: Path | None) -> str:
     """What a memory command would generate with, for a dry run (never raises: a missing
     setting is said, not raised)."""
     try:
-        config = generate_config(engine, model, workspace)
+        config = memory_command_config(engine, model, workspace)
     except click.ClickException as exc:
         return f"the real run needs a model: {exc.format_message()}"
     if config.phase_one_model == EXTRACTIVE:

@@ -12,9 +12,9 @@ from sandmem.cli._common import (
     emit_model,
     engine_note,
     engine_options,
-    generate_config,
     layout_config,
     layout_options,
+    memory_command_config,
     review_option,
     run_async,
     workspace_option,
@@ -56,7 +56,7 @@ def generate_command(
     (they stay pending and are retried next time).
     """
     layout = layout_config(memories_dir, sessions_dir)
-    config = generate_config(engine, model, workspace).model_copy(update={"review": review})
+    config = memory_command_config(engine, model, workspace).model_copy(update={"review": review})
     with progress_display(stderr_console()) as progress:
         report = run_async(
             generate(
@@ -173,7 +173,7 @@ def forget_command(
         for line in _forget_lines(plan, engine_note(engine, model, workspace)):
             click.echo(line)
         return
-    config = generate_config(engine, model, workspace)
+    config = memory_command_config(engine, model, workspace)
     if not yes:
         _confirm(plan)
     console = stderr_console()

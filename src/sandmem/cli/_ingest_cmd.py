@@ -18,9 +18,9 @@ import click
 from sandmem.cli._common import (
     emit_model,
     engine_options,
-    generate_config,
     layout_config,
     layout_options,
+    memory_command_config,
     review_option,
     run_async,
     workspace_option,
@@ -240,7 +240,7 @@ def ingest_command(
     """
     layout = layout_config(memories_dir, sessions_dir)
     # the engine matters only to --generate (recording needs no model)
-    config = generate_config(engine, model, workspace) if generate_now else None
+    config = memory_command_config(engine, model, workspace) if generate_now else None
     if review:
         if config is None:
             raise click.UsageError("--review applies to the generation: pass --generate too")

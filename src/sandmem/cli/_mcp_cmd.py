@@ -21,8 +21,8 @@ import click
 from sandmem._extras import require
 from sandmem.cli._common import (
     engine_options,
-    generate_config,
     layout_options,
+    memory_command_config,
     review_option,
     run_async,
     store_layout,
@@ -194,7 +194,9 @@ def mcp_command(
     if token_env is not None and token is None:
         raise click.UsageError(f"--token-env {token_env}: ${token_env} is not set or empty")
     generates = (allow_generate or allow_forget) and not read_only
-    config = generate_config(engine, model, workspace) if generates else MemoryGenerateConfig()
+    config = (
+        memory_command_config(engine, model, workspace) if generates else MemoryGenerateConfig()
+    )
     config = config.model_copy(update={"review": review})
     layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
     if store_url is None and not create:

@@ -34,7 +34,12 @@ import click
 from sandmem._errors import ModelRequestError, UserError
 from sandmem.cli._settings_file import workspace_memory_model
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
-from sandmem.models._provider import DEFAULT_MODEL, OpenAIProvider, default_provider
+from sandmem.models._provider import (
+    DEFAULT_MODEL,
+    OpenAIProvider,
+    default_provider,
+    model_from_env,
+)
 from sandmem.redaction import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -72,7 +77,7 @@ class ModelChoice:
     memory: str | None
     memory_source: str
 
-    def generate_config(self) -> MemoryGenerateConfig:
+    def memory_config(self) -> MemoryGenerateConfig:
         return MemoryGenerateConfig.for_model(self.memory)
 
     def memory_text(self) -> str:
@@ -98,6 +103,24 @@ class ModelChoice:
         return f"{text}; {api} API at {server_url()}"
 
 
+def named_memory_model(
+    flag: str | None, flag_name: str, workspace: Path | None
+) -> tuple[str, str] | None:
+    """The memory model someone named, and where (the source ``ModelChoice`` shows): the flag
+    (called ``flag_name``), else ``SANDMEM_MEMORY_MODEL``, else the workspace's
+    ``sandmem.toml`` (``[memory] model``); ``None`` when none names one. The one reader of
+    ``SANDMEM_MEMORY_MODEL``."""
+    if flag:
+        return flag, flag_name
+    memory_env = _env("SANDMEM_MEMORY_MODEL")
+    if memory_env:
+        return memory_env, "SANDMEM_MEMORY_MODEL"
+    memory_file = workspace_memory_model(workspace)
+    if memory_file:
+        return memory_file, "sandmem.toml"
+    return None
+
+
 def choose_models(
     agent_flag: str | None, memory_flag: str | None, engine: str, workspace: Path | None = None
 ) -> ModelChoice:
@@ -110,22 +133,17 @@ def choose_models(
         return ModelChoice(SCRIPTED, "--model", EXTRACTIVE, "--model scripted")
     if agent_flag:
         agent, agent_source = agent_flag, "--model"
-    elif _env("SANDMEM_MODEL"):
-        agent, agent_source = str(_env("SANDMEM_MODEL")), "SANDMEM_MODEL"
+    elif model_from_env():
+        agent, agent_source = str(model_from_env()), "SANDMEM_MODEL"
     else:
         agent, agent_source = DEFAULT_MODEL, "default"
     if engine == EXTRACTIVE:
         if memory_flag and memory_flag != EXTRACTIVE:
             raise click.UsageError("use either --engine extractive or --memory-model, not both")
         return ModelChoice(agent, agent_source, EXTRACTIVE, "--engine extractive")
-    if memory_flag:
-        return ModelChoice(agent, agent_source, memory_flag, "--memory-model")
-    memory_env = _env("SANDMEM_MEMORY_MODEL")
-    if memory_env:
-        return ModelChoice(agent, agent_source, memory_env, "SANDMEM_MEMORY_MODEL")
-    memory_file = workspace_memory_model(workspace)
-    if memory_file:
-        return ModelChoice(agent, agent_source, memory_file, "sandmem.toml")
+    named = named_memory_model(memory_flag, "--memory-model", workspace)
+    if named is not None:
+        return ModelChoice(agent, agent_source, named[0], named[1])
     if agent_source != "default":
         return ModelChoice(agent, agent_source, agent, f"the agent's model, from {agent_source}")
     if not is_openai_server(server_url()):
@@ -242,11 +260,11 @@ def server_model(choice: ModelChoice, timeout_s: float = CONNECT_TIMEOUT_S) -> M
     )
 
 
-def memory_model_for_server(flag: str | None) -> str | None:
-    """The memory model of ``memory generate`` / ``forget``: ``--model``, else
-    ``SANDMEM_MEMORY_MODEL``, else ``SANDMEM_MODEL``, else (a server that is not OpenAI's)
+def memory_model_for_server(named: str | None) -> str | None:
+    """The memory model of ``memory generate`` / ``forget``: the one named
+    (``named_memory_model``), else ``SANDMEM_MODEL``, else (a server that is not OpenAI's)
     the one model it lists; ``None``: the ``MemoryGenerateConfig`` defaults."""
-    named = flag or _env("SANDMEM_MEMORY_MODEL") or _env("SANDMEM_MODEL")
+    named = named or model_from_env()
     if named or is_openai_server(server_url()):
         return named
     choice = ModelChoice(DEFAULT_MODEL, "default", DEFAULT_MODEL, "the agent's model")

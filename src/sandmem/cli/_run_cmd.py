@@ -151,11 +151,11 @@ class RunState:
     skipped: str | None = None
 
 
-def generate_config(opts: RunOptions) -> MemoryGenerateConfig:
+def after_run_config(opts: RunOptions) -> MemoryGenerateConfig:
     """The commands generate explicitly after the run (with progress and a report), so the
     session's stop must not generate as well: that would retry, within the same command, a
     conversation that just failed."""
-    return opts.models.generate_config().model_copy(
+    return opts.models.memory_config().model_copy(
         update={"schedule": "explicit", "review": opts.review}
     )
 
@@ -168,7 +168,7 @@ def build_agent(opts: RunOptions) -> SandboxAgent:
             read=MemoryReadConfig(live_update="propose" if opts.review else True)
             if opts.read
             else None,
-            generate=generate_config(opts) if opts.generate else None,
+            generate=after_run_config(opts) if opts.generate else None,
         )
         capabilities.insert(0, memory)
     model: str | Model = scripted_model() if opts.models.agent == SCRIPTED else opts.models.agent
@@ -211,7 +211,7 @@ async def generate_memory(
             return await generate(
                 sandbox,
                 layout=opts.layout,
-                config=generate_config(opts),
+                config=after_run_config(opts),
                 wait_backoff=True,
                 progress=progress,
             )

@@ -144,7 +144,7 @@ class OpenAIProvider(ModelProvider):
         from sandmem.models.openai_chat import OpenAIChatCompletionsModel
         from sandmem.models.openai_responses import OpenAIResponsesModel
 
-        model = name or os.environ.get("SANDMEM_MODEL", "").strip() or DEFAULT_MODEL
+        model = name or model_from_env() or DEFAULT_MODEL
         self._start_client()
         if self.api == "chat_completions":
             return OpenAIChatCompletionsModel(model, self.client)
@@ -330,6 +330,11 @@ def default_provider() -> OpenAIProvider:
     if _DEFAULT_PROVIDER is None:
         _DEFAULT_PROVIDER = OpenAIProvider()
     return _DEFAULT_PROVIDER
+
+
+def model_from_env() -> str | None:
+    """The model ``SANDMEM_MODEL`` names (``None`` when unset or blank): the one reader of it."""
+    return os.environ.get("SANDMEM_MODEL", "").strip() or None
 
 
 def _check_api(value: str, *, source: str) -> ApiName:
