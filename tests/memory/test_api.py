@@ -449,9 +449,12 @@ async def test_targets_that_are_not_workspaces(tmp_path: Path) -> None:
 async def test_locked_by_another_process(
     tmp_path: Path, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from sandmem.memory import _files
     from sandmem.memory.generation import manager
 
-    monkeypatch.setattr(manager, "LOCK_TIMEOUT_S", 0.2)  # forget reads it when it runs
+    # the layout lock's default wait: generation's binding, and the one every lock reads
+    monkeypatch.setattr(manager, "LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(_files, "LOCK_TIMEOUT_S", 0.2)
     layout = LAYOUTS[name]
     root = await build(tmp_path, layout, ["invoice-fix"])
     lock = f"{layout.memories_dir}/.lock"

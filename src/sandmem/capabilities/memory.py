@@ -212,7 +212,7 @@ class Memory(Capability):
         try:
             if not await journal.unversioned(self.session, self.paths):
                 return  # nothing edited: no lock taken, no wait for a running consolidation
-            async with _files.lock(self.session, self.paths.lock, timeout=60.0):
+            async with _files.lock(self.session, self.paths.lock):
                 await journal.notice(self.session, self.paths, attribution, redactor=slot.redactor)
         except SandboxError as exc:  # also a link planted in the layout: never loses the record
             logger.warning("memory version of this run's edits deferred: %s", exc)

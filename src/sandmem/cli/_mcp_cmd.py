@@ -142,7 +142,7 @@ _STOPPED = "stopped (Ctrl-C): every note and edit made through the server is sav
 @click.option(
     "--lock-timeout",
     type=click.FloatRange(min=0.1),
-    default=30.0,
+    default=30.0,  # serve_mcp's default (the MCP server's SERVER_LOCK_TIMEOUT_S)
     show_default=True,
     help="Seconds a write waits for a running consolidation before it fails.",
 )

@@ -346,15 +346,24 @@ _HELD: contextvars.ContextVar[frozenset[tuple[int, str]]] = contextvars.ContextV
 )
 
 
+#: how long a writer waits for a layout's lock (``memories_dir/.lock``, ``sessions_dir/.lock``)
+#: by default: a consolidation holds it while it runs. The one default; the waits that differ
+#: say why where they are named (a review's run end ``_run_review.REVIEW_LOCK_TIMEOUT_S``, a
+#: stop's redaction pass, the MCP server's tool calls, try-locks that must not wait)
+LOCK_TIMEOUT_S = 60.0
+
+
 @contextlib.asynccontextmanager
 async def lock(
     session: SandboxSession,
     path: str,
-    timeout: float = 30.0,  # noqa: ASYNC109 - a lock timeout, reported as SandboxError
+    timeout: float | None = None,  # noqa: ASYNC109 - a lock timeout, reported as SandboxError
 ) -> AsyncIterator[None]:
     """``async with lock(session, path):`` the layout's exclusive lock (the lock file is
-    opened without following a link). Re-entrant within one task: code that already holds it
-    (a flush preparing its layout) passes straight through."""
+    opened without following a link), waited for ``timeout`` seconds (default
+    ``LOCK_TIMEOUT_S``, read at each call). Re-entrant within one task: code that already
+    holds it (a flush preparing its layout) passes straight through."""
+    wait = LOCK_TIMEOUT_S if timeout is None else timeout
     key = (id(session), check(path))
     held = _HELD.get()
     if key in held:
@@ -362,7 +371,7 @@ async def lock(
         return
     async with contextlib.AsyncExitStack() as stack:
         with no_symlinks():
-            await stack.enter_async_context(session.lock(path, timeout=timeout))
+            await stack.enter_async_context(session.lock(path, timeout=wait))
         token = _HELD.set(held | {key})
         try:
             yield

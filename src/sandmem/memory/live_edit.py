@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 #: ``(memories_dir, Redactor)``: writes under that directory are redacted first
 Guards = list[tuple[str, "Redactor"]]
 
-#: how long a live edit waits for a running consolidation of its layout
-LIVE_EDIT_LOCK_TIMEOUT_S = 60.0
-
 
 class RedactingFiles:
     """The session, with writes under a guarded memory directory redacted first, and those
@@ -170,7 +167,7 @@ async def apply_live_edit(
     guards: Guards,
     *,
     overlays: dict[str, dict[str, bytes | None]] | None = None,
-    lock_timeout: float = LIVE_EDIT_LOCK_TIMEOUT_S,
+    lock_timeout: float | None = None,
 ) -> PatchResult:
     """Apply ``patch``: writes under a guarded memory directory are redacted (or kept in
     ``overlays[memories_dir]`` for a proposing directory), and each touched layout's lock is

@@ -106,7 +106,6 @@ async def forget_rollout(
     """
     from sandmem.memory import journal
     from sandmem.memory.generation._attach import get_manager
-    from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
     from sandmem.memory.generation.phase_two import load_raw_memories
     from sandmem.memory.history import Attribution
 
@@ -116,8 +115,8 @@ async def forget_rollout(
     # one version, attributed to this forget: the re-consolidation's, or the cleared files'
     attribution = Attribution("forget", rollouts_removed=(rid,))
     with journal.attributed(attribution):
-        async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
-            async with _files.lock(session, f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
+        async with _files.lock(session, paths.lock):
+            async with _files.lock(session, f"{paths.sessions_dir}/.lock"):
                 plan = await _forget_files(session, paths, rid)
             consolidated = bool((await gen_state.load_selection(session, paths)).refs)
             if consolidated and not await load_raw_memories(session, paths):
@@ -179,12 +178,10 @@ async def forget(
 async def _unforget(
     target: MemoryTarget, rollout_id: str, layout: MemoryLayoutConfig | None
 ) -> ForgetResult:
-    from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
-
     rid = checked_rollout_id(rollout_id)
     async with open_target(target, layout) as (session, paths, _owned):
         try:
-            async with _files.lock(session, f"{paths.sessions_dir}/.lock", timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, f"{paths.sessions_dir}/.lock"):
                 undone = await tombstones.remove(session, paths, rid)
         except SandboxError as exc:
             raise lock_error(exc) from exc

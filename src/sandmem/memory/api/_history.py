@@ -16,7 +16,6 @@ from sandmem.memory import state as gen_state
 from sandmem.memory._records import Problem, report
 from sandmem.memory.api._target import MemoryTarget, lock_error, open_target, run_sync
 from sandmem.memory.config import MemoryLayoutConfig
-from sandmem.memory.generation.manager import LOCK_TIMEOUT_S
 from sandmem.memory.history import Attribution, Version, unified
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.store._history_sync import replace_mirror, sync_history
@@ -192,7 +191,7 @@ async def restore(
     consolidation folds in what came after it. Raises ``UserError`` for an unknown version."""
     async with open_target(target, layout) as (session, paths, _owned):
         try:
-            async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, paths.lock):
                 found = await history.versions(session, paths)
                 old = history.resolve(version, found)
                 files: dict[str, bytes | None] = dict(
@@ -265,7 +264,7 @@ async def redact_history(
         raise UserError(f"invalid pattern {pattern!r}: {exc}") from exc
     async with open_target(target, layout) as (session, paths, _owned):
         try:
-            async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, paths.lock):
                 changed = await _history_prune.redact_history(session, paths, redactor.redact)
                 rewritten = await _redact_tree(session, paths.memories_dir, redactor)
                 await remove_index(session, paths)  # a search index keeps removed terms
@@ -375,7 +374,7 @@ async def approve(
     dismiss it and regenerate)."""
     async with open_target(target, layout) as (session, paths, _owned):
         try:
-            async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, paths.lock):
                 proposal = await proposals.get(session, paths, proposal_id)
                 if proposal.stale:
                     raise UserError(
@@ -426,7 +425,7 @@ async def dismiss(
     """Drop a proposal; memory is unchanged. Returns what was dropped."""
     async with open_target(target, layout) as (session, paths, _owned):
         try:
-            async with _files.lock(session, paths.lock, timeout=LOCK_TIMEOUT_S):
+            async with _files.lock(session, paths.lock):
                 proposal = await proposals.get(session, paths, proposal_id)
                 try:
                     info = await _proposal_info(session, paths, proposal)

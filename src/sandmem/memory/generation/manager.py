@@ -28,6 +28,7 @@ from sandmem._errors import SandboxError
 from sandmem._usage import Usage
 from sandmem.memory import _files, journal
 from sandmem.memory import state as gen_state
+from sandmem.memory._files import LOCK_TIMEOUT_S  # the layout lock's one default
 from sandmem.memory._store_seam import MemoryStore
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.generation import _degrade, _trace, phase_one, phase_two
@@ -62,7 +63,6 @@ from sandmem.sandboxes._types import EntryKind
 
 logger = logging.getLogger("sandmem.memory")
 
-LOCK_TIMEOUT_S = 60.0
 #: rollout files read at once when looking for pending rollouts
 _PENDING_BATCH = 32
 #: files stat-ed at once when looking for pending rollouts

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sandmem.memory import _files, tombstones
-from sandmem.memory.generation.manager import LOCK_TIMEOUT_S, MemoryGenerationManager
+from sandmem.memory.generation.manager import MemoryGenerationManager
 from sandmem.memory.ingestion import _detect, _sqlite
 from sandmem.memory.ingestion._claude import claude_events
 from sandmem.memory.ingestion._codex import codex_events, subagent_parent
@@ -136,7 +136,7 @@ class Ingestor:
         await self.manager.prepare()
         files = await asyncio.to_thread(expand, paths)
         lock = f"{layout.sessions_dir}/{INGEST_LOCK}"
-        async with _files.lock(session, lock, timeout=LOCK_TIMEOUT_S):
+        async with _files.lock(session, lock):
             self.forgotten = await tombstones.load(session, layout)
             for path in files:
                 try:

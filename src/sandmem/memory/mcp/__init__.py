@@ -14,7 +14,12 @@ from typing import Literal
 
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.mcp._server import MemoryMCPServer
-from sandmem.memory.mcp._tools import TOOL_SPECS, UPDATE_MAX_CHARS, ServerOptions
+from sandmem.memory.mcp._tools import (
+    SERVER_LOCK_TIMEOUT_S,
+    TOOL_SPECS,
+    UPDATE_MAX_CHARS,
+    ServerOptions,
+)
 
 __all__ = ["TOOL_SPECS", "MemoryMCPServer", "ServerOptions", "serve_mcp"]
 
@@ -29,7 +34,7 @@ async def serve_mcp(
     allow_forget: bool = False,
     allow_generate: bool = False,
     conversation_id: str = "mcp-notes",
-    lock_timeout: float = 30.0,
+    lock_timeout: float = SERVER_LOCK_TIMEOUT_S,
     http: tuple[str, int] | None = None,
     token: str | None = None,
     max_update_chars: int | None = None,

@@ -38,6 +38,9 @@ from sandmem.memory.views._status import conversation_page
 from sandmem.redaction import Redactor
 from sandmem.tracing import Span, span
 
+#: how long a tool call waits for the layout's lock: shorter than the library's default
+#: (``_files.LOCK_TIMEOUT_S``), so a client is answered "locked" rather than left hanging
+SERVER_LOCK_TIMEOUT_S = 30.0
 #: lines ``memory_read`` returns when no ``limit`` is given, and the most it returns at once
 READ_DEFAULT_LINES = 200
 READ_MAX_LINES = 2000
@@ -245,7 +248,7 @@ class ServerOptions:
     #: the server's own conversation: notes from ``memory_remember`` are its segments
     conversation_id: str = "mcp-notes"
     #: how long a write waits for the layout's lock (a running consolidation)
-    lock_timeout: float = 30.0
+    lock_timeout: float = SERVER_LOCK_TIMEOUT_S
     tracing: bool = True
     #: the longest patch ``memory_update`` applies (characters); a longer one is refused
     max_update_chars: int = UPDATE_MAX_CHARS

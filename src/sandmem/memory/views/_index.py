@@ -71,7 +71,6 @@ T = TypeVar("T")
 
 INDEX_NAME = INDEX_DB
 #: how long a reader waits for another process refreshing the index
-LOCK_TIMEOUT_S = 60.0
 #: bump when the schema or what a row holds changes: an index of another version is rebuilt
 INDEX_VERSION = 3
 #: a conversation's task is cut to this many characters
@@ -812,7 +811,7 @@ async def _exclusive(session: SandboxSession, paths: MemoryPaths) -> AsyncIterat
         return
     lock = f"{paths.memories_dir}/{INDEX_LOCK}"
     await make_way(session, lock)  # a planted link or FIFO is moved aside, never blocks
-    async with _files.lock(session, lock, timeout=LOCK_TIMEOUT_S):
+    async with _files.lock(session, lock):
         yield
 
 
