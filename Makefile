@@ -8,7 +8,7 @@ LINTED := $(wildcard src tests examples benchmarks)
 # test-min: a second venv with every runtime dependency at its declared lower bound
 # (pyproject.toml), running the model and CLI tests there; CI runs it after `make test`.
 MIN_VENV := .venv-min
-MIN_TESTS := tests/models tests/cli tests/test_runner_openai.py tests/test_runner_streaming_openai.py
+MIN_TESTS := tests/models tests/cli tests/run/test_runner_openai.py tests/run/test_runner_streaming_openai.py
 
 .PHONY: venv demo test test-min lint bench real-model clean
 

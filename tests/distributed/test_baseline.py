@@ -12,7 +12,7 @@ from typing import Any
 
 from fake_openai import FakeOpenAIServer
 from services import RedisServer, S3Server
-from test_bad_day import EXTRACT, _memory_citing, _worker
+from test_service_faults import EXTRACT, _memory_citing, _worker
 from test_workers import MemoryModel
 
 from sandmem import Filesystem, Memory, RunConfig, Runner, SandboxAgent, SandboxRunConfig, Shell

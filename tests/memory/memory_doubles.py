@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from sandmem._items import Item
 from sandmem.memory._types import ConsolidationInputs, ConsolidationOutput, SelectedMemory
@@ -136,3 +138,35 @@ def consolidated(chosen: list[SelectedMemory]) -> ConsolidationOutput:
             summary_max_bytes=24_000,
         )
     )
+
+
+def transcript_turn(
+    rid: str, user: str, answer: str, minute: int = 0, tool: tuple[str, str] | None = None
+) -> str:
+    """One segment line: a user message, an optional tool call and its output, an answer."""
+    items: list[dict[str, Any]] = []
+    if tool is not None:
+        items += [
+            {"type": "function_call", "name": "exec_command", "call_id": "c1",
+             "arguments": json.dumps({"cmd": tool[0]})},
+            {"type": "function_call_output", "call_id": "c1", "output": tool[1]},
+        ]  # fmt: skip
+    items.append({"role": "assistant", "content": answer})
+    line = {
+        "updated_at": f"2026-05-01T10:{minute:02d}:00+00:00",
+        "rollout_id": rid,
+        "input": [{"role": "user", "content": user}],
+        "generated_items": items,
+        "terminal_metadata": {"terminal_state": "completed"},
+    }
+    return json.dumps(line) + "\n"
+
+
+def transcripts_workspace(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A workspace with an empty ``memories/`` and these rollout files (id -> text)."""
+    root = tmp_path / "ws"
+    (root / "memories").mkdir(parents=True)
+    (root / "sessions").mkdir(parents=True)
+    for rid, text in files.items():
+        (root / "sessions" / f"{rid}.jsonl").write_text(text)
+    return root

@@ -15,8 +15,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
+from memory_doubles import transcript_turn as turn
+from memory_doubles import transcripts_workspace as workspace
 from test_history import PATCH, consolidated, open_session, record
-from test_search_transcripts import turn, workspace
 
 from sandmem import SandboxError, SandboxPathError, SandmemError
 from sandmem import memory as api

@@ -25,7 +25,7 @@ from sandmem.demo._scenario import wants_offline
 from sandmem.models import ModelRequest
 
 FIXED = "round(subtotal * (1 + tax_rate), 2)"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def test_offline_demo_shows_memory_carried_to_run_two(tmp_path: Path) -> None:

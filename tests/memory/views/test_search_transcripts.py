@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from memory_doubles import segment_line
+from memory_doubles import transcript_turn as turn
+from memory_doubles import transcripts_workspace as workspace
 
 from sandmem import memory as api
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
@@ -29,37 +31,6 @@ SECRETS = (
     "AKIA" + "QWERTYUIOPASDFGH",
     "xoxb-123456789012-123456789012-" + "abcdefghijklmnopqrstuvwx",
 )
-
-
-def turn(
-    rid: str, user: str, answer: str, minute: int = 0, tool: tuple[str, str] | None = None
-) -> str:
-    """One segment line: a user message, an optional tool call and its output, an answer."""
-    items: list[dict[str, Any]] = []
-    if tool is not None:
-        items += [
-            {"type": "function_call", "name": "exec_command", "call_id": "c1",
-             "arguments": json.dumps({"cmd": tool[0]})},
-            {"type": "function_call_output", "call_id": "c1", "output": tool[1]},
-        ]  # fmt: skip
-    items.append({"role": "assistant", "content": answer})
-    line = {
-        "updated_at": f"2026-05-01T10:{minute:02d}:00+00:00",
-        "rollout_id": rid,
-        "input": [{"role": "user", "content": user}],
-        "generated_items": items,
-        "terminal_metadata": {"terminal_state": "completed"},
-    }
-    return json.dumps(line) + "\n"
-
-
-def workspace(tmp_path: Path, files: dict[str, str]) -> Path:
-    root = tmp_path / "ws"
-    (root / PATHS.memories_dir).mkdir(parents=True)
-    (root / PATHS.sessions_dir).mkdir(parents=True)
-    for rid, text in files.items():
-        (root / PATHS.rollout_file(rid)).write_text(text)
-    return root
 
 
 def age(root: Path, seconds: float = 120.0) -> None:
@@ -115,7 +86,8 @@ async def test_a_transcript_hit_names_its_conversation_segment_and_reads_back(
 
 async def test_distilled_memory_comes_first_when_it_covers_the_query(tmp_path: Path) -> None:
     root = workspace(
-        tmp_path, {"ci": turn("ci", "Which port does staging use?", "Port 7431 on staging.")}
+        tmp_path,
+        {"ci": turn("ci", "Which port does staging use?", "Port 7431 on staging.")},
     )
     (root / PATHS.memory_md).write_text("# Memory\n\n## Staging\n- staging port is 7431\n")
     found = await api.search(root, "staging port")

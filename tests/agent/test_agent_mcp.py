@@ -32,7 +32,7 @@ from sandmem.mcp import (
 from sandmem.models._base import ModelRequest
 from sandmem.testing import FunctionModel, tool_call, tool_outputs
 
-SERVER = str(Path(__file__).with_name("mcp_tool_server.py"))
+SERVER = str(Path(__file__).parents[1] / "mcp_tool_server.py")
 
 
 def stdio_server(tmp_path: Path, **kwargs: Any) -> MCPServerStdio:

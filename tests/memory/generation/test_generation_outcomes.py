@@ -76,7 +76,7 @@ async def test_a_consolidation_that_leaves_a_conversation_out_is_incomplete(
     assert "first" in before
 
     seen: list[ModelRequest] = []
-    # without the extractive fallback (tests/memory/test_phase_two_fallback.py has it on)
+    # without the extractive fallback (tests/memory/generation/test_phase_two_fallback.py has it on)
     lazy = good.model_copy(
         update={"phase_two_model": lazy_consolidator(seen), "phase_two_fallback": False}
     )

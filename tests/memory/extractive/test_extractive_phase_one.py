@@ -17,10 +17,10 @@ from sandmem.memory.extractive import (
     extract,
 )
 
-DATA = Path(__file__).parents[1] / "data" / "extractive"
+DATA = Path(__file__).parents[2] / "data" / "extractive"
 ROLLOUTS = DATA / "rollouts"
 GOLDEN = DATA / "golden"
-SHARED_CORPUS = Path(__file__).parents[1] / "data" / "rollouts"
+SHARED_CORPUS = Path(__file__).parents[2] / "data" / "rollouts"
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
 NAMES = sorted(p.stem for p in ROLLOUTS.glob("*.jsonl"))
 SECRETS = (

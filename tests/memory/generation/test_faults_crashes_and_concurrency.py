@@ -25,7 +25,8 @@ from sandmem.models import OpenAIProvider
 from sandmem.sandboxes import File, LocalSnapshotSpec, Manifest, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel
 
-WORKER = Path(__file__).parent / "memory_worker.py"
+MEMORY_TESTS = Path(__file__).parents[1]
+WORKER = MEMORY_TESTS / "memory_worker.py"
 MANIFEST = Manifest(entries={"a.txt": File(content=b"alpha\n")})
 PATHS = MemoryPaths("memories", "sessions")
 
@@ -75,7 +76,7 @@ async def test_fault_modes_leave_every_rollout_processed_or_pending(
         model_provider=provider,
         phase_one_concurrency=1,
         # unusable answers fail here, to be retried (the extractive fallback of phase one is
-        # tried in memory/test_small_model_phases.py)
+        # tried in memory/generation/test_small_model_phases.py)
         phase_one_fallback=False,
     )
     ids = [f"r{i}" for i in range(8)]
@@ -167,7 +168,7 @@ async def test_flush_timeout_cancels_generation_but_stop_completes(tmp_path: Pat
 
 
 def _start_worker(workspace: Path, name: str, runs: int, mode: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONPATH": str(MEMORY_TESTS)}
     return subprocess.Popen(
         [sys.executable, str(WORKER), str(workspace), name, str(runs), mode],
         stdout=subprocess.PIPE,
@@ -365,7 +366,7 @@ def test_a_100_mb_rollout_is_processed_in_bounded_memory(tmp_path: Path) -> None
     workspace = tmp_path / "ws"
     (workspace / "sessions").mkdir(parents=True)
     out = subprocess.run(
-        [sys.executable, "-c", HUGE_ROLLOUT_SCRIPT, str(workspace), str(Path(__file__).parent)],
+        [sys.executable, "-c", HUGE_ROLLOUT_SCRIPT, str(workspace), str(MEMORY_TESTS)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -20,7 +20,7 @@ from viewer_workspace import HOSTILE, SECRET, build_viewer_workspace
 from sandmem.memory.views._viewer_html import anchor, generation_runs
 from sandmem.memory.views._viewer_md import markdown, task_groups
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
 from cli_workspaces import INVOICE, build_workspace, invoke
 
 

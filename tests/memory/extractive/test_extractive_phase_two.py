@@ -13,7 +13,7 @@ from memory_doubles import extracted
 from sandmem.memory._types import ConsolidationInputs, ConsolidationOutput, SelectedMemory
 from sandmem.memory.extractive import consolidate
 
-DATA = Path(__file__).parents[1] / "data" / "extractive"
+DATA = Path(__file__).parents[2] / "data" / "extractive"
 GOLDEN = DATA / "golden"
 ALL = [
     "bugfix_invoice",

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 from memory_doubles import phase_one_model, phase_two_model
-from test_reliability import _start_worker, _wait_for, record, state_of
+from test_faults_crashes_and_concurrency import _start_worker, _wait_for, record, state_of
 
 from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig
 from sandmem.capabilities import Filesystem, Shell
