@@ -157,3 +157,29 @@ def memory_server_handler(answer: str = "All done.") -> Any:
         return FakeReply(text=answer)
 
     return handler
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The ``Error: `` lines a command printed."""
+    return [line for line in stderr.splitlines() if line.startswith("Error: ")]
+
+
+def pending_conversation(workspace: Path, rollout_id: str) -> None:
+    """A recorded conversation whose memory is not generated yet."""
+    segment = {
+        "updated_at": "2026-12-01T10:00:00.000Z",
+        "rollout_id": rollout_id,
+        "input": [{"role": "user", "content": f"Fix the {rollout_id} bug in app.py"}],
+        "generated_items": [
+            {"role": "assistant", "content": [{"type": "output_text", "text": "Fixed it."}]}
+        ],
+        "final_output": "Fixed it.",
+        "terminal_metadata": {
+            "terminal_state": "completed",
+            "exception_type": None,
+            "exception_message": None,
+            "has_final_output": True,
+        },
+    }
+    (workspace / "sessions").mkdir(exist_ok=True)
+    (workspace / "sessions" / f"{rollout_id}.jsonl").write_text(json.dumps(segment) + "\n")

@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_workspaces import invoke, invoke_json, memory_server_handler
+from cli_workspaces import invoke, invoke_json, memory_server_handler, pending_conversation
 from fake_openai import FakeOpenAIServer
 from ingest_fixtures import codex_session_one
-from test_first_hour import pending_conversation
 
 X = ("--engine", "extractive")
 

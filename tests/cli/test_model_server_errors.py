@@ -1,9 +1,9 @@
-"""Issue 29, against the fake server: what a new user's wrong key, URL, model name, dead or hung
-server does. A run with no model reply records nothing and leaves no error text in any memory
-file; a refused key or model uses no attempt of a pending conversation; the run's own error is
-printed first and memory generation is skipped when the server just failed; off a terminal a
-heartbeat line shows the command is waiting; a server that is not OpenAI's gets its own model
-(or one line naming --model); ``-v`` shows each request but never the key."""
+"""What a wrong key, URL or model name, or a dead or hung server does, against the fake server: a
+run with no model reply records nothing and leaves no error text in any memory file; a refused
+key or model uses no attempt of a pending conversation; the run's own error is printed first
+and memory generation is skipped when the server just failed; off a terminal a heartbeat line
+shows the command is waiting; a server that is not OpenAI's gets its own model (or one line
+naming --model); ``-v`` shows each request but never the key."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_workspaces import invoke, memory_server_handler
+from cli_workspaces import error_lines, invoke, memory_server_handler, pending_conversation
 from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 
 from sandmem.cli import _live
@@ -27,10 +27,6 @@ def memory_texts(workspace: Path) -> dict[str, str]:
             if path.is_file():
                 found[str(path.relative_to(workspace))] = path.read_text(errors="replace")
     return found
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("Error: ")]
 
 
 FAULTS = {
@@ -66,27 +62,6 @@ def test_a_run_without_a_model_reply_leaves_no_memory_and_says_so_first(
     for path, text in texts.items():
         for word in ("HTTP", "injected", "timed out", "ModelRequestError", SECRET_KEY):
             assert word not in text, (path, word)
-
-
-def pending_conversation(workspace: Path, rollout_id: str) -> None:
-    """A recorded conversation whose memory is not generated yet."""
-    segment = {
-        "updated_at": "2026-12-01T10:00:00.000Z",
-        "rollout_id": rollout_id,
-        "input": [{"role": "user", "content": f"Fix the {rollout_id} bug in app.py"}],
-        "generated_items": [
-            {"role": "assistant", "content": [{"type": "output_text", "text": "Fixed it."}]}
-        ],
-        "final_output": "Fixed it.",
-        "terminal_metadata": {
-            "terminal_state": "completed",
-            "exception_type": None,
-            "exception_message": None,
-            "has_final_output": True,
-        },
-    }
-    (workspace / "sessions").mkdir(exist_ok=True)
-    (workspace / "sessions" / f"{rollout_id}.jsonl").write_text(json.dumps(segment) + "\n")
 
 
 @pytest.mark.parametrize(
@@ -223,89 +198,3 @@ def test_scripted_runs_offline(tmp_path: Path) -> None:
     assert "→ exec_command: ls -A" in result.stderr and "← exit 0: " in result.stderr
     assert "notes.txt" in result.stdout
     assert not (tmp_path / "memories").exists()  # not recorded (issue 39: no junk memory)
-
-
-# ---------------------------------------------------------------- point 9 and PATH
-
-
-def test_view_open_without_a_browser_says_so(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import webbrowser
-
-    monkeypatch.setattr(webbrowser, "open", lambda url: False)
-    page = workspace.parent / "view.html"
-    result = invoke("memory", "view", "-w", workspace, "--open", "--out", page)
-    assert result.exit_code == 1
-    assert "Error: no web browser found to open the page" in result.stderr
-    assert page.is_file()
-
-
-def test_generate_without_a_server_setting_exits_2(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    for args in (("generate",), ("forget", "invoice-fix", "--yes")):
-        result = invoke("memory", *args, "-w", workspace)
-        assert result.exit_code == 2, (args, result.stderr)
-        assert result.stderr.startswith("Error: no model server configured")
-
-
-def test_run_defaults_to_the_current_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "here.txt").write_text("x")
-    result = invoke("run", "--model", "scripted", "hi", env={})
-    assert result.exit_code == 0, result.stderr
-    assert "here.txt" in result.stdout  # the scripted agent listed the current directory
-
-
-def test_hints_spell_the_command_as_it_was_started(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """After `make demo` the venv is not activated: a hint says `.venv/bin/sandmem ...`."""
-    import sys
-
-    from sandmem._log_lines import command_name
-
-    script = tmp_path / ".venv/bin/sandmem"
-    script.parent.mkdir(parents=True)
-    script.write_text("#!/bin/sh\n")
-    script.chmod(0o755)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", [str(script), "demo"])
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    assert command_name() == ".venv/bin/sandmem"
-    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
-    assert command_name() == "sandmem"
-    monkeypatch.setattr(sys, "argv", ["-c"])  # inside another program
-    assert command_name() == "sandmem"
-
-
-def test_every_command_that_calls_a_model_takes_the_client_flags(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
-) -> None:
-    commands = [
-        ("run",),
-        ("chat",),
-        ("eval",),
-        ("demo",),
-        ("worker",),
-        ("mcp",),
-        ("memory", "generate"),
-        ("memory", "forget"),
-        ("memory", "ingest"),
-    ]
-    for command in commands:
-        shown = invoke(*command, "--help").stdout
-        for flag in ("--timeout SECONDS", "--max-retries N", "-v, --debug"):
-            assert flag in shown, (command, flag)
-    fake_openai.inject(delay_s=5.0, times=1000)  # the demo on a hung server gives up at once
-    env = {"OPENAI_BASE_URL": fake_openai.base_url}
-    args = ("demo", "--model", "m", "--timeout", "0.3", "--max-retries", "0", "-v")
-    demo = invoke(*args, "--keep", tmp_path / "kept", env=env)
-    assert demo.exit_code == 1 and "timed out" in demo.stdout + demo.stderr
-    assert len(fake_openai.requests) == 1  # --max-retries 0
-    assert f"sandmem debug: POST {fake_openai.base_url}/responses" in demo.stderr
