@@ -9,12 +9,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig
 from sandmem._items import Item
+from sandmem.capabilities import Filesystem, Shell
+from sandmem.capabilities.memory import Memory
+from sandmem.memory import MemoryGenerateConfig
 from sandmem.memory._types import ConsolidationInputs, ConsolidationOutput, SelectedMemory
 from sandmem.memory.extractive import consolidate, extract
 from sandmem.memory.layout import fingerprint
 from sandmem.memory.selection import RawMemoryRef
 from sandmem.models._base import ModelRequest
+from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 from sandmem.testing import FunctionModel, last_user_text, tool_call, tool_outputs
 
 
@@ -170,3 +175,42 @@ def transcripts_workspace(tmp_path: Path, files: dict[str, str]) -> Path:
     for rid, text in files.items():
         (root / "sessions" / f"{rid}.jsonl").write_text(text)
     return root
+
+
+def failing_model(message: str = "boom") -> FunctionModel:
+    """A model whose every request raises ``RuntimeError(message)``."""
+
+    def fn(request: object) -> str:
+        raise RuntimeError(message)
+
+    return FunctionModel(fn)
+
+
+def doubles_config(**overrides: object) -> MemoryGenerateConfig:
+    """A generate config with this module's phase-one and phase-two doubles."""
+    values: dict[str, object] = {
+        "phase_one_model": phase_one_model(),
+        "phase_two_model": phase_two_model(),
+    }
+    values.update(overrides)
+    return MemoryGenerateConfig(**values)  # type: ignore[arg-type]
+
+
+async def record_run(
+    session: SandboxSession, cfg: MemoryGenerateConfig, rid: str, prompt: str
+) -> None:
+    """One run of a scripted agent with ``Memory(generate=cfg)`` recorded as ``rid``."""
+    agent = SandboxAgent(
+        name="dev",
+        model=scripted_agent(
+            lambda r: [tool_call("exec_command", {"cmd": "true"})], lambda r: "ok"
+        ),
+        capabilities=[Memory(generate=cfg), Filesystem(), Shell()],
+    )
+    run_config = RunConfig(sandbox=SandboxRunConfig(session=session))
+    await Runner.run(agent, prompt, run_config=run_config, conversation_id=rid)
+
+
+async def open_session(root: Path) -> SandboxSession:
+    """A session on ``root`` used in place (created when missing)."""
+    return await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
