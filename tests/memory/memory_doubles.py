@@ -214,3 +214,12 @@ async def record_run(
 async def open_session(root: Path) -> SandboxSession:
     """A session on ``root`` used in place (created when missing)."""
     return await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
+
+
+def steps_model(*steps: list[dict[str, Any]] | str) -> FunctionModel:
+    """Answers ``steps[k]`` where k counts the tool outputs so far (the last step repeats)."""
+
+    def fn(request: ModelRequest) -> object:
+        return steps[min(len(tool_outputs(request)), len(steps) - 1)]
+
+    return FunctionModel(fn)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
+from memory_doubles import steps_model as _script
 
 from sandmem import (
     Filesystem,
@@ -21,17 +21,8 @@ from sandmem import (
     Shell,
     UnixLocalSandboxClient,
 )
-from sandmem.models._base import ModelRequest
-from sandmem.testing import FunctionModel, tool_outputs
 
 EXTRACTIVE = MemoryGenerateConfig(phase_one_model="extractive", phase_two_model="extractive")
-
-
-def _script(*steps: list[dict[str, Any]] | str) -> FunctionModel:
-    def fn(request: ModelRequest) -> object:
-        return steps[min(len(tool_outputs(request)), len(steps) - 1)]
-
-    return FunctionModel(fn)
 
 
 # -- class 3: no writes through hard links -------------------------------------------------

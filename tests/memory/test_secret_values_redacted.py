@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
+from memory_doubles import steps_model as _script
 
 from sandmem import (
     Filesystem,
@@ -24,9 +24,8 @@ from sandmem import (
 )
 from sandmem.memory.generation._redact_pass import MemoryRedactionPass
 from sandmem.memory.rollouts import conversation_rollout_id
-from sandmem.models._base import ModelRequest
 from sandmem.redaction import Redactor
-from sandmem.testing import FunctionModel, tool_call, tool_outputs
+from sandmem.testing import tool_call
 
 _rng = random.Random(25)
 
@@ -38,13 +37,6 @@ KEY = "sk-proj-" + "".join(_rng.choice("ABCDEFabcdef0123456789_-") for _ in rang
 
 
 EXTRACTIVE = MemoryGenerateConfig(phase_one_model="extractive", phase_two_model="extractive")
-
-
-def _script(*steps: list[dict[str, Any]] | str) -> FunctionModel:
-    def fn(request: ModelRequest) -> object:
-        return steps[min(len(tool_outputs(request)), len(steps) - 1)]
-
-    return FunctionModel(fn)
 
 
 def _on_disk(root: Path) -> str:

@@ -11,15 +11,17 @@ memory API, and imports ``agent``, ``run``, ``sandboxes`` and the floors below (
 - ``extractive``: the deterministic, model-free engine (``"extractive"``)
 - ``store``, ``views``, ``ingestion``, ``mcp``: stores, looking at memory, other agents'
   transcripts, the MCP server
+- ``api``: the memory API below, and the target helper the MCP server shares
 
 The memory API (``status``, ``list_conversations``, ``list_files``, ``show``, ``search``,
 ``view_html``, ``generate``, ``forget``, ``ingest``, each with a ``*_sync`` twin) works on a
 live sandbox session or a workspace directory; see ``docs/memory-api.md``.
 
 Floors inside memory, lowest first: the core modules at this level (config, layout, rollouts,
-state, selection, journal, verify, read_prompt, rendering) and the store seam; ``store``
-(sync); ``extractive``; ``generation``; ``views``; ``ingestion`` (other agents'
-transcripts); then this package's API. A module imports only from its own floor or below.
+state, selection, journal, verify, read_prompt, rendering, the store seam ``_store_seam``);
+``store`` (sync); ``extractive``; ``generation``; ``views`` (looking only); ``ingestion``
+(other agents' transcripts); then the API (``api/``, re-exported here) and the MCP server over
+it (``mcp/``). A module imports only from its own floor or below.
 """
 
 from __future__ import annotations
