@@ -55,6 +55,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem.memory._files",
             "sandmem.memory.layout",
             "sandmem.memory.rollouts",
+            "sandmem.memory.recording",
             "sandmem.memory.state",
             "sandmem.memory.selection",
             "sandmem.memory.journal",

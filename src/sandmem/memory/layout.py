@@ -183,6 +183,13 @@ MEMORY_ENTRIES: dict[str, tuple[EntryKind, bool]] = {
 }
 
 
+#: why a listed file was not read (``read_many`` under ``no_symlinks`` skips these)
+NOT_REGULAR = "not a regular file (a symlink or a special file); skipped"
+
+#: how long a writer waits for a layout's lock (``<memories_dir>/.lock``) or its sessions lock
+#: (``<sessions_dir>/.lock``) before giving up with the lock's ``SandboxError``
+LOCK_TIMEOUT_S = 60.0
+
 #: how long layout repair waits for the layout lock; a holder (a flush, an edit) is a sandmem
 #: process that repairs the layout itself, so a busy lock is not waited for
 REPAIR_LOCK_WAIT_S = 0.05

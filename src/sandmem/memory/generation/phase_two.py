@@ -8,7 +8,8 @@ conversations gets one follow-up turn naming them; if some are still missing, th
 ``phase_two_selection.json`` for the next flush. On any failure the stage is discarded and the
 live files and ``phase_two_selection.json`` are unchanged.
 
-Every model request is counted in the caller's ``Usage``, whatever the outcome.
+Every model request is counted in the caller's ``Usage``, whatever the outcome. ``run`` is a
+flush's phase two: it plans, consolidates when the selection changed, and records the outcome.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import difflib
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
@@ -37,12 +39,21 @@ from sandmem.memory import state as gen_state
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.config import EXTRACTIVE, PHASE_TWO_MAX_TOKENS, MemoryGenerateConfig
-from sandmem.memory.generation import _degrade
+from sandmem.memory.generation import _degrade, _trace
+from sandmem.memory.generation._fallback import fall_back
 from sandmem.memory.generation._metering import MeteredModel
+from sandmem.memory.generation._record import FlushRecord, usage_fields
 from sandmem.memory.generation._scoped_tools import ScopedFiles, scoped_tools
 from sandmem.memory.generation.phase_one import extra_guidance_block, resolve_model
 from sandmem.memory.history import Attribution, Retention
-from sandmem.memory.layout import MemoryPaths, parse_header, read_isolated, read_text
+from sandmem.memory.layout import (
+    NOT_REGULAR,
+    MemoryPaths,
+    parse_header,
+    read_isolated,
+    read_text,
+)
+from sandmem.memory.rollouts import utc_now
 from sandmem.memory.selection import (
     RawMemoryRef,
     SelectionDiff,
@@ -50,6 +61,7 @@ from sandmem.memory.selection import (
     select,
     selection_document,
 )
+from sandmem.memory.state import Problem
 from sandmem.memory.verify import Verification, follow_up_message, verify
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
@@ -63,10 +75,6 @@ _READ_BATCH = 512
 
 
 # ---------------------------------------------------------------- selection
-
-
-#: why a listed file was not read (``read_many`` under ``no_symlinks`` skips these)
-NOT_REGULAR = "not a regular file (a symlink or a special file); skipped"
 
 
 def raw_memory_problem(rollout_id: str, data: bytes) -> tuple[str | None, str]:
@@ -653,3 +661,136 @@ def selection_summary(p: Plan) -> str:
             "removed": [r.rollout_id for r in p.diff.removed],
         }
     )
+
+
+# ---------------------------------------------------------------- a flush's phase two
+
+
+async def run(
+    record: FlushRecord, provider: ModelProvider, state: gen_state.GenerationState
+) -> None:
+    """Consolidate when what the plan reads changed, and record the outcome (``_record``).
+    Never raises: a failed consolidation is recorded, and the extractive engine takes over
+    where ``_degrade.needs_fallback`` says so."""
+    session, paths, config, report = record.session, record.paths, record.config, record.report
+    started = time.monotonic()
+    cap = config.max_raw_memories_for_consolidation
+    digest = await inputs_digest(session, paths, cap)
+    if digest is not None and digest == state.phase_two.inputs_digest:
+        report.phase_two = "skipped"  # nothing plan reads changed since it found nothing
+        return
+    p = await plan(session, paths, cap)
+    _trace.phase_two_plan(len(p.selected), p.diff)
+    record.problems(Problem(path, reason) for path, reason in p.problems.items())
+    if not p.diff.changed:
+        report.phase_two = "skipped"
+        if not p.problems and digest != state.phase_two.inputs_digest:
+            state.phase_two = state.phase_two.model_copy(update={"inputs_digest": digest})
+            await record.save_state(state)
+        return
+    now = utc_now()
+    try:
+        result = await consolidate(
+            session, paths, config, record.redactor, p, now, provider, report.phase_two_usage
+        )
+    except Exception as exc:  # the stage is discarded already; recorded, never raised
+        await _failed(record, provider, state, p, exc, now, started)
+        return
+    await _done(record, provider, state, p, result, now, started)
+
+
+def _fallback_of(
+    record: FlushRecord, provider: ModelProvider, p: Plan
+) -> Callable[[str], Awaitable[list[str]]]:
+    """The extractive consolidation of ``p`` after the model's error (``_fallback``)."""
+
+    async def run_extractive(model_error: str) -> list[str]:
+        result = await consolidate(
+            record.session,
+            record.paths,
+            record.config,
+            record.redactor,
+            p,
+            utc_now(),
+            provider,
+            record.report.phase_two_usage,
+            fallback_of=model_error,
+        )
+        return [r.rollout_id for r in result.verification.missing]
+
+    return run_extractive
+
+
+async def _failed(
+    record: FlushRecord,
+    provider: ModelProvider,
+    state: gen_state.GenerationState,
+    p: Plan,
+    exc: Exception,
+    now: str,
+    started: float,
+) -> None:
+    report, ids = record.report, [r.rollout_id for r in p.selected]
+    error = record.redactor.redact(str(exc))
+    kind = gen_state.classify(exc)
+    report.phase_two, report.phase_two_error = "failed", error
+    report.phase_two_failure_kind = kind
+    state.phase_two = gen_state.record_phase_two_failure(state.phase_two, kind, error, now)
+    log: dict[str, Any] = {
+        "phase": "two",
+        "rollouts": ids,
+        "status": "failed",
+        "error": error,
+        "failure_kind": kind,
+        "duration_s": round(time.monotonic() - started, 3),
+        **usage_fields(report.phase_two_usage),
+    }
+    await record.save(state, log, force=True)
+    if isinstance(exc, EngineError) and _degrade.needs_fallback(record.config, None):
+        await fall_back(record, state, ids, error, _fallback_of(record, provider, p))
+
+
+async def _done(
+    record: FlushRecord,
+    provider: ModelProvider,
+    state: gen_state.GenerationState,
+    p: Plan,
+    result: ConsolidationResult,
+    now: str,
+    started: float,
+) -> None:
+    session, paths, report = record.session, record.paths, record.report
+    ids = [r.rollout_id for r in p.selected]
+    checked = result.verification
+    missing = [r.rollout_id for r in checked.missing]
+    still = [r.rollout_id for r in checked.still_cited]
+    report.phase_two = result.outcome
+    report.phase_two_missing = missing + still
+    outcome_error = None if checked.ok else f"consolidation incomplete: {checked.describe()}"
+    report.phase_two_error = outcome_error
+    complete = result.outcome in ("done", "proposed") and not p.problems
+    cap = record.config.max_raw_memories_for_consolidation
+    state.phase_two = gen_state.PhaseTwoState(
+        inputs_digest=await inputs_digest(session, paths, cap) if complete else None,
+        status=result.outcome,
+        last_error=outcome_error,
+        last_attempt_at=now,
+        last_success_at=now,
+        selection=selection_summary(p),
+        missing_added=missing,
+        still_cited=still,
+    )
+    log: dict[str, Any] = {
+        "phase": "two",
+        "rollouts": ids,
+        "status": result.outcome,
+        "error": outcome_error,
+        "missing": report.phase_two_missing,
+        "duration_s": round(time.monotonic() - started, 3),
+        **usage_fields(report.phase_two_usage),
+        "memory_bytes": await record.memory_bytes(),
+    }
+    await record.save(state, log, force=True)
+    if result.outcome == "incomplete" and _degrade.needs_fallback(record.config, checked):
+        assert outcome_error is not None
+        await fall_back(record, state, ids, outcome_error, _fallback_of(record, provider, p))
