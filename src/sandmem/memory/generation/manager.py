@@ -1,14 +1,20 @@
 """The generation manager: one per (sandbox session, layout), owned by the session.
 
-It appends run segments to rollout files, and when the session stops (a pre-stop hook) it
-flushes: it finishes or discards an interrupted commit (``memory.journal``), reconciles
-``generation_state.json`` with the files (``memory.state``), runs phase one for every due
-rollout with bounded concurrency, then phase two once. A rollout is pending until its raw
-memory records its last ``updated_at`` and segment count. A failure the environment caused
-(the model server down or slow) only postpones a rollout; a failure the rollout caused counts
-toward ``max_attempts`` for one version of the rollout. One bad file (an unreadable rollout or
-raw memory, a corrupt state or selection file) is reported and left out; the rest proceeds.
-Everything runs under the layout's cross-process lock.
+It owns the layout's lifetime in the session: ``prepare`` (the layout ensured), ``record``
+(a run segment appended, ``memory.recording``), ``flush``, and the stop hook ``_attach``
+registers. A flush runs under the layout's cross-process lock, within ``flush_timeout_s``,
+as named steps: the settled check (``_settled``: nothing changed since a flush that did
+nothing, so nothing to do), tidying what a killed process left (write temps, an interrupted
+commit, ``memory.journal``; an edit made outside any run versioned), loading the state
+(``memory.state``), the reconcile (``_scan``: which rollouts are due), phase one for every due
+rollout (``phase_one.run``), phase two once (``phase_two.run``), and certifying a flush that
+did nothing. Every step records through the flush's record (``_record``).
+
+A rollout is pending until its raw memory records its last ``updated_at`` and segment count.
+A failure the environment caused (the model server down or slow) only postpones a rollout; a
+failure the rollout caused counts toward ``max_attempts`` for one version of the rollout. One
+bad file (an unreadable rollout or raw memory, a corrupt state or selection file) is reported
+and left out; the rest proceeds.
 """
 
 from __future__ import annotations
