@@ -4,10 +4,11 @@ the memory API ``sandmem.memory``, ``capabilities`` or anything above).
 
 Imports inside run one way (no cycle, typing imports included); each module imports only
 modules named after it: ``_attach``, ``_stop``, ``_job``, ``manager`` (a layout's lifetime; a
-flush as named steps), ``phase_two`` (with its flush driver), ``_fallback``, ``phase_one``
-(with its flush driver), ``_scan`` (the pending scan), ``_settled`` (the settled check),
-``_trace``, ``_record`` (the flush's report, log lines, state writes, problems), and the
-request gate, metering, the consolidation agent's scoped tools, the stop-time redaction pass.
+flush as named steps), ``phase_two`` (with its flush driver), ``_fallback``, ``_brief`` (the
+consolidation's brief), ``phase_one`` (with its flush driver), ``_scan`` (the pending scan),
+``_settled`` (the settled check), ``_trace``, ``_record`` (the flush's report, log lines, state
+writes, problems), and the request gate, metering, the consolidation agent's scoped tools, the
+stop-time redaction pass.
 Callers outside memory use the names re-exported here.
 """
 

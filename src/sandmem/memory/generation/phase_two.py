@@ -14,7 +14,6 @@ flush's phase two: it plans, consolidates when the selection changed, and record
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import logging
@@ -29,7 +28,6 @@ from sandmem._errors import (
     SandboxError,
 )
 from sandmem._items import user_message
-from sandmem._prompts import code_block, load_prompt, render_prompt
 from sandmem._settings import ModelSettings, with_max_tokens
 from sandmem._usage import Usage
 from sandmem.agent._agent import Agent
@@ -40,11 +38,15 @@ from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.config import EXTRACTIVE, PHASE_TWO_MAX_TOKENS, MemoryGenerateConfig
 from sandmem.memory.generation import _degrade, _trace
+from sandmem.memory.generation._brief import BRIEF_FILES_MAX_BYTES as BRIEF_FILES_MAX_BYTES
+from sandmem.memory.generation._brief import bookkeeping, consolidation_instructions
+from sandmem.memory.generation._brief import edits_block as edits_block
+from sandmem.memory.generation._brief import inputs_block as inputs_block
 from sandmem.memory.generation._fallback import fall_back
 from sandmem.memory.generation._metering import MeteredModel
 from sandmem.memory.generation._record import FlushRecord, usage_fields
 from sandmem.memory.generation._scoped_tools import ScopedFiles, scoped_tools
-from sandmem.memory.generation.phase_one import extra_guidance_block, resolve_model
+from sandmem.memory.generation.phase_one import resolve_model
 from sandmem.memory.history import Attribution, Retention
 from sandmem.memory.layout import (
     NOT_REGULAR,
@@ -196,114 +198,6 @@ def raw_memories_document(selected: list[RawMemoryRef], bodies: dict[str, str]) 
 
 
 # ---------------------------------------------------------------- engines
-
-
-def _ref_lines(refs: list[RawMemoryRef], memories_dir: str) -> str:
-    if not refs:
-        return "  (none)"
-    return "\n".join(
-        f"  - {r.rollout_id} (updated {r.updated_at}, {r.terminal_state}; summary "
-        f"{memories_dir}/{r.rollout_summary_file})"
-        for r in refs
-    )
-
-
-def edits_block(inputs: ConsolidationInputs) -> str:
-    """Edits made to MEMORY.md since the last consolidation, as a diff to keep."""
-    before, now = inputs.consolidated_memory_md, inputs.current_memory_md
-    if not before or before == now:
-        return ""
-    diff = "".join(
-        difflib.unified_diff(
-            before.splitlines(keepends=True),
-            now.splitlines(keepends=True),
-            "MEMORY.md (last consolidation)",
-            "MEMORY.md (now)",
-        )
-    )
-    return (
-        "MEMORY.md was edited since the last consolidation (by an agent's live update or by a "
-        "person). Keep these edits: they are newer than the raw memories.\n"
-        f"{code_block(diff, 'diff')}\n"
-    )
-
-
-#: the brief carries raw_memories.md, MEMORY.md and memory_summary.md themselves when together
-#: they fit this many bytes (~50,000 tokens), so the agent needs no read turn; above it, the
-#: brief lists them and the agent reads them with its tools
-BRIEF_FILES_MAX_BYTES = 200_000
-
-
-def inputs_block(inputs: ConsolidationInputs) -> str:
-    """The brief's inputs: the files' text when they fit ``BRIEF_FILES_MAX_BYTES``, else
-    where to read them."""
-    root = inputs.memories_dir
-    files = (
-        (
-            f"{root}/raw_memories.md",
-            "the selected raw memories, newest first",
-            inputs.raw_memories_md,
-        ),
-        (f"{root}/MEMORY.md", "the current registry, which you update", inputs.current_memory_md),
-        (
-            f"{root}/memory_summary.md",
-            "the current summary, which you update",
-            inputs.current_summary_md,
-        ),
-    )
-    size = sum(len(text.encode("utf-8", "surrogatepass")) for _, _, text in files)
-    evidence = (
-        f"`{root}/rollout_summaries/` holds one recap per conversation, for more evidence when "
-        "a raw memory is unclear (read one only if you need it)."
-    )
-    if size > BRIEF_FILES_MAX_BYTES:
-        return (
-            "Inputs (read them with your tools):\n"
-            f"- `{root}/raw_memories.md`: the selected raw memories, newest first (notes from "
-            "individual conversations). Read it first.\n"
-            f"- The current `{root}/MEMORY.md` and `{root}/memory_summary.md`, which you "
-            f"update.\n- {evidence}"
-        )
-    blocks = [
-        f"`{path}` ({what}):\n{code_block(text, 'markdown') if text.strip() else '(empty)'}"
-        for path, what, text in files
-    ]
-    return (
-        "Inputs (their full text is below: you need not read them):\n\n"
-        + "\n\n".join(blocks)
-        + f"\n\n{evidence}"
-    )
-
-
-def consolidation_instructions(inputs: ConsolidationInputs) -> str:
-    template = load_prompt("sandmem.memory", "phase_two")
-    return render_prompt(
-        template,
-        inputs=inputs_block(inputs),
-        memories_dir=inputs.memories_dir,
-        added=_ref_lines(inputs.added, inputs.memories_dir),
-        retained=_ref_lines(inputs.retained, inputs.memories_dir),
-        removed=_ref_lines(inputs.removed, inputs.memories_dir),
-        edits=edits_block(inputs),
-        memory_budget=str(inputs.memory_md_max_bytes),
-        summary_budget=str(inputs.summary_max_bytes),
-        extra=extra_guidance_block(inputs.extra_prompt),
-    )
-
-
-def bookkeeping(inputs: ConsolidationInputs) -> str:
-    """The consolidation's brief without the inputs' own text: its instructions, selection
-    lines and input headers, and the follow-up turn (what must never become memory)."""
-    bare = replace(
-        inputs,
-        current_memory_md="",
-        consolidated_memory_md="",
-        current_summary_md="",
-        raw_memories_md="",
-        extra_prompt=None,
-    )
-    missing = verify("", inputs.added, inputs.removed)
-    return consolidation_instructions(bare) + "\n" + follow_up_message(missing, inputs.memories_dir)
 
 
 async def _strip_copied_brief(
