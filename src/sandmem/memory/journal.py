@@ -45,11 +45,11 @@ from typing import Any
 from sandmem._errors import MemoryGenerationError, SandboxError
 from sandmem.memory import _files, _history_prune, history, proposals
 from sandmem.memory._json import loads_bounded
-from sandmem.memory._records import is_digest, is_memory_name
+from sandmem.memory._records import Problem, is_digest, is_memory_name
 from sandmem.memory.history import DEFAULT_RETENTION, Attribution, Retention
 from sandmem.memory.layout import MemoryPaths, write_json
 from sandmem.memory.rollouts import utc_now
-from sandmem.memory.state import Problem, append_log
+from sandmem.memory.state import append_log
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 

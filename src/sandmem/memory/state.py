@@ -35,7 +35,6 @@ import json
 import random
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -49,6 +48,7 @@ from sandmem._errors import (
 )
 from sandmem.memory import _files
 from sandmem.memory._json import loads_bounded
+from sandmem.memory._records import Problem
 from sandmem.memory.layout import SELECTION_JSON, MemoryPaths, write_json
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.memory.selection import (
@@ -69,17 +69,6 @@ RolloutStatus = Literal["pending", "done", "failed", "skipped"]
 PhaseTwoStatus = Literal[
     "done", "incomplete", "proposed", "fallback", "failed", "skipped", "not_run"
 ]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A file that was left out, rebuilt or repaired, and why (a flush reports it by path)."""
-
-    path: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
 
 
 class RolloutState(BaseModel):

@@ -23,10 +23,11 @@ from sandmem._errors import SandboxError
 from sandmem._usage import Usage
 from sandmem.memory import _files
 from sandmem.memory import state as gen_state
+from sandmem.memory._records import Problem
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.rollouts import utc_now
-from sandmem.memory.state import FailureKind, GenerationState, PhaseTwoStatus, Problem, append_log
+from sandmem.memory.state import FailureKind, GenerationState, PhaseTwoStatus, append_log
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 

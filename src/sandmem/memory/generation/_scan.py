@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from sandmem._errors import SandboxError
 from sandmem.memory import _files
 from sandmem.memory import state as gen_state
+from sandmem.memory._records import Problem
 from sandmem.memory.generation._record import FlushRecord
 from sandmem.memory.layout import (
     NOT_REGULAR,
@@ -25,7 +26,7 @@ from sandmem.memory.layout import (
     read_isolated,
 )
 from sandmem.memory.recording import rollout_ids
-from sandmem.memory.state import GenerationState, Problem
+from sandmem.memory.state import GenerationState
 from sandmem.sandboxes._session import FileStat, SandboxSession
 from sandmem.sandboxes._types import EntryKind
 

@@ -34,6 +34,7 @@ from sandmem.agent._agent import Agent
 from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
 from sandmem.memory import _files, journal, layout
 from sandmem.memory import state as gen_state
+from sandmem.memory._records import Problem
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.config import EXTRACTIVE, PHASE_TWO_MAX_TOKENS, MemoryGenerateConfig
@@ -63,7 +64,6 @@ from sandmem.memory.selection import (
     select,
     selection_document,
 )
-from sandmem.memory.state import Problem
 from sandmem.memory.verify import Verification, follow_up_message, verify
 from sandmem.models._base import ModelProvider
 from sandmem.redaction import Redactor
