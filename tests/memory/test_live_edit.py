@@ -4,7 +4,6 @@ proposing directory's writes in its overlay."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,19 +11,9 @@ import pytest
 
 from sandmem.memory.live_edit import LiveEditPolicy, run_policy
 from sandmem.redaction import Redactor
-from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
+from sandmem.sandboxes import SandboxSession
 
 SECRET = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
-
-
-@pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[SandboxSession]:
-    client = UnixLocalSandboxClient()
-    session = await client.create(manifest=Manifest(root=tmp_path / "ws"))
-    await session.start()
-    (Path(session.root) / "memories").mkdir()
-    yield session
-    await client.delete(session)
 
 
 def add(path: str, line: str) -> str:
@@ -36,6 +25,11 @@ def test_one_policy_a_run() -> None:
     first = run_policy(extras)
     assert run_policy(extras) is first and extras == {LiveEditPolicy: first}
     assert run_policy({}) is not first  # another run, another policy
+
+
+@pytest.fixture(autouse=True)
+def memories_dir(sandbox: SandboxSession) -> None:
+    (Path(sandbox.root) / "memories").mkdir()
 
 
 async def test_guarded_writes_are_redacted_and_others_are_not(sandbox: SandboxSession) -> None:

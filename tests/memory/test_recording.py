@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,19 +12,10 @@ import pytest
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.recording import RolloutRecorder, rollout_id_of, rollout_ids
 from sandmem.redaction import Redactor
-from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
+from sandmem.sandboxes import SandboxSession
 
 PATHS = MemoryPaths("memories", "sessions")
 SECRET = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
-
-
-@pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[SandboxSession]:
-    client = UnixLocalSandboxClient()
-    session = await client.create(manifest=Manifest(root=tmp_path / "ws"))
-    await session.start()
-    yield session
-    await client.delete(session)
 
 
 @pytest.mark.parametrize(
