@@ -142,7 +142,9 @@ class MemoryGenerationManager:
             await settled.withdraw()  # this flush may change what it certified
             state, loaded = await self._load_state(record)
             due, found = await _scan.reconcile(record, state, retry_failed, wait_backoff)
-            self.last_gate = await phase_one.run(record, provider, sorted(due), state, found)
+            slots = phase_one.Slots(self.config)
+            self.last_gate = slots.request
+            await phase_one.run(record, provider, sorted(due), state, found, slots)
             wrote = state.to_json() != loaded
             if wrote:  # a flush with nothing to do writes nothing
                 await record.save_state(state)

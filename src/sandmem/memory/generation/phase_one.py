@@ -380,7 +380,7 @@ async def write_artifacts(
 # ---------------------------------------------------------------- a flush's phase one
 
 
-class _Slots:
+class Slots:
     """Phase one's two limits: ``request`` runs the model requests, pinned at
     ``phase_one_concurrency`` or, by default, adapted to the server under
     ``phase_one_max_concurrency`` (``_gate``); ``prepare`` bounds the rollouts read and
@@ -401,13 +401,18 @@ class _Driver:
     """One flush's phase one: its record, provider, limits and the scan's bytes."""
 
     def __init__(
-        self, record: FlushRecord, provider: ModelProvider, state: GenerationState, found: Scan
+        self,
+        record: FlushRecord,
+        provider: ModelProvider,
+        state: GenerationState,
+        found: Scan,
+        slots: Slots,
     ) -> None:
         self.record = record
         self.provider = provider
         self.state = state
         self.found = found
-        self.slots = _Slots(record.config)
+        self.slots = slots
 
     async def read_rollout(self, rid: str) -> tuple[bytes, StatPair | None]:
         """The rollout's bytes (from the scan when it kept them) and the file's stat taken
@@ -492,13 +497,13 @@ async def run(
     due: list[str],
     state: GenerationState,
     found: Scan,
-) -> Gate:
-    """Extract the due rollouts; return the request gate (its ``limit`` and ``rejections``).
-    Rollouts waiting for their retry time after an environment failure are tried too once
-    this flush shows the server answers (one of them is sent first as a probe when nothing
-    else is due); while it does not, they wait, so an outage costs one request per flush
-    rather than one per rollout."""
-    driver = _Driver(record, provider, state, found)
+    slots: Slots,
+) -> None:
+    """Extract the due rollouts within ``slots``. Rollouts waiting for their retry time after
+    an environment failure are tried too once this flush shows the server answers (one of
+    them is sent first as a probe when nothing else is due); while it does not, they wait, so
+    an outage costs one request per flush rather than one per rollout."""
+    driver = _Driver(record, provider, state, found, slots)
     report = record.report
     waiting = sorted(report.deferred, key=lambda r: (state.rollouts[r].next_retry_at or "", r))
     first = due or waiting[:1]
@@ -513,4 +518,3 @@ async def run(
         await asyncio.gather(*(driver.extract_one(r) for r in rest))
     report.deferred = [r for r in report.deferred if r not in report.pending]
     found.data.clear()
-    return driver.slots.request
