@@ -9,13 +9,15 @@ without a generation manager; the manager's ``record`` is the same call.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandmem.memory import _files
 from sandmem.memory.layout import LOCK, LOCK_TIMEOUT_S, MemoryPaths, ensure_layout, make_way
 from sandmem.memory.rollouts import segment_line
-from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
+
+if TYPE_CHECKING:  # redaction compiles its patterns on import: a lister (the views) needs none
+    from sandmem.redaction import Redactor
 
 _SUFFIX = ".jsonl"
 
