@@ -164,9 +164,9 @@ def test_bad_state_entries_are_dropped_alone() -> None:
     )
     state, problems = parse_state(text, "memories/generation_state.json")
     assert list(state.rollouts) == ["good"] and state.rollouts["good"].status == "failed"
-    dropped = [p for p in problems if "entry" in p]
+    dropped = [p for p in problems if "entry" in p.reason]
     assert len(dropped) == 5 + 1  # five rollout entries and the phase_two entry
-    assert all(p.startswith("memories/generation_state.json: ") for p in problems)
+    assert all(p.path == "memories/generation_state.json" for p in problems)
 
 
 @pytest.mark.parametrize(
@@ -174,7 +174,7 @@ def test_bad_state_entries_are_dropped_alone() -> None:
 )
 def test_unreadable_state_is_rebuilt(text: str) -> None:
     state, problems = parse_state(text, "s.json")
-    assert state.rollouts == {} and len(problems) == 1 and "rebuilt" in problems[0]
+    assert state.rollouts == {} and len(problems) == 1 and "rebuilt" in problems[0].reason
 
 
 def test_json_depth_limit() -> None:

@@ -63,7 +63,7 @@ async def test_a_crafted_commit_record_never_deletes_outside_the_memory_files(
     (ws / "memories" / ".phase_two_commit.json").write_text(json.dumps(record))
     async with await open_session(ws) as session:
         notes = await journal.recover(session, PATHS)
-    assert any("unreadable commit record removed" in n for n in notes)
+    assert any(n.reason == "unreadable commit record removed" for n in notes)
     assert (ws / "package.json").read_text() == '{"name": "app"}\n'
     assert not (ws / "memories" / ".phase_two_commit.json").exists()
 
@@ -90,7 +90,7 @@ async def test_a_commit_record_with_a_bad_digest_is_removed(ws: Path, digest: An
     (ws / "memories" / ".phase_two_commit.json").write_text(json.dumps(record))
     async with await open_session(ws) as session:
         notes = await journal.recover(session, PATHS)
-    assert any("unreadable" in n for n in notes)
+    assert any("unreadable" in n.reason for n in notes)
     assert "a fact" in (ws / "memories" / "MEMORY.md").read_text()
 
 
@@ -108,7 +108,7 @@ async def test_a_good_commit_record_is_still_rolled_forward(ws: Path) -> None:
     (ws / "memories" / ".phase_two_commit.json").write_text(json.dumps(record))
     async with await open_session(ws) as session:
         notes = await journal.recover(session, PATHS)
-    assert any("finished an interrupted memory commit" in n for n in notes)
+    assert any(n.reason == "finished an interrupted memory commit" for n in notes)
     assert live.read_bytes() == new
 
 
@@ -148,7 +148,7 @@ def test_a_state_entry_that_is_not_a_rollout_id_is_dropped(rid: str) -> None:
     text = json.dumps({"rollouts": {rid: {"status": "done"}, "good-1": {"status": "done"}}})
     state, problems = gen_state.parse_state(text, "memories/generation_state.json")
     assert list(state.rollouts) == ["good-1"]
-    assert len(problems) == 1 and "\n" not in problems[0]
+    assert len(problems) == 1 and "\n" not in str(problems[0])
 
 
 # ---------------------------------------------------------------- .settled.json

@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Any
 from sandmem._errors import SandboxError
 from sandmem.agent._capability import Capability
 from sandmem.agent._tools import FunctionTool, function_tool
-from sandmem.memory.live_edit import apply_live_edit
+from sandmem.memory.live_edit import LiveEditPolicy, run_policy
 
 if TYPE_CHECKING:
     from sandmem.agent._context import SandboxRunContext
-    from sandmem.redaction import Redactor
 
 #: images larger than this are refused by ``view_image``
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
@@ -39,18 +38,6 @@ _VIEW_IMAGE_DESCRIPTION = (
 )
 
 
-#: key in the run's extras: ``[(memories_dir, Redactor)]``; ``apply_patch`` redacts what it
-#: writes under those directories before writing (set by the Memory capability)
-MEMORY_WRITE_GUARDS = "sandmem.memory_write_guards"
-
-
-#: key in the run's extras: ``{memories_dir: {workspace path: bytes | None}}``; for those
-#: directories (review mode, ``MemoryReadConfig(live_update="propose")``) ``apply_patch``
-#: writes into this overlay instead of the workspace (``None``: deleted); the Memory
-#: capability turns it into a proposal when the run ends
-MEMORY_PROPOSALS = "sandmem.memory_proposals"
-
-
 def image_mime_type(data: bytes) -> str | None:
     """The MIME type of a PNG, JPEG, GIF or WEBP image from its magic bytes, else ``None``."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -69,20 +56,19 @@ class Filesystem(Capability):
 
     type = "filesystem"
 
+    #: the run's rules for memory files (the Memory capability of the same run sets them)
+    _live_edits: LiveEditPolicy | None = None
+
     async def on_run_start(self, ctx: SandboxRunContext) -> None:
-        # the Memory capability of the same run puts its redactors here (see MEMORY_WRITE_GUARDS)
-        self._run_extras = ctx.extras
+        self._live_edits = run_policy(ctx.extras)
 
     def tools(self) -> list[FunctionTool]:
         async def apply_patch_tool(patch: str) -> str:
-            extras: dict[Any, Any] = getattr(self, "_run_extras", {})
-            guards: list[tuple[str, Redactor]] = extras.get(MEMORY_WRITE_GUARDS, [])
-            overlays = extras.get(MEMORY_PROPOSALS)
+            policy = self._live_edits or LiveEditPolicy()
             # an edit to memory files is redacted (or kept in a proposal's overlay) and waits
             # for a running consolidation
             patch = self.workspace_scope.anchor_patch(patch)
-            result = await apply_live_edit(self.session, patch, guards, overlays=overlays)
-            return result.render()
+            return (await policy.apply(self.session, patch)).render()
 
         async def view_image(path: str) -> list[dict[str, Any]]:
             return await self._view_image(path)

@@ -69,7 +69,7 @@ ProposalId = Annotated[str, AfterValidator(_checked(is_proposal_id, "proposal id
 
 @dataclass(frozen=True)
 class Problem:
-    """A record that was skipped: where it is and why (one line)."""
+    """A record or file that was skipped, rebuilt or repaired: where it is and why (one line)."""
 
     path: str
     reason: str

@@ -45,7 +45,7 @@ from typing import Any
 from sandmem._errors import MemoryGenerationError, SandboxError
 from sandmem.memory import _files, _history_prune, history, proposals
 from sandmem.memory._json import loads_bounded
-from sandmem.memory._records import is_digest, is_memory_name
+from sandmem.memory._records import Problem, is_digest, is_memory_name
 from sandmem.memory.history import DEFAULT_RETENTION, Attribution, Retention
 from sandmem.memory.layout import MemoryPaths, write_json
 from sandmem.memory.rollouts import utc_now
@@ -256,10 +256,10 @@ def _valid_record(paths: MemoryPaths, value: Any) -> bool:
     )
 
 
-async def recover(session: SandboxSession, paths: MemoryPaths) -> list[str]:
+async def recover(session: SandboxSession, paths: MemoryPaths) -> list[Problem]:
     """Finish or discard an interrupted consolidation (call under the layout lock). Returns
-    messages for the report: what was rolled forward or discarded, and edits kept."""
-    notes: list[str] = []
+    notes for the report, by path: what was rolled forward or discarded, and edits kept."""
+    notes: list[Problem] = []
     record_file = record_path(paths)
     data = await _read(session, record_file)
     if data is not None:
@@ -269,14 +269,16 @@ async def recover(session: SandboxSession, paths: MemoryPaths) -> list[str]:
             record = None
         if _valid_record(paths, record):
             kept = await _apply(session, paths, record)
-            notes.append(f"{record_file}: finished an interrupted memory commit")
-            notes += [f"{p}: edited after an interrupted commit; the edit is kept" for p in kept]
+            notes.append(Problem(record_file, "finished an interrupted memory commit"))
+            notes += [
+                Problem(p, "edited after an interrupted commit; the edit is kept") for p in kept
+            ]
         else:
             await _files.remove(session, record_file)
-            notes.append(f"{record_file}: unreadable commit record removed")
+            notes.append(Problem(record_file, "unreadable commit record removed"))
     if await _files.exists(session, stage_dir(paths)):
         await discard(session, paths)
-        notes.append(f"{stage_dir(paths)}: interrupted consolidation discarded")
+        notes.append(Problem(stage_dir(paths), "interrupted consolidation discarded"))
     if await _files.exists(session, _legacy_backup(paths)):
         await _files.remove(session, _legacy_backup(paths), recursive=True)
     for note in notes:
@@ -293,7 +295,7 @@ async def try_recover(session: SandboxSession, paths: MemoryPaths) -> None:
         async with _files.lock(session, paths.lock, timeout=0.05):
             notes = await recover(session, paths)
             if notes:
-                problems = dict(note.split(": ", 1) for note in notes)
+                problems = {note.path: note.reason for note in notes}
                 record = {"time": utc_now(), "phase": "check", "problems": problems}
                 await append_log(session, paths, record)
     except SandboxError:

@@ -183,6 +183,9 @@ MEMORY_ENTRIES: dict[str, tuple[EntryKind, bool]] = {
 }
 
 
+#: why a listed file was not read (``read_many`` under ``no_symlinks`` skips these)
+NOT_REGULAR = "not a regular file (a symlink or a special file); skipped"
+
 #: how long layout repair waits for the layout lock; a holder (a flush, an edit) is a sandmem
 #: process that repairs the layout itself, so a busy lock is not waited for
 REPAIR_LOCK_WAIT_S = 0.05

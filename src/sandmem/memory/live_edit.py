@@ -7,13 +7,19 @@ what it writes under a guarded memory directory, while holding the layout lock
 (``<memories_dir>/.lock``) of every memory directory it touches, so an edit waits for a running
 consolidation instead of racing it (and fails with the lock's ``SandboxError`` after
 ``lock_timeout`` seconds, changing nothing).
+
+``LiveEditPolicy`` is what a run's ``apply_patch`` does with memory files: the ``Memory``
+capability guards its layout there (and, in review mode, opens a proposal's overlay), the
+``Filesystem`` capability applies patches through it. One policy a run, in the run context's
+``extras`` under the class itself (``run_policy``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import posixpath
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import SandboxError
 from sandmem.memory import _files
@@ -25,6 +31,9 @@ if TYPE_CHECKING:
 
 #: ``(memories_dir, Redactor)``: writes under that directory are redacted first
 Guards = list[tuple[str, "Redactor"]]
+#: ``{memories_dir: {workspace path: bytes | None}}``: a proposing directory's writes (``None``:
+#: deleted), kept out of the workspace
+Overlays = dict[str, dict[str, bytes | None]]
 
 
 class RedactingFiles:
@@ -35,7 +44,7 @@ class RedactingFiles:
         self,
         session: SandboxSession,
         guards: Guards,
-        overlays: dict[str, dict[str, bytes | None]] | None = None,
+        overlays: Overlays | None = None,
     ) -> None:
         self._session = session
         self._guards = guards
@@ -166,7 +175,7 @@ async def apply_live_edit(
     patch: str,
     guards: Guards,
     *,
-    overlays: dict[str, dict[str, bytes | None]] | None = None,
+    overlays: Overlays | None = None,
     lock_timeout: float | None = None,
 ) -> PatchResult:
     """Apply ``patch``: writes under a guarded memory directory are redacted (or kept in
@@ -177,3 +186,37 @@ async def apply_live_edit(
         for lock in memory_locks(session, patch, guards):
             await stack.enter_async_context(_files.lock(session, lock, timeout=lock_timeout))
         return await apply_patch(files, patch)
+
+
+@dataclass
+class LiveEditPolicy:
+    """One run's rules for edits of memory files (see the module docstring): ``guards`` are
+    redacted when written, a directory in ``overlays`` (review mode,
+    ``MemoryReadConfig(live_update="propose")``) is written to its overlay instead of the
+    workspace; the ``Memory`` capability turns that into a proposal when the run ends."""
+
+    guards: Guards = field(default_factory=list)
+    overlays: Overlays = field(default_factory=dict)
+
+    def guard(self, memories_dir: str, redactor: Redactor) -> None:
+        """Redact what the run writes under ``memories_dir``."""
+        self.guards.append((memories_dir, redactor))
+
+    def propose(self, memories_dir: str) -> None:
+        """Keep what the run writes under ``memories_dir`` in a fresh overlay."""
+        self.overlays[memories_dir] = {}
+
+    def overlay(self, memories_dir: str) -> dict[str, bytes | None]:
+        """The run's proposed writes under ``memories_dir`` (empty when none)."""
+        return self.overlays.get(memories_dir, {})
+
+    async def apply(self, session: SandboxSession, patch: str) -> PatchResult:
+        """Apply ``patch`` under this policy (``apply_live_edit``)."""
+        return await apply_live_edit(session, patch, self.guards, overlays=self.overlays)
+
+
+def run_policy(extras: dict[Any, Any]) -> LiveEditPolicy:
+    """The run's policy, made on first use (``extras``: the run context's)."""
+    policy = extras.setdefault(LiveEditPolicy, LiveEditPolicy())
+    assert isinstance(policy, LiveEditPolicy)
+    return policy

@@ -48,6 +48,7 @@ from sandmem._errors import (
 )
 from sandmem.memory import _files
 from sandmem.memory._json import loads_bounded
+from sandmem.memory._records import Problem
 from sandmem.memory.layout import SELECTION_JSON, MemoryPaths, write_json
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.memory.selection import (
@@ -150,43 +151,47 @@ class GenerationState(BaseModel):
 # ---------------------------------------------------------------- parsing
 
 
-def parse_state(text: str | None, path: str) -> tuple[GenerationState, list[str]]:
-    """The state in ``text`` and the problems met (``path: reason``). Never raises."""
+def parse_state(text: str | None, path: str) -> tuple[GenerationState, list[Problem]]:
+    """The state in ``text`` and the problems met (all about ``path``). Never raises."""
     if text is None or not text.strip():
         return GenerationState(), []
     try:
         data = loads_bounded(text)
     except ValueError as exc:
-        return GenerationState(), [f"{path}: unreadable ({exc}); rebuilt from the files"]
+        return GenerationState(), [Problem(path, f"unreadable ({exc}); rebuilt from the files")]
     if not isinstance(data, dict) or not isinstance(data.get("rollouts", {}), dict):
-        return GenerationState(), [f"{path}: not a state object; rebuilt from the files"]
-    problems: list[str] = []
+        return GenerationState(), [Problem(path, "not a state object; rebuilt from the files")]
+    problems: list[Problem] = []
     rollouts: dict[str, RolloutState] = {}
     for rid, entry in data.get("rollouts", {}).items():
         if not ROLLOUT_ID_PATTERN.fullmatch(rid):
             shown = repr(rid) if len(rid) <= 80 else repr(rid[:77]) + "..."
-            problems.append(f"{path}: entry {shown} dropped (not a rollout id)")
+            problems.append(Problem(path, f"entry {shown} dropped (not a rollout id)"))
             continue
         try:
             rollouts[str(rid)] = RolloutState.model_validate(entry)
         except ValidationError as exc:
             reason = exc.errors()[0].get("msg", "invalid")
-            problems.append(f"{path}: entry {rid!r} dropped ({reason}); rebuilt from the files")
+            problems.append(
+                Problem(path, f"entry {rid!r} dropped ({reason}); rebuilt from the files")
+            )
     try:
         phase_two = PhaseTwoState.model_validate(data.get("phase_two") or {})
     except ValidationError:
-        problems.append(f"{path}: phase_two entry dropped (wrong shape)")
+        problems.append(Problem(path, "phase_two entry dropped (wrong shape)"))
         phase_two = PhaseTwoState()
     return GenerationState(rollouts=rollouts, phase_two=phase_two), problems
 
 
-async def load(session: SandboxSession, paths: MemoryPaths) -> tuple[GenerationState, list[str]]:
+async def load(
+    session: SandboxSession, paths: MemoryPaths
+) -> tuple[GenerationState, list[Problem]]:
     """``generation_state.json`` parsed with ``parse_state`` (an unreadable file — a
     directory, a symlink leaving the workspace — is rebuilt too)."""
     try:
         data = (await _files.read_many(session, [paths.state_json]))[paths.state_json]
     except SandboxError as exc:
-        return GenerationState(), [f"{paths.state_json}: unreadable ({exc}); rebuilt"]
+        return GenerationState(), [Problem(paths.state_json, f"unreadable ({exc}); rebuilt")]
     text = None if data is None else data.decode("utf-8", "replace")
     return parse_state(text, paths.state_json)
 

@@ -96,7 +96,7 @@ async def ingest(
     async with _workspace(target) as (session, owned):
         manager = generation_manager(session, mpaths, cfg, owned)
         ingestor = Ingestor(
-            manager,
+            manager.recorder,
             format=format,
             sessions=sessions,
             max_bytes=max_bytes,

@@ -2,9 +2,14 @@
 ``memory.store``, ``memory.extractive``, ``run`` and the floors below (never ``memory.views``,
 the memory API ``sandmem.memory``, ``capabilities`` or anything above).
 
-The per-(session, layout) manager, phase one, phase two, the stop path (``_stop``), attaching
-a manager to a session (``_attach``), the store job (``_job``), the consolidation agent's
-scoped tools, metering and spans. Callers outside memory use the names re-exported here.
+Imports inside run one way (no cycle, typing imports included); each module imports only
+modules named after it: ``_attach``, ``_stop``, ``_job``, ``manager`` (a layout's lifetime; a
+flush as named steps), ``phase_two`` (with its flush driver), ``_fallback``, ``_brief`` (the
+consolidation's brief), ``phase_one`` (with its flush driver), ``_scan`` (the pending scan),
+``_settled`` (the settled check), ``_trace``, ``_record`` (the flush's report, log lines, state
+writes, problems), and the request gate, metering, the consolidation agent's scoped tools, the
+stop-time redaction pass.
+Callers outside memory use the names re-exported here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The spans of memory generation: names and attributes (``sandmem.tracing`` draws the tree).
 
-The manager opens the spans (``tracing.aspan``) and calls the ``*_done`` functions here with
-what the phase produced, so its own code gains a line per span, not a block.
+The flush and its phases open the spans (``tracing.aspan``) and call the ``*_done`` functions
+here with what the phase produced, so their code gains a line per span, not a block.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from sandmem import tracing
 
 if TYPE_CHECKING:
     from sandmem._usage import Usage
-    from sandmem.memory.generation.manager import FlushReport
-    from sandmem.memory.generation.phase_two import Plan
+    from sandmem.memory.generation._record import FlushReport
     from sandmem.memory.layout import MemoryPaths
+    from sandmem.memory.selection import SelectionDiff
 
 FLUSH = "sandmem.memory.flush"
 PHASE_ONE = "sandmem.memory.phase_one"
@@ -50,14 +50,14 @@ def phase_one_done(span: tracing.Span, status: str, spent: Usage, error: str | N
         span.fail(_error_type(error), error)
 
 
-def phase_two_plan(plan: Plan) -> None:
+def phase_two_plan(selected: int, diff: SelectionDiff) -> None:
     """The selection sizes, on the current (phase-two) span."""
     tracing.current_span().set_many(
         {
-            "sandmem.memory.selected": len(plan.selected),
-            "sandmem.memory.added": len(plan.diff.added),
-            "sandmem.memory.retained": len(plan.diff.retained),
-            "sandmem.memory.removed": len(plan.diff.removed),
+            "sandmem.memory.selected": selected,
+            "sandmem.memory.added": len(diff.added),
+            "sandmem.memory.retained": len(diff.retained),
+            "sandmem.memory.removed": len(diff.removed),
         }
     )
 

@@ -1,8 +1,10 @@
 """Phase one: one rollout file in → a rollout summary and a raw memory out.
 
-The pure core (``render_input``, ``validate_artifacts``) is separate from the model call and
-from the file writes, so each can be tested alone. Phase one gives the model no tools: it reads
-an untrusted transcript and must not be able to act on the workspace.
+``run`` is a flush's phase one: it extracts the due rollouts with bounded concurrency and
+records each outcome (``_record``). The pure core (``render_input``, ``validate_artifacts``) is
+separate from the model call and from the file writes, so each can be tested alone. Phase one
+gives the model no tools: it reads an untrusted transcript and must not be able to act on the
+workspace.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import functools
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from sandmem import tracing
@@ -22,6 +26,7 @@ from sandmem._prompts import escape_fence, load_prompt, render_prompt
 from sandmem._settings import ModelSettings, with_max_tokens
 from sandmem._usage import Usage
 from sandmem.memory import _files
+from sandmem.memory import state as gen_state
 from sandmem.memory._render import (
     parse_rollout,
     render_rollout,
@@ -30,15 +35,21 @@ from sandmem.memory._render import (
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import PhaseOneArtifacts
 from sandmem.memory.config import EXTRACTIVE, PHASE_ONE_MAX_TOKENS, MemoryGenerateConfig
-from sandmem.memory.generation._gate import Gate
+from sandmem.memory.generation import _trace
+from sandmem.memory.generation._gate import AdaptiveGate, FixedGate, Gate
 from sandmem.memory.generation._metering import MeteredModel
+from sandmem.memory.generation._record import FlushRecord, usage_fields
+from sandmem.memory.generation._scan import Scan, StatPair, stat_pair
 from sandmem.memory.layout import (
     MemoryPaths,
     RolloutFingerprint,
+    bound_rollout,
+    fingerprint,
     parse_header,
     read_text,
     render_with_header,
 )
+from sandmem.memory.state import FailureKind, GenerationState
 from sandmem.models._base import Model, ModelProvider, ModelRequest, OutputSchema
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
@@ -364,3 +375,146 @@ async def write_artifacts(
             if await _files.exists(session, old_path):
                 await _files.remove(session, old_path)
     return WrittenArtifacts(raw_path, summary_path)
+
+
+# ---------------------------------------------------------------- a flush's phase one
+
+
+class Slots:
+    """Phase one's two limits: ``request`` runs the model requests, pinned at
+    ``phase_one_concurrency`` or, by default, adapted to the server under
+    ``phase_one_max_concurrency`` (``_gate``); ``prepare`` bounds the rollouts read and
+    rendered at once (twice the most requests), so rendering overlaps the requests without
+    holding every rollout."""
+
+    def __init__(self, config: MemoryGenerateConfig) -> None:
+        pinned = config.phase_one_concurrency
+        self.request: Gate = (
+            FixedGate(pinned)
+            if pinned is not None
+            else AdaptiveGate(config.phase_one_max_concurrency)
+        )
+        self.prepare = asyncio.Semaphore(2 * (pinned or config.phase_one_max_concurrency))
+
+
+class _Driver:
+    """One flush's phase one: its record, provider, limits and the scan's bytes."""
+
+    def __init__(
+        self,
+        record: FlushRecord,
+        provider: ModelProvider,
+        state: GenerationState,
+        found: Scan,
+        slots: Slots,
+    ) -> None:
+        self.record = record
+        self.provider = provider
+        self.state = state
+        self.found = found
+        self.slots = slots
+
+    async def read_rollout(self, rid: str) -> tuple[bytes, StatPair | None]:
+        """The rollout's bytes (from the scan when it kept them) and the file's stat taken
+        before they were read (so a later append shows as a change)."""
+        if rid in self.found.data:
+            return self.found.data.pop(rid), self.found.stats[rid][0]
+        session, path = self.record.session, self.record.paths.rollout_file(rid)
+        before = stat_pair((await _files.stat_many(session, [path]))[path])
+        return await _files.read_bytes(session, path), before
+
+    async def _extracted(
+        self, rid: str, usage: Usage
+    ) -> tuple[gen_state.RolloutStatus, RolloutFingerprint, StatPair | None]:
+        """Read, extract and write one rollout: its status, fingerprint and file stat."""
+        record = self.record
+        data, file_stat = await self.read_rollout(rid)
+        fp = fingerprint(data)
+        data, omitted = bound_rollout(data)
+        text = data.decode("utf-8", "replace")
+        del data
+        artifacts = await extract(
+            rid, text, record.config, self.provider, omitted, usage, self.slots.request
+        )
+        del text
+        if artifacts is None:
+            record.report.skipped.append(rid)
+            return "skipped", fp, file_stat
+        await write_artifacts(record.session, record.paths, rid, fp, artifacts, record.redactor)
+        record.report.processed.append(rid)
+        return "done", fp, file_stat
+
+    async def extract_one(self, rid: str) -> None:
+        # reading and rendering (``slots.prepare``) run ahead of the model requests
+        # (``slots.request``, phase_one_concurrency at once), so the next rollouts are ready
+        # to send when a request slot frees up
+        record, state, report = self.record, self.state, self.record.report
+        span_attributes = {_trace.ROLLOUT: rid}
+        async with self.slots.prepare, tracing.aspan(_trace.PHASE_ONE, span_attributes) as span:
+            started = time.monotonic()
+            error: str | None = None
+            kind: FailureKind | None = None
+            usage = Usage()
+            try:
+                status, fp, file_stat = await self._extracted(rid, usage)
+                raw_path = record.paths.raw_memory_file(rid)
+                found = await _files.stat_many(record.session, [raw_path])
+                state.rollouts[rid] = gen_state.record_success(
+                    state.rollouts[rid], status, fp.segments, fp.updated_at, datetime.now(UTC)
+                ).model_copy(
+                    update={"file_stat": file_stat, "raw_stat": stat_pair(found[raw_path])}
+                )
+            except asyncio.CancelledError:
+                report.phase_one_usage.add(usage)
+                record.unlogged.add(usage)
+                raise
+            except Exception as exc:
+                # a model server may echo request content in its error messages
+                error = record.redactor.redact(f"{type(exc).__name__}: {exc}")
+                kind = gen_state.classify(exc)
+                entry = record.failure(state.rollouts[rid], kind, error)
+                state.rollouts[rid] = entry
+                status = entry.status
+                report.failed[rid] = error
+                report.failure_kinds[rid] = kind
+            _trace.phase_one_done(span, status, usage, error)
+            report.phase_one_usage.add(usage)
+            log: dict[str, Any] = {
+                "phase": "one",
+                "rollouts": [rid],
+                "status": status,
+                "error": error,
+                "failure_kind": kind,
+                "duration_s": round(time.monotonic() - started, 3),
+                **usage_fields(usage),
+            }
+            await record.save(state, log, force=False)
+
+
+async def run(
+    record: FlushRecord,
+    provider: ModelProvider,
+    due: list[str],
+    state: GenerationState,
+    found: Scan,
+    slots: Slots,
+) -> None:
+    """Extract the due rollouts within ``slots``. Rollouts waiting for their retry time after
+    an environment failure are tried too once this flush shows the server answers (one of
+    them is sent first as a probe when nothing else is due); while it does not, they wait, so
+    an outage costs one request per flush rather than one per rollout."""
+    driver = _Driver(record, provider, state, found, slots)
+    report = record.report
+    waiting = sorted(report.deferred, key=lambda r: (state.rollouts[r].next_retry_at or "", r))
+    first = due or waiting[:1]
+    rest = [r for r in waiting if r not in first]
+    report.pending = list(first)
+    await asyncio.gather(*(driver.extract_one(r) for r in first))
+    answered = bool(report.processed or report.skipped) or any(
+        kind == "rollout" for kind in report.failure_kinds.values()
+    )
+    if rest and answered:
+        report.pending += rest
+        await asyncio.gather(*(driver.extract_one(r) for r in rest))
+    report.deferred = [r for r in report.deferred if r not in report.pending]
+    found.data.clear()

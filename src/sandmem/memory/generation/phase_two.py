@@ -8,15 +8,16 @@ conversations gets one follow-up turn naming them; if some are still missing, th
 ``phase_two_selection.json`` for the next flush. On any failure the stage is discarded and the
 live files and ``phase_two_selection.json`` are unchanged.
 
-Every model request is counted in the caller's ``Usage``, whatever the outcome.
+Every model request is counted in the caller's ``Usage``, whatever the outcome. ``run`` is a
+flush's phase two: it plans, consolidates when the selection changed, and records the outcome.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
@@ -27,22 +28,35 @@ from sandmem._errors import (
     SandboxError,
 )
 from sandmem._items import user_message
-from sandmem._prompts import code_block, load_prompt, render_prompt
 from sandmem._settings import ModelSettings, with_max_tokens
 from sandmem._usage import Usage
 from sandmem.agent._agent import Agent
 from sandmem.agent._tool_use import FunctionToolResult, ToolsToFinalOutputResult
 from sandmem.memory import _files, journal, layout
 from sandmem.memory import state as gen_state
+from sandmem.memory._records import Problem
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import ConsolidationInputs, SelectedMemory
 from sandmem.memory.config import EXTRACTIVE, PHASE_TWO_MAX_TOKENS, MemoryGenerateConfig
-from sandmem.memory.generation import _degrade
+from sandmem.memory.generation import _degrade, _trace
+from sandmem.memory.generation._brief import BRIEF_FILES_MAX_BYTES as BRIEF_FILES_MAX_BYTES
+from sandmem.memory.generation._brief import bookkeeping, consolidation_instructions
+from sandmem.memory.generation._brief import edits_block as edits_block
+from sandmem.memory.generation._brief import inputs_block as inputs_block
+from sandmem.memory.generation._fallback import fall_back
 from sandmem.memory.generation._metering import MeteredModel
+from sandmem.memory.generation._record import FlushRecord, usage_fields
 from sandmem.memory.generation._scoped_tools import ScopedFiles, scoped_tools
-from sandmem.memory.generation.phase_one import extra_guidance_block, resolve_model
+from sandmem.memory.generation.phase_one import resolve_model
 from sandmem.memory.history import Attribution, Retention
-from sandmem.memory.layout import MemoryPaths, parse_header, read_isolated, read_text
+from sandmem.memory.layout import (
+    NOT_REGULAR,
+    MemoryPaths,
+    parse_header,
+    read_isolated,
+    read_text,
+)
+from sandmem.memory.rollouts import utc_now
 from sandmem.memory.selection import (
     RawMemoryRef,
     SelectionDiff,
@@ -63,10 +77,6 @@ _READ_BATCH = 512
 
 
 # ---------------------------------------------------------------- selection
-
-
-#: why a listed file was not read (``read_many`` under ``no_symlinks`` skips these)
-NOT_REGULAR = "not a regular file (a symlink or a special file); skipped"
 
 
 def raw_memory_problem(rollout_id: str, data: bytes) -> tuple[str | None, str]:
@@ -188,114 +198,6 @@ def raw_memories_document(selected: list[RawMemoryRef], bodies: dict[str, str]) 
 
 
 # ---------------------------------------------------------------- engines
-
-
-def _ref_lines(refs: list[RawMemoryRef], memories_dir: str) -> str:
-    if not refs:
-        return "  (none)"
-    return "\n".join(
-        f"  - {r.rollout_id} (updated {r.updated_at}, {r.terminal_state}; summary "
-        f"{memories_dir}/{r.rollout_summary_file})"
-        for r in refs
-    )
-
-
-def edits_block(inputs: ConsolidationInputs) -> str:
-    """Edits made to MEMORY.md since the last consolidation, as a diff to keep."""
-    before, now = inputs.consolidated_memory_md, inputs.current_memory_md
-    if not before or before == now:
-        return ""
-    diff = "".join(
-        difflib.unified_diff(
-            before.splitlines(keepends=True),
-            now.splitlines(keepends=True),
-            "MEMORY.md (last consolidation)",
-            "MEMORY.md (now)",
-        )
-    )
-    return (
-        "MEMORY.md was edited since the last consolidation (by an agent's live update or by a "
-        "person). Keep these edits: they are newer than the raw memories.\n"
-        f"{code_block(diff, 'diff')}\n"
-    )
-
-
-#: the brief carries raw_memories.md, MEMORY.md and memory_summary.md themselves when together
-#: they fit this many bytes (~50,000 tokens), so the agent needs no read turn; above it, the
-#: brief lists them and the agent reads them with its tools
-BRIEF_FILES_MAX_BYTES = 200_000
-
-
-def inputs_block(inputs: ConsolidationInputs) -> str:
-    """The brief's inputs: the files' text when they fit ``BRIEF_FILES_MAX_BYTES``, else
-    where to read them."""
-    root = inputs.memories_dir
-    files = (
-        (
-            f"{root}/raw_memories.md",
-            "the selected raw memories, newest first",
-            inputs.raw_memories_md,
-        ),
-        (f"{root}/MEMORY.md", "the current registry, which you update", inputs.current_memory_md),
-        (
-            f"{root}/memory_summary.md",
-            "the current summary, which you update",
-            inputs.current_summary_md,
-        ),
-    )
-    size = sum(len(text.encode("utf-8", "surrogatepass")) for _, _, text in files)
-    evidence = (
-        f"`{root}/rollout_summaries/` holds one recap per conversation, for more evidence when "
-        "a raw memory is unclear (read one only if you need it)."
-    )
-    if size > BRIEF_FILES_MAX_BYTES:
-        return (
-            "Inputs (read them with your tools):\n"
-            f"- `{root}/raw_memories.md`: the selected raw memories, newest first (notes from "
-            "individual conversations). Read it first.\n"
-            f"- The current `{root}/MEMORY.md` and `{root}/memory_summary.md`, which you "
-            f"update.\n- {evidence}"
-        )
-    blocks = [
-        f"`{path}` ({what}):\n{code_block(text, 'markdown') if text.strip() else '(empty)'}"
-        for path, what, text in files
-    ]
-    return (
-        "Inputs (their full text is below: you need not read them):\n\n"
-        + "\n\n".join(blocks)
-        + f"\n\n{evidence}"
-    )
-
-
-def consolidation_instructions(inputs: ConsolidationInputs) -> str:
-    template = load_prompt("sandmem.memory", "phase_two")
-    return render_prompt(
-        template,
-        inputs=inputs_block(inputs),
-        memories_dir=inputs.memories_dir,
-        added=_ref_lines(inputs.added, inputs.memories_dir),
-        retained=_ref_lines(inputs.retained, inputs.memories_dir),
-        removed=_ref_lines(inputs.removed, inputs.memories_dir),
-        edits=edits_block(inputs),
-        memory_budget=str(inputs.memory_md_max_bytes),
-        summary_budget=str(inputs.summary_max_bytes),
-        extra=extra_guidance_block(inputs.extra_prompt),
-    )
-
-
-def bookkeeping(inputs: ConsolidationInputs) -> str:
-    """The consolidation's brief without the inputs' own text: its instructions, selection
-    lines and input headers, and the follow-up turn (what must never become memory)."""
-    bare = replace(
-        inputs,
-        current_memory_md="",
-        consolidated_memory_md="",
-        current_summary_md="",
-        raw_memories_md="",
-        extra_prompt=None,
-    )
-    missing = verify("", inputs.added, inputs.removed)
-    return consolidation_instructions(bare) + "\n" + follow_up_message(missing, inputs.memories_dir)
 
 
 async def _strip_copied_brief(
@@ -653,3 +555,136 @@ def selection_summary(p: Plan) -> str:
             "removed": [r.rollout_id for r in p.diff.removed],
         }
     )
+
+
+# ---------------------------------------------------------------- a flush's phase two
+
+
+async def run(
+    record: FlushRecord, provider: ModelProvider, state: gen_state.GenerationState
+) -> None:
+    """Consolidate when what the plan reads changed, and record the outcome (``_record``).
+    Never raises: a failed consolidation is recorded, and the extractive engine takes over
+    where ``_degrade.needs_fallback`` says so."""
+    session, paths, config, report = record.session, record.paths, record.config, record.report
+    started = time.monotonic()
+    cap = config.max_raw_memories_for_consolidation
+    digest = await inputs_digest(session, paths, cap)
+    if digest is not None and digest == state.phase_two.inputs_digest:
+        report.phase_two = "skipped"  # nothing plan reads changed since it found nothing
+        return
+    p = await plan(session, paths, cap)
+    _trace.phase_two_plan(len(p.selected), p.diff)
+    record.problems(Problem(path, reason) for path, reason in p.problems.items())
+    if not p.diff.changed:
+        report.phase_two = "skipped"
+        if not p.problems and digest != state.phase_two.inputs_digest:
+            state.phase_two = state.phase_two.model_copy(update={"inputs_digest": digest})
+            await record.save_state(state)
+        return
+    now = utc_now()
+    try:
+        result = await consolidate(
+            session, paths, config, record.redactor, p, now, provider, report.phase_two_usage
+        )
+    except Exception as exc:  # the stage is discarded already; recorded, never raised
+        await _failed(record, provider, state, p, exc, now, started)
+        return
+    await _done(record, provider, state, p, result, now, started)
+
+
+def _fallback_of(
+    record: FlushRecord, provider: ModelProvider, p: Plan
+) -> Callable[[str], Awaitable[list[str]]]:
+    """The extractive consolidation of ``p`` after the model's error (``_fallback``)."""
+
+    async def run_extractive(model_error: str) -> list[str]:
+        result = await consolidate(
+            record.session,
+            record.paths,
+            record.config,
+            record.redactor,
+            p,
+            utc_now(),
+            provider,
+            record.report.phase_two_usage,
+            fallback_of=model_error,
+        )
+        return [r.rollout_id for r in result.verification.missing]
+
+    return run_extractive
+
+
+async def _failed(
+    record: FlushRecord,
+    provider: ModelProvider,
+    state: gen_state.GenerationState,
+    p: Plan,
+    exc: Exception,
+    now: str,
+    started: float,
+) -> None:
+    report, ids = record.report, [r.rollout_id for r in p.selected]
+    error = record.redactor.redact(str(exc))
+    kind = gen_state.classify(exc)
+    report.phase_two, report.phase_two_error = "failed", error
+    report.phase_two_failure_kind = kind
+    state.phase_two = gen_state.record_phase_two_failure(state.phase_two, kind, error, now)
+    log: dict[str, Any] = {
+        "phase": "two",
+        "rollouts": ids,
+        "status": "failed",
+        "error": error,
+        "failure_kind": kind,
+        "duration_s": round(time.monotonic() - started, 3),
+        **usage_fields(report.phase_two_usage),
+    }
+    await record.save(state, log, force=True)
+    if isinstance(exc, EngineError) and _degrade.needs_fallback(record.config, None):
+        await fall_back(record, state, ids, error, _fallback_of(record, provider, p))
+
+
+async def _done(
+    record: FlushRecord,
+    provider: ModelProvider,
+    state: gen_state.GenerationState,
+    p: Plan,
+    result: ConsolidationResult,
+    now: str,
+    started: float,
+) -> None:
+    session, paths, report = record.session, record.paths, record.report
+    ids = [r.rollout_id for r in p.selected]
+    checked = result.verification
+    missing = [r.rollout_id for r in checked.missing]
+    still = [r.rollout_id for r in checked.still_cited]
+    report.phase_two = result.outcome
+    report.phase_two_missing = missing + still
+    outcome_error = None if checked.ok else f"consolidation incomplete: {checked.describe()}"
+    report.phase_two_error = outcome_error
+    complete = result.outcome in ("done", "proposed") and not p.problems
+    cap = record.config.max_raw_memories_for_consolidation
+    state.phase_two = gen_state.PhaseTwoState(
+        inputs_digest=await inputs_digest(session, paths, cap) if complete else None,
+        status=result.outcome,
+        last_error=outcome_error,
+        last_attempt_at=now,
+        last_success_at=now,
+        selection=selection_summary(p),
+        missing_added=missing,
+        still_cited=still,
+    )
+    log: dict[str, Any] = {
+        "phase": "two",
+        "rollouts": ids,
+        "status": result.outcome,
+        "error": outcome_error,
+        "missing": report.phase_two_missing,
+        "duration_s": round(time.monotonic() - started, 3),
+        **usage_fields(report.phase_two_usage),
+        "memory_bytes": await record.memory_bytes(),
+    }
+    await record.save(state, log, force=True)
+    if result.outcome == "incomplete" and _degrade.needs_fallback(record.config, checked):
+        assert outcome_error is not None
+        await fall_back(record, state, ids, outcome_error, _fallback_of(record, provider, p))

@@ -6,7 +6,7 @@ earlier ingests reached (``source.through``: a line count and byte offset with a
 bytes before it, a list length with a hash of the items, or a database row id), so an ingest
 records only what was appended since, and nothing twice — the rollout file itself is the
 bookkeeping, there is no second state file to get out of step with it. Segments go through
-the generation manager's ``record`` (redaction, then an append under the sessions lock); the
+``memory.recording`` (redaction, then an append under the sessions lock); the
 whole ingest holds ``<sessions_dir>/.ingest.lock`` so two ingests never record the same lines.
 """
 
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from sandmem.memory import _files, tombstones
-from sandmem.memory.generation.manager import MemoryGenerationManager
 from sandmem.memory.ingestion import _detect, _sqlite
 from sandmem.memory.ingestion._claude import claude_events
 from sandmem.memory.ingestion._codex import codex_events, subagent_parent
@@ -34,6 +33,7 @@ from sandmem.memory.ingestion._open import open_regular
 from sandmem.memory.ingestion._report import IngestedSource, IngestReport
 from sandmem.memory.ingestion._segments import Draft, drafts, segment_of
 from sandmem.memory.layout import INGEST_LOCK, read_text
+from sandmem.memory.recording import RolloutRecorder
 from sandmem.memory.rollouts import conversation_rollout_id, parse_rollout
 
 #: the rollout id prefix of each format (``codex-<session id>``, ``claude-<session id>``, ...)
@@ -108,11 +108,11 @@ class _Plan:
 
 
 class Ingestor:
-    """Ingests files into one layout through ``manager``."""
+    """Ingests files into one layout through ``recorder``."""
 
     def __init__(
         self,
-        manager: MemoryGenerationManager,
+        recorder: RolloutRecorder,
         *,
         format: str = "auto",
         sessions: Sequence[str] | None = None,
@@ -120,7 +120,7 @@ class Ingestor:
         max_title_chars: int = MAX_TITLE_CHARS,
         cwd: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.manager = manager
+        self.recorder = recorder
         self.format = format
         self.sessions = set(sessions) if sessions else None
         self.max_bytes = max_bytes
@@ -132,8 +132,8 @@ class Ingestor:
 
     async def run(self, paths: Iterable[str | os.PathLike[str]]) -> IngestReport:
         report = IngestReport()
-        session, layout = self.manager.session, self.manager.paths
-        await self.manager.prepare()
+        session, layout = self.recorder.session, self.recorder.paths
+        await self.recorder.prepare()
         files = await asyncio.to_thread(expand, paths)
         lock = f"{layout.sessions_dir}/{INGEST_LOCK}"
         async with _files.lock(session, lock):
@@ -147,7 +147,7 @@ class Ingestor:
                             path=str(path),
                             status="failed",
                             # an error's text may quote the transcript (a secret in a bad line)
-                            error=self.manager.redactor.redact(f"{type(exc).__name__}: {exc}"),
+                            error=self.recorder.redactor.redact(f"{type(exc).__name__}: {exc}"),
                         )
                     )
         return report
@@ -313,7 +313,7 @@ class Ingestor:
         names a file: its rollout id is then the prefix and 16 hex of its SHA-256, and what
         is written of it (``conversation_key``, ``stream``) is redacted."""
         key_text = f"{PREFIX[fmt]}-{session_id}"
-        redact = self.manager.redactor.redact_name
+        redact = self.recorder.redactor.redact_name
         key: str | None
         if redact(key_text) != key_text:
             digest = hashlib.sha256(key_text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -326,7 +326,7 @@ class Ingestor:
     async def _through(self, stream: _Stream) -> dict[str, Any] | None:
         """How far the last segment recorded from this source reached, or ``None``; notes the
         conversation's latest ``updated_at`` in ``stream.latest``."""
-        session, layout = self.manager.session, self.manager.paths
+        session, layout = self.recorder.session, self.recorder.paths
         text = await read_text(session, layout.rollout_file(stream.rollout_id))
         if text is None:
             return None
@@ -350,7 +350,7 @@ class Ingestor:
             )
         meta = plan.meta
         if self.cwd is not None and not in_directory(meta.cwd, self.cwd):
-            where = self.manager.redactor.redact_name(meta.cwd) if meta.cwd else "not recorded"
+            where = self.recorder.redactor.redact_name(meta.cwd) if meta.cwd else "not recorded"
             why = f"{OTHER_PROJECT}: its working directory ({where}) is not in {self.cwd}"
             return _skipped(stream.path, why, stream)
         mtime = await asyncio.to_thread(lambda: stream.path.stat().st_mtime)
@@ -359,7 +359,7 @@ class Ingestor:
         recorded = items = 0
         kept = [(d, t) for d, t in zip(plan.drafts, plan.throughs, strict=True) if not d.empty]
         for index, (draft, through) in enumerate(kept):
-            redact = self.manager.redactor.redact_name  # ids and names may glue a secret
+            redact = self.recorder.redactor.redact_name  # ids and names may glue a secret
             source: dict[str, Any] = {
                 "format": stream.format,
                 "session_id": _capped(
@@ -383,13 +383,13 @@ class Ingestor:
             if stream.latest is not None and segment["updated_at"] < stream.latest:
                 segment["updated_at"] = stream.latest
             stream.latest = segment["updated_at"]
-            await self.manager.record(segment)
+            await self.recorder.record(segment)
             recorded += 1
             items += len(draft.input) + len(draft.generated)
         return IngestedSource(
             path=str(stream.path),
             format=stream.format,
-            session_id=self.manager.redactor.redact_name(meta.session_id or stream.session_id),
+            session_id=self.recorder.redactor.redact_name(meta.session_id or stream.session_id),
             rollout_id=stream.rollout_id,
             status="recorded" if recorded else "unchanged",
             segments=recorded,

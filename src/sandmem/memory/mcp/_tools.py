@@ -1,7 +1,7 @@
 """The memory tools an MCP client calls: their arguments (pydantic models, from which the
 JSON schemas are generated), their descriptions, and what each does, over the public memory
 API (``status``, ``list_conversations``, ``search``, ``generate``, ``forget``), the segment
-recorder (``MemoryGenerationManager.record``) and the live-edit path (``live_edit``).
+recorder (``memory.recording``) and the live-edit path (``live_edit``).
 
 Nothing here imports the ``mcp`` SDK: ``_server`` turns these into MCP tools. A tool that
 cannot do what it was asked raises ``ToolRefused`` with a message for the model.
@@ -32,6 +32,7 @@ from sandmem.memory.layout import (
 )
 from sandmem.memory.live_edit import apply_live_edit, patch_targets, workspace_relative
 from sandmem.memory.mcp._store import StoreSync
+from sandmem.memory.recording import RolloutRecorder
 from sandmem.memory.rollouts import note_segment, validate_rollout_id
 from sandmem.memory.store import MemoryStore
 from sandmem.memory.views._status import conversation_page
@@ -435,9 +436,11 @@ class MemoryTools:
         handle.set_many({"gen_ai.memory.record.id": rid})
         segment = note_segment(rid, args.text, kind=args.kind, source=caller.source())
         async with api.open_target(self._target, self.options.layout) as (session, paths, _owned):
-            manager = api.generation_manager(session, paths, self.options.config, detach=True)
+            recorder = RolloutRecorder(
+                session, paths, Redactor(self.options.config.redact_patterns)
+            )
             try:
-                await manager.record(segment, lock_timeout=self.options.lock_timeout)
+                await recorder.record(segment, lock_timeout=self.options.lock_timeout)
             except SandboxError as exc:
                 raise api.lock_error(exc) from exc
         where = self.paths.rollout_file(rid)

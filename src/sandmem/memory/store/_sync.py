@@ -36,6 +36,7 @@ from sandmem.memory._store_seam import (
 )
 from sandmem.memory.history import redact_bytes
 from sandmem.memory.layout import PUSHED_OFFSETS, READ_DIRS, READ_FILES, STORE_DIR, is_read_file
+from sandmem.memory.recording import rollout_id_of
 
 if TYPE_CHECKING:
     from sandmem.memory.layout import MemoryPaths
@@ -190,7 +191,8 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
     for entry in await _files.ls(session, paths.sessions_dir):
         name = entry if isinstance(entry, str) else str(getattr(entry, "name", entry))
         name = name.rsplit("/", 1)[-1]
-        if not name.endswith(".jsonl") or name.startswith("."):
+        rid = rollout_id_of(name)
+        if rid is None:
             continue
         data = await _read(session, f"{paths.sessions_dir}/{name}") or b""
         start = int(offsets.get(name, 0))
@@ -205,9 +207,7 @@ async def push_segments(session: SandboxSession, paths: MemoryPaths, store: Memo
             inflight[name] = [start, end, sequence]
             await _files.write(session, offsets_path, json.dumps(offsets).encode())
         try:
-            await store.put_segment(
-                paths.sessions_dir, name[: -len(".jsonl")], data[start:end], sequence=sequence
-            )
+            await store.put_segment(paths.sessions_dir, rid, data[start:end], sequence=sequence)
         except MemoryStoreConflict:
             pass  # an earlier push sent it under this key before it was cut short
         offsets[name] = end

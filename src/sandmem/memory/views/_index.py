@@ -59,6 +59,7 @@ from sandmem.memory.layout import (
     parse_header,
     read_isolated,
 )
+from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import parse_segment
 from sandmem.memory.state import RolloutState, RolloutStatus
 from sandmem.memory.views import _index_check, _index_search, _search, _transcripts
@@ -479,9 +480,9 @@ class LayoutIndex:
         stale = []
         for path, stat in self.listing.sessions.items():
             name = path[len(prefix) :]
-            if not name.endswith(".jsonl") or "/" in name:
+            rid = rollout_id_of(name)
+            if rid is None:
                 continue
-            rid = name[:-6]
             raw_stat = raw.get(f"{raw_prefix}{rid}.md") if raw_listed else None
             current[rid] = (stat, raw_stat)
             row = rows.get(rid)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from sandmem.memory._results import SearchHit
 from sandmem.memory.layout import RACY_NS, Stat, read_isolated
+from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.memory.views import _search, _transcripts
 
@@ -131,10 +132,9 @@ def _rollouts(index: LayoutIndex) -> dict[str, Stat]:
     found: dict[str, Stat] = {}
     for path, stat in index.listing.sessions.items():
         name = path[len(prefix) :]
-        if name.endswith(".jsonl") and "/" not in name:
-            rid = name[:-6]
-            if ROLLOUT_ID_PATTERN.fullmatch(rid):
-                found[rid] = stat
+        rid = rollout_id_of(name)
+        if rid is not None and ROLLOUT_ID_PATTERN.fullmatch(rid):
+            found[rid] = stat
     return found
 
 

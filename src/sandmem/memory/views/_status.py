@@ -73,14 +73,6 @@ async def layout_files(session: SandboxSession, paths: MemoryPaths) -> list[File
     return sorted(found, key=lambda entry: entry.path)
 
 
-async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> list[str]:
-    """The ids of the recorded conversations (``<sessions_dir>/<id>.jsonl``)."""
-    if not await _files.exists(session, paths.sessions_dir):
-        return []
-    names = await _files.listdir(session, paths.sessions_dir)
-    return sorted(n[:-6] for n in names if n.endswith(".jsonl") and not n.startswith("."))
-
-
 async def conversations(
     session: SandboxSession,
     paths: MemoryPaths,

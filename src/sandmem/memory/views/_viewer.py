@@ -20,9 +20,9 @@ from sandmem.memory import _files
 from sandmem.memory import state as gen_state
 from sandmem.memory._results import ConversationInfo
 from sandmem.memory.layout import SKILLS_DIR, SUMMARIES_DIR, MemoryPaths, parse_header
+from sandmem.memory.recording import rollout_ids
 from sandmem.memory.selection import SavedSelection
 from sandmem.memory.state import PhaseTwoState
-from sandmem.memory.views._status import rollout_ids
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # imported by ``collect``: the memory API imports this module for PAGE_SIZE
