@@ -94,8 +94,9 @@ def run_figure(tree: Path, key: str) -> str:
         capture_output=True,
         text=True,
     )
-    if done.returncode != 0:
-        raise SystemExit(f"figure {key} failed in {tree}:\n{done.stderr[-2000:]}")
+    if done.returncode != 0:  # shown in the figure; the other figures still run
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"## Figure: {key} failed (exit {done.returncode}): {last}\n"
     text = done.stdout
     return text[text.index("## Figure ") :]
 
@@ -193,11 +194,22 @@ def run(against: str, keys: list[str]) -> Figure:
             sections = {side: run_figure(tree, key) for side, tree in order}
             print(f"  {key}: {time.monotonic() - begun:.1f} s", file=sys.stderr, flush=True)
             title = sections["after"].splitlines()[0].removeprefix("## ")
+            failed = [
+                f"{side}: {text.splitlines()[0][3:]}"
+                for side, text in sections.items()
+                if " failed (exit " in text.splitlines()[0]
+            ]
+            if failed:
+                counts.append((key, -2, 0))
+                body += [f"**{key}**: " + "; ".join(failed), ""]
+                continue
             table, differ, compared = side_by_side(sections["before"], sections["after"])
             counts.append((key, differ, compared))
             body += [f"**{title}** (`{key}`, {order[0][0]} measured first)", "", table, ""]
     summary = "; ".join(
-        f"{key}: tables changed shape"
+        f"{key}: failed"
+        if differ == -2
+        else f"{key}: tables changed shape"
         if differ < 0
         else f"{key}: {differ} of {compared} cells differ"
         for key, differ, compared in counts

@@ -27,6 +27,8 @@ from typing import Any
 from sandmem import tracing
 from sandmem.memory import _files, journal
 from sandmem.memory import state as gen_state
+from sandmem.memory._files import LOCK_TIMEOUT_S  # the layout lock's one default (re-exported)
+from sandmem.memory._store_seam import MemoryStore
 from sandmem.memory.config import MemoryGenerateConfig
 from sandmem.memory.generation import _scan, _settled, _trace, phase_one, phase_two
 from sandmem.memory.generation._gate import Gate
@@ -38,8 +40,6 @@ from sandmem.memory.generation._record import (
 )
 from sandmem.memory.generation._redact_pass import MemoryRedactionPass
 from sandmem.memory.history import Attribution
-from sandmem.memory._files import LOCK_TIMEOUT_S  # the layout lock's one default (re-exported)
-from sandmem.memory._store_seam import MemoryStore
 from sandmem.memory.layout import MemoryPaths, sweep_write_temps
 from sandmem.memory.recording import RolloutRecorder
 from sandmem.memory.state import GenerationState
