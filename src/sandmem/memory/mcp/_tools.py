@@ -37,6 +37,7 @@ from sandmem.memory.rollouts import note_segment, validate_rollout_id
 from sandmem.memory.store import MemoryStore
 from sandmem.memory.views._status import conversation_page
 from sandmem.redaction import Redactor
+from sandmem.sandboxes._session import SandboxSession
 from sandmem.tracing import Span, span
 
 #: how long a tool call waits for the layout's lock: shorter than the library's default
@@ -481,6 +482,8 @@ class MemoryTools:
             # it (a hand edit) is versioned first, so the version holds this edit alone
             attribution = Attribution("mcp_write", client=caller.label(), note="memory_update")
             wait = self.options.lock_timeout
+            if self.options.config.review:
+                return await _propose_edit(session, paths, patch, attribution, redactor, wait)
             try:
                 async with _files.lock(session, paths.lock, timeout=wait):
                     await journal.notice(
@@ -507,6 +510,39 @@ class MemoryTools:
             self._target, layout=self.options.layout, config=self.options.config
         )
         return report.model_dump_json(indent=1)
+
+
+async def _propose_edit(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    patch: str,
+    attribution: Attribution,
+    redactor: Redactor,
+    wait: float,
+) -> str:
+    """Review mode (``sandmem mcp --review``): the patch is applied to an overlay of the
+    memory files, never to them, and the result becomes a proposal in the inbox."""
+    overlay: dict[str, bytes | None] = {}
+    guards = [(paths.memories_dir, redactor)]
+    try:
+        async with _files.lock(session, paths.lock, timeout=wait):
+            result = await apply_live_edit(
+                session, patch, guards, overlays={paths.memories_dir: overlay}, lock_timeout=wait
+            )
+            root = paths.memories_dir + "/"
+            changes = {p[len(root) :]: d for p, d in overlay.items() if p.startswith(root)}
+            proposal = await journal.propose(
+                session, paths, changes, attribution, redactor=redactor
+            )
+    except SandboxError as exc:
+        raise api._locked(exc) from exc
+    if proposal is None:
+        return "The patch changes nothing in memory: no proposal was made."
+    changed = result.render().split("\n", 1)[-1]
+    return (
+        f"Proposed as {proposal.id} (review mode): memory changes only once it is approved "
+        f"(`sandmem memory inbox`, `sandmem memory approve {proposal.id}`). Files:\n{changed}"
+    )
 
 
 _PATCH_HEADS = ("*** Add File: ", "*** Delete File: ", "*** Update File: ", "*** Move to: ")
