@@ -112,12 +112,34 @@ async def _left(session: SandboxSession, paths: MemoryPaths) -> dict[str, EntryK
     return {_name(paths, p): kind for p, kind in found.items()}
 
 
+def _number(name: str) -> int:
+    """The version number a record's name gives (``00000012-<epoch>.json``)."""
+    head = name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 async def _base(session: SandboxSession, paths: MemoryPaths, start: Approved) -> dict[str, bytes]:
-    head = await history.Store(session, paths).head()
-    if head is None or head.seq == start.head:
+    """The approved state now: as the run found it, or the newest version another writer
+    made since — of the versions made during the run, only the unbroken run of signed ones
+    (``Version.proven``) after the start: a record the run's shell wrote is no approval."""
+    store = history.Store(session, paths)
+    since = start.head or 0
+    names = [n for n in await store.version_names() if _number(n) > since]
+    newer = [v for v in await store.read_versions(names) if v.seq > since]
+    approved_head: history.Version | None = None
+    for version in newer:
+        if not version.proven():
+            logger.warning(
+                "review mode: version %d, made during the run, carries no valid proof: "
+                "not taken for approved memory",
+                version.seq,
+            )
+            break
+        approved_head = version
+    if approved_head is None:
         return dict(start.files)
     # another writer made a version during the run: that is the approved state now
-    files = await history.version_files(session, paths, head)
+    files = await history.version_files(session, paths, approved_head)
     return {
         name: data
         for name, data in files.items()

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import hmac
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -42,12 +44,14 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as record
 
-from sandmem._errors import UserError
+from sandmem._errors import SandmemError, UserError
 from sandmem.memory import _files
 from sandmem.memory._records import Digest, MemoryName, Problem, is_digest, parse_record, report
 from sandmem.memory.layout import HISTORY_DIR as HISTORY_DIR
 from sandmem.memory.layout import MemoryPaths
 from sandmem.sandboxes._session import SandboxSession
+
+logger = logging.getLogger("sandmem.memory")
 
 FORMAT = 1
 
@@ -135,9 +139,14 @@ class Version:
     parent: _Seq | None = None
     epoch: Annotated[int, Field(ge=0)] = 0
     redacted: bool = False
+    #: an HMAC of the other fields under the host's key (``sandboxes/_ownership.py``), set
+    #: when sandmem writes the record: review mode takes a version made during a run for
+    #: approved state only when it carries a valid one (a run's shell can write a record, not
+    #: sign it without the key)
+    proof: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "format": FORMAT,
             "seq": self.seq,
             "time": self.time,
@@ -148,6 +157,21 @@ class Version:
             "selection": self.selection,
             "redacted": self.redacted,
         }
+        return data if self.proof is None else {**data, "proof": self.proof}
+
+    def signed(self) -> Version:
+        """This version with the proof of its fields (unsigned when the host's key cannot be
+        read: it then never counts as proven)."""
+        return replace(self, proof=_sign(self.to_json()))
+
+    def proven(self) -> bool:
+        """Whether the record carries the proof of its fields under this host's key."""
+        expected = _sign(self.to_json())
+        return (
+            self.proof is not None
+            and expected is not None
+            and hmac.compare_digest(self.proof, expected)
+        )
 
     @classmethod
     def from_json(cls, data: Any) -> Version:
@@ -158,6 +182,17 @@ class Version:
 
 _ATTRIBUTION = TypeAdapter(Attribution)
 _VERSION = TypeAdapter(Version)
+
+
+def _sign(record: dict[str, Any]) -> str | None:
+    from sandmem.sandboxes._ownership import sign
+
+    fields = {k: v for k, v in record.items() if k != "proof"}
+    try:
+        return sign({"purpose": "sandmem memory version", **fields})
+    except (SandmemError, OSError) as exc:
+        logger.debug("memory version left unsigned: %s", exc)
+        return None
 
 
 def parse_version(path: str, name: str, data: bytes | None) -> Version | Problem:
@@ -224,7 +259,7 @@ class Store:
         await _files.write(
             self.session,
             f"{self.root}/versions/{name}",
-            json.dumps(version.to_json(), indent=1) + "\n",
+            json.dumps(version.signed().to_json(), indent=1) + "\n",
         )
 
     async def head(self) -> Version | None:
