@@ -1,9 +1,12 @@
 """A property-based harness: hypothesis plants hostile entries in a memory layout — links
 (relative and absolute, to files and directories outside), FIFOs, sockets, entries of the
 wrong kind, and bad records (garbage, truncated JSON, records naming paths outside) at every
-name sandmem reads — then runs every memory command and MCP tool against it. None may follow
-a link out (the directory outside and the workspace's own files are unchanged), hang, or raise
-anything but a ``SandmemError`` (the one line the CLI prints)."""
+name sandmem reads — then runs every MCP tool (``MCP_CASES``) and every ``sandmem memory``
+command (``CLI_CASES``; each calls the public memory API function of its name) against it.
+None may follow a link out (the directory outside and the workspace's own files are
+unchanged), hang, or raise anything but a ``SandmemError`` (the one line the CLI prints).
+Both lists are checked against the click tree and ``TOOL_SPECS``: a new command or tool fails
+``test_the_harness_covers_every_memory_command_and_mcp_tool`` until it is added here."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, MemoryLayoutConfig,
 from sandmem.memory.mcp import ServerOptions
 from sandmem.memory.mcp._tools import Caller, MemoryTools
 
+SUMMARY_PATCH = PATCH.replace("MEMORY.md", "memory_summary.md")
 CONFIG = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
 #: one operation may take this long; more is a hang
 OP_TIMEOUT_S = 30.0
@@ -42,6 +46,7 @@ async def _build(root: Path) -> None:
     async with await open_session(root) as session:
         read = MemoryReadConfig(live_update="propose")
         await record(session, "deploy-notes", config=None, read=read, patch=PATCH)
+        await record(session, "deploy-notes", config=None, read=read, patch=SUMMARY_PATCH)
     await api.search(root, "invoice")  # the index
 
 
@@ -104,6 +109,7 @@ KINDS = (
     "dir-link-abs",  # the same, absolute
     "file-link",  # to src/app.py
     "link-out",  # to a directory outside the workspace
+    "dev-link",  # to /dev/zero: endless if read
     "fifo",
     "socket",
     "wrong-kind",
@@ -128,6 +134,8 @@ def _plant(root: Path, outside: Path, name: str, kind: str, record_kind: str) ->
         target.symlink_to(up + "src/app.py")
     elif kind == "link-out":
         target.symlink_to(outside)
+    elif kind == "dev-link":
+        target.symlink_to("/dev/zero")
     elif kind == "fifo":
         os.mkfifo(target)
     elif kind == "socket":
@@ -171,58 +179,66 @@ def _snapshot(path: Path) -> dict[str, bytes]:
     }
 
 
-def _tools(root: Path) -> MemoryTools:
+def _tools(root: Path, *, review: bool = False) -> MemoryTools:
+    config = CONFIG.model_copy(update={"review": review})
     options = ServerOptions(
-        str(root), MemoryLayoutConfig(), CONFIG, allow_forget=True, allow_generate=True
+        str(root), MemoryLayoutConfig(), config, allow_forget=True, allow_generate=True
     )
     return MemoryTools(options)
 
 
+END = "*** End Patch\n"
+#: every MCP tool (``TOOL_SPECS``), with the arguments the harness calls it with; a tool
+#: missing here fails ``test_the_harness_covers_every_memory_command_and_mcp_tool``
+MCP_CASES: dict[str, list[dict[str, str]]] = {
+    "memory_search": [{"query": "invoice"}, {"query": "deploy " * 40}],
+    "memory_read": [
+        {"path": "MEMORY.md"},
+        {"path": "memory_summary.md"},
+        {"path": "skills/deploy/SKILL.md"},
+        {"path": "rollout_summaries/{summary}"},
+        {"path": "memories/MEMORY.md"},
+    ],
+    "memory_list": [{}],
+    "memory_status": [{}],
+    "memory_remember": [{"text": "a note from the harness"}],
+    "memory_update": [
+        {"patch": "*** Begin Patch\n*** Add File: memories/skills/h/SKILL.md\n+# h\n" + END},
+        {"patch": "*** Begin Patch\n*** Update File: MEMORY.md\n@@\n+- harness\n" + END},
+    ],
+    "memory_forget": [{"rollout_id": "mcp-notes"}],
+    "memory_generate": [{}],
+}
+
+
 def _operations(root: Path) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
     tools = _tools(root)
+    reviewing = _tools(root, review=True)
     caller = Caller(client="harness")
-    patch = "*** Begin Patch\n*** Add File: memories/skills/h/SKILL.md\n+# h\n*** End Patch\n"
 
-    def tool(name: str, args: dict[str, Any]) -> Callable[[], Awaitable[Any]]:
-        return lambda: tools.call(name, args, caller)
+    summaries = root / "memories/rollout_summaries"
+    try:
+        summary = min(p.name for p in summaries.iterdir())
+    except (OSError, ValueError):
+        summary = "new.md"
 
-    async def approve_first() -> Any:
-        for proposal in await api.inbox(root):
-            return await api.approve(root, proposal.id)
-        return None
+    def tool(server: MemoryTools, name: str, args: dict[str, str]) -> Callable[[], Awaitable[Any]]:
+        args = {k: v.replace("{summary}", summary) for k, v in args.items()}
+        return lambda: server.call(name, args, caller)
 
-    async def dismiss_first() -> Any:
-        for proposal in await api.inbox(root):
-            return await api.dismiss(root, proposal.id)
-        return None
-
+    mcp = [
+        (f"{name} {n}", tool(tools, name, args))
+        for name, cases in MCP_CASES.items()
+        for n, args in enumerate(cases)
+        if name not in ("memory_forget", "memory_generate")
+    ]
+    mcp.append(
+        ("memory_update review", tool(reviewing, "memory_update", MCP_CASES["memory_update"][1]))
+    )
     return [
-        ("status", lambda: api.status(root)),
-        ("list_conversations", lambda: api.list_conversations(root)),
-        ("list_files", lambda: api.list_files(root)),
-        ("search", lambda: api.search(root, "invoice")),
-        ("show", lambda: api.show(root, "rollout_summary", "invoice-fix")),
-        ("show_rollout", lambda: api.show(root, "rollout", "invoice-fix")),
-        ("show_memory", lambda: api.show(root, "memory")),
-        ("view_html", lambda: api.view_html(root)),
-        ("log", lambda: api.log(root)),
-        ("diff", lambda: api.diff(root)),
-        ("inbox", lambda: api.inbox(root)),
-        ("memory_search", tool("memory_search", {"query": "invoice"})),
-        ("memory_read", tool("memory_read", {"path": "MEMORY.md"})),
-        ("memory_read_skill", tool("memory_read", {"path": "skills/deploy/SKILL.md"})),
-        ("memory_list", tool("memory_list", {})),
-        ("memory_status", tool("memory_status", {})),
-        ("memory_remember", tool("memory_remember", {"text": "a note from the harness"})),
-        ("memory_update", tool("memory_update", {"patch": patch})),
-        ("approve", approve_first),
-        ("dismiss", dismiss_first),
-        ("restore", lambda: api.restore(root, 1)),
-        ("generate", lambda: api.generate(root, engine="extractive")),
-        ("memory_generate", tool("memory_generate", {})),
-        ("redact_history", lambda: api.redact_history(root, "blue-7", secrets=True)),
-        ("forget", lambda: api.forget(root, "invoice-fix", engine="extractive")),
-        ("memory_forget", tool("memory_forget", {"rollout_id": "mcp-notes"})),
+        *mcp,
+        ("memory_generate", tool(tools, "memory_generate", {})),
+        ("memory_forget", tool(tools, "memory_forget", MCP_CASES["memory_forget"][0])),
     ]
 
 
@@ -255,36 +271,130 @@ EXAMPLES = [
 ]
 
 
-#: ``sandmem`` commands run against each hostile layout (after the API and the MCP tools)
-COMMANDS = [
-    ["memory", "status"],
-    ["memory", "list"],
-    ["memory", "tree"],
-    ["memory", "search", "invoice"],
-    ["memory", "show"],
-    ["memory", "log"],
-    ["memory", "diff"],
-    ["memory", "inbox"],
-]
+#: every ``sandmem memory`` command (the click tree), with the arguments each is run with
+#: against each hostile layout, read-only ones first; ``{proposal}`` is a pending proposal's
+#: id (``{other}`` another's), ``{source}`` / ``{db}`` transcripts outside the workspace,
+#: ``{out}`` a file outside it.
+#: A command missing here fails ``test_the_harness_covers_every_memory_command_and_mcp_tool``.
+CLI_CASES: dict[str, list[list[str]]] = {
+    "memory status": [[], ["--json"]],
+    "memory list": [[], ["--json"]],
+    "memory tree": [[]],
+    "memory search": [["invoice"], ["deploy", "--json"]],
+    "memory show": [
+        [],
+        ["memory"],
+        ["invoice-fix"],
+        ["invoice-fix", "--raw"],
+        ["invoice-fix", "--rollout"],
+    ],
+    "memory log": [[], ["--json"]],
+    "memory diff": [[], ["1", "2"]],
+    "memory inbox": [[], ["--json"]],
+    "memory view": [["-o", "{out}"]],
+    "memory reindex": [[]],
+    "memory approve": [["{proposal}"]],
+    "memory dismiss": [["{other}"]],
+    "memory restore": [["1"]],
+    "memory ingest": [["{source}"], ["{db}", "--generate", "--engine", "extractive"]],
+    "memory generate": [["--engine", "extractive"], ["--engine", "extractive", "--review"]],
+    "memory redact-history": [["blue-7"], ["--secret"]],
+    "memory forget": [
+        ["invoice-fix", "--dry-run", "--engine", "extractive"],
+        ["invoice-fix", "--yes", "--engine", "extractive"],
+    ],
+}
 
 
-def _run_commands(root: Path) -> dict[str, str]:
-    """Each command either works or fails with a short message and no traceback."""
+def _memory_commands() -> list[str]:
+    """Every leaf command under ``sandmem memory``, as ``memory <name> [<sub>...]``."""
+    import click
+
+    from sandmem.cli import cli
+
+    found: list[str] = []
+
+    def walk(command: click.Command, path: list[str], ctx: click.Context) -> None:
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                if sub is not None:
+                    walk(sub, [*path, name], click.Context(sub, parent=ctx, info_name=name))
+        else:
+            found.append(" ".join(path))
+
+    memory = cli.get_command(click.Context(cli), "memory")
+    assert memory is not None
+    walk(memory, ["memory"], click.Context(memory))
+    return found
+
+
+def _sources(base: Path) -> dict[str, str]:
+    """Transcripts outside the workspace for ``ingest``, and where ``view`` writes."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from ingest_fixtures import write_agents_db, write_input_list
+
+    source = base / "transcripts"
+    source.mkdir(exist_ok=True)
+    if not (source / "items.json").exists():
+        write_input_list(source / "items.json")
+        write_agents_db(source / "agents.sqlite")
+    return {
+        "source": str(source / "items.json"),
+        "db": str(source / "agents.sqlite"),
+        "out": str(base / "view.html"),
+    }
+
+
+def _proposals(root: Path) -> tuple[str, str]:
+    """Two pending proposals' ids (one to approve, one to dismiss), as the files name them."""
+    directory = root / "memories/.history/proposals"
+    try:
+        names = sorted(p.stem for p in directory.glob("*.json"))
+    except OSError:
+        names = []
+    names = names or ["p00000000"]
+    return names[0], names[-1]
+
+
+def _run_commands(
+    root: Path, base: Path, proposals: tuple[str, str], worked: list[str] | None = None
+) -> dict[str, str]:
+    """Each command either works or fails with a short message and no traceback (the ones
+    that worked are put in ``worked``)."""
     from click.testing import CliRunner
 
     from sandmem.cli import cli
 
+    values = {**_sources(base), "proposal": proposals[0], "other": proposals[1]}
     broken: dict[str, str] = {}
-    for args in COMMANDS:
-        result = CliRunner().invoke(cli, [*args, "--workspace", str(root)])
-        name = " ".join(args)
-        if result.exit_code == 0:
-            continue
-        if not isinstance(result.exception, SystemExit):
-            broken[name] = f"{type(result.exception).__name__}: {result.exception}"
-        elif "Traceback" in result.output or not result.output.strip():
-            broken[name] = result.output[-300:] or "failed without a message"
+    for command, cases in CLI_CASES.items():
+        for args in cases:
+            argv = [*command.split(), *(a.format(**values) for a in args)]
+            result = CliRunner().invoke(cli, [*argv, "--workspace", str(root)])
+            name = " ".join(argv)
+            if result.exit_code == 0:
+                if worked is not None:
+                    worked.append(name)
+                continue
+            if not isinstance(result.exception, SystemExit):
+                broken[name] = f"{type(result.exception).__name__}: {result.exception}"
+            elif "Traceback" in result.output or not result.output.strip():
+                broken[name] = result.output[-300:] or "failed without a message"
     return broken
+
+
+def test_the_harness_covers_every_memory_command_and_mcp_tool() -> None:
+    """A new ``sandmem memory`` command or MCP tool fails here until the harness runs it."""
+    from sandmem.memory.mcp._tools import TOOL_SPECS
+
+    assert sorted(_memory_commands()) == sorted(CLI_CASES)
+    assert sorted(TOOL_SPECS) == sorted(MCP_CASES)
+    assert all(CLI_CASES.values()) and all(MCP_CASES.values())
+    offered = _tools(Path(".")).options.offered()  # a server that allows every tool
+    assert sorted(spec.name for spec in offered) == sorted(MCP_CASES)
 
 
 @st.composite
@@ -310,7 +420,12 @@ def test_every_operation_works_on_the_clean_template(
     worked: list[str] = []
     assert asyncio.run(_run_all(root, worked)) == {}
     assert worked == [name for name, _ in _operations(root)]
-    assert _run_commands(root) == {}
+    fresh = tmp_path_factory.mktemp("clean-cli") / "ws"
+    shutil.copytree(template, fresh, symlinks=True)
+    ran: list[str] = []
+    assert _run_commands(fresh, fresh.parent, _proposals(fresh), ran) == {}
+    every = [" ".join([*c.split(), *a]) for c, cases in CLI_CASES.items() for a in cases]
+    assert len(ran) == len(every), sorted(set(every) - {" ".join(r.split()) for r in ran})
 
 
 def test_every_command_and_tool_holds_on_a_hostile_layout(
@@ -330,8 +445,9 @@ def test_every_command_and_tool_holds_on_a_hostile_layout(
                 _plant(root, outside, name, kind, record_kind)
         before_outside = _snapshot(outside)
         before_src = _snapshot(root / "src")
+        proposals = _proposals(root)
         broken = asyncio.run(_run_all(root))
-        broken.update(_run_commands(root))
+        broken.update(_run_commands(root, base, proposals))
         assert broken == {}, plants
         assert _snapshot(outside) == before_outside, plants
         assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"], plants
