@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +20,24 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_ROWS = 100_000
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    with open_regular(path):  # a FIFO put in its place is refused, never opened blocking
-        pass
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+@contextlib.contextmanager
+def _connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the database ``path``, opened through the descriptor that was
+    checked: ``open_regular`` opens it without blocking and refuses a FIFO, socket or device,
+    and SQLite is given ``/proc/self/fd/N``, which it resolves to that file's own path (so the
+    WAL beside it is read too). SQLite then opens that path itself: a file swapped in at it in
+    the instant between its resolution and its open is not caught (``docs/security.md``)."""
+    with open_regular(path) as checked:
+        fd = checked.fileno()
+        uri = f"file:/proc/self/fd/{fd}"
+        if not os.path.exists(f"/proc/self/fd/{fd}"):  # not Linux: the name, checked just now
+            uri = path.resolve().as_uri()
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=5.0)
+        try:
+            with conn:
+                yield conn
+        finally:
+            conn.close()
 
 
 def _table(conn: sqlite3.Connection) -> tuple[str, str, str | None] | None:
