@@ -410,3 +410,30 @@ async def test_versions_sandmem_writes_are_signed_and_a_change_breaks_the_proof(
 
         assert not replace(first, files={"MEMORY.md": "0" * 64}).proven()
         assert not replace(first, proof=None).proven()
+
+
+async def test_a_flush_elsewhere_that_versions_the_runs_shell_edit_approves_nothing(
+    layout: Path,
+) -> None:
+    """Another process's flush finds the run's shell edit on the live files and versions it as
+    a hand edit: that version is no approval, the edit is still the run's proposal."""
+    approved = memory_md(layout)
+
+    @function_tool
+    async def flush_elsewhere() -> str:
+        """Another process generates memory now."""
+        report = await api.generate(layout, engine="extractive")
+        return report.phase_two
+
+    await _run(
+        layout,
+        shell("printf -- '- injected before a flush\\n' >> memories/MEMORY.md"),
+        ("flush_elsewhere", {}),
+        tools=[flush_elsewhere],
+    )
+    assert (await kinds(layout))[0] == "hand_edit"  # history holds what the flush saw
+    assert memory_md(layout) == approved  # the live file does not
+    [proposal] = await api.inbox(layout)
+    assert "+- injected before a flush" in proposal.diff and proposal.stale == []
+    await api.dismiss(layout, proposal.id)
+    assert "injected" not in memory_md(layout)

@@ -112,6 +112,17 @@ async def _left(session: SandboxSession, paths: MemoryPaths) -> dict[str, EntryK
     return {_name(paths, p): kind for p, kind in found.items()}
 
 
+def _not_approval(version: history.Version) -> str | None:
+    """Why a version made during a review-mode run is no approved state (``None``: it is).
+    A ``hand_edit`` version is a change found on the live files that no sandmem writer made:
+    during the run, that may be the run's own shell (another process's flush noticed it)."""
+    if not version.proven():
+        return "carries no valid proof (a record sandmem did not write)"
+    if version.attribution.kind == "hand_edit":
+        return "versions a change made to the live files outside sandmem, maybe by the run"
+    return None
+
+
 def _number(name: str) -> int:
     """The version number a record's name gives (``00000012-<epoch>.json``)."""
     head = name.split("-", 1)[0]
@@ -128,11 +139,13 @@ async def _base(session: SandboxSession, paths: MemoryPaths, start: Approved) ->
     newer = [v for v in await store.read_versions(names) if v.seq > since]
     approved_head: history.Version | None = None
     for version in newer:
-        if not version.proven():
+        why = _not_approval(version)
+        if why is not None:
             logger.warning(
-                "review mode: version %d, made during the run, carries no valid proof: "
-                "not taken for approved memory",
+                "review mode: version %d, made during the run, %s: it and the versions after "
+                "it are not taken for approved memory (their changes are in the run's proposal)",
                 version.seq,
+                why,
             )
             break
         approved_head = version
