@@ -316,9 +316,11 @@ class HostFile:
         os.ftruncate(self._open(), 0)
 
     def connect_sqlite(self) -> sqlite3.Connection:
-        """An SQLite connection to this file: SQLite opens ``/proc/self/fd/N``, the open file
-        itself (never a link or a file put at the name since), so it reads only the pages a
-        query needs. Close the connection before the file."""
+        """An SQLite connection to this file, reading only the pages a query needs. SQLite is
+        given ``/proc/self/fd/N``; it resolves that to the open file's own current path (not a
+        link, nor a file put at the old name since) and opens the path: only an entry renamed
+        onto that path in the instant between its resolution and its open would be opened
+        instead (``docs/security.md``, known limits). Close the connection before the file."""
         import sqlite3
 
         return sqlite3.connect(f"/proc/self/fd/{self._open()}")
