@@ -359,6 +359,17 @@ def _proposals(root: Path) -> tuple[str, str]:
     return names[0], names[-1]
 
 
+def _invoke(runner: Any, cli: Any, argv: list[str]) -> Any:
+    """``runner.invoke`` in a thread, ``None`` when it does not end within ``OP_TIMEOUT_S``."""
+    import threading
+
+    done: list[Any] = []
+    worker = threading.Thread(target=lambda: done.append(runner.invoke(cli, argv)), daemon=True)
+    worker.start()
+    worker.join(OP_TIMEOUT_S)
+    return done[0] if done else None
+
+
 def _run_commands(
     root: Path, base: Path, proposals: tuple[str, str], worked: list[str] | None = None
 ) -> dict[str, str]:
@@ -373,8 +384,11 @@ def _run_commands(
     for command, cases in CLI_CASES.items():
         for args in cases:
             argv = [*command.split(), *(a.format(**values) for a in args)]
-            result = CliRunner().invoke(cli, [*argv, "--workspace", str(root)])
             name = " ".join(argv)
+            result = _invoke(CliRunner(), cli, [*argv, "--workspace", str(root)])
+            if result is None:
+                broken[name] = "hung"
+                continue
             if result.exit_code == 0:
                 if worked is not None:
                     worked.append(name)
