@@ -139,8 +139,13 @@ def _plant(root: Path, outside: Path, name: str, kind: str, record_kind: str) ->
     elif kind == "fifo":
         os.mkfifo(target)
     elif kind == "socket":
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.bind(str(target))
+        here = os.getcwd()
+        os.chdir(target.parent)  # a relative name: AF_UNIX paths are short (108 bytes)
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(target.name)
+        finally:
+            os.chdir(here)
     elif kind == "wrong-kind" and not was_dir:
         target.mkdir()
         (target / "x").write_text("a directory where a file belongs")
