@@ -359,10 +359,18 @@ async def _version(
     *,
     redactor: Redactor | None = None,
     retention: Retention = DEFAULT_RETENTION,
+    leave: frozenset[str] = frozenset(),
 ) -> history.Version | None:
     """Make a version of the live set and the conversations state (``None`` when they equal
-    the newest version), then prune. The one function that makes versions."""
+    the newest version), then prune. The one function that makes versions. The files named
+    in ``leave`` (relative to ``memories_dir``) are versioned as the newest version has them,
+    whatever they hold now (another writer's change is versioned apart from them)."""
     files = await versioned_files(session, paths, redactor)
+    if leave:
+        head = await history.Store(session, paths).head()
+        before = {} if head is None else await history.version_files(session, paths, head)
+        files = {n: d for n, d in files.items() if n not in leave}
+        files.update({n: d for n, d in before.items() if n in leave})
     selection = await _read(session, paths.selection_json)
     redact = (redactor or Redactor()).redact
     made = await history.make_version(
@@ -380,10 +388,15 @@ async def notice(
     *,
     redactor: Redactor | None = None,
     retention: Retention = DEFAULT_RETENTION,
+    leave: frozenset[str] = frozenset(),
 ) -> history.Version | None:
     """Version a change made on the live files directly (a run's live edit, a hand edit, a
-    forget), if there is one. Call under the layout lock."""
-    return await _version(session, paths, attribution, redactor=redactor, retention=retention)
+    forget), if there is one; the files in ``leave`` as the newest version has them (a run
+    versions the changes it did not make first, apart from its own). Call under the layout
+    lock."""
+    return await _version(
+        session, paths, attribution, redactor=redactor, retention=retention, leave=leave
+    )
 
 
 async def unversioned(session: SandboxSession, paths: MemoryPaths) -> bool:
