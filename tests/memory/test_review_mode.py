@@ -24,7 +24,7 @@ from sandmem.memory.mcp import ServerOptions
 from sandmem.memory.mcp._tools import Caller, MemoryTools
 from sandmem.models._base import ModelRequest
 from sandmem.sandboxes._session import SandboxSession
-from sandmem.testing import FunctionModel, tool_call
+from sandmem.testing import FunctionModel, tool_call, tool_outputs
 
 PROPOSE = MemoryReadConfig(live_update="propose")
 SUMMARIES = "memories/rollout_summaries"
@@ -170,17 +170,42 @@ def _patch(op: str, path: str, body: str = "+- injected by apply_patch") -> str:
     return f"*** Begin Patch\n*** {op} File: {path}\n{body}\n*** End Patch"
 
 
-async def test_apply_patch_on_a_derived_file_changes_nothing(layout: Path) -> None:
-    before = _derived(layout)
-    summary = _summary(layout)
-    await _run(
-        layout,
-        ("apply_patch", {"patch": _patch("Update", summary, "@@\n+- injected by apply_patch")}),
-        ("apply_patch", {"patch": _patch("Add", f"{SUMMARIES}/added_x.md")}),
-        ("apply_patch", {"patch": _patch("Delete", "memories/raw_memories/invoice-fix.md", "")}),
+DERIVED_PATCHES = [
+    ("Update", "{s}", "@@\n+- injected by apply_patch"),
+    ("Add", f"{SUMMARIES}/added_x.md", "+- injected by apply_patch"),
+    ("Delete", "memories/raw_memories/invoice-fix.md", ""),
+    ("Add", "memories/raw_memories.md", "+- injected by apply_patch"),
+]
+
+
+@pytest.mark.parametrize(("op", "path", "body"), DERIVED_PATCHES)
+async def test_apply_patch_on_a_derived_file_is_refused_whole(
+    layout: Path, op: str, path: str, body: str
+) -> None:
+    """A patch touching a file no proposal can hold is refused with the reason, and a
+    reviewed file in the same patch is not proposed alone."""
+    before, approved = _derived(layout), memory_md(layout)
+    target = path.format(s=_summary(layout))
+    both = _patch(op, target, body).replace(
+        "*** End Patch", "*** Update File: memories/MEMORY.md\n@@\n+- also proposed\n*** End Patch"
     )
-    assert _derived(layout) == before
+    outputs: list[str] = []
+    memory = Memory(layout=LAYOUT, generate=None, read=PROPOSE)
+    agent = SandboxAgent(
+        name="dev",
+        model=scripted_agent(
+            lambda r: [tool_call("apply_patch", {"patch": both})],
+            lambda r: outputs.extend(str(o.get("output")) for o in tool_outputs(r)) or "done",
+        ),
+        capabilities=[memory, Filesystem(), Shell()],
+    )
+    async with await open_session(layout) as session:
+        config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        await Runner.run(agent, "edit memory", run_config=config, conversation_id="review")
+    assert _derived(layout) == before and memory_md(layout) == approved
     assert await api.inbox(layout) == []
+    [said] = outputs
+    assert "cannot be proposed" in said and target in said and "nothing was changed" in said
 
 
 async def test_apply_patch_and_shell_edits_of_one_run_keep_memory_as_approved(
