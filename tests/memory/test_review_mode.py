@@ -6,7 +6,9 @@ memory MCP server the run reaches. Whatever the tool, the next run reads memory 
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +89,21 @@ def shell(cmd: str) -> tuple[str, dict[str, Any]]:
     return ("exec_command", {"cmd": cmd})
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two consolidated conversations and a source file, made once per module."""
+    root = tmp_path_factory.mktemp("review-template")
+    asyncio.run(consolidated(root, ["invoice-fix", "deploy-notes"]))
+    (root / "src").mkdir()
+    (root / "src/app.py").write_text("print('app')\n")
+    return root
+
+
 @pytest.fixture
-async def layout(tmp_path: Path) -> Path:
-    await consolidated(tmp_path, ["invoice-fix", "deploy-notes"])
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src/app.py").write_text("print('app')\n")
-    return tmp_path
+def layout(template: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    return root
 
 
 # ---------------------------------------------------------------- shell: derived files
