@@ -455,3 +455,46 @@ async def test_a_flush_elsewhere_that_versions_the_runs_shell_edit_approves_noth
     assert "+- injected before a flush" in proposal.diff and proposal.stale == []
     await api.dismiss(layout, proposal.id)
     assert "injected" not in memory_md(layout)
+
+
+# ---------------------------------------------------------------- renames of reviewed files
+
+RENAMES = [
+    # (commands, the files the proposal changes)
+    (
+        [
+            "mkdir -p memories/skills/stolen",
+            "mv memories/MEMORY.md memories/skills/stolen/SKILL.md",
+        ],
+        ["MEMORY.md", "skills/s/SKILL.md"],
+    ),
+    (["mv memories/memory_summary.md notes.md"], ["memory_summary.md"]),
+    (
+        [
+            "mkdir -p memories/skills/a && printf '# a\\n' > memories/skills/a/SKILL.md",
+            "mv memories/skills memories/skills-old && mkdir memories/skills",
+        ],
+        [],
+    ),
+    (
+        [
+            "printf '# evil\\n' > evil.md",
+            "mv -f evil.md memories/MEMORY.md",
+        ],
+        ["MEMORY.md"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("cmds", "files"), RENAMES)
+async def test_a_rename_of_reviewed_files_is_a_proposal_and_put_back(
+    layout: Path, cmds: list[str], files: list[str]
+) -> None:
+    approved = memory_md(layout)
+    summary = (layout / "memories/memory_summary.md").read_bytes()
+    await _run(layout, *(shell(c) for c in cmds))
+    assert memory_md(layout) == approved
+    assert (layout / "memories/memory_summary.md").read_bytes() == summary
+    assert sorted(p.name for p in (layout / "memories/skills").rglob("*.md")) == []
+    found = await api.inbox(layout)
+    assert [p.files for p in found] == ([files] if files else [])
