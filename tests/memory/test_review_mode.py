@@ -463,8 +463,8 @@ RENAMES = [
     # (commands, the files the proposal changes)
     (
         [
-            "mkdir -p memories/skills/stolen",
-            "mv memories/MEMORY.md memories/skills/stolen/SKILL.md",
+            "mkdir -p memories/skills/s",
+            "mv memories/MEMORY.md memories/skills/s/SKILL.md",
         ],
         ["MEMORY.md", "skills/s/SKILL.md"],
     ),
