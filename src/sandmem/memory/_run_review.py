@@ -206,6 +206,20 @@ async def propose_run(
     different ways, the overlay's version is in the proposal and the other tool's is a
     second proposal of its own: approving one makes the other stale, nothing is lost."""
     await _clear_wrong_kinds(session, paths)
+    try:
+        return await _propose_live(session, paths, start, overlay, attribution, redactor)
+    finally:  # whatever became of the proposal, the derived files are as the run found them
+        await _undo_derived(session, paths, start)
+
+
+async def _propose_live(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    start: Approved,
+    overlay: dict[str, bytes | None],
+    attribution: Attribution,
+    redactor: Redactor | None,
+) -> proposals.Proposal | None:
     base = await _base(session, paths, start)
     live = await _live_changes(session, paths, base)
     for name in live:
@@ -214,7 +228,6 @@ async def propose_run(
             await _files.write(session, path, base[name])
         else:
             await _files.remove(session, path, missing_ok=True)
-    await _undo_derived(session, paths, start)
     root = paths.memories_dir + "/"
     patched = {p[len(root) :]: d for p, d in overlay.items() if p.startswith(root)}
     changes = {**live, **patched}
