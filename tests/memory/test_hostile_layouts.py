@@ -242,9 +242,52 @@ def _operations(root: Path) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
     )
     return [
         *mcp,
+        *_resource_operations(root),
         ("memory_generate", tool(tools, "memory_generate", {})),
         ("memory_forget", tool(tools, "memory_forget", MCP_CASES["memory_forget"][0])),
     ]
+
+
+def _resource_operations(root: Path) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
+    """The MCP server's resources: every one it lists read through ``resources/read``'s
+    handler, and a URI naming a file outside refused (needs the ``mcp`` extra)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    if importlib.util.find_spec("mcp") is None:
+        return []
+    from mcp.shared.exceptions import MCPError
+
+    from sandmem.memory.mcp._server import MemoryMCPServer
+
+    server = MemoryMCPServer(_tools(root).options)
+
+    async def read_all() -> None:
+        for path in await server.resource_paths():
+            await server._read_resource(None, SimpleNamespace(uri=server.uri(path)))
+
+    async def read_outside() -> None:
+        for uri in ("memory://../../src/app.py", "memory:///etc/passwd", "memory://.history"):
+            try:
+                await server._read_resource(None, SimpleNamespace(uri=uri))
+            except MCPError:
+                continue  # refused: the protocol's one-line error
+            raise AssertionError(f"{uri} was served")
+
+    return [("resources", read_all), ("resources outside", read_outside)]
+
+
+def _one_line_errors() -> tuple[type[Exception], ...]:
+    """What an operation may raise: a ``SandmemError`` (the CLI's one line), and for an MCP
+    resource the protocol's error (the client's one line)."""
+    try:
+        from mcp.shared.exceptions import MCPError
+    except ImportError:
+        return (SandmemError,)
+    return (SandmemError, MCPError)
+
+
+_ONE_LINE_ERRORS = _one_line_errors()
 
 
 async def _run_all(root: Path, worked: list[str] | None = None) -> dict[str, str]:
@@ -258,7 +301,7 @@ async def _run_all(root: Path, worked: list[str] | None = None) -> dict[str, str
                 worked.append(name)
         except TimeoutError:
             broken[name] = "hung"
-        except SandmemError as exc:
+        except _ONE_LINE_ERRORS as exc:
             if not str(exc).strip():
                 broken[name] = f"{type(exc).__name__} without a message"
         except Exception as exc:  # a traceback for the user: the defect this harness finds
