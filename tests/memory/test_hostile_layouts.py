@@ -241,11 +241,39 @@ def _operations(root: Path) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
         ("memory_update review", tool(reviewing, "memory_update", MCP_CASES["memory_update"][1]))
     )
     return [
+        ("run live_update=True", lambda: _agent_run(root, MemoryReadConfig(live_update=True))),
+        ("run review", lambda: _agent_run(root, MemoryReadConfig(live_update="propose"))),
         *mcp,
         *_resource_operations(root),
         ("memory_generate", tool(tools, "memory_generate", {})),
         ("memory_forget", tool(tools, "memory_forget", MCP_CASES["memory_forget"][0])),
     ]
+
+
+async def _agent_run(root: Path, read: MemoryReadConfig) -> None:
+    """A run whose agent looks at memory with its shell and edits it with ``apply_patch``: its
+    start and end (the version, or review mode's proposal and put-back) read the whole
+    hostile layout."""
+    from memory_doubles import scripted_agent
+
+    from sandmem import RunConfig, Runner, SandboxAgent, SandboxRunConfig
+    from sandmem.capabilities import Filesystem, Shell
+    from sandmem.capabilities.memory import Memory
+    from sandmem.testing import tool_call
+
+    cmd = "ls -R memories >/dev/null"  # (a shell writing through a planted link is its own)
+    agent = SandboxAgent(
+        name="dev",
+        model=scripted_agent(
+            lambda r: [tool_call("exec_command", {"cmd": cmd})],
+            lambda r: [tool_call("apply_patch", {"patch": PATCH})],
+            lambda r: "done",
+        ),
+        capabilities=[Memory(generate=None, read=read), Filesystem(), Shell()],
+    )
+    async with await open_session(root) as session:
+        config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        await Runner.run(agent, "edit memory", run_config=config, conversation_id="harness")
 
 
 def _resource_operations(root: Path) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
@@ -521,7 +549,7 @@ def test_every_command_and_tool_holds_on_a_hostile_layout(
     for plants in EXAMPLES:
         test = example(plants=plants)(test)
     settings(
-        max_examples=4,
+        max_examples=3,
         deadline=None,
         derandomize=True,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
