@@ -95,6 +95,8 @@ class RunMemory:
         policy.guard(self.paths.memories_dir, self.redactor)
         if self._live_update == "propose":
             policy.propose(self.paths.memories_dir)
+        elif self._live_update:
+            policy.track(self.paths.memories_dir)
         if self.generate is None:
             on_stop_read_only(self.session, self.paths.memories_dir, self.redactor)
 
@@ -159,7 +161,16 @@ class RunMemory:
         try:
             if not await journal.unversioned(self.session, self.paths):
                 return  # nothing edited: no lock taken, no wait for a running consolidation
+            own = run_policy(ctx.extras).edited(self.paths.memories_dir)
             async with _files.lock(self.session, self.paths.lock, timeout=60.0):
+                if own:  # what its apply_patch did not change is another writer's, apart
+                    await journal.notice(
+                        self.session,
+                        self.paths,
+                        Attribution("hand_edit"),
+                        redactor=self.redactor,
+                        leave=own,
+                    )
                 await journal.notice(self.session, self.paths, attribution, redactor=self.redactor)
         except SandboxError as exc:  # also a link planted in the layout: never loses the record
             logger.warning("memory version of this run's edits deferred: %s", exc)

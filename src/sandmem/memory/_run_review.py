@@ -99,19 +99,6 @@ async def _derived(session: SandboxSession, paths: MemoryPaths) -> tuple[dict[st
     return digests, sorted(p for p in found if p not in digests)
 
 
-def refused_targets(memories_dir: str, targets: list[str]) -> list[str]:
-    """The workspace paths among ``targets`` (a review-mode ``apply_patch``'s) that lie in
-    ``memories_dir`` but are no file a proposal can hold (only ``MEMORY.md``,
-    ``memory_summary.md`` and ``skills/**`` are): the patch is refused, never half kept."""
-    paths = MemoryPaths(memories_dir, "")
-    return [
-        t
-        for t in targets
-        if (t.startswith(memories_dir + "/") and not journal.is_staged_path(paths, t))
-        or t == paths.skills_dir
-    ]
-
-
 def _name(paths: MemoryPaths, path: str) -> str:
     return path[len(paths.memories_dir) + 1 :]
 

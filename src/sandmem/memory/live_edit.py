@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import SandboxError
 from sandmem.memory import _files
+from sandmem.memory.layout import is_editable
 from sandmem.sandboxes._apply_patch import PatchFiles, PatchResult, apply_patch
 
 if TYPE_CHECKING:
@@ -197,6 +198,9 @@ class LiveEditPolicy:
 
     guards: Guards = field(default_factory=list)
     overlays: Overlays = field(default_factory=dict)
+    #: ``{memories_dir: {workspace path}}``: the memory files the run's patches changed in
+    #: place (``live_update=True``); its end versions them as the run's, the rest apart
+    edits: dict[str, set[str]] = field(default_factory=dict)
 
     def guard(self, memories_dir: str, redactor: Redactor) -> None:
         """Redact what the run writes under ``memories_dir``."""
@@ -206,13 +210,46 @@ class LiveEditPolicy:
         """Keep what the run writes under ``memories_dir`` in a fresh overlay."""
         self.overlays[memories_dir] = {}
 
+    def track(self, memories_dir: str) -> None:
+        """Note which memory files under ``memories_dir`` the run's patches change."""
+        self.edits[memories_dir] = set()
+
+    def edited(self, memories_dir: str) -> frozenset[str]:
+        """The files (relative to ``memories_dir``) the run's patches changed there."""
+        root = memories_dir + "/"
+        return frozenset(p[len(root) :] for p in self.edits.get(memories_dir, ()))
+
     def overlay(self, memories_dir: str) -> dict[str, bytes | None]:
         """The run's proposed writes under ``memories_dir`` (empty when none)."""
         return self.overlays.get(memories_dir, {})
 
     async def apply(self, session: SandboxSession, patch: str) -> PatchResult:
         """Apply ``patch`` under this policy (``apply_live_edit``)."""
-        return await apply_live_edit(session, patch, self.guards, overlays=self.overlays)
+        targets = [workspace_relative(session, t) for t in patch_targets(patch) or []]
+        for directory in self.overlays:
+            refused = [t for t in targets if _not_proposable(directory, t)]
+            if refused:
+                raise SandboxError(
+                    f"apply_patch: {', '.join(refused)} cannot be proposed: in review mode only "
+                    f"{directory}/MEMORY.md, {directory}/memory_summary.md and {directory}/"
+                    "skills/ take proposals (memory generation writes the rest); nothing was "
+                    "changed",
+                    operation="apply_patch",
+                    path=refused[0],
+                )
+        result = await apply_live_edit(session, patch, self.guards, overlays=self.overlays)
+        for directory, touched in self.edits.items():
+            touched.update(t for t in targets if t.startswith(directory + "/"))
+        return result
+
+
+def _not_proposable(memories_dir: str, path: str) -> bool:
+    """Whether ``path`` lies in ``memories_dir`` but is no file a proposal can hold (only
+    ``MEMORY.md``, ``memory_summary.md`` and ``skills/**`` are)."""
+    root = memories_dir + "/"
+    if not path.startswith(root):
+        return False
+    return not is_editable(path[len(root) :])
 
 
 def run_policy(extras: dict[Any, Any]) -> LiveEditPolicy:
