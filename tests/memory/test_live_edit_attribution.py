@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from memory_doubles import scripted_agent
 from test_history import LAYOUT, PATCH, consolidated, memory_md, open_session
 
@@ -50,33 +51,30 @@ async def _versions(root: Path) -> list[tuple[str, str | None, list[str]]]:
     return [(v.kind, v.run, v.changed) for v in await api.log(root)]
 
 
+EDITS_ELSEWHERE = [
+    # (the file an editor changes meanwhile, its line, whether it comes before the patch)
+    ("memory_summary.md", "- an editor's line\n", False),
+    ("skills/notes/SKILL.md", "# notes\n", True),
+    ("skills/notes/SKILL.md", "# notes\n", False),
+    ("memory_summary.md", "- an editor's line\n", True),
+]
+
+
+@pytest.mark.parametrize(("name", "line", "first"), EDITS_ELSEWHERE)
 async def test_an_edit_made_elsewhere_during_the_run_is_its_own_version(
-    tmp_path: Path,
+    tmp_path: Path, name: str, line: str, first: bool
 ) -> None:
     await consolidated(tmp_path, ["invoice-fix"])
     before = await _versions(tmp_path)
-    editor = _editor(tmp_path, "memory_summary.md", "- an editor's line\n")
-    await _run(tmp_path, ("apply_patch", {"patch": PATCH}), ("editor", {}), tools=[editor])
+    calls = [("apply_patch", {"patch": PATCH}), ("editor", {})]
+    await _run(tmp_path, *(calls[::-1] if first else calls), tools=[_editor(tmp_path, name, line)])
     found = await _versions(tmp_path)
     assert found[: len(found) - len(before)] == [
         ("live_edit", "live", ["MEMORY.md"]),
-        ("hand_edit", None, ["memory_summary.md"]),
+        ("hand_edit", None, [name]),
     ]
     assert "blue-7" in memory_md(tmp_path)
-
-
-async def test_an_edit_made_elsewhere_before_the_runs_patch_is_its_own_version(
-    tmp_path: Path,
-) -> None:
-    await consolidated(tmp_path, ["invoice-fix"])
-    before = await _versions(tmp_path)
-    editor = _editor(tmp_path, "skills/notes/SKILL.md", "# notes\n")
-    await _run(tmp_path, ("editor", {}), ("apply_patch", {"patch": PATCH}), tools=[editor])
-    found = await _versions(tmp_path)
-    assert found[: len(found) - len(before)] == [
-        ("live_edit", "live", ["MEMORY.md"]),
-        ("hand_edit", None, ["skills/notes/SKILL.md"]),
-    ]
+    assert line in (tmp_path / "memories" / name).read_text()
 
 
 async def test_a_run_without_a_patch_versions_what_changed_as_its_own(tmp_path: Path) -> None:
