@@ -159,7 +159,9 @@ class FakeReply:
     holds the reply back (the request stays in flight meanwhile). ``chunks`` are the text
     deltas of a streamed reply (they must join to ``text``); ``chunk_delay_s`` paces a
     streamed reply: the server waits that long before each event after the first, so a
-    client can show text while the reply is still arriving.
+    client can show text while the reply is still arriving. ``before_event`` (called in the
+    server's thread with each event of a streamed reply before it leaves) lets a test hold
+    the stream until the client has shown what it got so far.
     """
 
     text: str | None = None
@@ -170,6 +172,7 @@ class FakeReply:
     delay_s: float = 0.0
     chunks: list[str] | None = None
     chunk_delay_s: float = 0.0
+    before_event: Callable[[bytes], None] | None = None
     #: when each event of a paced stream left the server (``time.perf_counter()``)
     sent_at: list[float] = field(default_factory=list)
     #: the answer stopped at its token limit (Responses: ``incomplete``; Chat: ``length``)
@@ -390,7 +393,7 @@ class FakeOpenAIServer:
                 if req.api == "responses"
                 else _sse_chat(req, reply, n)
             )
-            if reply.chunk_delay_s:
+            if reply.chunk_delay_s or reply.before_event:
                 return 200, {"content-type": "text/event-stream"}, _paced(events, reply)
             return 200, {"content-type": "text/event-stream"}, events
         rendered = (
@@ -461,8 +464,10 @@ def _make_request_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandl
 
 def _paced(events: list[bytes], reply: FakeReply) -> Iterator[bytes]:
     for index, event in enumerate(events):
-        if index:
+        if index and reply.chunk_delay_s:
             time.sleep(reply.chunk_delay_s)
+        if reply.before_event is not None:
+            reply.before_event(event)
         reply.sent_at.append(time.perf_counter())
         yield event
 

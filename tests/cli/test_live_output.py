@@ -2,18 +2,24 @@
 answer before memory generation; ``--json`` streams the events; ``--quiet`` prints the answer.
 
 The timing test runs the real console script with its stdout and stderr on pipes (so line
-flushing is what is tested) against the fake server, and compares timestamps taken on one
-clock (``time.perf_counter`` in this process: the server runs in a thread here)."""
+flushing is what is tested) against the fake server. It takes no clock readings: the fake
+server's handler (a thread of this process) reads the pipes when a request arrives, and a
+write to a pipe is in the kernel's buffer once it returns, so what the child wrote before it
+sent a request is there to read. The answer's last chunk is held back until the ones before
+it are on stdout (a CLI that printed the answer only at its end would never show them: the
+test fails after a bounded wait)."""
 
 from __future__ import annotations
 
 import json
 import os
-import selectors
+import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from cli_workspaces import invoke, memory_server_handler
 from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
@@ -25,11 +31,14 @@ ANSWER = "".join(CHUNKS)
 SCRIPT = "from sandmem.cli import main; main()"
 
 
-def scripted(final: FakeReply) -> object:
-    """Turn 1 runs ``echo hi``; turn 2 answers with ``final``; memory requests as usual."""
+def scripted(final: FakeReply, on_request: Any = None) -> Any:
+    """Turn 1 runs ``echo hi``; turn 2 answers with ``final``; memory requests as usual.
+    ``on_request(req)`` sees every request first."""
     memory = memory_server_handler(ANSWER)
 
     def handler(req: FakeRequest) -> FakeReply:
+        if on_request is not None:
+            on_request(req)
         if req.wants_json() or "write_file" in req.tool_names():
             return memory(req)
         if not req.tool_outputs():
@@ -39,65 +48,113 @@ def scripted(final: FakeReply) -> object:
     return handler
 
 
-def read_timed(proc: subprocess.Popen[bytes]) -> list[tuple[float, str, bytes]]:
-    """Every read from the child's stdout/stderr as (time, stream, bytes), until both close."""
-    assert proc.stdout is not None and proc.stderr is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, "out")
-    sel.register(proc.stderr, selectors.EVENT_READ, "err")
-    reads: list[tuple[float, str, bytes]] = []
-    deadline = time.monotonic() + 120
-    while sel.get_map() and time.monotonic() < deadline:
-        for key, _ in sel.select(timeout=1):
-            data = os.read(key.fd, 65536)
-            if not data:
-                sel.unregister(key.fileobj)
-                continue
-            reads.append((time.perf_counter(), key.data, data))
-    proc.wait(timeout=60)
-    return reads
+class Pipes:
+    """A child's stdout and stderr as two pipes made here, read as the bytes come (by the
+    test's thread and by the fake server's handler thread)."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, int] = {}
+        self.write: dict[str, int] = {}
+        for name in ("out", "err"):
+            self._read[name], self.write[name] = os.pipe()
+            os.set_blocking(self._read[name], False)
+        self._data = {"out": b"", "err": b""}
+        self._open = set(self._read)
+        self._lock = threading.Lock()
+
+    def close_write_ends(self) -> None:
+        for fd in self.write.values():
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in self._read.values():
+            os.close(fd)
+
+    def _drain(self) -> None:
+        with self._lock:
+            for name in sorted(self._open):
+                while True:
+                    try:
+                        data = os.read(self._read[name], 65536)
+                    except BlockingIOError:
+                        break
+                    if not data:
+                        self._open.discard(name)
+                        break
+                    self._data[name] += data
+
+    def now(self, stream: str) -> str:
+        """Everything the child has written to ``stream`` so far."""
+        self._drain()
+        return self._data[stream].decode(errors="replace")
+
+    def wait_for(self, stream: str, text: str, within: float = 30.0) -> str:
+        """``stream`` once it holds ``text`` (or as it is after ``within`` seconds)."""
+        deadline = time.monotonic() + within
+        while text not in (seen := self.now(stream)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return seen
+
+    def read_to_end(self, within: float = 120.0) -> tuple[str, str]:
+        deadline = time.monotonic() + within
+        while self._open and time.monotonic() < deadline:
+            select.select([self._read[n] for n in self._open], [], [], 0.5)
+            self._drain()
+        return self.now("out"), self.now("err")
 
 
-def first_time(reads: list[tuple[float, str, bytes]], stream: str, text: str) -> float:
-    """When ``text`` was complete in ``stream`` (its reads joined)."""
-    seen = b""
-    for at, name, data in reads:
-        if name == stream:
-            seen += data
-            if text.encode() in seen:
-                return at
-    raise AssertionError(f"{text!r} never appeared on {stream}: {seen!r}")
+def _delta(event: bytes) -> str | None:
+    """The text delta a server-sent event carries, if any."""
+    for line in event.decode().splitlines():
+        if line.startswith("data: {"):
+            data = json.loads(line[len("data: ") :])
+            return data.get("delta") if isinstance(data, dict) else None
+    return None
 
 
 def test_text_and_tool_lines_appear_before_the_run_ends(
     tmp_path: Path, fake_openai: FakeOpenAIServer
 ) -> None:
-    final = FakeReply(text=ANSWER, chunks=CHUNKS, chunk_delay_s=0.4)
-    fake_openai.handler = scripted(final)
+    pipes = Pipes()
+    seen: dict[str, str] = {}  # what the child had written when ...
+
+    def on_request(req: FakeRequest) -> None:
+        memory = req.wants_json() or "write_file" in req.tool_names()
+        if memory:
+            seen.setdefault("memory starts", pipes.now("out"))
+        elif req.tool_outputs():
+            seen.setdefault("turn 2 is asked for", pipes.now("err"))
+
+    def before_event(event: bytes) -> None:
+        if _delta(event) == CHUNKS[-1]:
+            seen["the last chunk leaves"] = pipes.wait_for("out", "".join(CHUNKS[:-1]))
+
+    final = FakeReply(text=ANSWER, chunks=CHUNKS, before_event=before_event)
+    fake_openai.handler = scripted(final, on_request)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SANDMEM_"))}
     env["OPENAI_BASE_URL"] = fake_openai.base_url
-    with subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, "run", "-w", str(tmp_path), "-m", "m", "check it"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    ) as proc:
-        reads = read_timed(proc)
-    out = b"".join(d for _, s, d in reads if s == "out").decode()
-    err = b"".join(d for _, s, d in reads if s == "err").decode()
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, "run", "-w", str(tmp_path), "-m", "m", "check it"],
+            stdout=pipes.write["out"],
+            stderr=pipes.write["err"],
+            env=env,
+        ) as proc:
+            pipes.close_write_ends()
+            out, err = pipes.read_to_end()
+            proc.wait(timeout=60)
+    finally:
+        pipes.close()
     assert proc.returncode == 0, err
     assert out == ANSWER + "\n"  # streamed, and not printed a second time
     assert "→ exec_command: echo hi\n" in err and "  ← exit 0: hi (" in err
-    agent = [r for r in fake_openai.requests if "exec_command" in r.tool_names()]
-    second_turn = next(r for r in agent if r.tool_outputs()).received_at
-    phase_one = min(r.received_at for r in fake_openai.requests if r.wants_json())
     # the tool lines were on stderr before the model was even asked for turn 2
-    assert first_time(reads, "err", "→ exec_command: echo hi") < second_turn
-    assert first_time(reads, "err", "  ← exit 0") < second_turn
+    assert "→ exec_command: echo hi\n" in seen["turn 2 is asked for"]
+    assert "  ← exit 0: hi (" in seen["turn 2 is asked for"]
     # the first words of the answer were on stdout before its last words left the server
-    assert first_time(reads, "out", CHUNKS[0]) < final.sent_at[-1]
+    assert seen["the last chunk leaves"] == "".join(CHUNKS[:-1])
     # the whole answer was on stdout before memory generation sent its first request
-    assert first_time(reads, "out", ANSWER) < phase_one
+    assert seen["memory starts"] == ANSWER + "\n"
 
 
 def test_json_streams_the_events_then_the_memory_report(
