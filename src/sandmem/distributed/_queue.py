@@ -36,6 +36,14 @@ _NOW = "local t = redis.call('time'); local now = t[1] * 1000 + math.floor(t[2] 
 _ENQUEUE = """
 local waiting = redis.call('hget', KEYS[3], ARGV[1])
 if waiting and redis.call('hexists', KEYS[2], waiting) == 1 then return 0 end
+if ARGV[4] == '1' then
+  local prefix = ARGV[1] .. ':'
+  for _, key in ipairs({KEYS[4], KEYS[5]}) do
+    for _, id in ipairs(redis.call('zrange', key, 0, -1)) do
+      if string.sub(id, 1, #prefix) == prefix then return 0 end
+    end
+  end
+end
 redis.call('hset', KEYS[3], ARGV[1], ARGV[2])
 redis.call('hset', KEYS[2], ARGV[2], ARGV[3])
 redis.call('lpush', KEYS[1], ARGV[2])
@@ -159,13 +167,20 @@ class RedisQueue:
     def _vt_ms(self) -> int:
         return int(self.visibility_timeout_s * 1000)
 
-    async def enqueue(self, layout_id: str, body: bytes) -> bool:
+    async def enqueue(self, layout_id: str, body: bytes, *, unless_busy: bool = False) -> bool:
         """Queue ``body`` for the layout unless a job of it is already waiting (that one will
-        see everything pushed before it is claimed). True when a message was added."""
+        see everything pushed before it is claimed); with ``unless_busy`` (the sweeper) also
+        unless one is running or due for a retry (that one clears the marks it saw, and a
+        later sweep finds any others). True when a message was added."""
         message_id = f"{layout_id}:{time.time_ns():x}{os.urandom(4).hex()}"
         k = self.keys
         added = await self._eval(
-            _ENQUEUE, [k["ready"], k["body"], k["queued"]], layout_id, message_id, body
+            _ENQUEUE,
+            [k["ready"], k["body"], k["queued"], k["running"], k["delayed"]],
+            layout_id,
+            message_id,
+            body,
+            "1" if unless_busy else "0",
         )
         return bool(added)
 

@@ -21,8 +21,9 @@ What happens to a job that raises::
 A queue entry that is not a job (``parse_job``) is logged and moved to the dead-letter list;
 the worker goes on. The **sweeper** (one worker per interval, at start and every
 ``sweep_interval_s``) lists the pending marks under ``--store`` and enqueues each layout
-whose oldest mark is older than the interval: work whose enqueue was lost (a broker down at
-the stop, a broker restarted empty) runs without waiting for another stop.
+whose oldest mark is older than the interval and that has no job waiting, running or due for
+a retry: work whose enqueue was lost (a broker down at the stop, a broker restarted empty)
+runs without waiting for another stop, and a job's own marks are not run twice.
 
 **Stopping** (``stop`` set: SIGTERM, the first Ctrl-C) takes no new job and is bounded: the
 running jobs get ``stop_grace_s`` (default 10 s) to finish and be acknowledged; any still
@@ -344,7 +345,8 @@ class Worker:
 
     async def sweep(self) -> int:
         """Enqueue every layout under ``--store`` whose oldest pending mark is older than the
-        sweep interval; return how many were enqueued (0 when another worker swept)."""
+        sweep interval and that has no job queued, running or delayed; return how many were
+        enqueued (0 when another worker swept)."""
         if not await self.queue.take_sweep(self.sweep_interval_s):
             return 0
         spec = StoreSpec.model_validate(self.root.spec())
@@ -361,7 +363,7 @@ class Worker:
         enqueued = 0
         for age, job in oldest.values():
             if age >= self.sweep_interval_s and await self.queue.enqueue(
-                job.layout_id, job.encode()
+                job.layout_id, job.encode(), unless_busy=True
             ):
                 logger.info("sweeper: enqueued %s (pending for %.0f s)", job.layout, age)
                 enqueued += 1
