@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from memory_doubles import phase_two_model
 
 from sandmem._errors import ModelRequestError
 from sandmem.memory import MemoryGenerateConfig
+from sandmem.memory.generation import _gate
 from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.generation._gate import AdaptiveGate, FixedGate, pushback
 from sandmem.memory.layout import MemoryPaths
@@ -61,12 +63,28 @@ async def sandbox(tmp_path: Path) -> AsyncIterator[SandboxSession]:
     await client.delete(session)
 
 
+class StoppedClock:
+    """The gate's clock, moved only by the test: in a test that is not about latency it stands
+    still, so the latency signal (a request ``LATENCY_FACTOR`` times slower than the fastest)
+    never fires on a busy machine's jitter (a 5 ms request can take 4 times as long there)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
 async def flush(
-    sandbox: SandboxSession, server: FakeOpenAIServer, count: int, **config: int
+    sandbox: SandboxSession,
+    server: FakeOpenAIServer,
+    count: int,
+    handler: Callable[[FakeRequest], FakeReply] = slow_extract,
+    **config: int,
 ) -> tuple[AdaptiveGate | FixedGate, dict[str, dict[str, object]]]:
     for index in range(count):
         await sandbox.write(PATHS.rollout_file(f"c-{index:03d}"), segment(f"c-{index}", index))
-    server.handler = slow_extract
+    server.handler = handler
     provider = OpenAIProvider(base_url=server.base_url, api_key="test", max_retries=0)
     manager = get_manager(
         sandbox,
@@ -88,9 +106,19 @@ async def flush(
 
 
 async def test_the_default_starts_wide(
-    sandbox: SandboxSession, fake_openai: FakeOpenAIServer
+    sandbox: SandboxSession, fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gate, _ = await flush(sandbox, fake_openai, 16)
+    monkeypatch.setattr(_gate, "time", StoppedClock())
+
+    def held(req: FakeRequest) -> FakeReply:
+        """Replies wait until 12 requests were in flight at once (10 s at most): a gate that
+        let fewer through fails the test, and a loaded machine sending slowly does not."""
+        deadline = time.monotonic() + 10
+        while fake_openai.max_in_flight < 12 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return slow_extract(req)
+
+    gate, _ = await flush(sandbox, fake_openai, 16, held)
     assert isinstance(gate, AdaptiveGate)
     assert fake_openai.max_in_flight >= 12  # (some finish before the last is sent)
     assert len(fake_openai.requests) == 16
@@ -137,7 +165,9 @@ def _rejecting(state: dict[str, int], limit: int) -> object:
     return call
 
 
-async def test_the_window_halves_once_per_burst_and_grows_back() -> None:
+async def test_the_window_halves_once_per_burst_and_grows_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     gate = AdaptiveGate(16)
     state = {"in": 0}
     results = await asyncio.gather(*(gate.run(_rejecting(state, 6)) for _ in range(16)))  # type: ignore[arg-type]
@@ -147,8 +177,31 @@ async def test_the_window_halves_once_per_burst_and_grows_back() -> None:
     # a server that takes everything: the window grows back to the ceiling in steps
     gate._cap = gate.ceiling  # (after PROBE_AFTER successes it would lift by one at a time)
     before = gate.limit
+    monkeypatch.setattr(_gate, "time", StoppedClock())  # no request is "slow" (see the class)
     await asyncio.gather(*(gate.run(_rejecting({"in": 0}, 100)) for _ in range(40)))  # type: ignore[arg-type]
     assert before < gate.limit <= gate.ceiling
+
+
+async def test_a_request_much_slower_than_the_fastest_narrows_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = StoppedClock()
+    monkeypatch.setattr(_gate, "time", clock)
+
+    def taking(seconds: float) -> Callable[[], Awaitable[str]]:
+        async def call() -> str:
+            clock.now += seconds
+            return "ok"
+
+        return call
+
+    gate = AdaptiveGate(8)
+    for _ in range(_gate.LATENCY_SAMPLES + 1):  # the fastest seen: 1 s
+        await gate.run(taking(1.0))
+    await gate.run(taking(_gate.LATENCY_FACTOR))  # as slow as allowed: no pushback
+    assert gate.limit == 8
+    await gate.run(taking(_gate.LATENCY_FACTOR + 0.5))  # slower: the server is pushing back
+    assert gate.limit <= 4 and gate.rejections == 0
 
 
 async def test_errors_that_are_not_pushback_fail_at_once() -> None:
