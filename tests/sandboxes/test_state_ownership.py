@@ -206,3 +206,32 @@ async def test_a_snapshot_is_never_restored_through_a_root_swapped_for_a_link(
     await client.delete(resumed)
     assert sorted(p.name for p in victim.iterdir()) == [".ssh"]
     assert (victim / ".ssh/id_ed25519").read_text() == "private"
+
+
+def test_a_key_made_by_two_processes_at_once_is_whole_and_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sandmem processes starting on a machine without a key (a fresh CI machine, two
+    test workers): the second looks while the first is still writing the key. It must see
+    no key or a whole one, and both must sign with the same key."""
+    import os
+    import stat
+
+    from sandmem.sandboxes import _ownership
+
+    path = str(tmp_path / "state" / "sandmem" / "state-key")
+    real_fdopen = os.fdopen
+    second: list[bytes] = []
+
+    def fdopen(fd: int, *args: Any, **kwargs: Any) -> Any:
+        if not second:  # the other process starts now: the first one's key file is open,
+            second.append(b"")  # not yet written
+            second[0] = _ownership._file_key.__wrapped__(path)
+        return real_fdopen(fd, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    first = _ownership._file_key.__wrapped__(path)
+    assert len(first) == 32 and second == [first]
+    assert os.listdir(os.path.dirname(path)) == ["state-key"]  # no spare file left behind
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700

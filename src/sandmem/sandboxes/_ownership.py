@@ -50,15 +50,8 @@ def _file_key(path: str) -> bytes:
     """The key in ``path``, created (``0600``, in a ``0700`` directory) when missing. A key
     file that is a symlink, not a regular file, or readable by others is refused."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(secrets.token_bytes(_KEY_BYTES))
-            fh.flush()
-            os.fsync(fh.fileno())
+    if not os.path.lexists(path):
+        _create_key(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
@@ -71,6 +64,24 @@ def _file_key(path: str) -> bytes:
     if len(key) < _KEY_BYTES:
         raise _key_error(path, "it is too short (a partial write?); remove it")
     return key
+
+
+def _create_key(path: str) -> None:
+    """Write a new key under a name of its own, then link it to ``path`` in one step: a
+    process starting at the same moment sees no key file or a whole one, never a partial
+    one, and the first link wins (the loser's key is thrown away)."""
+    spare = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.new"
+    fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(_KEY_BYTES))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(spare, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(spare)
 
 
 def _key_error(path: str, why: str) -> SandboxStateError:
