@@ -28,7 +28,13 @@ def find_binary(name: str) -> str | None:
 
 def free_port(low: int = 20000, high: int = 30000, plus: tuple[int, ...] = ()) -> int:
     """A free port in [low, high) whose ``port + p`` are free too (SeaweedFS also listens on
-    port + 10000 for gRPC)."""
+    port + 10000 for gRPC). Under pytest-xdist each worker draws from its own slice of the
+    range, so two workers starting servers at once never pick the same port."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    if workers > 1:
+        size = (high - low) // workers
+        low, high = low + worker * size, low + (worker + 1) * size
     for attempt in range(400):
         port = low + (time.monotonic_ns() // 1000 + attempt * 7919) % (high - low)
         try:
