@@ -33,8 +33,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 
+# the suite on TEST_WORKERS processes (pytest-xdist; TEST_WORKERS=0: one process), each
+# test file on one worker (its module fixtures are made once)
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-min:
 	rm -rf $(MIN_VENV)
@@ -45,7 +49,8 @@ test-min:
 		-c $(MIN_VENV)/constraints.txt -r $(MIN_VENV)/test.txt .
 	cd $(MIN_VENV) && bin/python -c "import openai, pydantic; \
 		print('minimum versions: openai', openai.__version__, '/ pydantic', pydantic.VERSION)"
-	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider $(MIN_TESTS)
+	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+		$(MIN_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py --out BENCHMARKS.md
