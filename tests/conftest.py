@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAIServer  # tests/ is on sys.path (pytest rootdir conftest)
+from python_forks import PythonForks
 
 _MODEL_ENV = (
     "OPENAI_API_KEY",
@@ -110,6 +111,21 @@ def fake_openai() -> Iterator[FakeOpenAIServer]:
         yield server
     if server.handler_errors:
         pytest.fail("the fake OpenAI handler raised:\n" + "\n".join(server.handler_errors))
+
+
+#: what the fork server imports once (what doc blocks and examples import)
+_FORK_PRELOAD = ("openai", "sandmem", "sandmem.memory", "sandmem.testing", "sandmem.cli")
+
+
+@pytest.fixture(scope="session")
+def python_forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonForks]:
+    """Runs ``python -c CODE`` / ``python SCRIPT`` programs as forks of one process that has
+    imported sandmem (see ``tests/python_forks.py``: for doc blocks and examples)."""
+    forks = PythonForks(_FORK_PRELOAD, tmp_path_factory.mktemp("forks"))
+    try:
+        yield forks
+    finally:
+        forks.close()
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from python_forks import PythonForks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -127,16 +127,10 @@ def test_readme_has_runnable_code_and_few_no_run_blocks() -> None:
 
 
 @pytest.mark.parametrize(("page", "code"), runnable_blocks())
-def test_python_blocks_run(page: str, code: str, tmp_path: Path) -> None:
+def test_python_blocks_run(page: str, code: str, tmp_path: Path, python_forks: PythonForks) -> None:
+    """As ``python block.py`` (a fork of a process that has imported sandmem)."""
     script = tmp_path / "block.py"
     script.write_text(code)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SANDMEM_"))}
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=tmp_path,
-    )
+    proc = python_forks.run([sys.executable, str(script)], timeout=60, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"a block of {page} failed:\n{proc.stdout}{proc.stderr}"

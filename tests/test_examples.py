@@ -1,21 +1,22 @@
-"""Every example in ``examples/`` runs offline (scripted agents + extractive engine)."""
+"""Every example in ``examples/`` runs offline (scripted agents + extractive engine), as
+``python examples/NAME.py`` (a fork of a process that has imported sandmem:
+``tests/python_forks.py``)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from python_forks import PythonForks
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def run_example(name: str, keep: Path, *args: str) -> str:
+def run_example(forks: PythonForks, name: str, keep: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SANDMEM_"))}
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, str(EXAMPLES / name), "--offline", "--keep", str(keep), *args],
-        capture_output=True,
-        text=True,
         timeout=60,
         env=env,
         cwd=EXAMPLES.parent,
@@ -30,8 +31,8 @@ def test_examples_are_all_tested() -> None:
     assert names == {"memory.py", "memory_multi_agent_multiturn.py", "memory_read_only.py"}
 
 
-def test_memory(tmp_path: Path) -> None:
-    out = run_example("memory.py", tmp_path)
+def test_memory(tmp_path: Path, python_forks: PythonForks) -> None:
+    out = run_example(python_forks, "memory.py", tmp_path)
     assert "Run 1: Inspect the workspace" in out and "Run 2: Add a regression test" in out
     assert "came from memory" in out
     ws = tmp_path / "workspace"
@@ -43,8 +44,8 @@ def test_memory(tmp_path: Path) -> None:
     assert summary in out
 
 
-def test_memory_multi_agent_multiturn(tmp_path: Path) -> None:
-    out = run_example("memory_multi_agent_multiturn.py", tmp_path)
+def test_memory_multi_agent_multiturn(tmp_path: Path, python_forks: PythonForks) -> None:
+    out = run_example(python_forks, "memory_multi_agent_multiturn.py", tmp_path)
     assert "Isolation: ok" in out
     assert "--- gtm memory ---" in out and "--- engineering memory ---" in out
     ws = tmp_path / "workspace"
@@ -62,8 +63,8 @@ def test_memory_multi_agent_multiturn(tmp_path: Path) -> None:
     assert (ws / "notes/outreach.md").is_file()
 
 
-def test_memory_read_only(tmp_path: Path) -> None:
-    out = run_example("memory_read_only.py", tmp_path)
+def test_memory_read_only(tmp_path: Path, python_forks: PythonForks) -> None:
+    out = run_example(python_forks, "memory_read_only.py", tmp_path)
     assert "Checker: From memory:" in out and "still in place" in out
     assert "after the checker's run: unchanged" in out
     ws = tmp_path / "workspace"
@@ -80,16 +81,15 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def test_examples_check_their_prerequisites(tmp_path: Path) -> None:
+def test_examples_check_their_prerequisites(tmp_path: Path, python_forks: PythonForks) -> None:
     """Without pytest the examples stop at once (like the demo) instead of recording runs
     whose only lesson is "No module named pytest"."""
     for name in ("memory.py", "memory_read_only.py", "memory_multi_agent_multiturn.py"):
-        proc = subprocess.run(
+        proc = python_forks.run(
             [sys.executable, "-c", _WITHOUT_PYTEST, str(EXAMPLES), str(EXAMPLES / name)],
-            capture_output=True,
-            text=True,
             timeout=60,
             cwd=tmp_path,
+            env=dict(os.environ),
         )
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.startswith("error: the workspace's tests run with pytest, which is")
