@@ -13,7 +13,10 @@ The server is stopped at the end, whatever happens. Settings come from the envir
 (``make real-model`` passes them): ``SANDMEM_REAL_MODEL_TASKS`` (comma-separated built-in task
 ids), ``_REPEAT``, ``_MAX_TURNS``, ``_MAX_TOKENS``, ``_THREADS``, ``_TIMEOUT`` (seconds per
 request), ``_FLUSH_TIMEOUT`` (seconds per memory generation), ``_PARTS`` (any of
-``demo,generate,eval``) and ``_CACHE``. Not part of ``make bench``; ``python
+``demo,generate,eval``), ``_CACHE``, ``_MEMORY_MODEL`` (the eval's memory model: default the
+agent's, or ``extractive``), ``_EVAL_OUT`` (keep the eval's cells and report there: a rerun
+reuses the finished ones) and ``_PORT`` (serve on this port; with ``_EVAL_OUT`` a rerun then
+has the same server URL, which is part of each cell's key). Not part of ``make bench``; ``python
 benchmarks/run.py --only real-model`` runs it too.
 """
 
@@ -51,6 +54,12 @@ class Config:
     flush_timeout_s: float = 3600.0
     parts: tuple[str, ...] = ("demo", "generate", "eval")
     cache: Path = field(default_factory=real_model.default_cache)
+    #: the eval's memory model (both phases); None: the agent's model
+    memory_model: str | None = None
+    #: where the eval keeps its cells and report (None: a temporary directory)
+    eval_out: Path | None = None
+    #: the server's port (None: a free one)
+    port: int | None = None
 
     @classmethod
     def from_env(cls) -> Config:
@@ -69,11 +78,15 @@ class Config:
             ("THREADS", "threads", int),
             ("TIMEOUT", "timeout_s", float),
             ("FLUSH_TIMEOUT", "flush_timeout_s", float),
+            ("PORT", "port", int),
         ):
             if value := env(name):
                 setattr(config, attr, kind(value))
         if value := env("CACHE"):
             config.cache = Path(value).expanduser()
+        if value := env("EVAL_OUT"):
+            config.eval_out = Path(value).expanduser()
+        config.memory_model = env("MEMORY_MODEL")
         return config
 
 
@@ -200,7 +213,7 @@ def run_generate(config: Config, server: real_model.Server) -> dict[str, Any]:
 
 def run_eval(config: Config, server: real_model.Server) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="real-eval-") as tmp:
-        out = Path(tmp) / "eval"
+        out = config.eval_out or Path(tmp) / "eval"
         args = [
             "eval", "builtin",
             "--model", real_model.MODEL_NAME,
@@ -212,6 +225,8 @@ def run_eval(config: Config, server: real_model.Server) -> dict[str, Any]:
             "--flush-timeout", str(config.flush_timeout_s),
             "--out", str(out),
         ]  # fmt: skip
+        if config.memory_model:
+            args += ["--memory-model", config.memory_model]
         for task in config.tasks:
             args += ["--task", task]
         code, output, wall = sandmem(*args, env=server.env(), timeout_s=6 * 3600)
@@ -296,7 +311,13 @@ def _eval_section(result: dict[str, Any], config: Config) -> list[str]:
         "",
         f"What ran: built-in task(s) {ran}, arms {', '.join(ARMS)}, {config.repeat} "
         f"repetitions; at most {config.max_turns} turns per run, {config.max_tokens} output "
-        f"tokens per request; memory by the same model (both phases); the whole eval took "
+        f"tokens per request; memory by "
+        + (
+            "the extractive engine (no model)"
+            if config.memory_model == "extractive"
+            else f"`{config.memory_model or real_model.MODEL_NAME}` (both phases)"
+        )
+        + "; the whole eval took "
         f"{result['wall_s'] / 60:.1f} min (exit {result['exit']}). Medians over repetitions, "
         "min-max in brackets.",
     ]
@@ -433,7 +454,7 @@ def measure(config: Config) -> dict[str, Any]:
         "load_start": load_line(),
         "code": code_line(),
     }
-    with real_model.serve(config.cache, config.threads) as server:
+    with real_model.serve(config.cache, config.threads, port=config.port) as server:
         real_model.speed_probe(server.url, max_tokens=8)  # warm-up
         data["speed"] = real_model.speed_probe(server.url)
         if "demo" in config.parts:
@@ -446,9 +467,25 @@ def measure(config: Config) -> dict[str, Any]:
     return data
 
 
+def save_data(config: Config, data: dict[str, Any]) -> Path:
+    """The run's raw data as ``CACHE/results/figure-15-<UTC time>.json`` (kept whatever the
+    figure does with it)."""
+    folder = config.cache / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"figure-15-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.write_text(json.dumps({"config": _config_json(config), "data": data}, indent=1))
+    real_model.log(f"raw data: {path}")
+    return path
+
+
+def _config_json(config: Config) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()}
+
+
 def run(config: Config | None = None) -> Figure:
     config = config or Config.from_env()
     data = measure(config)
+    save_data(config, data)
     body, meaning, status = render(data, config)
     return Figure(
         key="real-model",
