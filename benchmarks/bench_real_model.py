@@ -15,20 +15,25 @@ ids), ``_REPEAT``, ``_MAX_TURNS``, ``_MAX_TOKENS``, ``_THREADS``, ``_TIMEOUT`` (
 request), ``_FLUSH_TIMEOUT`` (seconds per memory generation), ``_PARTS`` (any of
 ``demo,generate,eval``), ``_CACHE``, ``_MEMORY_MODEL`` (the eval's memory model: default the
 agent's, or ``extractive``), ``_EVAL_OUT`` (keep the eval's cells and report there: a rerun
-reuses the finished ones) and ``_PORT`` (serve on this port; with ``_EVAL_OUT`` a rerun then
-has the same server URL, which is part of each cell's key). Not part of ``make bench``; ``python
+reuses the finished ones), ``_PORT`` (serve on this port; with ``_EVAL_OUT`` a rerun then
+has the same server URL, which is part of each cell's key) and ``_REUSE`` (parts shown from the
+latest earlier run's raw data, ``CACHE/results/``, not measured again: the figure says when,
+at which commit and under which load each part was measured). Not part of ``make bench``; ``python
 benchmarks/run.py --only real-model`` runs it too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +65,8 @@ class Config:
     eval_out: Path | None = None
     #: the server's port (None: a free one)
     port: int | None = None
+    #: parts taken from the latest earlier run's raw data instead of measured again
+    reuse: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> Config:
@@ -71,6 +78,8 @@ class Config:
             config.tasks = tuple(t.strip() for t in value.split(",") if t.strip())
         if value := env("PARTS"):
             config.parts = tuple(p.strip() for p in value.split(",") if p.strip())
+        if value := env("REUSE"):
+            config.reuse = tuple(p.strip() for p in value.split(",") if p.strip())
         for name, attr, kind in (
             ("REPEAT", "repeat", int),
             ("MAX_TURNS", "max_turns", int),
@@ -365,31 +374,110 @@ def _generate_section(gen: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(data: dict[str, Any], config: Config) -> tuple[str, str, str]:
-    """(body, meaning, status) of the figure from one run's data."""
-    speed = data["speed"]
-    body = [
-        f"{data['machine']}; llama-server on {config.threads} threads (`-t {config.threads}`, "
-        f"`-c {real_model.CONTEXT}`, `-np 1`, `--jinja`), model "
-        f"`{real_model.MODEL_FILE}` from the PyPI packages "
-        f"`{real_model.MODEL_PACKAGE.format(n='1')}`…`{real_model.MODEL_PARTS}` "
-        f"{real_model.MODEL_VERSION}. {data['load_start']}; at the end: {data['load_end']}. "
-        f"{data.get('code', 'Code: unknown')}.",
-        "",
+@dataclass
+class Earlier:
+    """Parts measured by an earlier run of this script (``SANDMEM_REAL_MODEL_REUSE``): its
+    raw data file, settings and data."""
+
+    file: str
+    config: Config
+    data: dict[str, Any]
+
+
+def config_from_json(raw: dict[str, Any]) -> Config:
+    """The ``Config`` an earlier run saved (``save_data``)."""
+    config = Config()
+    for name, value in raw.items():
+        if not hasattr(config, name):
+            continue
+        if name in ("cache", "eval_out") and value is not None:
+            value = Path(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        setattr(config, name, value)
+    return config
+
+
+def load_earlier(cache: Path, part: str) -> Earlier:
+    """The latest saved run (``CACHE/results/figure-15-*.json``) that measured ``part``;
+    ``SystemExit`` when there is none."""
+    for path in sorted((cache / "results").glob("figure-15-*.json"), reverse=True):
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(saved, dict) and part in saved.get("data", {}):
+            return Earlier(path.name, config_from_json(saved.get("config", {})), saved["data"])
+    raise SystemExit(f"no earlier run in {cache / 'results'} measured {part!r}: measure it")
+
+
+_PART_NAMES = {"demo": "demo", "generate": "memory generation", "eval": "eval arms"}
+
+
+def _run_line(data: dict[str, Any], config: Config) -> str:
+    """How one run of this script served the model, and the machine's load while it ran."""
+    during = data.get("load_during")
+    load = f"{data['load_start']}"
+    if during:
+        load += (
+            f"; 1-minute load while it ran: median {during['median']:.1f} "
+            f"({during['min']:.1f}-{during['max']:.1f}, {during['samples']} samples)"
+        )
+    return (
+        f"llama-server on {config.threads} thread(s) (`-t {config.threads}`, "
+        f"`-c {real_model.CONTEXT}`, `-np 1`, `--jinja`). {load}; at the end: "
+        f"{data['load_end']}. {data.get('code', 'Code: unknown')}."
+    )
+
+
+def _speed_line(speed: dict[str, float]) -> str:
+    return (
         f"Speed (one fixed request, the server's own timings): prompt "
         f"{speed['prompt_per_s']:.1f} tokens/s, generation {speed['generation_per_s']:.1f} "
         f"tokens/s ({speed['prompt_tokens']:.0f} prompt tokens, {speed['generated_tokens']:.0f} "
-        "generated).",
+        "generated)."
+    )
+
+
+def render(
+    data: dict[str, Any], config: Config, earlier: dict[str, Earlier] | None = None
+) -> tuple[str, str, str]:
+    """(body, meaning, status) of the figure from one run's data, and the parts ``earlier``
+    runs measured (each stated with its own settings, load and code)."""
+    earlier = earlier or {}
+    model = (
+        f"Model `{real_model.MODEL_FILE}` from the PyPI packages "
+        f"`{real_model.MODEL_PACKAGE.format(n='1')}`…`{real_model.MODEL_PARTS}` "
+        f"{real_model.MODEL_VERSION}."
+    )
+    here = [_PART_NAMES[p] for p in _PART_NAMES if p in data]
+    body = [f"{data['machine']}. {model}", ""]
+    body += [
+        ("This run" + (f" ({', '.join(here)})" if earlier else "") + ": ")
+        + _run_line(data, config),
+        "",
+        _speed_line(data["speed"]),
         "",
     ]
-    if "demo" in data:
-        body += ["**Demo.**", "", *_demo_section(data["demo"]), ""]
-    if "generate" in data:
-        body += ["**Memory generation.**", "", *_generate_section(data["generate"]), ""]
-    if "eval" in data:
-        body += ["**Eval arms.**", "", *_eval_section(data["eval"], config), ""]
+    for part, run in earlier.items():
+        body += [
+            f"The {_PART_NAMES[part]} come from an earlier run of this script (raw data "
+            f"`{run.file}` in the cache's `results/`): " + _run_line(run.data, run.config),
+            "",
+            _speed_line(run.data["speed"]),
+            "",
+        ]
+    merged = {**{p: r.data[p] for p, r in earlier.items()}, **data}
+    if "demo" in merged:
+        body += ["**Demo.**", "", *_demo_section(merged["demo"]), ""]
+    if "generate" in merged:
+        body += ["**Memory generation.**", "", *_generate_section(merged["generate"]), ""]
+    if "eval" in merged:
+        eval_config = earlier["eval"].config if "eval" in earlier else config
+        body += ["**Eval arms.**", "", *_eval_section(merged["eval"], eval_config), ""]
     meaning = (
-        "Everything above ran against one llama-server process in this run, on CPU only. "
+        "Everything above ran against llama-server on this machine's CPU only (one process "
+        "per run of this script). "
         "A 1.5B model at these speeds is the floor of what sandmem is used with; the figure "
         "states what it could and could not do rather than a best case. For memory to help a "
         "model this small, the model has to finish run 1's task first (memory of a failed "
@@ -398,7 +486,7 @@ def render(data: dict[str, Any], config: Config) -> tuple[str, str, str]:
         "every one of those, and a larger turn budget and context cost minutes per request "
         "here."
     )
-    status = _status(data)
+    status = _status(merged)
     return "\n".join(body), meaning, status
 
 
@@ -448,22 +536,63 @@ def code_line() -> str:
     return f"Code: commit {head}" + (" plus uncommitted changes" if dirty else "")
 
 
+class LoadSampler:
+    """The 1-minute load average every ``every_s`` seconds while a run lasts (the machine is
+    shared: a figure measured under load says how much)."""
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float] | None:
+        if not self.samples:
+            return None
+        return {
+            "median": statistics.median(self.samples),
+            "min": min(self.samples),
+            "max": max(self.samples),
+            "samples": len(self.samples),
+        }
+
+
 def measure(config: Config) -> dict[str, Any]:
     data: dict[str, Any] = {
         "machine": machine_line(),
         "load_start": load_line(),
         "code": code_line(),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    with real_model.serve(config.cache, config.threads, port=config.port) as server:
+    parts = [p for p in config.parts if p not in config.reuse]
+    steps = {"demo": run_demo, "generate": run_generate, "eval": run_eval}
+    with (
+        LoadSampler() as load,
+        real_model.serve(config.cache, config.threads, port=config.port) as server,
+    ):
         real_model.speed_probe(server.url, max_tokens=8)  # warm-up
         data["speed"] = real_model.speed_probe(server.url)
-        if "demo" in config.parts:
-            data["demo"] = run_demo(config, server)
-        if "generate" in config.parts:
-            data["generate"] = run_generate(config, server)
-        if "eval" in config.parts:
-            data["eval"] = run_eval(config, server)
+        for part in ("demo", "generate", "eval"):
+            if part in parts:
+                data[part] = steps[part](config, server)
     data["load_end"] = load_line().split(": ", 1)[-1]
+    data["load_during"] = load.summary()
+    data["ended"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return data
 
 
@@ -484,9 +613,10 @@ def _config_json(config: Config) -> dict[str, Any]:
 
 def run(config: Config | None = None) -> Figure:
     config = config or Config.from_env()
+    earlier = {part: load_earlier(config.cache, part) for part in config.reuse}
     data = measure(config)
     save_data(config, data)
-    body, meaning, status = render(data, config)
+    body, meaning, status = render(data, config, earlier)
     return Figure(
         key="real-model",
         number=15,
