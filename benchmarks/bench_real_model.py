@@ -191,9 +191,10 @@ def run_generate(config: Config, server: real_model.Server) -> dict[str, Any]:
             shutil.copy(REPO / "tests/data/rollouts" / name, workspace / "sessions" / name)
         code, output, wall = sandmem(
             "memory", "generate", "-w", str(workspace), "--model", real_model.MODEL_NAME,
-            "--timeout", str(config.timeout_s), "--json",
+            "--timeout", str(config.timeout_s), "--flush-timeout", str(config.flush_timeout_s),
+            "--json",
             env=server.env(),
-            timeout_s=config.timeout_s * 8,
+            timeout_s=config.flush_timeout_s + real_model.FALLBACK_GRACE_S,
         )  # fmt: skip
         summary_path = workspace / "memories" / "memory_summary.md"
         summary = summary_path.read_text() if summary_path.is_file() else ""

@@ -56,6 +56,9 @@ GGUF_MAGIC = b"GGUF"
 MIN_MODEL_BYTES = 900 * 1024 * 1024
 CONTEXT = 16384
 DEFAULT_THREADS = 2
+#: what a sandmem command may take beyond its flush timeout (the extractive fallback after a
+#: timeout, start-up, the final report)
+FALLBACK_GRACE_S = 300.0
 
 
 def default_cache() -> Path:
