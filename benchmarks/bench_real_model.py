@@ -453,13 +453,14 @@ def render(
     )
     here = [_PART_NAMES[p] for p in _PART_NAMES if p in data]
     body = [f"{data['machine']}. {model}", ""]
-    body += [
-        ("This run" + (f" ({', '.join(here)})" if earlier else "") + ": ")
-        + _run_line(data, config),
-        "",
-        _speed_line(data["speed"]),
-        "",
-    ]
+    if here:
+        body += [
+            ("This run" + (f" ({', '.join(here)})" if earlier else "") + ": ")
+            + _run_line(data, config),
+            "",
+            _speed_line(data["speed"]),
+            "",
+        ]
     for part, run in earlier.items():
         body += [
             f"The {_PART_NAMES[part]} come from an earlier run of this script (raw data "
@@ -581,6 +582,8 @@ def measure(config: Config) -> dict[str, Any]:
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     parts = [p for p in config.parts if p not in config.reuse]
+    if not parts:  # every part from earlier runs: nothing to serve
+        return data
     steps = {"demo": run_demo, "generate": run_generate, "eval": run_eval}
     with (
         LoadSampler() as load,
@@ -616,7 +619,8 @@ def run(config: Config | None = None) -> Figure:
     config = config or Config.from_env()
     earlier = {part: load_earlier(config.cache, part) for part in config.reuse}
     data = measure(config)
-    save_data(config, data)
+    if any(part in data for part in _PART_NAMES):
+        save_data(config, data)
     body, meaning, status = render(data, config, earlier)
     return Figure(
         key="real-model",

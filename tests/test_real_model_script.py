@@ -247,6 +247,24 @@ def test_a_reused_part_is_shown_with_its_own_run_settings_load_and_code(
     assert "eval arms measured" in status and "demo: both runs completed" in status
 
 
+def test_a_figure_of_earlier_runs_only_starts_no_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every part reused: the figure is composed from the saved raw data, no model served."""
+    config = bench_real_model.Config(parts=("eval",), reuse=("eval",), cache=tmp_path)
+    saved = _run_data(eval={"exit": 1, "wall_s": 60.0, "report": None, "tail": ["stopped"]})
+    bench_real_model.save_data(bench_real_model.Config(cache=tmp_path), saved)
+
+    def no_server(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(bench_real_model.real_model, "serve", no_server)
+    figure = bench_real_model.run(config)
+    assert "This run" not in figure.body and "The eval arms come from an earlier run" in figure.body
+    assert "The eval did not finish (exit 1, 60 s)" in figure.body
+    assert figure.status == "eval **MISSED** (did not finish)."
+
+
 def test_the_load_sampler_summarises_what_it_saw() -> None:
     with bench_real_model.LoadSampler(every_s=0.01) as sampler:
         time.sleep(0.05)
