@@ -16,7 +16,9 @@ request), ``_FLUSH_TIMEOUT`` (seconds per memory generation), ``_PARTS`` (any of
 ``demo,generate,eval``), ``_CACHE``, ``_MEMORY_MODEL`` (the eval's memory model: default the
 agent's, or ``extractive``), ``_EVAL_OUT`` (keep the eval's cells and report there: a rerun
 reuses the finished ones), ``_PORT`` (serve on this port; with ``_EVAL_OUT`` a rerun then
-has the same server URL, which is part of each cell's key) and ``_REUSE`` (parts shown from the
+has the same server URL, which is part of each cell's key), ``_MEMORY_MAX_TOKENS`` (a cap on
+each memory-phase request's answer, as ``SANDMEM_MAX_TOKENS``: a 4,096-token phase-one answer
+takes 15+ minutes here) and ``_REUSE`` (parts shown from the
 latest earlier run's raw data, ``CACHE/results/``, not measured again: the figure says when,
 at which commit and under which load each part was measured). Not part of ``make bench``; ``python
 benchmarks/run.py --only real-model`` runs it too.
@@ -67,6 +69,9 @@ class Config:
     port: int | None = None
     #: parts taken from the latest earlier run's raw data instead of measured again
     reuse: tuple[str, ...] = ()
+    #: a cap on every memory-phase request's output tokens (``SANDMEM_MAX_TOKENS`` for the
+    #: demo and memory generation; None: the phases' own caps, 4096 and 16384)
+    memory_max_tokens: int | None = None
 
     @classmethod
     def from_env(cls) -> Config:
@@ -88,6 +93,7 @@ class Config:
             ("TIMEOUT", "timeout_s", float),
             ("FLUSH_TIMEOUT", "flush_timeout_s", float),
             ("PORT", "port", int),
+            ("MEMORY_MAX_TOKENS", "memory_max_tokens", int),
         ):
             if value := env(name):
                 setattr(config, attr, kind(value))
@@ -163,6 +169,14 @@ def excerpt(output: str, per_run: int = 8) -> list[str]:
     return keep
 
 
+def command_env(config: Config, server: real_model.Server) -> dict[str, str]:
+    """The environment of a sandmem command: the server, and the memory phases' cap."""
+    env = server.env()
+    if config.memory_max_tokens is not None:
+        env["SANDMEM_MAX_TOKENS"] = str(config.memory_max_tokens)
+    return env
+
+
 def run_demo(config: Config, server: real_model.Server) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="real-demo-") as tmp:
         code, output, wall = sandmem(
@@ -173,7 +187,7 @@ def run_demo(config: Config, server: real_model.Server) -> dict[str, Any]:
             "--max-turns", str(config.max_turns),
             "--flush-timeout", str(config.flush_timeout_s),
             "--max-tokens", str(config.max_tokens),
-            env=server.env(),
+            env=command_env(config, server),
             timeout_s=config.timeout_s * config.max_turns * 2 + config.flush_timeout_s * 2,
         )  # fmt: skip
     facts = demo_facts(output)
@@ -193,7 +207,7 @@ def run_generate(config: Config, server: real_model.Server) -> dict[str, Any]:
             "memory", "generate", "-w", str(workspace), "--model", real_model.MODEL_NAME,
             "--timeout", str(config.timeout_s), "--flush-timeout", str(config.flush_timeout_s),
             "--json",
-            env=server.env(),
+            env=command_env(config, server),
             timeout_s=config.flush_timeout_s + real_model.FALLBACK_GRACE_S,
         )  # fmt: skip
         summary_path = workspace / "memories" / "memory_summary.md"
@@ -431,6 +445,26 @@ def _run_line(data: dict[str, Any], config: Config) -> str:
     )
 
 
+def _settings_line(config: Config, *, turns: bool) -> str:
+    """The limits a demo or memory generation ran with."""
+    cap = (
+        f"each memory-phase answer capped at {config.memory_max_tokens} tokens "
+        "(`SANDMEM_MAX_TOKENS`)"
+        if config.memory_max_tokens
+        else "the memory phases' own answer caps (4,096 tokens phase one, 16,384 phase two)"
+    )
+    agent = (
+        f"at most {config.max_turns} turns per run and {config.max_tokens} output tokens per "
+        "agent request; "
+        if turns
+        else ""
+    )
+    return (
+        f"Settings: {agent}`--timeout {config.timeout_s:g}` per request, `--flush-timeout "
+        f"{config.flush_timeout_s:g}` per memory generation, {cap}."
+    )
+
+
 def _speed_line(speed: dict[str, float]) -> str:
     return (
         f"Speed (one fixed request, the server's own timings): prompt "
@@ -470,13 +504,15 @@ def render(
             "",
         ]
     merged = {**{p: r.data[p] for p, r in earlier.items()}, **data}
+    configs = {p: earlier[p].config if p in earlier else config for p in _PART_NAMES}
     if "demo" in merged:
         body += ["**Demo.**", "", *_demo_section(merged["demo"]), ""]
+        body += [_settings_line(configs["demo"], turns=True), ""]
     if "generate" in merged:
         body += ["**Memory generation.**", "", *_generate_section(merged["generate"]), ""]
+        body += [_settings_line(configs["generate"], turns=False), ""]
     if "eval" in merged:
-        eval_config = earlier["eval"].config if "eval" in earlier else config
-        body += ["**Eval arms.**", "", *_eval_section(merged["eval"], eval_config), ""]
+        body += ["**Eval arms.**", "", *_eval_section(merged["eval"], configs["eval"]), ""]
     meaning = (
         "Everything above ran against llama-server on this machine's CPU only (one process "
         "per run of this script). "
@@ -625,7 +661,7 @@ def run(config: Config | None = None) -> Figure:
     return Figure(
         key="real-model",
         number=15,
-        title="sandmem on a real 1.5B model on 2 CPU threads (demo, memory generation, eval)",
+        title="sandmem on a real 1.5B model on this machine's CPU (demo, memory generation, eval)",
         body=body,
         meaning=meaning,
         status=status,
