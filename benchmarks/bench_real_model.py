@@ -325,6 +325,7 @@ def _eval_section(result: dict[str, Any], config: Config) -> list[str]:
             f"| {spread(row['input_tokens'])} | {spread(row['output_tokens'])} | {memory} "
             f"| {spread(row['wall_s'], '{:.0f}')} |"
         )
+    lines += ["", *_step_table(report)]
     lines += ["", "Why failed steps failed (first of each arm):", ""]
     for row in arm_rows(report):
         first = next((f for f in row["failures"] if f), None)
@@ -345,6 +346,33 @@ def _eval_section(result: dict[str, Any], config: Config) -> list[str]:
         f"{result['wall_s'] / 60:.1f} min (exit {result['exit']}). Medians over repetitions, "
         "min-max in brackets.",
     ]
+    return lines
+
+
+def step_passes(report: dict[str, Any]) -> dict[tuple[str, int], dict[str, tuple[int, int]]]:
+    """(task, step) -> arm -> (passed, runs) over the report's cells."""
+    table: dict[tuple[str, int], dict[str, tuple[int, int]]] = {}
+    for cell in report["cells"]:
+        for step in cell["steps"]:
+            arms = table.setdefault((cell["task"], step["step"]), {})
+            passed, runs = arms.get(cell["condition"], (0, 0))
+            arms[cell["condition"]] = (passed + bool(step["success"]), runs + 1)
+    return table
+
+
+def _step_table(report: dict[str, Any]) -> list[str]:
+    """Passes per task and step, each arm (step 1 runs the same in every arm: no memory and
+    no history yet, so its differences are the model's own variation)."""
+    arms = list(report["conditions"])
+    lines = [
+        "Passes per task and step (of the repetitions run):",
+        "",
+        "| task | step | " + " | ".join(arms) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in arms) + " |",
+    ]
+    for (task, step), found in sorted(step_passes(report).items()):
+        cells = [f"{found[arm][0]} of {found[arm][1]}" if arm in found else "-" for arm in arms]
+        lines.append(f"| `{task}` | {step} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -522,7 +550,9 @@ def render(
         "attempt teaches little), read and follow the memory prompt, and produce phase one "
         "and two output that survives checking; a 7B-class model or a hosted one changes "
         "every one of those, and a larger turn budget and context cost minutes per request "
-        "here."
+        "here. In the eval, a task's first step runs the same way in every arm (there is no "
+        "memory or history yet), so the differences between arms there are the model's own "
+        "run-to-run variation at its default temperature: read the later steps against it."
     )
     status = _status(merged)
     return "\n".join(body), meaning, status

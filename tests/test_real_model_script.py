@@ -151,7 +151,14 @@ def _report() -> dict[str, Any]:
         for n, arm in enumerate(arms)
     }
     cells = [
-        {"condition": arm, "steps": [{"success": False, "reason": f"{arm} failed", "error": None}]}
+        {
+            "task": "t",
+            "condition": arm,
+            "steps": [
+                {"step": 1, "success": arm == "full-history", "reason": None, "error": None},
+                {"step": 2, "success": False, "reason": f"{arm} failed", "error": None},
+            ],
+        }
         for arm in arms
     ]
     summaries = [{"condition": arm, "steps": 2, "task": "t"} for arm in arms]
@@ -188,6 +195,8 @@ def test_the_figure_renders_every_part_and_says_what_ran() -> None:
     assert "generation 15.2 tokens/s" in body and "`-t 2`" in body and "test CPU" in body
     assert "| memory | 0 (0-1) of 2 |" in body and "| full-history | 2 (2-3) of 2 |" in body
     assert "- no-memory: no-memory failed" in body
+    assert "| `t` | 1 | 0 of 1 | 0 of 1 | 1 of 1 |" in body
+    assert "| `t` | 2 | 0 of 1 | 0 of 1 | 0 of 1 |" in body
     assert "`discovered-command`, arms memory, no-memory, full-history, 3 repetitions" in body
     assert "exited 1 after 700 s (run 1: 312 s, run 2: 95 s" in body
     assert "phase one done for 2" in body and "phase two: done" in body
