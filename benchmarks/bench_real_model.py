@@ -377,7 +377,8 @@ def _step_table(report: dict[str, Any]) -> list[str]:
 
 
 def _demo_section(demo: dict[str, Any]) -> list[str]:
-    times = {n: f"{s} s" for n, s in demo["run_seconds"].items()}
+    # (saved as JSON, the run numbers are strings)
+    times = {int(n): f"{s} s" for n, s in demo["run_seconds"].items()}
     head = (
         f"`sandmem demo --model {real_model.MODEL_NAME}` exited {demo['exit']} after "
         f"{demo['wall_s']:.0f} s (run 1: {times.get(1, 'did not end')}, run 2: "
@@ -523,10 +524,15 @@ def render(
             _speed_line(data["speed"]),
             "",
         ]
+    by_file: dict[str, list[str]] = {}
     for part, run in earlier.items():
+        by_file.setdefault(run.file, []).append(part)
+    for file, parts in by_file.items():
+        run = earlier[parts[0]]
+        names = " and ".join(_PART_NAMES[p] for p in _PART_NAMES if p in parts)
         body += [
-            f"The {_PART_NAMES[part]} come from an earlier run of this script (raw data "
-            f"`{run.file}` in the cache's `results/`): " + _run_line(run.data, run.config),
+            f"The {names}: an earlier run of this script (raw data `{file}` in the cache's "
+            "`results/`): " + _run_line(run.data, run.config),
             "",
             _speed_line(run.data["speed"]),
             "",

@@ -246,8 +246,10 @@ def test_a_reused_part_is_shown_with_its_own_run_settings_load_and_code(
     config = bench_real_model.Config(parts=("demo", "eval"), reuse=("eval",), threads=2)
     now = {**_run_data(), "code": "Code: commit def5678", "load_during": None}
     now["demo"] = {"exit": 1, "wall_s": 700.0, **bench_real_model.demo_facts(DEMO_OUTPUT)}
+    now["demo"] = json.loads(json.dumps(now["demo"]))  # as saved: run numbers are strings
     body, _, status = bench_real_model.render(now, config, {"eval": earlier})
-    mine, theirs = body.split("The eval arms come from an earlier run", 1)
+    assert "(run 1: 312 s, run 2: 95 s" in body
+    mine, theirs = body.split("The eval arms: an earlier run", 1)
     assert "This run (demo): llama-server on 2 thread(s)" in mine and "def5678" in mine
     assert "`-t 1`" in theirs and "abc1234" in theirs and earlier.file in theirs
     assert "median 10.5 (6.2-12.0, 40 samples)" in theirs
@@ -269,7 +271,7 @@ def test_a_figure_of_earlier_runs_only_starts_no_server(
 
     monkeypatch.setattr(bench_real_model.real_model, "serve", no_server)
     figure = bench_real_model.run(config)
-    assert "This run" not in figure.body and "The eval arms come from an earlier run" in figure.body
+    assert "This run" not in figure.body and "The eval arms: an earlier run" in figure.body
     assert "The eval did not finish (exit 1, 60 s)" in figure.body
     assert figure.status == "eval **MISSED** (did not finish)."
 
