@@ -26,6 +26,7 @@ benchmarks/run.py --only real-model`` runs it too.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import json
 import os
@@ -458,6 +459,47 @@ def load_earlier(cache: Path, part: str) -> Earlier:
 _PART_NAMES = {"demo": "demo", "generate": "memory generation", "eval": "eval arms"}
 
 
+def run_span(file: str, data: dict[str, Any]) -> tuple[float, float] | None:
+    """When an earlier run ran (epoch seconds): it ended when its raw data file was saved
+    (the name's UTC time); it started at its recorded start, else that end less its parts'
+    wall times (a lower bound of its length)."""
+    match = re.search(r"(\d{8}T\d{6}Z)", file)
+    if match is None:
+        return None
+    end = calendar.timegm(time.strptime(match.group(1), "%Y%m%dT%H%M%SZ"))
+    if started := data.get("started"):
+        return calendar.timegm(time.strptime(started, "%Y-%m-%d %H:%M UTC")), end
+    walls = sum(float(data[p].get("wall_s", 0.0)) for p in _PART_NAMES if p in data)
+    return end - walls, end
+
+
+def _overlap_note(earlier: dict[str, Earlier]) -> list[str]:
+    """A sentence when earlier runs overlapped in time (each had its own server, and they
+    shared the machine)."""
+    spans = {}
+    for run in earlier.values():
+        span = run_span(run.file, run.data)
+        if span is not None:
+            spans[run.file] = span
+    ordered = sorted(spans.items(), key=lambda item: item[1][0])
+    pairs = [
+        (a, b)
+        for i, (a, (_, a_end)) in enumerate(ordered)
+        for b, (b_start, _) in ordered[i + 1 :]
+        if b_start < a_end
+    ]
+    if not pairs:
+        return []
+    clock = {f: time.strftime("%H:%M", time.gmtime(s)) for f, (s, _) in spans.items()}
+    ends = {f: time.strftime("%H:%M", time.gmtime(e)) for f, (_, e) in spans.items()}
+    shown = "; ".join(f"`{f}` {clock[f]}-{ends[f]} UTC" for f, _ in ordered)
+    return [
+        f"These runs overlapped in time ({shown}): each had its own llama-server, and they "
+        "shared the machine's cores with each other and with other work (the load above).",
+        "",
+    ]
+
+
 def _run_line(data: dict[str, Any], config: Config) -> str:
     """How one run of this script served the model, and the machine's load while it ran."""
     during = data.get("load_during")
@@ -537,6 +579,7 @@ def render(
             _speed_line(run.data["speed"]),
             "",
         ]
+    body += _overlap_note(earlier)
     merged = {**{p: r.data[p] for p, r in earlier.items()}, **data}
     configs = {p: earlier[p].config if p in earlier else config for p in _PART_NAMES}
     if "demo" in merged:

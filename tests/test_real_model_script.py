@@ -276,6 +276,24 @@ def test_a_figure_of_earlier_runs_only_starts_no_server(
     assert figure.status == "eval **MISSED** (did not finish)."
 
 
+def test_runs_that_overlapped_in_time_are_said_to() -> None:
+    config = bench_real_model.Config()
+    first = _run_data(eval={"exit": 0, "wall_s": 3600.0, "report": _report(), "tail": []})
+    second = {**_run_data(generate={"exit": 0, "wall_s": 60.0}), "started": "2026-12-06 10:45 UTC"}
+    third = {**_run_data(demo={}), "started": "2026-12-06 12:00 UTC"}
+    runs = {
+        "eval": bench_real_model.Earlier("figure-15-20261206T112800Z.json", config, first),
+        "generate": bench_real_model.Earlier("figure-15-20261206T111700Z.json", config, second),
+        "demo": bench_real_model.Earlier("figure-15-20261206T121000Z.json", config, third),
+    }
+    note = " ".join(bench_real_model._overlap_note(runs))
+    assert "overlapped in time" in note
+    assert "`figure-15-20261206T112800Z.json` 10:28-11:28 UTC" in note  # start: end - walls
+    assert "`figure-15-20261206T111700Z.json` 10:45-11:17 UTC" in note
+    del runs["eval"]  # 10:45-11:17 and 12:00-12:10 do not overlap
+    assert bench_real_model._overlap_note(runs) == []
+
+
 def test_the_load_sampler_summarises_what_it_saw() -> None:
     with bench_real_model.LoadSampler(every_s=0.01) as sampler:
         time.sleep(0.05)
