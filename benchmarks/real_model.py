@@ -56,6 +56,9 @@ GGUF_MAGIC = b"GGUF"
 MIN_MODEL_BYTES = 900 * 1024 * 1024
 CONTEXT = 16384
 DEFAULT_THREADS = 2
+#: what a sandmem command may take beyond its flush timeout (the extractive fallback after a
+#: timeout, start-up, the final report)
+FALLBACK_GRACE_S = 300.0
 
 
 def default_cache() -> Path:
@@ -240,10 +243,14 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], deadline_s: float) ->
 
 
 @contextlib.contextmanager
-def serve(cache: Path, threads: int = DEFAULT_THREADS, ready_s: float = 300.0) -> Iterator[Server]:
-    """The model served on a free port for the ``with`` block; always stopped at its end."""
+def serve(
+    cache: Path, threads: int = DEFAULT_THREADS, ready_s: float = 300.0, port: int | None = None
+) -> Iterator[Server]:
+    """The model served on ``port`` (default: a free one) for the ``with`` block; always
+    stopped at its end. A fixed port keeps the server URL, part of an eval cell's key, the
+    same across runs, so a rerun reuses the cells an interrupted one finished."""
     model, binary = prepare(cache)
-    port = free_port()
+    port = port or free_port()
     log_path = cache / "server.log"
     with log_path.open("wb") as sink:
         process = subprocess.Popen(

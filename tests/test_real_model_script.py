@@ -3,8 +3,10 @@ network. The tier itself runs only by hand (``make real-model``)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -149,7 +151,14 @@ def _report() -> dict[str, Any]:
         for n, arm in enumerate(arms)
     }
     cells = [
-        {"condition": arm, "steps": [{"success": False, "reason": f"{arm} failed", "error": None}]}
+        {
+            "task": "t",
+            "condition": arm,
+            "steps": [
+                {"step": 1, "success": arm == "full-history", "reason": None, "error": None},
+                {"step": 2, "success": False, "reason": f"{arm} failed", "error": None},
+            ],
+        }
         for arm in arms
     ]
     summaries = [{"condition": arm, "steps": 2, "task": "t"} for arm in arms]
@@ -183,9 +192,11 @@ def test_the_figure_renders_every_part_and_says_what_ran() -> None:
         "eval": {"exit": 0, "wall_s": 1800.0, "report": _report(), "tail": []},
     }
     body, meaning, status = bench_real_model.render(data, config)
-    assert "generation 15.2 tokens/s" in body and "2 threads" in body and "test CPU" in body
+    assert "generation 15.2 tokens/s" in body and "`-t 2`" in body and "test CPU" in body
     assert "| memory | 0 (0-1) of 2 |" in body and "| full-history | 2 (2-3) of 2 |" in body
     assert "- no-memory: no-memory failed" in body
+    assert "| `t` | 1 | 0 of 1 | 0 of 1 | 1 of 1 |" in body
+    assert "| `t` | 2 | 0 of 1 | 0 of 1 | 0 of 1 |" in body
     assert "`discovered-command`, arms memory, no-memory, full-history, 3 repetitions" in body
     assert "exited 1 after 700 s (run 1: 312 s, run 2: 95 s" in body
     assert "phase one done for 2" in body and "phase two: done" in body
@@ -193,6 +204,103 @@ def test_the_figure_renders_every_part_and_says_what_ran() -> None:
     assert "non-empty memory in run 2's instructions" in status and meaning
     figure = Figure("real-model", 15, "t", body, meaning, status)
     assert "| ---" in figure.markdown()
+
+
+def _run_data(**parts: Any) -> dict[str, Any]:
+    return {
+        "machine": "Machine: test CPU, 2 cores",
+        "load_start": "Load average at start: 9.00 / 9.00 / 9.00 (1 / 5 / 15 min)",
+        "load_end": "8.00 / 8.00 / 8.00 (1 / 5 / 15 min)",
+        "load_during": {"median": 10.5, "min": 6.25, "max": 12.0, "samples": 40},
+        "code": "Code: commit abc1234",
+        "speed": {
+            "prompt_per_s": 10.7,
+            "generation_per_s": 6.1,
+            "prompt_tokens": 40,
+            "generated_tokens": 83,
+        },
+        **parts,
+    }
+
+
+def test_a_reused_part_is_shown_with_its_own_run_settings_load_and_code(
+    tmp_path: Path,
+) -> None:
+    """``SANDMEM_REAL_MODEL_REUSE=eval``: the eval arms of the latest saved run that measured
+    them, stated with that run's threads, load and commit; the demo of this run with its own."""
+    eval_config = bench_real_model.Config(
+        tasks=("stated-preference",), repeat=3, threads=1, memory_model="extractive", cache=tmp_path
+    )
+    eval_data = _run_data(eval={"exit": 0, "wall_s": 5400.0, "report": _report(), "tail": []})
+    bench_real_model.save_data(eval_config, eval_data)
+    older = tmp_path / "results" / "figure-15-20000101T000000Z.json"
+    older.write_text(json.dumps({"config": {}, "data": _run_data(eval={"exit": 9})}))
+    (tmp_path / "results" / "figure-15-29990101T000000Z.json").write_text("{not json")
+
+    earlier = bench_real_model.load_earlier(tmp_path, "eval")
+    assert earlier.file != older.name and earlier.config.threads == 1
+    assert earlier.config.tasks == ("stated-preference",) and earlier.config.cache == tmp_path
+    with pytest.raises(SystemExit, match="measured 'demo'"):
+        bench_real_model.load_earlier(tmp_path, "demo")
+
+    config = bench_real_model.Config(parts=("demo", "eval"), reuse=("eval",), threads=2)
+    now = {**_run_data(), "code": "Code: commit def5678", "load_during": None}
+    now["demo"] = {"exit": 1, "wall_s": 700.0, **bench_real_model.demo_facts(DEMO_OUTPUT)}
+    now["demo"] = json.loads(json.dumps(now["demo"]))  # as saved: run numbers are strings
+    body, _, status = bench_real_model.render(now, config, {"eval": earlier})
+    assert "(run 1: 312 s, run 2: 95 s" in body
+    mine, theirs = body.split("The eval arms: an earlier run", 1)
+    assert "This run (demo): llama-server on 2 thread(s)" in mine and "def5678" in mine
+    assert "`-t 1`" in theirs and "abc1234" in theirs and earlier.file in theirs
+    assert "median 10.5 (6.2-12.0, 40 samples)" in theirs
+    assert "memory by the extractive engine (no model)" in body  # the eval's own settings
+    assert "`stated-preference`" in body
+    assert "eval arms measured" in status and "demo: both runs completed" in status
+
+
+def test_a_figure_of_earlier_runs_only_starts_no_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every part reused: the figure is composed from the saved raw data, no model served."""
+    config = bench_real_model.Config(parts=("eval",), reuse=("eval",), cache=tmp_path)
+    saved = _run_data(eval={"exit": 1, "wall_s": 60.0, "report": None, "tail": ["stopped"]})
+    bench_real_model.save_data(bench_real_model.Config(cache=tmp_path), saved)
+
+    def no_server(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(bench_real_model.real_model, "serve", no_server)
+    figure = bench_real_model.run(config)
+    assert "This run" not in figure.body and "The eval arms: an earlier run" in figure.body
+    assert "The eval did not finish (exit 1, 60 s)" in figure.body
+    assert figure.status == "eval **MISSED** (did not finish)."
+
+
+def test_runs_that_overlapped_in_time_are_said_to() -> None:
+    config = bench_real_model.Config()
+    first = _run_data(eval={"exit": 0, "wall_s": 3600.0, "report": _report(), "tail": []})
+    second = {**_run_data(generate={"exit": 0, "wall_s": 60.0}), "started": "2026-12-06 10:45 UTC"}
+    third = {**_run_data(demo={}), "started": "2026-12-06 12:00 UTC"}
+    runs = {
+        "eval": bench_real_model.Earlier("figure-15-20261206T112800Z.json", config, first),
+        "generate": bench_real_model.Earlier("figure-15-20261206T111700Z.json", config, second),
+        "demo": bench_real_model.Earlier("figure-15-20261206T121000Z.json", config, third),
+    }
+    note = " ".join(bench_real_model._overlap_note(runs))
+    assert "overlapped in time" in note
+    assert "`figure-15-20261206T112800Z.json` 10:28-11:28 UTC" in note  # start: end - walls
+    assert "`figure-15-20261206T111700Z.json` 10:45-11:17 UTC" in note
+    del runs["eval"]  # 10:45-11:17 and 12:00-12:10 do not overlap
+    assert bench_real_model._overlap_note(runs) == []
+
+
+def test_the_load_sampler_summarises_what_it_saw() -> None:
+    with bench_real_model.LoadSampler(every_s=0.01) as sampler:
+        time.sleep(0.05)
+    summary = sampler.summary()
+    assert summary is not None and summary["samples"] >= 1
+    assert summary["min"] <= summary["median"] <= summary["max"]
+    assert bench_real_model.LoadSampler().summary() is None
 
 
 def test_a_demo_that_did_not_finish_is_a_miss_not_a_completion() -> None:

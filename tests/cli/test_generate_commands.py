@@ -4,6 +4,7 @@ through the fake OpenAI server."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from cli_workspaces import (
@@ -16,10 +17,11 @@ from cli_workspaces import (
     memory_server_handler,
 )
 from click.testing import CliRunner, Result
-from fake_openai import FakeOpenAIServer
+from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 
 from sandmem.cli import cli
 from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig
+from sandmem.memory.generation._degrade import FALLBACK_NOTE
 
 
 def failing_config(**overrides: object) -> MemoryGenerateConfig:
@@ -96,6 +98,39 @@ def test_generate_reports_failures_with_exit_1(
     [pending] = invoke_json("memory", "status", "-w", root, "--json")["conversations"]
     assert pending["status"] == "pending"
     assert pending["attempts"] == 2  # the command's stop did not flush (and retry) again
+
+
+def test_generate_flush_timeout_cuts_a_slow_consolidation_short_and_falls_back(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    """``--flush-timeout``: a consolidation slower than it is cut short, and the extractive
+    engine consolidates instead (marked); the command says the generation is incomplete."""
+    root = build_workspace(tmp_path / "ws", [INVOICE, DEPLOY], failing_config())
+    release = threading.Event()
+    answer = memory_server_handler()
+
+    def slow_consolidation(req: FakeRequest) -> FakeReply:
+        if "write_file" in req.tool_names():
+            release.wait(30)
+        return answer(req)  # type: ignore[no-any-return]
+
+    fake_openai.handler = slow_consolidation
+    env = {"OPENAI_BASE_URL": fake_openai.base_url}
+    args = ("memory", "generate", "-w", root, "-m", "fake-model", "--json")
+    try:
+        result = invoke(*args, "--flush-timeout", "3", env=env)
+    finally:
+        release.set()
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["timed_out"] and data["phase_two"] == "fallback"
+    assert sorted(data["processed"]) == ["deploy-notes", "invoice-fix"]
+    assert "timed out after 3.0s" in data["phase_two_error"]
+    summary = (root / "memories/memory_summary.md").read_text()
+    assert summary.startswith(FALLBACK_NOTE) and "invoice" in summary.lower()
+    for bad in ("0", "-1", "soon"):
+        refused = invoke(*args, "--flush-timeout", bad, env=env)
+        assert refused.exit_code == 2 and "--flush-timeout" in refused.stderr
 
 
 def test_generate_needs_a_model_server_or_the_extractive_engine(workspace: Path) -> None:

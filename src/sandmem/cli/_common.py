@@ -115,6 +115,19 @@ def engine_options(fn: F) -> F:
     return client_options(fn)
 
 
+def flush_timeout_option(what: str) -> Callable[[F], F]:
+    """``--flush-timeout SECONDS``: how long ``what`` (one memory generation) may take
+    (``MemoryGenerateConfig.flush_timeout_s``; ``None`` keeps its default)."""
+    return click.option(
+        "--flush-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="SECONDS",
+        help=f"How long {what} may take [600]; a consolidation it cuts short falls back to "
+        "the extractive engine.",
+    )
+
+
 def review_option(fn: F) -> F:
     """``--review``: review mode (changes to memory become proposals in the inbox)."""
     return click.option(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from sandmem.cli._common import flush_timeout_option
 from sandmem.cli._models import client_options
 from sandmem.eval import (
     BUILTIN,
@@ -73,13 +74,7 @@ def _conditions(value: str) -> tuple[str, ...]:
     default=None,
     help="Cap on each agent request's output tokens [env SANDMEM_MAX_TOKENS; default 4096].",
 )
-@click.option(
-    "--flush-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
-    help="How long memory generation at each step's stop may take [600].",
-)
+@flush_timeout_option("memory generation at each step's stop")
 @client_options
 def eval_command(
     suite: str,

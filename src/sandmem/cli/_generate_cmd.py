@@ -12,6 +12,7 @@ from sandmem.cli._common import (
     emit_model,
     engine_note,
     engine_options,
+    flush_timeout_option,
     layout_config,
     layout_options,
     memory_command_config,
@@ -38,6 +39,7 @@ from sandmem.memory import ForgetResult, MemoryLayoutConfig, forget, generate
     is_flag=True,
     help="Also retry conversations that failed max_attempts times (their attempts restart).",
 )
+@flush_timeout_option("this generation")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def generate_command(
     workspace: Path,
@@ -47,6 +49,7 @@ def generate_command(
     model: str | None,
     review: bool,
     retry_failed: bool,
+    flush_timeout: float | None,
     as_json: bool,
 ) -> None:
     """Generate memory now (phase one, then consolidation).
@@ -56,7 +59,10 @@ def generate_command(
     (they stay pending and are retried next time).
     """
     layout = layout_config(memories_dir, sessions_dir)
-    config = memory_command_config(engine, model, workspace).model_copy(update={"review": review})
+    update: dict[str, object] = {"review": review}
+    if flush_timeout is not None:
+        update["flush_timeout_s"] = flush_timeout
+    config = memory_command_config(engine, model, workspace).model_copy(update=update)
     with progress_display(stderr_console()) as progress:
         report = run_async(
             generate(

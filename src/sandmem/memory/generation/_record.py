@@ -98,6 +98,9 @@ class FlushRecord:
         self._writes = writes
         #: requests of extractions cancelled by the flush timeout (logged by record_timeout)
         self.unlogged = Usage()
+        #: whether phase two started the consolidation (a timeout from then on cuts it short,
+        #: even before its first request returns)
+        self.consolidating = False
 
     def problem(self, problem: Problem) -> None:
         """A file left out: logged the first time, reported by path."""
@@ -176,7 +179,9 @@ async def record_timeout(record: FlushRecord) -> None:
     for rid in unfinished:
         report.failed[rid] = error
         report.failure_kinds[rid] = "environment"
-    cut_short = report.phase_two == "not_run" and report.phase_two_usage.requests > 0
+    cut_short = report.phase_two == "not_run" and (
+        record.consolidating or report.phase_two_usage.requests > 0
+    )
     if cut_short:
         report.phase_two, report.phase_two_error = "failed", error
         report.phase_two_failure_kind = "environment"

@@ -104,7 +104,8 @@ class MemoryGenerationManager:
         """Generate memory now. Never raises for a failed rollout or consolidation (they are
         recorded in the report, ``generation_state.json`` and ``generation_log.jsonl``); stops
         after ``flush_timeout_s`` leaving unfinished rollouts pending (an environment failure:
-        no attempt is used). ``retry_failed`` also retries rollouts that used up
+        no attempt is used), and a consolidation it cut short is replaced by the extractive
+        fallback (``phase_two.after_timeout``). ``retry_failed`` also retries rollouts that used up
         ``max_attempts``; ``wait_backoff=False`` retries environment failures before their
         retry time (an explicit ``sandmem memory generate`` does)."""
         async with self._flush_lock, tracing.aspan(_trace.FLUSH, _trace.layout(self.paths)) as span:
@@ -118,6 +119,7 @@ class MemoryGenerationManager:
                 record.report.timed_out = True
                 logger.warning("memory flush timed out after %ss", self.config.flush_timeout_s)
                 await record_timeout(record)
+                await phase_two.after_timeout(record, self._provider())
             _trace.flush_done(span, record.report)
         return record.report
 

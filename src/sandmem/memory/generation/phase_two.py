@@ -9,11 +9,14 @@ conversations gets one follow-up turn naming them; if some are still missing, th
 live files and ``phase_two_selection.json`` are unchanged.
 
 Every model request is counted in the caller's ``Usage``, whatever the outcome. ``run`` is a
-flush's phase two: it plans, consolidates when the selection changed, and records the outcome.
+flush's phase two: it plans, consolidates when the selection changed, and records the outcome;
+``after_timeout`` is the extractive fallback of a flush that ran out of time (a consolidation
+cut short, or memory that would stay blank).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -583,6 +586,7 @@ async def run(
             await record.save_state(state)
         return
     now = utc_now()
+    record.consolidating = True  # a flush timeout from here on cuts the consolidation short
     try:
         result = await consolidate(
             session, paths, config, record.redactor, p, now, provider, report.phase_two_usage
@@ -591,6 +595,46 @@ async def run(
         await _failed(record, provider, state, p, exc, now, started)
         return
     await _done(record, provider, state, p, result, now, started)
+
+
+#: how long the extractive fallback after a flush timeout may take (it makes no request)
+TIMEOUT_FALLBACK_S = 120.0
+
+
+async def after_timeout(record: FlushRecord, provider: ModelProvider) -> None:
+    """After a flush stopped at ``flush_timeout_s`` (``_record.record_timeout`` recorded it):
+    the extractive fallback, as after a failed consolidation, when the model's consolidation
+    was cut short (``record.consolidating``), or when phase one was and memory would be blank
+    (raw memories exist, ``memory_summary.md`` is missing or empty: an earlier consolidation's
+    memory is kept until the model consolidates again). It runs outside the flush timeout (it
+    makes no request), bounded by ``TIMEOUT_FALLBACK_S``; never raises."""
+    if not _degrade.needs_fallback(record.config, None):
+        return
+    try:
+        async with asyncio.timeout(TIMEOUT_FALLBACK_S):
+            await _fall_back_after_timeout(record, provider)
+    except (TimeoutError, SandboxError, OSError) as exc:
+        logger.warning("memory: no extractive fallback after the flush timeout: %s", exc)
+
+
+async def _fall_back_after_timeout(record: FlushRecord, provider: ModelProvider) -> None:
+    session, paths, config = record.session, record.paths, record.config
+    cut_short = record.consolidating
+    async with _files.lock(session, paths.lock, timeout=_files.LOCK_TIMEOUT_S):
+        for note in await journal.recover(session, paths):  # a stage the cancel left
+            record.note(note)
+        if not cut_short and (await _files.read_text(session, paths.summary_md) or "").strip():
+            return  # phase one ran out of time; memory is not blank: it waits for the model
+        p = await plan(session, paths, config.max_raw_memories_for_consolidation)
+        if not p.selected or not (cut_short or p.diff.changed):
+            return
+        state, _ = await gen_state.load(session, paths)
+        error = f"memory flush timed out after {config.flush_timeout_s}s" + (
+            "" if cut_short else " before the consolidation"
+        )
+        logger.warning("memory: %s; consolidating with the extractive engine", error)
+        ids = [r.rollout_id for r in p.selected]
+        await fall_back(record, state, ids, error, _fallback_of(record, provider, p))
 
 
 def _fallback_of(
