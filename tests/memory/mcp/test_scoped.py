@@ -199,9 +199,13 @@ async def test_without_roots_the_servers_working_directory_is_the_project(
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "home"
-    alpha = _project(tmp_path / "alpha", "- alpha deploys with fly deploy")
+    alpha = _project(tmp_path / "alpha", "- alpha deploys with fly deploy", "Alpha: fly.io app.")
     (alpha / "src").mkdir()
-    async with scoped_session(home, [], roots=None, cwd=alpha / "src") as (session, _):
+    async with scoped_session(home, [], roots=None, cwd=alpha / "src") as (session, init):
+        # the instructions carry the summary of the project the server started in
+        assert init.instructions is not None
+        assert "[project] project memory" in init.instructions
+        assert "Alpha: fly.io app." in init.instructions
         errored, hits = await _call(session, "memory_search", {"query": "deploys"})
         assert not errored and hits.startswith("[project] ") and "fly deploy" in hits
         errored, _ = await _call(session, "memory_remember", {"text": "deploys need a tag"})
@@ -463,3 +467,57 @@ async def test_one_http_server_serves_two_clients_with_their_own_roots(tmp_path:
     finally:
         proc.terminate()
         await anyio.to_thread.run_sync(proc.wait, 10)
+
+
+async def test_subscribers_hear_changes_of_every_scope(tmp_path: Path) -> None:
+    """A change made through the server in the personal scope and in the project of a root
+    is announced on the scope's own URI (``memory://<scope>/<file>``)."""
+    import warnings
+
+    import anyio
+    import mcp
+
+    home = tmp_path / "home"
+    _seed(home / "personal", "- personal note")
+    alpha = _project(tmp_path / "alpha", "- alpha note")
+    heard: list[str] = []
+    both = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        root = getattr(message, "root", message)
+        if isinstance(root, types.ResourceUpdatedNotification):
+            heard.append(str(root.params.uri))
+            if {"memory://personal/MEMORY.md", "memory://project/MEMORY.md"} <= set(heard):
+                both.set()
+
+    params = server_params([], env={"SANDMEM_HOME": str(home)})
+    params.cwd = str(tmp_path)
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(
+            read,
+            write,
+            client_info=CLIENT,
+            list_roots_callback=Roots(alpha),
+            message_handler=on_message,
+        ) as session,
+    ):
+        await session.initialize()
+        uris = {str(r.uri) for r in (await session.list_resources()).resources}
+        assert {"memory://personal/MEMORY.md", "memory://project/MEMORY.md"} <= uris
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", mcp.MCPDeprecationWarning)
+            await session.subscribe_resource("memory://personal/MEMORY.md")
+            await session.subscribe_resource("memory://project/MEMORY.md")
+        for scope, line in (("personal", "- personal: dark mode"), ("project", "- alpha: ok")):
+            patch = _patch(line, after="## Notes")
+            errored, text = await _call(session, "memory_update", {"patch": patch, "scope": scope})
+            assert not errored, text
+        with anyio.fail_after(10):
+            await both.wait()
+        bad = await session.call_tool("memory_read", {"path": "nobody:MEMORY.md"})
+        assert bad.is_error and "no scope 'nobody'" in text_of(bad)
+        with pytest.raises(mcp.MCPError):
+            await session.read_resource("memory://nobody/MEMORY.md")
+        with pytest.raises(mcp.MCPError):
+            await session.read_resource("memory://personal/../alpha/memories/MEMORY.md")
