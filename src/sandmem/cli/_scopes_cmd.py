@@ -190,17 +190,22 @@ MERGE_MAX_BYTES = 32 * 1024 * 1024
 
 
 @click.command("merge-driver")
+@workspace_option(required=False)
 @click.argument("base", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("ours", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("theirs", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("path", required=False)
-def merge_driver_command(base: Path, ours: Path, theirs: Path, path: str | None) -> None:
+def merge_driver_command(
+    workspace: Path, base: Path, ours: Path, theirs: Path, path: str | None
+) -> None:
     """Git's merge driver for memory files: merge BASE, OURS and THEIRS into OURS.
 
     A region both sides changed keeps both (ours, then what theirs adds), with no conflict
     markers; exit 0. A file that is not UTF-8 text, or larger than 32 MiB, is left to git as
-    a conflict (exit 1). Set up by `sandmem memory git-setup`.
+    a conflict (exit 1). Relative paths are taken in --workspace (default: the current
+    directory, where git runs the driver). Set up by `sandmem memory git-setup`.
     """
+    base, ours, theirs = (workspace / p for p in (base, ours, theirs))  # git: relative to it
     texts = []
     for given in (base, ours, theirs):
         try:
