@@ -4,6 +4,8 @@
   fail, and the test fails even if the code under test swallowed the error (the ``openai``
   client turns it into a retried connection error).
 - No test sees a real OpenAI key or a user's model configuration from the environment.
+- No test reads or writes the user's sandmem data (personal memory, ``config.toml``):
+  ``SANDMEM_HOME`` is a fresh temporary directory for each test.
 - ``fake_openai``: a started ``FakeOpenAIServer`` (see ``tests/fake_openai.py``).
 """
 
@@ -100,6 +102,14 @@ def _no_model_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never use a real key or the developer's model configuration."""
     for name in _MODEL_ENV:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_user_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Personal memory and the scope settings of a test live in a temporary directory."""
+    monkeypatch.setenv("SANDMEM_HOME", str(tmp_path_factory.mktemp("sandmem-home")))
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem._lazy",
             "sandmem._log_lines",
             "sandmem._terminal",
+            "sandmem._toml_file",
             "sandmem.redaction",
         ),
     ),
@@ -74,6 +75,11 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem.memory._results",
             "sandmem.memory._render",
             "sandmem.memory._render_text",
+            # scopes: the rules between project, personal and named memories; a read-only
+            # scope's private copy; keeping a project's memory in git
+            "sandmem.memory.scopes",
+            "sandmem.memory._scope_copy",
+            "sandmem.memory._git",
             # the store seam: MemoryLayoutConfig names it; moving a layout to and from a store
             # (memory/store/) is the floor above
             "sandmem.memory._store_seam",

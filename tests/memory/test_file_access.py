@@ -345,11 +345,14 @@ ALLOWED = {
     "ingestion/_hooks.py": "finds the Codex transcript a notify hook names",
     "ingestion/_open.py": "opens a transcript the user named without blocking (no FIFO)",
     "ingestion/_sqlite.py": "opens a session database the user named, read-only",
+    "ingestion/_route.py": "reads a transcript the user named, for its working directory",
     # a run's apply_patch edits the whole workspace: paths under a memory directory go
     # through _files (redacted, no link followed), every other path through the session
     "live_edit.py": "apply_patch on the run's own files outside memory directories",
     # a three-way merge in a private temp directory, by `git merge-file`
     "store/_sync.py": "git merge-file on copies in a temp directory of its own",
+    # the user's own data directory (not a layout); markers and layouts are only looked for
+    "scopes.py": "creates the user's own sandmem directory (mode 0700)",
     # the viewer's page template, package data
     "views/_viewer_html.py": "reads the page template from the package",
 }

@@ -373,6 +373,9 @@ CLI_CASES: dict[str, list[list[str]]] = {
     "memory dismiss": [["{other}"]],
     "memory restore": [["1"]],
     "memory ingest": [["{source}"], ["{db}", "--generate", "--engine", "extractive"]],
+    "memory scopes": [[], ["--json"]],
+    "memory git-setup": [["--no-git-config"]],
+    "memory merge-driver": [["{out}", "{out}", "{out}"]],
     "memory generate": [["--engine", "extractive"], ["--engine", "extractive", "--review"]],
     "memory redact-history": [["blue-7"], ["--secret"]],
     "memory forget": [

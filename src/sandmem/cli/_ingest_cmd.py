@@ -26,6 +26,7 @@ from sandmem.cli._common import (
     workspace_option,
 )
 from sandmem.cli._output import report_lines
+from sandmem.cli._scopes_cmd import check_route, run_routed
 from sandmem.memory import (
     IngestReport,
     MemoryGenerateConfig,
@@ -186,6 +187,13 @@ def _hook_paths(hook: str, arguments: tuple[str, ...]) -> tuple[str, list[Path]]
     is_flag=True,
     help="Ingest the sessions of every working directory (no --cwd default).",
 )
+@click.option(
+    "--route",
+    is_flag=True,
+    help="Record each transcript into the project memory of its working directory (the "
+    "nearest directory up with a project marker such as .git), creating it there when "
+    "missing; transcripts of directories that are not projects are skipped. No --workspace.",
+)
 @click.option("--generate", "generate_now", is_flag=True, help="Generate memory right after.")
 @review_option
 @click.option(
@@ -220,6 +228,7 @@ def ingest_command(
     sessions: tuple[str, ...],
     cwd: str | None,
     all_projects: bool,
+    route: bool,
     generate_now: bool,
     review: bool,
     watch_dir: Path | None,
@@ -255,6 +264,11 @@ def ingest_command(
             return
     if cwd is not None and all_projects:
         raise click.UsageError("use either --cwd DIR or --all-projects, not both")
+    if route:
+        check_route(watch_dir, cwd, all_projects)
+        _require_paths(paths)
+        run_routed(paths, fmt, sessions, layout, config, generate_now, as_json, _lines)
+        return
     named = [*paths, *([str(watch_dir)] if watch_dir is not None else [])]
     project = _project(workspace, cwd, all_projects, named, quiet=as_json)
     if watch_dir is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from sandmem._errors import UserError
 from sandmem._extras import require
 from sandmem.cli._common import (
     engine_options,
@@ -30,7 +31,7 @@ from sandmem.cli._common import (
     workspace_option,
 )
 from sandmem.cli._settings_file import ConfigError
-from sandmem.memory import MemoryGenerateConfig, serve_mcp
+from sandmem.memory import MemoryGenerateConfig, memory_scopes, serve_mcp
 
 
 def _address(value: str | None) -> tuple[str, int] | None:
@@ -157,7 +158,15 @@ _STOPPED = "stopped (Ctrl-C): every note and edit made through the server is sav
     "--create",
     is_flag=True,
     help="Serve a workspace that has no memory yet (creating an empty layout); without it "
-    "such a workspace is refused, as a mistyped path would be.",
+    "such a workspace is refused, as a mistyped path would be. Without --workspace: let a "
+    "directory that is not a project (no .git or other marker) get memory too.",
+)
+@click.option(
+    "--scopes",
+    "with_scopes",
+    is_flag=True,
+    help="With --workspace: attach the personal scope and the named scopes of your settings "
+    "too (without --workspace they always are). See `sandmem docs scopes`.",
 )
 def mcp_command(
     workspace: Path,
@@ -177,6 +186,7 @@ def mcp_command(
     max_update_chars: int | None,
     review: bool,
     create: bool,
+    with_scopes: bool,
 ) -> None:
     """Serve the workspace's memory over the Model Context Protocol.
 
@@ -184,6 +194,10 @@ def mcp_command(
     then search and read memory, remember notes and correct MEMORY.md; the server's
     instructions carry the memory summary. stdio by default; see `sandmem docs mcp`. With
     --store the workspace (default: a temporary directory) holds the server's copy.
+
+    Without --workspace (and --store) one server serves every project: each request's
+    project memory is the project of the client's MCP roots (else of the directory the server
+    started in), with your personal memory ($SANDMEM_HOME) attached; see `sandmem docs scopes`.
 
     Prints one line on stderr when it starts (what it serves, where, how to stop it). A
     workspace with neither the memories nor the sessions directory is refused unless
@@ -199,19 +213,22 @@ def mcp_command(
     )
     config = config.model_copy(update={"review": review})
     layout = store_layout(memories_dir, sessions_dir, store_url, endpoint_url)
-    if store_url is None and not create:
+    given = click.get_current_context().get_parameter_source("workspace")
+    default = given is click.core.ParameterSource.DEFAULT
+    roots = default and store_url is None
+    if store_url is not None and with_scopes:
+        raise click.UsageError("--scopes serves local layouts: it does not go with --store")
+    if store_url is None and not create and not roots:
         _require_memory(workspace, memories_dir, sessions_dir)
     if address is not None:
         _check_port(*address)
     require("mcp", "mcp")  # before the start line: a missing extra is the one line printed
-    given = click.get_current_context().get_parameter_source("workspace")
-    default = given is click.core.ParameterSource.DEFAULT
     tools = _tools(read_only, allow_forget, allow_generate)
     if review:
         tools += " (review mode: changes become proposals in `sandmem memory inbox`)"
     with _copy_dir(workspace, store_url is not None and default) as where:
         serving = serve_mcp(
-            where,
+            None if roots else where,
             layout=layout,
             config=config,
             read_only=read_only,
@@ -222,8 +239,17 @@ def mcp_command(
             http=address,
             token=token,
             max_update_chars=max_update_chars,
+            scopes=with_scopes,
+            create=create,
         )
         what = f"the memory of {store_url or where} ({layout.memories_dir}/)"
+        if roots:
+            what = (
+                "the memory of each project the client's roots name (else of "
+                f"{Path.cwd()}), with personal memory in {_home()}"
+            )
+        elif with_scopes:
+            what += f", with personal memory in {_home()}"
         if address is None:
             click.echo(
                 f"sandmem mcp: serving {what} over stdio; tools: {tools}; it stops when the "
@@ -254,6 +280,14 @@ def mcp_command(
             raise ConfigError(
                 f"cannot serve on {host}:{port}: the address could not be bound (in use?)"
             ) from None
+
+
+def _home() -> str:
+    """Where personal memory lives (a malformed settings file is one error line)."""
+    try:
+        return memory_scopes().home
+    except UserError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _require_memory(workspace: Path, memories_dir: str, sessions_dir: str) -> None:

@@ -43,11 +43,14 @@ SUBCOMMANDS = {
     "dismiss": "sandmem.cli._history_cmd:dismiss_command",
     "forget": "sandmem.cli._generate_cmd:forget_command",
     "generate": "sandmem.cli._generate_cmd:generate_command",
+    "git-setup": "sandmem.cli._scopes_cmd:git_setup_command",
     "inbox": "sandmem.cli._history_cmd:inbox_command",
     "ingest": "sandmem.cli._ingest_cmd:ingest_command",
     "log": "sandmem.cli._history_cmd:log_command",
+    "merge-driver": "sandmem.cli._scopes_cmd:merge_driver_command",
     "redact-history": "sandmem.cli._history_cmd:redact_history_command",
     "restore": "sandmem.cli._history_cmd:restore_command",
+    "scopes": "sandmem.cli._scopes_cmd:scopes_command",
     "view": "sandmem.cli._view_cmd:view_command",
 }
 

@@ -16,6 +16,9 @@ floor below it (never ``capabilities``, ``distributed`` or anything above).
 - ``_history``: ``log``, ``diff``, ``restore``, ``redact_history``, ``inbox``, ``approve``,
   ``dismiss``
 - ``_ingest``: ``ingest``, ``ingest_watch``, ``hook_transcripts``
+- ``_scopes``: ``ingest_routed`` (each transcript into its own project), ``git_setup`` and
+  ``merge_memory_text`` (a project's memory in git), ``memory_scopes`` (what is attached
+  where; ``docs/scopes.md``)
 
 Modules outside this folder (``sandmem.memory``, the MCP server, the CLI) import the names
 below from ``sandmem.memory.api``, never a private module or name of it
@@ -83,6 +86,15 @@ if TYPE_CHECKING:
         view_html,
         view_html_sync,
     )
+    from sandmem.memory.api._scopes import (
+        GitSetupResult,
+        ScopeInfo,
+        ScopesReport,
+        git_setup,
+        ingest_routed,
+        memory_scopes,
+        merge_memory_text,
+    )
     from sandmem.memory.api._target import (
         MemoryTarget,
         lock_error,
@@ -94,11 +106,14 @@ if TYPE_CHECKING:
 __all__ = [
     "Engine",
     "GenerationProgress",
+    "GitSetupResult",
     "HistoryDiff",
     "IngestFormat",
     "MemoryTarget",
     "ProposalInfo",
     "RedactResult",
+    "ScopeInfo",
+    "ScopesReport",
     "VersionInfo",
     "approve",
     "approve_sync",
@@ -115,10 +130,12 @@ __all__ = [
     "generate_sync",
     "generation_manager",
     "generation_report",
+    "git_setup",
     "hook_transcripts",
     "inbox",
     "inbox_sync",
     "ingest",
+    "ingest_routed",
     "ingest_sync",
     "ingest_watch",
     "list_conversations",
@@ -128,6 +145,8 @@ __all__ = [
     "lock_error",
     "log",
     "log_sync",
+    "memory_scopes",
+    "merge_memory_text",
     "open_target",
     "redact_history",
     "redact_history_sync",
@@ -150,6 +169,13 @@ __all__ = [
 #: where each name is defined (imported on first use)
 _WHERE = {
     "Engine": "sandmem.memory.api._changing",
+    "GitSetupResult": "sandmem.memory.api._scopes",
+    "ScopeInfo": "sandmem.memory.api._scopes",
+    "ScopesReport": "sandmem.memory.api._scopes",
+    "git_setup": "sandmem.memory.api._scopes",
+    "ingest_routed": "sandmem.memory.api._scopes",
+    "memory_scopes": "sandmem.memory.api._scopes",
+    "merge_memory_text": "sandmem.memory.api._scopes",
     "GenerationProgress": "sandmem.memory.api._changing",
     "HistoryDiff": "sandmem.memory.api._history",
     "IngestFormat": "sandmem.memory.api._ingest",

@@ -16,18 +16,27 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from pydantic import BaseModel
 
 from sandmem._errors import MemoryNotFoundError
 from sandmem._extras import require
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem._terminal import printable
 from sandmem.memory import _files, api
-from sandmem.memory.layout import MEMORY_MD, SUMMARIES_DIR, SUMMARY_MD, read_text
-from sandmem.memory.mcp._tools import Caller, MemoryTools, ServerOptions, ToolRefused, memory_file
+from sandmem.memory.config import MemoryLayoutConfig
+from sandmem.memory.layout import MEMORY_MD, SUMMARIES_DIR, SUMMARY_MD, MemoryPaths, read_text
+from sandmem.memory.mcp._tools import (
+    Caller,
+    MemoryTools,
+    ServerOptions,
+    ToolRefused,
+    ToolSpec,
+    memory_file,
+)
 from sandmem.memory.read_prompt import memory_read_prompt
 
 if TYPE_CHECKING:
@@ -80,10 +89,8 @@ class MemoryMCPServer:
 
     # ------------------------------------------------------------ instructions
 
-    async def instructions(self) -> str:
-        """The server's instructions: the tool guidance, then the memory read prompt with the
-        summary as it is now (or a line saying memory is empty)."""
-        paths = self.options.paths
+    def opening(self) -> str:
+        """The instructions' first part: this server's tools mapped onto memory."""
         if self.options.read_only:
             update = "- memory is read-only through this server: never try to change it."
         else:
@@ -91,11 +98,17 @@ class MemoryMCPServer:
                 "- to correct a memory entry that turned out to be wrong, call `memory_update` "
                 "with a patch of `MEMORY.md` (this is how you edit memory files here)."
             )
-        opening = render_prompt(
+        return render_prompt(
             load_prompt("sandmem.memory", "mcp_server"),
-            memories_dir=paths.memories_dir,
+            memories_dir=self.options.paths.memories_dir,
             update_line=update,
         ).strip()
+
+    async def instructions(self) -> str:
+        """The server's instructions: the tool guidance, then the memory read prompt with the
+        summary as it is now (or a line saying memory is empty)."""
+        paths = self.options.paths
+        opening = self.opening()
         summary = ""
         try:
             summary = (
@@ -144,7 +157,7 @@ class MemoryMCPServer:
             types.Tool(
                 name=spec.name,
                 description=spec.description,
-                input_schema=spec.args.model_json_schema(),
+                input_schema=self.args_of(spec).model_json_schema(),
                 annotations=types.ToolAnnotations(
                     read_only_hint=not spec.writes,
                     destructive_hint=spec.name == "memory_forget",
@@ -159,29 +172,24 @@ class MemoryMCPServer:
         from mcp import types
 
         try:
-            text = await self.tools.call(params.name, dict(params.arguments or {}), _caller(ctx))
+            text = await self.run_tool(ctx, params.name, dict(params.arguments or {}))
         except ToolRefused as exc:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=str(exc))], is_error=True
             )
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
+    def args_of(self, spec: ToolSpec) -> type[BaseModel]:
+        """The arguments model of a tool (its JSON schema is the tool's input schema)."""
+        return spec.args
+
+    async def run_tool(self, ctx: Any, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool for the request ``ctx``; ``ToolRefused`` when it cannot."""
+        return await self.tools.call(name, arguments, _caller(ctx))
+
     async def resource_paths(self) -> list[str]:
         """The workspace-relative paths of the memory files served as resources."""
-        paths = self.options.paths
-        try:
-            files = await api.list_files(self.options.workspace, layout=self.options.layout)
-        except MemoryNotFoundError:
-            return []
-        found = []
-        for entry in files:
-            if entry.bytes is None:
-                continue
-            try:
-                found.append(memory_file(paths, entry.path))
-            except ToolRefused:
-                continue
-        return found
+        return await served_paths(self.options.workspace, self.options.layout)
 
     def uri(self, path: str) -> str:
         return SCHEME + path[len(self.options.paths.memories_dir) + 1 :]
@@ -249,20 +257,7 @@ class MemoryMCPServer:
         """Each served file's size and modification time (one ``stat`` each, nothing read);
         a file whose backend gives no time is hashed instead."""
         paths = await self.resource_paths()
-        if not paths:
-            return {}
-        found: dict[str, str] = {}
-        async with api.open_target(self.options.workspace, self.options.layout) as (session, _, _o):
-            stats = await _files.stat_many(session, paths)
-            for path, stat in stats.items():
-                if stat is None:
-                    continue
-                key = f"{stat.size}:{stat.mtime_ns}"
-                if stat.mtime_ns is None:
-                    text = await read_text(session, path) or ""
-                    key = hashlib.sha256(text.encode("utf-8")).hexdigest()
-                found[self.uri(path)] = key
-        return found
+        return await snapshot_of(self.options.workspace, self.options.layout, paths, self.uri)
 
     async def check_changes(self) -> list[str]:
         """Compare the memory files with the last look; tell subscribers what changed. Returns
@@ -341,6 +336,45 @@ class MemoryMCPServer:
             group.start_soon(self.watch)
             await serve_app(app, host, port)
             group.cancel_scope.cancel()
+
+
+async def served_paths(workspace: str, layout: MemoryLayoutConfig) -> list[str]:
+    """The workspace-relative paths of a layout's memory files served as resources."""
+    paths = MemoryPaths.of(layout)
+    try:
+        files = await api.list_files(workspace, layout=layout)
+    except MemoryNotFoundError:
+        return []
+    found = []
+    for entry in files:
+        if entry.bytes is None:
+            continue
+        try:
+            found.append(memory_file(paths, entry.path))
+        except ToolRefused:
+            continue
+    return found
+
+
+async def snapshot_of(
+    workspace: str, layout: MemoryLayoutConfig, paths: list[str], uri: Callable[[str], str]
+) -> dict[str, str]:
+    """Each served file's size and modification time (one ``stat`` each, nothing read),
+    keyed by ``uri(path)``; a file whose backend gives no time is hashed instead."""
+    if not paths:
+        return {}
+    found: dict[str, str] = {}
+    async with api.open_target(workspace, layout) as (session, _, _o):
+        stats = await _files.stat_many(session, paths)
+        for path, stat in stats.items():
+            if stat is None:
+                continue
+            key = f"{stat.size}:{stat.mtime_ns}"
+            if stat.mtime_ns is None:
+                text = await read_text(session, path) or ""
+                key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            found[uri(path)] = key
+    return found
 
 
 def _caller(ctx: Any) -> Caller:

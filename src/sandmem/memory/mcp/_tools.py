@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandmem._errors import MemoryLockedError, SandboxError, SandmemError, UserError
 from sandmem.memory import _files, api, journal
+from sandmem.memory._results import SearchHit
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
 from sandmem.memory.history import Attribution
 from sandmem.memory.layout import (
@@ -397,18 +398,7 @@ class MemoryTools:
         handle.set_many({"gen_ai.memory.record.count": len(found.hits)})
         if not found.hits:
             return f"No memory matches {args.query!r}."
-        lines = []
-        for hit in found.hits:
-            if hit.tier == "transcript":  # the passage, and the summary memory_read serves
-                summary = f"; summary {hit.summary_file}" if hit.summary_file else ""
-                where = (
-                    f"[transcript {hit.rollout_id} segment {hit.segment}, {hit.heading}{summary}]"
-                )
-                lines.append(f"{hit.path}:{hit.line} {where} {' '.join((hit.text or '').split())}")
-                continue
-            section = f" [{hit.heading}]" if hit.heading else ""
-            lines.append(f"{hit.path}:{hit.line}{section} {hit.snippet}")
-        return "\n".join(lines)
+        return "\n".join(hit_line(hit) for hit in found.hits)
 
     async def _memory_read(self, args: ReadArgs, caller: Caller, handle: Span) -> str:
         path = memory_file(self.paths, args.path)
@@ -543,6 +533,17 @@ async def _propose_edit(
         f"Proposed as {proposal.id} (review mode): memory changes only once it is approved "
         f"(`sandmem memory inbox`, `sandmem memory approve {proposal.id}`). Files:\n{changed}"
     )
+
+
+def hit_line(hit: SearchHit) -> str:
+    """One search hit as ``memory_search`` shows it: ``path:line [section] text``, or for a
+    transcript passage its conversation, segment and the summary ``memory_read`` serves."""
+    if hit.tier == "transcript":
+        summary = f"; summary {hit.summary_file}" if hit.summary_file else ""
+        where = f"[transcript {hit.rollout_id} segment {hit.segment}, {hit.heading}{summary}]"
+        return f"{hit.path}:{hit.line} {where} {' '.join((hit.text or '').split())}"
+    section = f" [{hit.heading}]" if hit.heading else ""
+    return f"{hit.path}:{hit.line}{section} {hit.snippet}"
 
 
 _PATCH_HEADS = ("*** Add File: ", "*** Delete File: ", "*** Update File: ", "*** Move to: ")
