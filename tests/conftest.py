@@ -4,6 +4,8 @@
   fail, and the test fails even if the code under test swallowed the error (the ``openai``
   client turns it into a retried connection error).
 - No test sees a real OpenAI key or a user's model configuration from the environment.
+- Search ranks with BM25 (``SANDMEM_SEARCH=bm25``) even where the ``semantic`` extra is
+  installed: a test of hybrid search asks for it (``_vectors.use_embedder`` or the variable).
 - ``fake_openai``: a started ``FakeOpenAIServer`` (see ``tests/fake_openai.py``).
 """
 
@@ -99,6 +101,7 @@ def _no_model_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never use a real key or the developer's model configuration."""
     for name in _MODEL_ENV:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SANDMEM_SEARCH", "bm25")
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from sandmem.memory import (
     show,
     status,
 )
+from sandmem.memory._results import SearchInfo
 
 #: the memory commands defined in other modules (imported when one runs)
 SUBCOMMANDS = {
@@ -342,6 +343,21 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _search_line(info: SearchInfo) -> str:
+    """``search: hybrid (model); vectors for N of M sections and passages`` or ``search: BM25
+    (why)``."""
+    if info.ranking == "bm25":
+        why = info.reason or "words only"
+        if "not installed" in why:
+            why += ": pip install 'sandmem[semantic]' for hybrid search"
+        return f"search: BM25 ({why})"
+    line = f"search: hybrid, BM25 + {info.model}; vectors for {info.embedded:,} of "
+    line += f"{info.embeddable:,} sections and passages"
+    if info.embedded < info.embeddable:
+        line += " (the rest at the next searches, or `sandmem memory reindex`)"
+    return line
+
+
 def status_lines(data: MemoryStatus) -> list[str]:
     counts = data.counts
     lines = [
@@ -381,6 +397,8 @@ def status_lines(data: MemoryStatus) -> list[str]:
         lines.append(
             f"  {folder.path}/  {_count(folder.files, 'file')}, {human_size(folder.bytes)}"
         )
+    if data.search is not None:
+        lines.append(_search_line(data.search))
     lines.append("tokens spent:")
     for phase, total in (("one", data.tokens.phase_one), ("two", data.tokens.phase_two)):
         lines.append(

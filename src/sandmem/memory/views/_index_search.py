@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sandmem.memory._results import SearchHit
+from sandmem._errors import UserError
+from sandmem.memory._results import SearchHit, SearchInfo
 from sandmem.memory.layout import RACY_NS, Stat, read_isolated
 from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
-from sandmem.memory.views import _search, _transcripts
+from sandmem.memory.views import _search, _transcripts, _vectors
 
 if TYPE_CHECKING:
     from sandmem.memory.views._index import LayoutIndex
@@ -86,6 +88,7 @@ async def refresh_search(index: LayoutIndex) -> None:
     stale = sorted(p for p, stat in files.items() if p not in rows or not _matches(rows[p], stat))
     if gone or stale:
         index.will_change()
+        _rows_changed(index)
     for path in gone:
         drop_file(index, path)
     summaries = f"{index.paths.summaries_dir}/"
@@ -113,7 +116,19 @@ async def refresh_search(index: LayoutIndex) -> None:
         index._set_meta("search_digest", digest)
 
 
+def _rows_changed(index: LayoutIndex) -> None:
+    """Rows of a tier are about to be dropped or added: their vectors are incomplete, and
+    vectors no row holds any more are deleted at the end of the refresh (``_vectors``)."""
+    index._set_meta("vectors_complete", False)
+    index.vectors_dropped = True
+
+
 def drop_file(index: LayoutIndex, path: str) -> None:
+    index.conn.execute(
+        "DELETE FROM vector_refs WHERE tier = 0 AND ref IN (SELECT id FROM sections WHERE "
+        "path = ?)",
+        (path,),
+    )
     _search.drop_file(index.conn, path)
     index.conn.execute("DELETE FROM docs WHERE path = ?", (path,))
 
@@ -159,6 +174,7 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
     )
     if gone or stale:
         index.will_change()
+        _rows_changed(index)
         conn.execute("DELETE FROM meta WHERE key = 'passages'")  # counted again when asked
     for rid in gone:
         _transcripts.drop_conversation(conn, rid)
@@ -274,6 +290,7 @@ def _forget_row(index: LayoutIndex, digest_key: str) -> None:
     so the next use looks at every file of that tier again."""
     logger.warning("memory index row does not match its file: indexing it again")
     index.will_change()
+    index.vectors_dropped = True
     index.conn.execute("DELETE FROM meta WHERE key IN (?, 'passages')", (digest_key,))
 
 
@@ -314,10 +331,16 @@ async def purge(index: LayoutIndex) -> None:
 
 async def search_hits(
     index: LayoutIndex, query: str, limit: int, *, transcripts: bool = True
-) -> list[SearchHit]:
-    """The public hits of one search: ranked (both tiers, or distilled memory only), checked
-    against their files, transcript hits with their snippet line and rollout summary."""
-    if transcripts:
+) -> tuple[list[SearchHit], _vectors.Mode]:
+    """The public hits of one search and the ranking that made them: ranked (both tiers, or
+    distilled memory only; hybrid when an embedder is installed, after embedding what is
+    missing for at most ``_vectors.SEARCH_BUDGET_S``), checked against their files,
+    transcript hits with their snippet line and rollout summary."""
+    embedder = _vectors.load()
+    if embedder is not None:
+        await refresh_vectors(index, embedder, _vectors.SEARCH_BUDGET_S)
+        hits = rank_hybrid(index, query, limit, embedder, transcripts=transcripts)
+    elif transcripts:
         hits = rank_both(index, query, limit)
     else:
         hits = list(rank_memory(index, query, limit))
@@ -338,6 +361,124 @@ async def search_hits(
             )
         else:
             out.append(_transcript_hit(index, hit, terms, weight))
+    return out, "bm25" if embedder is None else "hybrid"
+
+
+# ---------------------------------------------------------------- hybrid
+
+
+#: how deep each ranking goes before fusion (at least the hits asked for)
+FUSE_DEPTH = 30
+#: reciprocal rank fusion's constant, and each ranking's weight: BM25 over distilled memory,
+#: BM25 over the transcripts, cosine over both (``rank_hybrid``)
+RRF_K = 60.0
+RRF_WEIGHTS = (1.0, 1.0, 1.0)
+
+
+def collect_vectors(index: LayoutIndex) -> None:
+    """After rows were dropped: delete the vectors no row holds (``_vectors.prune``) and
+    make the process's copy of the vectors stale."""
+    if not index.vectors_dropped:
+        return
+    index.will_change()
+    _vectors.prune(index.conn)
+    index._set_meta("vectors_gen", _token())
+    index.vectors_dropped = False
+
+
+def _token() -> str:
+    import secrets
+
+    return secrets.token_hex(8)
+
+
+async def refresh_vectors(
+    index: LayoutIndex, embedder: _vectors.Embedder, budget_s: float | None
+) -> None:
+    """Embed the rows that have no vector yet (for at most ``budget_s``; ``None``: all)."""
+    conn = index.conn
+    if index._meta("embedder") != embedder.name:
+        index.will_change()
+        conn.execute("DELETE FROM vector_refs")
+        conn.execute("DELETE FROM vectors")
+        index._set_meta("embedder", embedder.name)
+        index._set_meta("vectors_complete", False)
+        index._set_meta("vectors_gen", _token())
+    if index._meta("vectors_complete") is True:
+        return
+    made, done = await _vectors.embed_pending(
+        conn, embedder, budget_s, index.will_change, index.paths.memories_dir
+    )
+    if made or done:
+        index._set_meta("vectors_gen", _token())
+    if done:
+        index._set_meta("vectors_complete", True)
+
+
+def _where(index: LayoutIndex) -> str:
+    return f"{index.session.root}/{index.path}"
+
+
+def rank_hybrid(
+    index: LayoutIndex,
+    query: str,
+    limit: int,
+    embedder: _vectors.Embedder,
+    *,
+    transcripts: bool = True,
+) -> list[AnyHit]:
+    """BM25 over distilled memory, BM25 over the transcripts and cosine over the vectors of
+    both, fused by reciprocal rank (``RRF_K``, ``RRF_WEIGHTS``); ties keep distilled memory
+    first. Each hit's ``score`` is its fused score."""
+    depth = max(limit, FUSE_DEPTH)
+    conn = index.conn
+    query = _search.capped(query)
+    distilled = rank_memory(index, query, depth)
+    total = passage_count(index) if transcripts else 0
+    lexical: list[_transcripts.TranscriptHit] = []
+    if transcripts and total:
+        lexical = _transcripts.rank(conn, query, depth, _search.MAX_QUERY_TERMS, total)
+    tiers = (_vectors.SECTION, _vectors.PASSAGE) if transcripts else (_vectors.SECTION,)
+    token = str(index._meta("vectors_gen") or "")
+    dense = _vectors.dense_rank(conn, embedder, query, depth, _where(index), token, tiers)
+    sections = {h.sid: h for h in distilled}
+    passages = {h.pid: h for h in lexical}
+    want_s = [(ref, score) for tier, ref, score in dense if tier == _vectors.SECTION]
+    want_p = [(ref, score) for tier, ref, score in dense if tier == _vectors.PASSAGE]
+    sizes = index._meta("corpus")
+    total_sections = int(sizes[0]) if sizes else _search.corpus(conn)[0]
+    for section in _search.section_hits(
+        conn, [x for x in want_s if x[0] not in sections], query, total_sections
+    ):
+        sections[section.sid] = section
+    terms = set(_search.query_terms(conn, query))
+    wanted = [x for x in want_p if x[0] not in passages]
+    for found in _transcripts.passage_hits(conn, wanted, terms):
+        passages[found.pid] = found
+    fused = _vectors.rrf(
+        [
+            [("s", h.sid) for h in distilled],
+            [("p", h.pid) for h in lexical],
+            [("s" if tier == _vectors.SECTION else "p", ref) for tier, ref, _ in dense],
+        ],
+        RRF_K,
+        RRF_WEIGHTS,
+    )
+    order = {key: n for n, key in enumerate(fused)}
+    ranked = sorted(fused, key=lambda key: (-fused[key], key[0] != "s", order[key]))
+    out: list[AnyHit] = []
+    seen: set[tuple[str, str]] = set()
+    for kind, ref in ranked:
+        hit: AnyHit | None = sections.get(ref) if kind == "s" else passages.get(ref)
+        if hit is None:
+            continue
+        if isinstance(hit, _transcripts.TranscriptHit):
+            if (hit.rollout_id, hit.text) in seen:
+                continue
+            seen.add((hit.rollout_id, hit.text))
+        out.append(replace(hit, score=round(fused[(kind, ref)], 6)))
+        if len(out) == limit:
+            break
     return out
 
 
@@ -372,4 +513,24 @@ def _transcript_hit(
         segment=hit.segment,
         summary_file=summary if summary in index.listing.summaries else None,
         text=hit.text,
+    )
+
+
+def search_info(index: LayoutIndex) -> SearchInfo:
+    """How search ranks now (no model is loaded to tell) and how much of what the index holds
+    has vectors."""
+    try:
+        choice = _vectors.choice()
+    except UserError as exc:  # SANDMEM_SEARCH=hybrid without the extra, or a bad value
+        return SearchInfo(ranking="bm25", reason=str(exc))
+    found = _vectors.counts(index.conn, index.paths.memories_dir)
+    stored = index._meta("embedder")
+    return SearchInfo(
+        ranking=choice.mode,
+        model=choice.model,
+        reason=choice.reason or None,
+        embeddable=found["sections"] + found["passages"],
+        embedded=found["sections_embedded"] + found["passages_embedded"],
+        vectors=found["vectors"],
+        model_of_vectors=stored if isinstance(stored, str) and found["vectors"] else None,
     )

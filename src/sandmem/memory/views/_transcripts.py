@@ -28,7 +28,7 @@ import math
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandmem._items import content_texts, item_kind
@@ -50,7 +50,8 @@ SCHEMA = (
     """CREATE TABLE transcript_files (
         rid TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, indexed INTEGER, segments INTEGER,
         tail TEXT)""",
-    "CREATE TABLE passages (id INTEGER PRIMARY KEY, rid TEXT, segment INTEGER, kind TEXT)",
+    """CREATE TABLE passages (
+        id INTEGER PRIMARY KEY, rid TEXT, segment INTEGER, kind TEXT, part INTEGER)""",
     "CREATE INDEX passages_rid ON passages (rid)",
     f"CREATE VIRTUAL TABLE passages_fts USING fts5(body, {_TOKENIZE})",
 )
@@ -67,10 +68,12 @@ Redact = Callable[[str], str]
 @dataclass(frozen=True)
 class Passage:
     """One piece of one item of a segment: ``kind`` is ``user``, ``assistant``, ``tool call``,
-    ``tool output`` or ``final output``."""
+    ``tool output`` or ``final output``; ``part`` is the piece's place in its item (0: the
+    first)."""
 
     kind: str
     text: str
+    part: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class TranscriptHit:
     text: str
     score: float
     matched: frozenset[str]
+    #: the passage's row id in the index (0: not from a table)
+    pid: int = field(default=0, compare=False)
 
 
 # ---------------------------------------------------------------- passages (pure)
@@ -143,8 +148,8 @@ def passages(segment: RolloutSegment, redact: Redact) -> list[Passage]:
             continue
         seen.add(pair)
         kind, text = pair
-        for piece in split_text(text):
-            found.append(Passage(kind, redact(piece)))
+        for part, piece in enumerate(split_text(text)):
+            found.append(Passage(kind, redact(piece), part))
     return found
 
 
@@ -177,7 +182,12 @@ def scratch(conn: sqlite3.Connection) -> None:
 
 
 def drop_conversation(conn: sqlite3.Connection, rid: str) -> None:
-    """Remove a conversation's passages and file row."""
+    """Remove a conversation's passages (and their vectors' refs: ``_vectors``) and file
+    row."""
+    conn.execute(
+        "DELETE FROM vector_refs WHERE tier = 1 AND ref IN (SELECT id FROM passages WHERE rid = ?)",
+        (rid,),
+    )
     conn.execute(
         "DELETE FROM passages_fts WHERE rowid IN (SELECT id FROM passages WHERE rid = ?)", (rid,)
     )
@@ -194,8 +204,8 @@ def add_lines(
     for line in lines:
         for passage in segment_passages(line, redact):
             cur = conn.execute(
-                "INSERT INTO passages (rid, segment, kind) VALUES (?, ?, ?)",
-                (rid, number, passage.kind),
+                "INSERT INTO passages (rid, segment, kind, part) VALUES (?, ?, ?, ?)",
+                (rid, number, passage.kind, passage.part),
             )
             conn.execute(
                 "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
@@ -304,10 +314,45 @@ def rank(
             continue
         seen.add((where[0], body))
         hits.append(
-            TranscriptHit(where[0], where[1], where[2], body, -float(score), matched[int(pid)])
+            TranscriptHit(
+                where[0], where[1], where[2], body, -float(score), matched[int(pid)], int(pid)
+            )
         )
         if len(hits) == limit:
             break
+    return hits
+
+
+def passage_hits(
+    conn: sqlite3.Connection, scored: list[tuple[int, float]], terms: set[str]
+) -> list[TranscriptHit]:
+    """Hits for passages found another way than BM25 (``scored``: passage id and score, in
+    order), with the ``terms`` of the query each holds; one per distinct (conversation,
+    text), ids with no row left out."""
+    if not scored:
+        return []
+    ids = [pid for pid, _ in scored]
+    marks = ",".join("?" * len(ids))
+    rows = {
+        int(r[0]): (str(r[1]), int(r[2]), str(r[3]), str(r[4]))
+        for r in conn.execute(
+            "SELECT p.id, p.rid, p.segment, p.kind, f.body FROM passages AS p JOIN passages_fts "
+            f"AS f ON f.rowid = p.id WHERE p.id IN ({marks})",
+            ids,
+        )
+    }
+    found = [(pid, score) for pid, score in scored if pid in rows]
+    matched = _matched(conn, [(pid, rows[pid][3]) for pid, _ in found], terms) if terms else {}
+    hits: list[TranscriptHit] = []
+    seen: set[tuple[str, str]] = set()
+    for pid, score in found:
+        rid, segment, kind, body = rows[pid]
+        if (rid, body) in seen:
+            continue
+        seen.add((rid, body))
+        hits.append(
+            TranscriptHit(rid, segment, kind, body, score, matched.get(pid, frozenset()), pid)
+        )
     return hits
 
 
