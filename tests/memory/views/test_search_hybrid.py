@@ -254,6 +254,18 @@ def test_section_chunks_cut_long_sections_at_lines() -> None:
     assert _vectors.section_chunks(None, "  \n ") == []
 
 
+def test_a_passage_gets_a_vector_for_itself_and_for_each_sentence() -> None:
+    text = "Rename the helper in app.py. By the way, the export job times out after 45 s!\nok"
+    assert _vectors.chunks(text) == [
+        text,
+        "Rename the helper in app.py.",
+        "By the way, the export job times out after 45 s!",
+    ]  # "ok" is too short to say anything alone
+    assert _vectors.chunks("One sentence only.") == ["One sentence only."]
+    assert _vectors.chunks("same line\nsame line") == ["same line\nsame line"]  # one part
+    assert _vectors.chunks("") == []
+
+
 # ---------------------------------------------------------------- the choice
 
 

@@ -369,10 +369,12 @@ async def search_hits(
 
 #: how deep each ranking goes before fusion (at least the hits asked for)
 FUSE_DEPTH = 30
-#: reciprocal rank fusion's constant, and each ranking's weight: BM25 over distilled memory,
-#: BM25 over the transcripts, cosine over both (``rank_hybrid``)
+#: reciprocal rank fusion's constant (the usual one), and each ranking's weight: BM25 over
+#: distilled memory, BM25 over the transcripts, cosine over both (``rank_hybrid``). Words and
+#: meaning weigh the same: the two BM25 rankings share one half. Measured in figure 14 against
+#: equal weights for the three rankings and against cosine alone.
 RRF_K = 60.0
-RRF_WEIGHTS = (1.0, 1.0, 1.0)
+RRF_WEIGHTS = (0.5, 0.5, 1.0)
 
 
 def collect_vectors(index: LayoutIndex) -> None:

@@ -11,7 +11,8 @@ What gets a vector (what the words of a question most often miss, at a cost that
 the conversations, not with the size of their logs):
 
 - every section of ``MEMORY.md`` and the skills, cut at lines into chunks of at most
-  ``CHUNK_CHARS`` (a section scores as its best chunk);
+  ``CHUNK_CHARS``, and each sentence or line of a chunk on its own (``chunks``: a row scores
+  as its best text);
 - the transcript passages people and models wrote (``PROSE_KINDS``: user and assistant
   messages, final outputs), and the first passage of each tool output (``FIRST_ONLY_KINDS``:
   a config file shown, an error's head; the rest of a long log stays BM25-only).
@@ -46,6 +47,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -64,6 +66,9 @@ MODE_ENV = "SANDMEM_SEARCH"
 Mode = Literal["bm25", "hybrid"]
 #: a section is embedded in chunks of at most this many characters (cut at a line break)
 CHUNK_CHARS = 600
+#: a sentence (or line) shorter than this gets no vector of its own
+MIN_SENTENCE_CHARS = 12
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 #: transcript passages that get a vector: every piece of these kinds ...
 PROSE_KINDS = ("user", "assistant", "final output")
 #: ... and the first piece of these; the other kinds are BM25-only
@@ -206,11 +211,25 @@ def key_of(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def chunks(text: str) -> list[str]:
+    """The texts of one row that get a vector: the row cut at lines into pieces of at most
+    ``CHUNK_CHARS``, and each sentence or line of a piece that holds several (of at least
+    ``MIN_SENTENCE_CHARS``). A vector of a whole passage blurs what its sentences say apart
+    (a request and, in passing, a setting): the row scores as its best text."""
+    found: dict[str, None] = {}
+    for piece in split_text(text, CHUNK_CHARS):
+        found.setdefault(piece)
+        parts = [p.strip() for p in _SENTENCE.split(piece)]
+        parts = [p for p in parts if len(p) >= MIN_SENTENCE_CHARS]
+        if len(parts) > 1:
+            for part in parts:
+                found.setdefault(part)
+    return list(found)
+
+
 def section_chunks(heading: str | None, body: str) -> list[str]:
-    """The chunks of one section that get a vector: its title line and body, cut at lines into
-    pieces of at most ``CHUNK_CHARS``."""
-    text = f"{heading}\n{body}" if heading else body
-    return list(split_text(text, CHUNK_CHARS))
+    """The texts of one section that get a vector (``chunks`` of its title line and body)."""
+    return chunks(f"{heading}\n{body}" if heading else body)
 
 
 def _pack(vector: Sequence[float], dim: int) -> bytes:
@@ -275,7 +294,7 @@ def _pending_passages(
         "WHERE r.tier = ? AND r.ref = p.id) ORDER BY p.id DESC LIMIT ?",
         (*params, PASSAGE, limit),
     ).fetchall()
-    return [(int(i), [str(b)] if str(b).strip() else []) for i, b in rows]
+    return [(int(i), chunks(str(b))) for i, b in rows]
 
 
 async def embed_pending(
@@ -368,13 +387,17 @@ def counts(conn: sqlite3.Connection, memories_dir: str) -> dict[str, int]:
 
 @dataclass
 class _Matrix:
+    """The vectors of one index in memory: one row per distinct vector (``vectors``), and per
+    ref its tier, row id and vector row (numpy arrays)."""
+
     token: str
-    tiers: Any  # numpy arrays
+    tiers: Any
     refs: Any
+    rows: Any
     vectors: Any
 
 
-#: the vectors of each index file this process searched, by (file, generation token)
+#: the vectors of the index this process searched last, by index file
 _cache: dict[str, _Matrix] = {}
 
 
@@ -384,21 +407,27 @@ def _matrix(conn: sqlite3.Connection, where: str, token: str, dim: int) -> _Matr
     found = _cache.get(where)
     if found is not None and found.token == token:
         return found
-    tiers, refs, blobs = [], [], []
     size = dim * 2
-    for tier, ref, blob in conn.execute(
-        "SELECT r.tier, r.ref, v.vec FROM vector_refs AS r JOIN vectors AS v ON v.key = r.key"
-    ):
-        if isinstance(blob, bytes) and len(blob) == size and tier in (SECTION, PASSAGE):
-            tiers.append(int(tier))
-            refs.append(int(ref))
+    keys: dict[str, int] = {}
+    blobs: list[bytes] = []
+    for key, blob in conn.execute("SELECT key, vec FROM vectors"):
+        if isinstance(blob, bytes) and len(blob) == size and isinstance(key, str):
+            keys[key] = len(blobs)
             blobs.append(blob)
+    tiers, refs, rows = [], [], []
+    for tier, ref, key in conn.execute("SELECT tier, ref, key FROM vector_refs"):
+        row = keys.get(key)
+        if row is not None and tier in (SECTION, PASSAGE) and isinstance(ref, int):
+            tiers.append(int(tier))
+            refs.append(ref)
+            rows.append(row)
     matrix = np.frombuffer(b"".join(blobs), dtype="<f2").reshape(len(blobs), dim)
     found = _Matrix(
         token,
         np.asarray(tiers, dtype=np.int8),
         np.asarray(refs, dtype=np.int64),
-        np.nan_to_num(matrix.astype(np.float32)),
+        np.asarray(rows, dtype=np.int64),
+        np.nan_to_num(matrix.astype(np.float32)),  # a forged blob may hold NaN or inf
     )
     _cache.clear()  # one index at a time: a process searching many layouts keeps no pile
     _cache[where] = found
@@ -424,9 +453,9 @@ def dense_rank(
     vector = np.asarray(embedder.query(query), dtype=np.float32)
     if vector.shape != (embedder.dim,) or not np.all(np.isfinite(vector)):
         return []
-    scores = matrix.vectors @ vector
-    allowed = np.isin(matrix.tiers, np.asarray(tiers, dtype=np.int8))
-    scores = np.where(allowed, scores, -np.inf)
+    scores = (matrix.vectors @ vector)[matrix.rows]
+    if len(tiers) < 2:
+        scores = np.where(np.isin(matrix.tiers, np.asarray(tiers, dtype=np.int8)), scores, -np.inf)
     take = min(len(scores), limit * 8)  # rows with several chunks take several places
     top = np.argpartition(-scores, take - 1)[:take]
     best: dict[tuple[int, int], float] = {}
