@@ -21,6 +21,7 @@ from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.store._history_sync import replace_mirror, sync_history
 from sandmem.memory.store._sync import redact_store
 from sandmem.memory.views._index import INDEX_NAME, remove_index
+from sandmem.memory.views._index_search import record_withheld
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
@@ -269,6 +270,8 @@ async def redact_history(
                 rewritten = await _redact_tree(session, paths.memories_dir, redactor)
                 await remove_index(session, paths)  # a search index keeps removed terms
                 still = await _matching(session, paths.sessions_dir, redactor)
+                if still:  # the transcript tier never indexes those passages again
+                    await record_withheld(session, paths, lambda t: redactor.redact(t) != t)
                 store = layout.store if layout is not None else None
                 if store is not None and store.remote:
                     await replace_mirror(session, paths, store)

@@ -358,6 +358,8 @@ class LayoutIndex:
         self.changed = False
         #: rows of a search tier were dropped: vectors no row holds go at the refresh's end
         self.vectors_dropped = False
+        #: the passages ``redact-history`` withheld, by conversation (``_index_search``)
+        self.withheld: dict[str, frozenset[str]] = {}
         _search.scratch(conn)
         _transcripts.scratch(conn)
 

@@ -69,6 +69,9 @@ META: dict[str, TypeAdapter[Any]] = {
     "passages": TypeAdapter(_Count),
     "embedder": TypeAdapter(Annotated[str, Field(max_length=200)]),
     "vectors_complete": TypeAdapter(bool),
+    "withheld_digest": TypeAdapter(
+        Annotated[str, Field(pattern=r"^([0-9a-f]{64}|none|unreadable)$")]
+    ),
     "vectors_gen": TypeAdapter(Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]),
 }
 #: keys with a name after this prefix (``cache:raw_sizes``)

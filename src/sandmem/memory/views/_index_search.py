@@ -13,20 +13,27 @@ not in the file it names (a forged row), so a snippet always comes from a file.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from sandmem._errors import UserError
+from pydantic import Field, TypeAdapter, ValidationError
+
+from sandmem._errors import SandboxError, UserError
+from sandmem.memory import _files
 from sandmem.memory._results import SearchHit, SearchInfo
-from sandmem.memory.layout import RACY_NS, Stat, read_isolated
+from sandmem.memory.layout import RACY_NS, MemoryPaths, Stat, read_isolated
 from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.memory.views import _search, _transcripts, _vectors
 
 if TYPE_CHECKING:
     from sandmem.memory.views._index import LayoutIndex
+    from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -153,14 +160,100 @@ def _rollouts(index: LayoutIndex) -> dict[str, Stat]:
     return found
 
 
+#: what ``redact-history`` withholds from the transcript tier (``record_withheld``)
+WITHHELD_NAME = ".search_withheld.json"
+_WITHHELD = TypeAdapter(
+    dict[
+        Annotated[str, Field(pattern=ROLLOUT_ID_PATTERN.pattern)],
+        list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]],
+    ]
+)
+
+
+def _withheld_path(paths: MemoryPaths) -> str:
+    return f"{paths.memories_dir}/{WITHHELD_NAME}"
+
+
+async def load_withheld(
+    session: SandboxSession, paths: MemoryPaths
+) -> tuple[dict[str, frozenset[str]] | None, str]:
+    """The passages ``redact-history`` withheld, by conversation, and the file's digest;
+    ``None`` (index no transcript) when the file is there but cannot be read or is not a
+    valid record: the tier fails closed rather than let a matched secret back in."""
+    try:
+        data = await _files.read(session, _withheld_path(paths))
+    except SandboxError as exc:
+        logger.warning(
+            "%s not readable (%s): the transcript tier is left empty", WITHHELD_NAME, exc
+        )
+        return None, "unreadable"
+    if data is None:
+        if await _files.kind(session, _withheld_path(paths)) is not None:  # a link, a FIFO
+            logger.warning("%s is not a regular file: no transcript is indexed", WITHHELD_NAME)
+            return None, "unreadable"
+        return {}, "none"
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        found = _WITHHELD.validate_json(data)
+    except ValidationError:
+        logger.warning("%s is not a valid record: no transcript is indexed", WITHHELD_NAME)
+        return None, digest
+    return {rid: frozenset(d) for rid, d in found.items()}, digest
+
+
+async def record_withheld(
+    session: SandboxSession, paths: MemoryPaths, matches: Callable[[str], bool]
+) -> int:
+    """Record, for the transcript tier, every passage of the rollout files that ``matches``
+    (``redact-history``'s pattern; the rollout files themselves are not rewritten), so a
+    rebuilt index never holds them again; added to what was recorded before. Returns how
+    many passages are newly withheld."""
+    known, _digest = await load_withheld(session, paths)
+    record = {rid: set(d) for rid, d in (known or {}).items()}
+    if not await _files.is_dir(session, paths.sessions_dir):
+        return 0
+    redact = _redactor()
+    added = 0
+    for name in sorted(await _files.listdir(session, paths.sessions_dir)):
+        rid = name[:-6] if name.endswith(".jsonl") else ""
+        if not ROLLOUT_ID_PATTERN.fullmatch(rid):
+            continue
+        try:
+            data = await _files.read(session, paths.rollout_file(rid))
+        except SandboxError:
+            continue
+        found = _transcripts.withheld_passages(data or b"", matches, redact)
+        new = found - record.get(rid, set())
+        if new:
+            record.setdefault(rid, set()).update(new)
+            added += len(new)
+    if added or known is None:
+        text = json.dumps({rid: sorted(d) for rid, d in sorted(record.items())}, indent=1)
+        await _files.write(session, _withheld_path(paths), text + "\n")
+    return added
+
+
 async def refresh_transcripts(index: LayoutIndex) -> None:
     """Index what was appended to each rollout file since it was last indexed; a file that
-    shrank or changed before its indexed end is indexed again; a file gone is dropped."""
+    shrank or changed before its indexed end is indexed again; a file gone is dropped. The
+    passages ``redact-history`` withheld are left out: when that record changed, every
+    rollout file is indexed again."""
     files = _rollouts(index)
+    conn = index.conn
+    withheld, withheld_digest = await load_withheld(index.session, index.paths)
+    if index._meta("withheld_digest") != withheld_digest:
+        index.will_change()
+        _rows_changed(index)
+        for (rid,) in conn.execute("SELECT rid FROM transcript_files").fetchall():
+            _transcripts.drop_conversation(conn, str(rid))
+        conn.execute("DELETE FROM meta WHERE key IN ('transcripts_digest', 'passages')")
+        index._set_meta("withheld_digest", withheld_digest)
+    if withheld is None:
+        return  # fail closed: no transcript is indexed while the record is unusable
+    index.withheld = withheld
     unchanged, digest = index._unchanged("transcripts_digest", index.listing.sessions)
     if unchanged:
         return
-    conn = index.conn
     started_ns = time.time_ns()
     rows = {
         str(rid): (size, mtime, indexed, segments, tail)
@@ -216,7 +309,8 @@ def _index_file(
     if offset == 0:
         _transcripts.drop_conversation(index.conn, rid)
     lines, end = _transcripts.lines_from(data, offset)
-    number = _transcripts.add_lines(index.conn, rid, number, lines, redact)
+    withheld = index.withheld.get(rid, frozenset())
+    number = _transcripts.add_lines(index.conn, rid, number, lines, redact, withheld)
     whole = end == len(data) == stat[0]
     index.conn.execute(
         "INSERT OR REPLACE INTO transcript_files VALUES (?, ?, ?, ?, ?, ?)",

@@ -24,6 +24,7 @@ helpers take the index's connection.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import sqlite3
@@ -153,6 +154,37 @@ def passages(segment: RolloutSegment, redact: Redact) -> list[Passage]:
     return found
 
 
+def passage_digest(text: str) -> str:
+    """What ``redact-history`` records of a passage it matched (``withheld_passages``): the
+    SHA-256 of its text (the text is in the rollout file already; the digest adds nothing
+    to what is on disk, and no pattern is kept)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def withheld_passages(data: bytes, matches: Callable[[str], bool], redact: Redact) -> set[str]:
+    """The digests of the passages of a rollout file's ``data`` that ``matches`` (a
+    ``redact-history`` pattern): each passage that matches alone, and two neighbouring pieces
+    of one item that match only together (a match cut in two by a passage boundary)."""
+    found: set[str] = set()
+    for line in data.split(b"\n"):
+        passages = segment_passages(line, redact)
+        hit = [matches(p.text) for p in passages]
+        for i, passage in enumerate(passages):
+            if hit[i]:
+                found.add(passage_digest(passage.text))
+            following = passages[i + 1] if i + 1 < len(passages) else None
+            if (
+                following is not None
+                and not hit[i]
+                and not hit[i + 1]
+                and following.part == passage.part + 1
+                and following.kind == passage.kind
+                and matches(passage.text + "\n" + following.text)
+            ):
+                found |= {passage_digest(passage.text), passage_digest(following.text)}
+    return found
+
+
 def segment_passages(line: bytes, redact: Redact) -> list[Passage]:
     """The passages of one rollout line (none when it is not a segment)."""
     segment = parse_segment(line)
@@ -196,13 +228,21 @@ def drop_conversation(conn: sqlite3.Connection, rid: str) -> None:
 
 
 def add_lines(
-    conn: sqlite3.Connection, rid: str, first_segment: int, lines: Iterable[bytes], redact: Redact
+    conn: sqlite3.Connection,
+    rid: str,
+    first_segment: int,
+    lines: Iterable[bytes],
+    redact: Redact,
+    withheld: frozenset[str] = frozenset(),
 ) -> int:
-    """Index ``lines`` of a rollout file, the first being segment ``first_segment``; returns
-    the number of the next segment."""
+    """Index ``lines`` of a rollout file, the first being segment ``first_segment``, leaving
+    out the passages whose ``passage_digest`` is in ``withheld`` (``redact-history`` matched
+    them); returns the number of the next segment."""
     number = first_segment
     for line in lines:
         for passage in segment_passages(line, redact):
+            if withheld and passage_digest(passage.text) in withheld:
+                continue
             cur = conn.execute(
                 "INSERT INTO passages (rid, segment, kind, part) VALUES (?, ?, ?, ?)",
                 (rid, number, passage.kind, passage.part),
