@@ -358,6 +358,8 @@ class LayoutIndex:
         self.changed = False
         #: rows of a search tier were dropped: vectors no row holds go at the refresh's end
         self.vectors_dropped = False
+        #: the ranking of the last ``search_hits``
+        self.ranking: _vectors.Mode = "bm25"
         #: the passages ``redact-history`` withheld, by conversation (``_index_search``)
         self.withheld: dict[str, frozenset[str]] = {}
         _search.scratch(conn)
@@ -771,8 +773,9 @@ class LayoutIndex:
 
     async def search_hits(
         self, query: str, limit: int, *, transcripts: bool = True
-    ) -> tuple[list[SearchHit], _vectors.Mode]:
-        """The public hits of one search and the ranking used (``_index_search.search_hits``)."""
+    ) -> list[SearchHit]:
+        """The public hits of one search (``_index_search.search_hits``; ``ranking`` says
+        which ranking made them)."""
         return await _index_search.search_hits(self, query, limit, transcripts=transcripts)
 
 

@@ -425,12 +425,13 @@ async def purge(index: LayoutIndex) -> None:
 
 async def search_hits(
     index: LayoutIndex, query: str, limit: int, *, transcripts: bool = True
-) -> tuple[list[SearchHit], _vectors.Mode]:
-    """The public hits of one search and the ranking that made them: ranked (both tiers, or
-    distilled memory only; hybrid when an embedder is installed, after embedding what is
-    missing for at most ``_vectors.SEARCH_BUDGET_S``), checked against their files,
-    transcript hits with their snippet line and rollout summary."""
+) -> list[SearchHit]:
+    """The public hits of one search: ranked (both tiers, or distilled memory only; hybrid
+    when an embedder is installed, after embedding what is missing for at most
+    ``_vectors.SEARCH_BUDGET_S``), checked against their files, transcript hits with their
+    snippet line and rollout summary. ``index.ranking`` says which ranking it was."""
     embedder = _vectors.load()
+    index.ranking = "bm25" if embedder is None else "hybrid"
     if embedder is not None:
         await refresh_vectors(index, embedder, _vectors.SEARCH_BUDGET_S)
         hits = rank_hybrid(index, query, limit, embedder, transcripts=transcripts)
@@ -455,7 +456,7 @@ async def search_hits(
             )
         else:
             out.append(_transcript_hit(index, hit, terms, weight))
-    return out, "bm25" if embedder is None else "hybrid"
+    return out
 
 
 # ---------------------------------------------------------------- hybrid
