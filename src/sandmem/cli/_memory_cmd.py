@@ -307,7 +307,10 @@ def search_command(
     Each hit is printed as FILE:LINE: SNIPPET (the section's best-matching line); a
     transcript hit as SESSIONS_DIR/ID.jsonl:SEGMENT: [KIND] SNIPPET (read it with `sandmem
     memory show ID --what rollout`). Ranking is BM25 with stemming; any word of QUERY may
-    match, and hits matching more and rarer words rank higher.
+    match, and hits matching more and rarer words rank higher. With `sandmem[semantic]`
+    installed it is hybrid: BM25 fused with an offline embedding model, so a question worded
+    differently still matches (`sandmem memory status` says which; SANDMEM_SEARCH=bm25 turns
+    it off).
     """
     layout = layout_config(memories_dir, sessions_dir)
     text = " ".join(query)
