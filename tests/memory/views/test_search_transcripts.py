@@ -99,6 +99,29 @@ async def test_distilled_memory_comes_first_when_it_covers_the_query(tmp_path: P
     assert found.hits[0].tier == "transcript"
 
 
+async def test_a_section_covers_the_query_only_as_far_as_the_line_it_shows(
+    tmp_path: Path,
+) -> None:
+    """A long section holding the query's words on unrelated lines (a rollout summary's
+    outcome list) does not push down the passage that holds them together."""
+    root = workspace(
+        tmp_path,
+        {"cfg": turn("cfg", "Show the config", "Shown.", tool=("cat cfg.md", "export port 6001"))},
+    )
+    lines = [f"- Segment {n}: completed. Final answer: updated module {n}." for n in range(40)]
+    lines[3] = "- Segment 3: the export was slow."
+    lines[30] = "- Segment 30: the port was busy."
+    (root / PATHS.memory_md).write_text("# Memory\n\n## Outcomes\n" + "\n".join(lines) + "\n")
+    found = await api.search(root, "export port")
+    assert found.hits[0].tier == "transcript" and "6001" in (found.hits[0].text or "")
+    # the same words on the line it shows: distilled memory first again
+    lines[30] = "- Segment 30: the export port was busy."
+    (root / PATHS.memory_md).write_text("# Memory\n\n## Outcomes\n" + "\n".join(lines) + "\n")
+    age(root)
+    found = await api.search(root, "export port")
+    assert found.hits[0].tier == "memory" and "export port" in found.hits[0].snippet
+
+
 def test_merge_keeps_each_tier_in_order_and_prefers_distilled_on_ties() -> None:
     distilled = [("d1", 1.0), ("d2", 0.2), ("d3", 0.2)]
     passages = [("t1", 0.5), ("t2", 0.2), ("t3", 0.1)]

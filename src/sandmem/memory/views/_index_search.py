@@ -335,13 +335,30 @@ def rank_both(index: LayoutIndex, query: str, limit: int) -> list[AnyHit]:
     passages = _transcripts.rank(index.conn, query, limit, _search.MAX_QUERY_TERMS, total)
     if not passages:
         return list(distilled)
-    weight = _transcripts.weights(index.conn, _search.query_terms(index.conn, query), total)
+    terms = _search.query_terms(index.conn, query)
+    weight = _transcripts.weights(index.conn, terms, total)
+    shown = _shown_terms(index, distilled, set(terms))
 
     def covers(hit: AnyHit) -> float:
+        if isinstance(hit, _search.Hit):
+            return _transcripts.coverage(shown.get(hit.sid, frozenset()), weight)
         return _transcripts.coverage(hit.matched, weight)
 
     merged: list[AnyHit] = _transcripts.merge(distilled, passages, covers, limit)
     return merged
+
+
+def _shown_terms(
+    index: LayoutIndex, hits: list[_search.Hit], terms: set[str]
+) -> dict[int, frozenset[str]]:
+    """The query terms each distilled hit *shows* — its section's own title and its best line
+    — by section id. A long section (a rollout summary's outcome list, a task group) holds
+    most words of most queries somewhere; what it answers is what it points at, so that is
+    what is weighed against a transcript passage."""
+    if not hits or not terms:
+        return {}
+    texts = [(h.sid, f"{(h.heading or '').rsplit(' > ', 1)[-1]}\n{h.snippet}") for h in hits]
+    return _transcripts._matched(index.conn, texts, terms)
 
 
 async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
