@@ -14,10 +14,8 @@ not in the file it names (a forged row), so a snippet always comes from a file.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
@@ -61,7 +59,8 @@ def _matches(stored: tuple[int | None, int | None], stat: Stat | None) -> bool:
     return stored[1] is not None and stored == stat
 
 
-def _redactor() -> _transcripts.Redact:
+def redactor() -> _transcripts.Redact:
+    """The redaction every passage goes through before it is indexed."""
     from sandmem.redaction import redact  # its patterns compile on import: only when indexing
 
     return redact
@@ -170,7 +169,8 @@ _WITHHELD = TypeAdapter(
 )
 
 
-def _withheld_path(paths: MemoryPaths) -> str:
+def withheld_path(paths: MemoryPaths) -> str:
+    """Where ``redact-history`` records what the transcript tier withholds."""
     return f"{paths.memories_dir}/{WITHHELD_NAME}"
 
 
@@ -181,14 +181,14 @@ async def load_withheld(
     ``None`` (index no transcript) when the file is there but cannot be read or is not a
     valid record: the tier fails closed rather than let a matched secret back in."""
     try:
-        data = await _files.read(session, _withheld_path(paths))
+        data = await _files.read(session, withheld_path(paths))
     except SandboxError as exc:
         logger.warning(
             "%s not readable (%s): the transcript tier is left empty", WITHHELD_NAME, exc
         )
         return None, "unreadable"
     if data is None:
-        if await _files.kind(session, _withheld_path(paths)) is not None:  # a link, a FIFO
+        if await _files.kind(session, withheld_path(paths)) is not None:  # a link, a FIFO
             logger.warning("%s is not a regular file: no transcript is indexed", WITHHELD_NAME)
             return None, "unreadable"
         return {}, "none"
@@ -199,38 +199,6 @@ async def load_withheld(
         logger.warning("%s is not a valid record: no transcript is indexed", WITHHELD_NAME)
         return None, digest
     return {rid: frozenset(d) for rid, d in found.items()}, digest
-
-
-async def record_withheld(
-    session: SandboxSession, paths: MemoryPaths, matches: Callable[[str], bool]
-) -> int:
-    """Record, for the transcript tier, every passage of the rollout files that ``matches``
-    (``redact-history``'s pattern; the rollout files themselves are not rewritten), so a
-    rebuilt index never holds them again; added to what was recorded before. Returns how
-    many passages are newly withheld."""
-    known, _digest = await load_withheld(session, paths)
-    record = {rid: set(d) for rid, d in (known or {}).items()}
-    if not await _files.is_dir(session, paths.sessions_dir):
-        return 0
-    redact = _redactor()
-    added = 0
-    for name in sorted(await _files.listdir(session, paths.sessions_dir)):
-        rid = name[:-6] if name.endswith(".jsonl") else ""
-        if not ROLLOUT_ID_PATTERN.fullmatch(rid):
-            continue
-        try:
-            data = await _files.read(session, paths.rollout_file(rid))
-        except SandboxError:
-            continue
-        found = _transcripts.withheld_passages(data or b"", matches, redact)
-        new = found - record.get(rid, set())
-        if new:
-            record.setdefault(rid, set()).update(new)
-            added += len(new)
-    if added or known is None:
-        text = json.dumps({rid: sorted(d) for rid, d in sorted(record.items())}, indent=1)
-        await _files.write(session, _withheld_path(paths), text + "\n")
-    return added
 
 
 async def refresh_transcripts(index: LayoutIndex) -> None:
@@ -271,7 +239,7 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
         conn.execute("DELETE FROM meta WHERE key = 'passages'")  # counted again when asked
     for rid in gone:
         _transcripts.drop_conversation(conn, rid)
-    redact = _redactor() if stale else str
+    redact = redactor() if stale else str
     for start in range(0, len(stale), READ_BATCH):
         batch = stale[start : start + READ_BATCH]
         paths = [index.paths.rollout_file(rid) for rid in batch]
@@ -385,7 +353,7 @@ async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
                 _forget_row(index, "search_digest")
                 drop_file(index, hit.path)
         else:
-            redact = redact or _redactor()
+            redact = redact or redactor()
             data = found.get(index.paths.rollout_file(hit.rollout_id))
             ok = _transcript_hit_ok(hit, data, redact)
             if not ok:
