@@ -188,6 +188,11 @@ async def test_forget_and_a_removed_file_take_their_vectors_with_them(tmp_path: 
         await api.search(root, "port")
     port_key = _vectors.key_of("The staging database listens on port 5433.")
     assert port_key not in {k for _, _, k in refs(root)}
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        assert not conn.execute("SELECT 1 FROM vectors WHERE key = ?", (port_key,)).fetchall()
+    finally:
+        conn.close()
 
 
 async def test_another_model_makes_every_vector_again(tmp_path: Path) -> None:

@@ -364,6 +364,7 @@ class LayoutIndex:
         self.withheld: dict[str, frozenset[str]] = {}
         _search.scratch(conn)
         _transcripts.scratch(conn)
+        _vectors.scratch(conn)
 
     @property
     def path(self) -> str:

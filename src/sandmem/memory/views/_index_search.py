@@ -130,11 +130,11 @@ def _rows_changed(index: LayoutIndex) -> None:
 
 
 def drop_file(index: LayoutIndex, path: str) -> None:
+    where = "tier = 0 AND ref IN (SELECT id FROM sections WHERE path = ?)"
     index.conn.execute(
-        "DELETE FROM vector_refs WHERE tier = 0 AND ref IN (SELECT id FROM sections WHERE "
-        "path = ?)",
-        (path,),
+        f"INSERT INTO temp.dropped_keys SELECT key FROM vector_refs WHERE {where}", (path,)
     )
+    index.conn.execute(f"DELETE FROM vector_refs WHERE {where}", (path,))
     _search.drop_file(index.conn, path)
     index.conn.execute("DELETE FROM docs WHERE path = ?", (path,))
 
@@ -361,6 +361,7 @@ async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
                 _transcripts.drop_conversation(index.conn, hit.rollout_id)
         if ok:
             kept.append(hit)
+    collect_vectors(index)  # the vectors of rows dropped here
     return kept
 
 
@@ -404,6 +405,7 @@ async def purge(index: LayoutIndex) -> None:
     ``secure_delete`` freed pages are zeroed): ``forget`` calls it after a conversation's files
     are gone and the index was brought in line with them."""
     index.will_change()
+    collect_vectors(index, everything=True)
     index.conn.execute("INSERT INTO passages_fts (passages_fts) VALUES ('optimize')")
     index.conn.execute("INSERT INTO sections_fts (sections_fts) VALUES ('optimize')")
 
@@ -457,13 +459,17 @@ RRF_K = 60.0
 RRF_WEIGHTS = (0.5, 0.5, 1.0)
 
 
-def collect_vectors(index: LayoutIndex) -> None:
-    """After rows were dropped: delete the vectors no row holds (``_vectors.prune``) and
-    make the process's copy of the vectors stale."""
-    if not index.vectors_dropped:
+def collect_vectors(index: LayoutIndex, *, everything: bool = False) -> None:
+    """After rows were dropped: delete the vectors no row holds any more (those whose refs
+    were dropped; ``everything``: every ref and vector checked, ``_vectors.prune``) and make
+    the process's copy of the vectors stale."""
+    if not index.vectors_dropped and not everything:
         return
     index.will_change()
-    _vectors.prune(index.conn)
+    if everything:
+        _vectors.prune(index.conn)
+    else:
+        _vectors.collect(index.conn)
     index._set_meta("vectors_gen", _token())
     index.vectors_dropped = False
 
@@ -483,6 +489,7 @@ async def refresh_vectors(
         index.will_change()
         conn.execute("DELETE FROM vector_refs")
         conn.execute("DELETE FROM vectors")
+        conn.execute("DELETE FROM temp.dropped_keys")
         index._set_meta("embedder", embedder.name)
         index._set_meta("vectors_complete", False)
         index._set_meta("vectors_gen", _token())

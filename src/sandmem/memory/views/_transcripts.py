@@ -216,15 +216,20 @@ def scratch(conn: sqlite3.Connection) -> None:
 def drop_conversation(conn: sqlite3.Connection, rid: str) -> None:
     """Remove a conversation's passages (and their vectors' refs: ``_vectors``) and file
     row."""
-    conn.execute(
-        "DELETE FROM vector_refs WHERE tier = 1 AND ref IN (SELECT id FROM passages WHERE rid = ?)",
-        (rid,),
-    )
+    _vectors_of(conn, "SELECT id FROM passages WHERE rid = ?", (rid,))
     conn.execute(
         "DELETE FROM passages_fts WHERE rowid IN (SELECT id FROM passages WHERE rid = ?)", (rid,)
     )
     conn.execute("DELETE FROM passages WHERE rid = ?", (rid,))
     conn.execute("DELETE FROM transcript_files WHERE rid = ?", (rid,))
+
+
+def _vectors_of(conn: sqlite3.Connection, rows: str, params: tuple[object, ...]) -> None:
+    """Drop the vector refs of the passages ``rows`` selects, noting their keys in
+    ``temp.dropped_keys`` (the vectors no ref holds then go: ``_vectors.collect``)."""
+    where = f"tier = 1 AND ref IN ({rows})"
+    conn.execute(f"INSERT INTO temp.dropped_keys SELECT key FROM vector_refs WHERE {where}", params)
+    conn.execute(f"DELETE FROM vector_refs WHERE {where}", params)
 
 
 def add_lines(

@@ -89,6 +89,8 @@ SCHEMA = (
     "CREATE INDEX vector_refs_key ON vector_refs (key)",
 )
 TABLES = ("vectors", "vector_refs")
+#: per connection: the keys of refs dropped since the last ``collect``
+SCRATCH = ("CREATE TEMP TABLE IF NOT EXISTS dropped_keys (key TEXT)",)
 
 
 class Embedder(Protocol):
@@ -206,6 +208,21 @@ def create_tables(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def scratch(conn: sqlite3.Connection) -> None:
+    for statement in SCRATCH:
+        conn.execute(statement)
+
+
+def collect(conn: sqlite3.Connection) -> None:
+    """Delete the vectors of the keys whose refs were dropped (``temp.dropped_keys``) that no
+    ref holds any more."""
+    conn.execute(
+        "DELETE FROM vectors WHERE key IN (SELECT key FROM temp.dropped_keys) AND NOT EXISTS "
+        "(SELECT 1 FROM vector_refs AS r WHERE r.key = vectors.key)"
+    )
+    conn.execute("DELETE FROM temp.dropped_keys")
+
+
 def key_of(text: str) -> str:
     """A vector's key: the SHA-256 of the text the model saw."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -251,6 +268,7 @@ def prune(conn: sqlite3.Connection) -> int:
         (SECTION, PASSAGE),
     ).rowcount
     conn.execute("DELETE FROM vectors WHERE key NOT IN (SELECT key FROM vector_refs)")
+    conn.execute("DELETE FROM temp.dropped_keys")
     return int(gone)
 
 
