@@ -232,11 +232,14 @@ async def test_a_forged_vector_is_skipped_and_a_bad_meta_value_rebuilds(tmp_path
         await api.search(root, QUESTION)
         conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
         conn.execute("UPDATE vectors SET vec = x'00ff'")  # wrong size: skipped, no crash
-        conn.execute("UPDATE meta SET value = '\"fresh\"' WHERE key = 'vectors_gen'")
+        conn.execute("UPDATE meta SET value = '\"abcdef\"' WHERE key = 'vectors_gen'")
         conn.commit()
         conn.close()
         found = await api.search(root, "staging database port")
+        assert found.ranking == "hybrid"
         assert "5433" in (found.hits[0].text or found.hits[0].snippet)  # BM25 still ranks
+        assert _vectors._cache  # the matrix was built from the (forged) rows: none kept
+        assert not len(next(iter(_vectors._cache.values())).refs)
         conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
         conn.execute("UPDATE meta SET value = '\"not hex!\"' WHERE key = 'vectors_gen'")
         conn.commit()

