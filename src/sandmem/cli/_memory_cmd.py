@@ -35,7 +35,6 @@ from sandmem.memory import (
     show,
     status,
 )
-from sandmem.memory._results import SearchInfo
 
 #: the memory commands defined in other modules (imported when one runs)
 SUBCOMMANDS = {
@@ -346,9 +345,12 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _search_line(info: SearchInfo) -> str:
+def _search_line(data: MemoryStatus) -> str | None:
     """``search: hybrid (model); vectors for N of M sections and passages`` or ``search: BM25
     (why)``."""
+    info = data.search
+    if info is None:
+        return None
     if info.ranking == "bm25":
         why = info.reason or "words only"
         if "not installed" in why:
@@ -400,8 +402,8 @@ def status_lines(data: MemoryStatus) -> list[str]:
         lines.append(
             f"  {folder.path}/  {_count(folder.files, 'file')}, {human_size(folder.bytes)}"
         )
-    if data.search is not None:
-        lines.append(_search_line(data.search))
+    if (search_line := _search_line(data)) is not None:
+        lines.append(search_line)
     lines.append("tokens spent:")
     for phase, total in (("one", data.tokens.phase_one), ("two", data.tokens.phase_two)):
         lines.append(
