@@ -184,13 +184,19 @@ def _fact(
 
 
 def generate(
-    conversations: int, max_turns: int = 100, facts_per: int = 2, seed: int = 14
+    conversations: int,
+    max_turns: int = 100,
+    facts_per: int = 2,
+    seed: int = 14,
+    max_facts: int | None = None,
 ) -> tuple[list[Conversation], list[Fact]]:
     """``conversations`` conversations of 4..``max_turns`` turns each, with ``facts_per``
-    planted facts each (positions rotating over ``POSITIONS``) while distinct subjects last
-    (4,320: a corpus of 10,000 conversations has facts in its first 4,320)."""
+    planted facts each (positions rotating over ``POSITIONS``), at most ``max_facts`` in all
+    (the first conversations get them; the rest of the corpus is filler)."""
     rng = random.Random(seed)
     subjects = _subjects(rng)
+    if max_facts is not None:
+        subjects = subjects[:max_facts]
     used: set[str] = set()
     convs: list[Conversation] = []
     facts: list[Fact] = []
