@@ -184,14 +184,19 @@ def _fact(
 
 
 def generate(
-    conversations: int, max_turns: int = 100, facts_per: int = 2, seed: int = 14
+    conversations: int,
+    max_turns: int = 100,
+    facts_per: int = 2,
+    seed: int = 14,
+    max_facts: int | None = None,
 ) -> tuple[list[Conversation], list[Fact]]:
     """``conversations`` conversations of 4..``max_turns`` turns each, with ``facts_per``
-    planted facts each (positions rotating over ``POSITIONS``)."""
+    planted facts each (positions rotating over ``POSITIONS``), at most ``max_facts`` in all
+    (the first conversations get them; the rest of the corpus is filler)."""
     rng = random.Random(seed)
     subjects = _subjects(rng)
-    if conversations * facts_per > len(subjects):
-        raise ValueError(f"at most {len(subjects)} distinct facts")
+    if max_facts is not None:
+        subjects = subjects[:max_facts]
     used: set[str] = set()
     convs: list[Conversation] = []
     facts: list[Fact] = []
@@ -210,6 +215,8 @@ def generate(
                 )
             )
         for _ in range(facts_per):
+            if slot == len(subjects):
+                break  # every subject planted once: the rest of the corpus is filler
             fact = _fact(rng, subjects[slot], used, keep=slot % 3)
             fact.position = POSITIONS[slot % len(POSITIONS)]
             fact.conversation = conv.name

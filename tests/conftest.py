@@ -6,6 +6,8 @@
 - No test sees a real OpenAI key or a user's model configuration from the environment.
 - No test reads or writes the user's sandmem data (personal memory, ``config.toml``):
   ``SANDMEM_HOME`` is a fresh temporary directory for each test.
+- Search ranks with BM25 (``SANDMEM_SEARCH=bm25``) even where the ``semantic`` extra is
+  installed: a test of hybrid search asks for it (``_vectors.use_embedder`` or the variable).
 - ``fake_openai``: a started ``FakeOpenAIServer`` (see ``tests/fake_openai.py``).
 """
 
@@ -102,6 +104,7 @@ def _no_model_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never use a real key or the developer's model configuration."""
     for name in _MODEL_ENV:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SANDMEM_SEARCH", "bm25")
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ from sandmem._errors import UserError
 _PURPOSES = {
     "distributed": "distributed memory (S3 store, Redis job queue, leases)",
     "mcp": "MCP (the memory server `sandmem mcp`, and MCP servers on agents)",
+    "semantic": "hybrid memory search (an offline embedding model fused with BM25)",
 }
 
 

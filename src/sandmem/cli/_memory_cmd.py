@@ -309,7 +309,10 @@ def search_command(
     Each hit is printed as FILE:LINE: SNIPPET (the section's best-matching line); a
     transcript hit as SESSIONS_DIR/ID.jsonl:SEGMENT: [KIND] SNIPPET (read it with `sandmem
     memory show ID --what rollout`). Ranking is BM25 with stemming; any word of QUERY may
-    match, and hits matching more and rarer words rank higher.
+    match, and hits matching more and rarer words rank higher. With `sandmem[semantic]`
+    installed it is hybrid: BM25 fused with an offline embedding model, so a question worded
+    differently still matches (`sandmem memory status` says which; SANDMEM_SEARCH=bm25 turns
+    it off).
     """
     layout = layout_config(memories_dir, sessions_dir)
     text = " ".join(query)
@@ -343,6 +346,24 @@ def _rollout_line(row: ConversationInfo) -> str:
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _search_line(data: MemoryStatus) -> str | None:
+    """``search: hybrid (model); vectors for N of M sections and passages`` or ``search: BM25
+    (why)``."""
+    info = data.search
+    if info is None:
+        return None
+    if info.ranking == "bm25":
+        why = info.reason or "words only"
+        if "not installed" in why:
+            why += ": pip install 'sandmem[semantic]' for hybrid search"
+        return f"search: BM25 ({why})"
+    line = f"search: hybrid, BM25 + {info.model}; vectors for {info.embedded:,} of "
+    line += f"{info.embeddable:,} sections and passages"
+    if info.embedded < info.embeddable:
+        line += " (the rest at the next searches, or `sandmem memory reindex`)"
+    return line
 
 
 def status_lines(data: MemoryStatus) -> list[str]:
@@ -384,6 +405,8 @@ def status_lines(data: MemoryStatus) -> list[str]:
         lines.append(
             f"  {folder.path}/  {_count(folder.files, 'file')}, {human_size(folder.bytes)}"
         )
+    if (search_line := _search_line(data)) is not None:
+        lines.append(search_line)
     lines.append("tokens spent:")
     for phase, total in (("one", data.tokens.phase_one), ("two", data.tokens.phase_two)):
         lines.append(

@@ -193,6 +193,28 @@ class TokensPerPhase(_Result):
     """Consolidation."""
 
 
+class SearchInfo(_Result):
+    """How ``search`` ranks in this process, and how much of the layout has vectors (as the
+    index held it after the last search or ``reindex``)."""
+
+    ranking: Literal["bm25", "hybrid"]
+    """``"hybrid"``: BM25 fused with an embedding model (the ``semantic`` extra); ``"bm25"``:
+    words only."""
+    model: str | None = None
+    """The embedding model (hybrid)."""
+    reason: str | None = None
+    """Why BM25: the extra is not installed, or ``SANDMEM_SEARCH=bm25``."""
+    embeddable: int = 0
+    """Indexed rows that get a vector: distilled-memory sections and transcript passages of
+    the embedded kinds."""
+    embedded: int = 0
+    """How many of them have one (the rest get one at the next searches, or ``reindex``)."""
+    vectors: int = 0
+    """Distinct vectors stored (a text held twice is embedded once)."""
+    model_of_vectors: str | None = None
+    """The model the stored vectors were made with (``None``: no vectors)."""
+
+
 class MemoryStatus(_Result):
     """Everything ``status()`` reports about one layout of one workspace."""
 
@@ -215,6 +237,8 @@ class MemoryStatus(_Result):
     """``raw_memories``, ``rollout_summaries``, ``skills`` and ``sessions`` by name."""
     tokens: TokensPerPhase
     """Tokens spent per phase."""
+    search: SearchInfo | None = None
+    """How search ranks (BM25 or hybrid) and how much has vectors."""
 
     @property
     def pending(self) -> list[ConversationInfo]:
@@ -288,6 +312,9 @@ class SearchResults(_Result):
     """The query as given."""
     hits: list[SearchHit]
     """Best first, at most ``limit``."""
+    ranking: Literal["bm25", "hybrid"] = "bm25"
+    """How the hits were ranked: ``"bm25"`` (words), or ``"hybrid"`` (BM25 fused with the
+    embedding model of the ``semantic`` extra; each hit's ``score`` is then its fused score)."""
 
 
 # ---------------------------------------------------------------- generating and forgetting

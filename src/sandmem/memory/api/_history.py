@@ -8,6 +8,9 @@ The storage is ``memory.history``; every change goes through ``memory.journal``
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+
 from pydantic import BaseModel, ConfigDict
 
 from sandmem._errors import SandboxError, UserError
@@ -18,8 +21,10 @@ from sandmem.memory.api._target import MemoryTarget, lock_error, open_target, ru
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.history import Attribution, Version, unified
 from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.memory.store._history_sync import replace_mirror, sync_history
 from sandmem.memory.store._sync import redact_store
+from sandmem.memory.views import _index_search, _transcripts
 from sandmem.memory.views._index import INDEX_NAME, remove_index
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
@@ -269,6 +274,8 @@ async def redact_history(
                 rewritten = await _redact_tree(session, paths.memories_dir, redactor)
                 await remove_index(session, paths)  # a search index keeps removed terms
                 still = await _matching(session, paths.sessions_dir, redactor)
+                if still:  # the transcript tier never indexes those passages again
+                    await _withhold_from_search(session, paths, lambda t: redactor.redact(t) != t)
                 store = layout.store if layout is not None else None
                 if store is not None and store.remote:
                     await replace_mirror(session, paths, store)
@@ -311,6 +318,38 @@ async def _matching(session: SandboxSession, top: str, redactor: Redactor) -> li
         if data is not None and history.redact_bytes(data, redactor.redact) != data:
             hits.append(path)
     return hits
+
+
+async def _withhold_from_search(
+    session: SandboxSession, paths: MemoryPaths, matches: Callable[[str], bool]
+) -> int:
+    """Record, for the transcript tier, every passage of the rollout files that ``matches``
+    (``redact-history``'s pattern; the rollout files themselves are not rewritten), so a
+    rebuilt index never holds them again; added to what was recorded before. Returns how
+    many passages are newly withheld."""
+    known, _digest = await _index_search.load_withheld(session, paths)
+    record = {rid: set(d) for rid, d in (known or {}).items()}
+    if not await _files.is_dir(session, paths.sessions_dir):
+        return 0
+    redact = _index_search.redactor()
+    added = 0
+    for name in sorted(await _files.listdir(session, paths.sessions_dir)):
+        rid = name[:-6] if name.endswith(".jsonl") else ""
+        if not ROLLOUT_ID_PATTERN.fullmatch(rid):
+            continue
+        try:
+            data = await _files.read(session, paths.rollout_file(rid))
+        except SandboxError:
+            continue
+        found = _transcripts.withheld_passages(data or b"", matches, redact)
+        new = found - record.get(rid, set())
+        if new:
+            record.setdefault(rid, set()).update(new)
+            added += len(new)
+    if added or known is None:
+        text = json.dumps({rid: sorted(d) for rid, d in sorted(record.items())}, indent=1)
+        await _files.write(session, _index_search.withheld_path(paths), text + "\n")
+    return added
 
 
 # ---------------------------------------------------------------- review inbox

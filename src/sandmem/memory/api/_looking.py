@@ -165,7 +165,7 @@ async def search(
     async with open_target(target, layout) as (session, paths, _):
         async with opened_index(session, paths, *parts) as index:
             hits = await index.search_hits(query, limit, transcripts=transcripts)
-    return SearchResults(query=query, hits=hits)
+    return SearchResults(query=query, hits=hits, ranking=index.ranking)
 
 
 async def view_html(

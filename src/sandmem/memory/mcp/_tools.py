@@ -169,9 +169,10 @@ TOOL_SPECS: dict[str, ToolSpec] = {
     for spec in (
         ToolSpec(
             "memory_search",
-            "Search the memory of earlier sessions (MEMORY.md, rollout summaries, skills) with "
-            "keywords. Returns the best-matching lines, best first, as `path:line [section] "
-            "text`; open a file with memory_read for detail.",
+            "Search the memory of earlier sessions (MEMORY.md, rollout summaries, skills, then "
+            "the recorded conversations) with keywords or a question. Returns the best-matching "
+            "lines, best first, as `path:line [section] text`; open a file with memory_read for "
+            "detail.",
             SearchArgs,
             "search_memory",
             False,

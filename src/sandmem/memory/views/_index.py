@@ -62,7 +62,7 @@ from sandmem.memory.layout import (
 from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import parse_segment
 from sandmem.memory.state import RolloutState, RolloutStatus
-from sandmem.memory.views import _index_check, _index_search, _search, _transcripts
+from sandmem.memory.views import _index_check, _index_search, _search, _transcripts, _vectors
 from sandmem.memory.views._index_search import _matches, _trusted
 from sandmem.sandboxes._session import SandboxSession
 
@@ -73,7 +73,7 @@ T = TypeVar("T")
 INDEX_NAME = INDEX_DB
 #: how long a reader waits for another process refreshing the index
 #: bump when the schema or what a row holds changes: an index of another version is rebuilt
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 #: a conversation's task is cut to this many characters
 TASK_CHARS = 120
 #: files read at once while deriving rows
@@ -94,7 +94,15 @@ _SCHEMA = (
     "CREATE TABLE docs (path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER)",
 )
 #: the tables a rebuild empties
-_TABLES = ("conversations", "states", "docs", "sections", "sections_fts", *_transcripts.TABLES)
+_TABLES = (
+    "conversations",
+    "states",
+    "docs",
+    "sections",
+    "sections_fts",
+    *_transcripts.TABLES,
+    *_vectors.TABLES,
+)
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,7 @@ def _tables(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
     _search.create_tables(conn)
     _transcripts.create_tables(conn)
+    _vectors.create_tables(conn)
 
 
 @functools.cache
@@ -347,8 +356,15 @@ class LayoutIndex:
         #: the digests of this call's listings (``None``: a file too new to trust)
         self.digests: dict[str, str | None] = {}
         self.changed = False
+        #: rows of a search tier were dropped: vectors no row holds go at the refresh's end
+        self.vectors_dropped = False
+        #: the ranking of the last ``search_hits``
+        self.ranking: _vectors.Mode = "bm25"
+        #: the passages ``redact-history`` withheld, by conversation (``_index_search``)
+        self.withheld: dict[str, frozenset[str]] = {}
         _search.scratch(conn)
         _transcripts.scratch(conn)
+        _vectors.scratch(conn)
 
     @property
     def path(self) -> str:
@@ -427,6 +443,7 @@ class LayoutIndex:
             await self._refresh_search()
         if "transcripts" in parts:
             await self._refresh_transcripts()
+        _index_search.collect_vectors(self)
 
     def _unchanged(self, key: str, *listings: dict[str, Stat]) -> tuple[bool, str | None]:
         """Whether ``listings`` are exactly what they were when ``key``'s rows were last
@@ -758,7 +775,8 @@ class LayoutIndex:
     async def search_hits(
         self, query: str, limit: int, *, transcripts: bool = True
     ) -> list[SearchHit]:
-        """The public hits of one search (``_index_search.search_hits``)."""
+        """The public hits of one search (``_index_search.search_hits``; ``ranking`` says
+        which ranking made them)."""
         return await _index_search.search_hits(self, query, limit, transcripts=transcripts)
 
 
@@ -846,6 +864,9 @@ async def rebuild_index(session: SandboxSession, paths: MemoryPaths) -> IndexRep
                 index.conn.execute(f"DELETE FROM {table}")
             index.conn.execute("DELETE FROM meta WHERE key != 'dirty'")
             await index.refresh(("conversations", "sizes", "search", "transcripts"))
+            embedder = _vectors.load()
+            if embedder is not None:  # every row gets its vector now, however long it takes
+                await _index_search.refresh_vectors(index, embedder, None)
             await index.log_summary()
             count = index.conn.execute("SELECT count(*) FROM conversations").fetchone()[0]
             files = index.conn.execute("SELECT count(*) FROM docs").fetchone()[0]

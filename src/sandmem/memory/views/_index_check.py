@@ -68,6 +68,11 @@ META: dict[str, TypeAdapter[Any]] = {
     "log": TypeAdapter(_Log),
     "passages": TypeAdapter(_Count),
     "embedder": TypeAdapter(Annotated[str, Field(max_length=200)]),
+    "vectors_complete": TypeAdapter(bool),
+    "withheld_digest": TypeAdapter(
+        Annotated[str, Field(pattern=r"^([0-9a-f]{64}|none|unreadable)$")]
+    ),
+    "vectors_gen": TypeAdapter(Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]),
 }
 #: keys with a name after this prefix (``cache:raw_sizes``)
 _PREFIXED = {"cache:": TypeAdapter(_Cached)}

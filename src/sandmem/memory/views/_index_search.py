@@ -13,18 +13,25 @@ not in the file it names (a forged row), so a snippet always comes from a file.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated
 
-from sandmem.memory._results import SearchHit
-from sandmem.memory.layout import RACY_NS, Stat, read_isolated
+from pydantic import Field, TypeAdapter, ValidationError
+
+from sandmem._errors import SandboxError, UserError
+from sandmem.memory import _files
+from sandmem.memory._results import SearchHit, SearchInfo
+from sandmem.memory.layout import RACY_NS, MemoryPaths, Stat, read_isolated
 from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
-from sandmem.memory.views import _search, _transcripts
+from sandmem.memory.views import _search, _transcripts, _vectors
 
 if TYPE_CHECKING:
     from sandmem.memory.views._index import LayoutIndex
+    from sandmem.sandboxes._session import SandboxSession
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -52,7 +59,8 @@ def _matches(stored: tuple[int | None, int | None], stat: Stat | None) -> bool:
     return stored[1] is not None and stored == stat
 
 
-def _redactor() -> _transcripts.Redact:
+def redactor() -> _transcripts.Redact:
+    """The redaction every passage goes through before it is indexed."""
     from sandmem.redaction import redact  # its patterns compile on import: only when indexing
 
     return redact
@@ -86,6 +94,7 @@ async def refresh_search(index: LayoutIndex) -> None:
     stale = sorted(p for p, stat in files.items() if p not in rows or not _matches(rows[p], stat))
     if gone or stale:
         index.will_change()
+        _rows_changed(index)
     for path in gone:
         drop_file(index, path)
     summaries = f"{index.paths.summaries_dir}/"
@@ -113,7 +122,19 @@ async def refresh_search(index: LayoutIndex) -> None:
         index._set_meta("search_digest", digest)
 
 
+def _rows_changed(index: LayoutIndex) -> None:
+    """Rows of a tier are about to be dropped or added: their vectors are incomplete, and
+    vectors no row holds any more are deleted at the end of the refresh (``_vectors``)."""
+    index._set_meta("vectors_complete", False)
+    index.vectors_dropped = True
+
+
 def drop_file(index: LayoutIndex, path: str) -> None:
+    where = "tier = 0 AND ref IN (SELECT id FROM sections WHERE path = ?)"
+    index.conn.execute(
+        f"INSERT INTO temp.dropped_keys SELECT key FROM vector_refs WHERE {where}", (path,)
+    )
+    index.conn.execute(f"DELETE FROM vector_refs WHERE {where}", (path,))
     _search.drop_file(index.conn, path)
     index.conn.execute("DELETE FROM docs WHERE path = ?", (path,))
 
@@ -138,14 +159,69 @@ def _rollouts(index: LayoutIndex) -> dict[str, Stat]:
     return found
 
 
+#: what ``redact-history`` withholds from the transcript tier (``record_withheld``)
+WITHHELD_NAME = ".search_withheld.json"
+_WITHHELD = TypeAdapter(
+    dict[
+        Annotated[str, Field(pattern=ROLLOUT_ID_PATTERN.pattern)],
+        list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]],
+    ]
+)
+
+
+def withheld_path(paths: MemoryPaths) -> str:
+    """Where ``redact-history`` records what the transcript tier withholds."""
+    return f"{paths.memories_dir}/{WITHHELD_NAME}"
+
+
+async def load_withheld(
+    session: SandboxSession, paths: MemoryPaths
+) -> tuple[dict[str, frozenset[str]] | None, str]:
+    """The passages ``redact-history`` withheld, by conversation, and the file's digest;
+    ``None`` (index no transcript) when the file is there but cannot be read or is not a
+    valid record: the tier fails closed rather than let a matched secret back in."""
+    try:
+        data = await _files.read(session, withheld_path(paths))
+    except SandboxError as exc:
+        logger.warning(
+            "%s not readable (%s): the transcript tier is left empty", WITHHELD_NAME, exc
+        )
+        return None, "unreadable"
+    if data is None:
+        if await _files.kind(session, withheld_path(paths)) is not None:  # a link, a FIFO
+            logger.warning("%s is not a regular file: no transcript is indexed", WITHHELD_NAME)
+            return None, "unreadable"
+        return {}, "none"
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        found = _WITHHELD.validate_json(data)
+    except ValidationError:
+        logger.warning("%s is not a valid record: no transcript is indexed", WITHHELD_NAME)
+        return None, digest
+    return {rid: frozenset(d) for rid, d in found.items()}, digest
+
+
 async def refresh_transcripts(index: LayoutIndex) -> None:
     """Index what was appended to each rollout file since it was last indexed; a file that
-    shrank or changed before its indexed end is indexed again; a file gone is dropped."""
+    shrank or changed before its indexed end is indexed again; a file gone is dropped. The
+    passages ``redact-history`` withheld are left out: when that record changed, every
+    rollout file is indexed again."""
     files = _rollouts(index)
+    conn = index.conn
+    withheld, withheld_digest = await load_withheld(index.session, index.paths)
+    if index._meta("withheld_digest") != withheld_digest:
+        index.will_change()
+        _rows_changed(index)
+        for (rid,) in conn.execute("SELECT rid FROM transcript_files").fetchall():
+            _transcripts.drop_conversation(conn, str(rid))
+        conn.execute("DELETE FROM meta WHERE key IN ('transcripts_digest', 'passages')")
+        index._set_meta("withheld_digest", withheld_digest)
+    if withheld is None:
+        return  # fail closed: no transcript is indexed while the record is unusable
+    index.withheld = withheld
     unchanged, digest = index._unchanged("transcripts_digest", index.listing.sessions)
     if unchanged:
         return
-    conn = index.conn
     started_ns = time.time_ns()
     rows = {
         str(rid): (size, mtime, indexed, segments, tail)
@@ -159,10 +235,11 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
     )
     if gone or stale:
         index.will_change()
+        _rows_changed(index)
         conn.execute("DELETE FROM meta WHERE key = 'passages'")  # counted again when asked
     for rid in gone:
         _transcripts.drop_conversation(conn, rid)
-    redact = _redactor() if stale else str
+    redact = redactor() if stale else str
     for start in range(0, len(stale), READ_BATCH):
         batch = stale[start : start + READ_BATCH]
         paths = [index.paths.rollout_file(rid) for rid in batch]
@@ -200,7 +277,8 @@ def _index_file(
     if offset == 0:
         _transcripts.drop_conversation(index.conn, rid)
     lines, end = _transcripts.lines_from(data, offset)
-    number = _transcripts.add_lines(index.conn, rid, number, lines, redact)
+    withheld = index.withheld.get(rid, frozenset())
+    number = _transcripts.add_lines(index.conn, rid, number, lines, redact, withheld)
     whole = end == len(data) == stat[0]
     index.conn.execute(
         "INSERT OR REPLACE INTO transcript_files VALUES (?, ?, ?, ?, ?, ?)",
@@ -225,13 +303,30 @@ def rank_both(index: LayoutIndex, query: str, limit: int) -> list[AnyHit]:
     passages = _transcripts.rank(index.conn, query, limit, _search.MAX_QUERY_TERMS, total)
     if not passages:
         return list(distilled)
-    weight = _transcripts.weights(index.conn, _search.query_terms(index.conn, query), total)
+    terms = _search.query_terms(index.conn, query)
+    weight = _transcripts.weights(index.conn, terms, total)
+    shown = _shown_terms(index, distilled, set(terms))
 
     def covers(hit: AnyHit) -> float:
+        if isinstance(hit, _search.Hit):
+            return _transcripts.coverage(shown.get(hit.sid, frozenset()), weight)
         return _transcripts.coverage(hit.matched, weight)
 
     merged: list[AnyHit] = _transcripts.merge(distilled, passages, covers, limit)
     return merged
+
+
+def _shown_terms(
+    index: LayoutIndex, hits: list[_search.Hit], terms: set[str]
+) -> dict[int, frozenset[str]]:
+    """The query terms each distilled hit *shows* — its section's own title and its best line
+    — by section id. A long section (a rollout summary's outcome list, a task group) holds
+    most words of most queries somewhere; what it answers is what it points at, so that is
+    what is weighed against a transcript passage."""
+    if not hits or not terms:
+        return {}
+    texts = [(h.sid, f"{(h.heading or '').rsplit(' > ', 1)[-1]}\n{h.snippet}") for h in hits]
+    return _transcripts._matched(index.conn, texts, terms)
 
 
 async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
@@ -258,7 +353,7 @@ async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
                 _forget_row(index, "search_digest")
                 drop_file(index, hit.path)
         else:
-            redact = redact or _redactor()
+            redact = redact or redactor()
             data = found.get(index.paths.rollout_file(hit.rollout_id))
             ok = _transcript_hit_ok(hit, data, redact)
             if not ok:
@@ -266,6 +361,7 @@ async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
                 _transcripts.drop_conversation(index.conn, hit.rollout_id)
         if ok:
             kept.append(hit)
+    collect_vectors(index)  # the vectors of rows dropped here
     return kept
 
 
@@ -274,6 +370,7 @@ def _forget_row(index: LayoutIndex, digest_key: str) -> None:
     so the next use looks at every file of that tier again."""
     logger.warning("memory index row does not match its file: indexing it again")
     index.will_change()
+    index.vectors_dropped = True
     index.conn.execute("DELETE FROM meta WHERE key IN (?, 'passages')", (digest_key,))
 
 
@@ -308,6 +405,7 @@ async def purge(index: LayoutIndex) -> None:
     ``secure_delete`` freed pages are zeroed): ``forget`` calls it after a conversation's files
     are gone and the index was brought in line with them."""
     index.will_change()
+    collect_vectors(index, everything=True)
     index.conn.execute("INSERT INTO passages_fts (passages_fts) VALUES ('optimize')")
     index.conn.execute("INSERT INTO sections_fts (sections_fts) VALUES ('optimize')")
 
@@ -315,9 +413,16 @@ async def purge(index: LayoutIndex) -> None:
 async def search_hits(
     index: LayoutIndex, query: str, limit: int, *, transcripts: bool = True
 ) -> list[SearchHit]:
-    """The public hits of one search: ranked (both tiers, or distilled memory only), checked
-    against their files, transcript hits with their snippet line and rollout summary."""
-    if transcripts:
+    """The public hits of one search: ranked (both tiers, or distilled memory only; hybrid
+    when an embedder is installed, after embedding what is missing for at most
+    ``_vectors.SEARCH_BUDGET_S``), checked against their files, transcript hits with their
+    snippet line and rollout summary. ``index.ranking`` says which ranking it was."""
+    embedder = _vectors.load()
+    index.ranking = "bm25" if embedder is None else "hybrid"
+    if embedder is not None:
+        await refresh_vectors(index, embedder, _vectors.SEARCH_BUDGET_S)
+        hits = rank_hybrid(index, query, limit, embedder, transcripts=transcripts)
+    elif transcripts:
         hits = rank_both(index, query, limit)
     else:
         hits = list(rank_memory(index, query, limit))
@@ -338,6 +443,131 @@ async def search_hits(
             )
         else:
             out.append(_transcript_hit(index, hit, terms, weight))
+    return out
+
+
+# ---------------------------------------------------------------- hybrid
+
+
+#: how deep each ranking goes before fusion (at least the hits asked for)
+FUSE_DEPTH = 30
+#: reciprocal rank fusion's constant (the usual one), and each ranking's weight: BM25 over
+#: distilled memory, BM25 over the transcripts, cosine over both (``rank_hybrid``). Words and
+#: meaning weigh the same: the two BM25 rankings share one half. Measured in figure 14 against
+#: equal weights for the three rankings and against cosine alone.
+RRF_K = 60.0
+RRF_WEIGHTS = (0.5, 0.5, 1.0)
+
+
+def collect_vectors(index: LayoutIndex, *, everything: bool = False) -> None:
+    """After rows were dropped: delete the vectors no row holds any more (those whose refs
+    were dropped; ``everything``: every ref and vector checked, ``_vectors.prune``) and make
+    the process's copy of the vectors stale."""
+    if not index.vectors_dropped and not everything:
+        return
+    index.will_change()
+    if everything:
+        _vectors.prune(index.conn)
+    else:
+        _vectors.collect(index.conn)
+    index._set_meta("vectors_gen", _token())
+    index.vectors_dropped = False
+
+
+def _token() -> str:
+    import secrets
+
+    return secrets.token_hex(8)
+
+
+async def refresh_vectors(
+    index: LayoutIndex, embedder: _vectors.Embedder, budget_s: float | None
+) -> None:
+    """Embed the rows that have no vector yet (for at most ``budget_s``; ``None``: all)."""
+    conn = index.conn
+    if index._meta("embedder") != embedder.name:
+        index.will_change()
+        conn.execute("DELETE FROM vector_refs")
+        conn.execute("DELETE FROM vectors")
+        conn.execute("DELETE FROM temp.dropped_keys")
+        index._set_meta("embedder", embedder.name)
+        index._set_meta("vectors_complete", False)
+        index._set_meta("vectors_gen", _token())
+    if index._meta("vectors_complete") is True:
+        return
+    made, done = await _vectors.embed_pending(
+        conn, embedder, budget_s, index.will_change, index.paths.memories_dir
+    )
+    if made or done:
+        index._set_meta("vectors_gen", _token())
+    if done:
+        index._set_meta("vectors_complete", True)
+
+
+def _where(index: LayoutIndex) -> str:
+    return f"{index.session.root}/{index.path}"
+
+
+def rank_hybrid(
+    index: LayoutIndex,
+    query: str,
+    limit: int,
+    embedder: _vectors.Embedder,
+    *,
+    transcripts: bool = True,
+) -> list[AnyHit]:
+    """BM25 over distilled memory, BM25 over the transcripts and cosine over the vectors of
+    both, fused by reciprocal rank (``RRF_K``, ``RRF_WEIGHTS``); ties keep distilled memory
+    first. Each hit's ``score`` is its fused score."""
+    depth = max(limit, FUSE_DEPTH)
+    conn = index.conn
+    query = _search.capped(query)
+    distilled = rank_memory(index, query, depth)
+    total = passage_count(index) if transcripts else 0
+    lexical: list[_transcripts.TranscriptHit] = []
+    if transcripts and total:
+        lexical = _transcripts.rank(conn, query, depth, _search.MAX_QUERY_TERMS, total)
+    tiers = (_vectors.SECTION, _vectors.PASSAGE) if transcripts else (_vectors.SECTION,)
+    token = str(index._meta("vectors_gen") or "")
+    dense = _vectors.dense_rank(conn, embedder, query, depth, _where(index), token, tiers)
+    sections = {h.sid: h for h in distilled}
+    passages = {h.pid: h for h in lexical}
+    want_s = [(ref, score) for tier, ref, score in dense if tier == _vectors.SECTION]
+    want_p = [(ref, score) for tier, ref, score in dense if tier == _vectors.PASSAGE]
+    sizes = index._meta("corpus")
+    total_sections = int(sizes[0]) if sizes else _search.corpus(conn)[0]
+    for section in _search.section_hits(
+        conn, [x for x in want_s if x[0] not in sections], query, total_sections
+    ):
+        sections[section.sid] = section
+    terms = set(_search.query_terms(conn, query))
+    wanted = [x for x in want_p if x[0] not in passages]
+    for found in _transcripts.passage_hits(conn, wanted, terms):
+        passages[found.pid] = found
+    fused = _vectors.rrf(
+        [
+            [("s", h.sid) for h in distilled],
+            [("p", h.pid) for h in lexical],
+            [("s" if tier == _vectors.SECTION else "p", ref) for tier, ref, _ in dense],
+        ],
+        RRF_K,
+        RRF_WEIGHTS,
+    )
+    order = {key: n for n, key in enumerate(fused)}
+    ranked = sorted(fused, key=lambda key: (-fused[key], key[0] != "s", order[key]))
+    out: list[AnyHit] = []
+    seen: set[tuple[str, str]] = set()
+    for kind, ref in ranked:
+        hit: AnyHit | None = sections.get(ref) if kind == "s" else passages.get(ref)
+        if hit is None:
+            continue
+        if isinstance(hit, _transcripts.TranscriptHit):
+            if (hit.rollout_id, hit.text) in seen:
+                continue
+            seen.add((hit.rollout_id, hit.text))
+        out.append(replace(hit, score=round(fused[(kind, ref)], 6)))
+        if len(out) == limit:
+            break
     return out
 
 
@@ -372,4 +602,24 @@ def _transcript_hit(
         segment=hit.segment,
         summary_file=summary if summary in index.listing.summaries else None,
         text=hit.text,
+    )
+
+
+def search_info(index: LayoutIndex) -> SearchInfo:
+    """How search ranks now (no model is loaded to tell) and how much of what the index holds
+    has vectors."""
+    try:
+        choice = _vectors.choice()
+    except UserError as exc:  # SANDMEM_SEARCH=hybrid without the extra, or a bad value
+        return SearchInfo(ranking="bm25", reason=str(exc))
+    found = _vectors.counts(index.conn, index.paths.memories_dir)
+    stored = index._meta("embedder")
+    return SearchInfo(
+        ranking=choice.mode,
+        model=choice.model,
+        reason=choice.reason or None,
+        embeddable=found["sections"] + found["passages"],
+        embedded=found["sections_embedded"] + found["passages_embedded"],
+        vectors=found["vectors"],
+        model_of_vectors=stored if isinstance(stored, str) and found["vectors"] else None,
     )

@@ -89,6 +89,8 @@ class Hit:
     heading: str | None
     #: the query terms the section holds (how much of the query it covers)
     matched: frozenset[str] = field(default=frozenset(), compare=False)
+    #: the section's row id in the search tables (0: not from a table)
+    sid: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -264,11 +266,7 @@ def rank(
     total, length_sum = sizes if sizes is not None else corpus(conn)
     if not terms or not total:
         return []
-    idf = []
-    for term in terms:
-        row = conn.execute("SELECT doc FROM temp.section_rows WHERE term = ?", (term,)).fetchone()
-        n = int(row[0]) if row else 0
-        idf.append(math.log(1 + (total - n + 0.5) / (n + 0.5)))
+    idf = _idf(conn, terms, total)
     average = (length_sum / total) or 1.0
     query_rows = ", ".join("(?, ?, ?)" for _ in terms)
     # one column per term, added in term order: the sum does not depend on SQLite's row order
@@ -310,7 +308,47 @@ def rank(
     for t in top:
         line, snippet = best.get(t.sid, (t.start, _snippet(t.lines[0])))
         matched = frozenset(term for i, term in enumerate(terms) if int(t.mask) >> i & 1)
-        hits.append(Hit(t.path, line, round(t.score, 6), snippet, t.heading, matched))
+        hits.append(Hit(t.path, line, round(t.score, 6), snippet, t.heading, matched, t.sid))
+    return hits
+
+
+def _idf(conn: sqlite3.Connection, terms: list[str], total: int) -> list[float]:
+    idf = []
+    for term in terms:
+        row = conn.execute("SELECT doc FROM temp.section_rows WHERE term = ?", (term,)).fetchone()
+        n = int(row[0]) if row else 0
+        idf.append(math.log(1 + (total - n + 0.5) / (n + 0.5)))
+    return idf
+
+
+def section_hits(
+    conn: sqlite3.Connection, scored: list[tuple[int, float]], query: str, total: int
+) -> list[Hit]:
+    """Hits for sections found another way than BM25 (``scored``: section id and score, in
+    order): each points at its best-matching line for ``query``'s terms, or at its first line
+    when none of them is in it. Ids with no row are left out."""
+    if not scored:
+        return []
+    terms = query_terms(conn, query)
+    ids = [sid for sid, _ in scored]
+    marks = ",".join("?" * len(ids))
+    rows = {
+        int(r[0]): r
+        for r in conn.execute(
+            "SELECT s.id, s.path, s.start, s.heading, s.first_line, f.body FROM sections AS s "
+            f"JOIN sections_fts AS f ON f.rowid = s.id WHERE s.id IN ({marks})",
+            ids,
+        )
+    }
+    top = [
+        _Top(int(r[0]), str(r[1]), int(r[2]), r[3], str(r[4]), str(r[5]), score, 0)
+        for r, score in ((rows[sid], score) for sid, score in scored if sid in rows)
+    ]
+    best = _best_lines(conn, terms, _idf(conn, terms, total), top) if terms else {}
+    hits = []
+    for t in top:
+        line, snippet = best.get(t.sid, (t.start, _snippet(t.lines[0])))
+        hits.append(Hit(t.path, line, round(t.score, 6), snippet, t.heading, frozenset(), t.sid))
     return hits
 
 

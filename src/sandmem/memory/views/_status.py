@@ -48,6 +48,7 @@ from sandmem.memory.views._index import (
     opened_index,
     summary_name,
 )
+from sandmem.memory.views._index_search import search_info
 from sandmem.sandboxes._session import SandboxSession
 
 if TYPE_CHECKING:  # forgetting imports generation when it runs; looking never does
@@ -178,6 +179,7 @@ async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemorySt
         listing = index.listing
         phase_two = index.phase_two()
         log = await index.log_summary()
+        search = search_info(index)
     files, dirs = _sizes(paths, listing)
     return MemoryStatus(
         workspace=str(session.root),
@@ -191,6 +193,7 @@ async def memory_status(session: SandboxSession, paths: MemoryPaths) -> MemorySt
         files=files,
         dirs=dirs,
         tokens=_tokens(log),
+        search=search,
     )
 
 

