@@ -106,6 +106,7 @@ if TYPE_CHECKING:
         MemoryGenerateConfig,
         MemoryLayoutConfig,
         MemoryReadConfig,
+        MemoryScopesConfig,
         validate_rollout_id,
     )
     from sandmem.models import (
@@ -175,6 +176,7 @@ __all__ = [
     "MemoryLockedError",
     "MemoryNotFoundError",
     "MemoryReadConfig",
+    "MemoryScopesConfig",
     "MessageOutputItem",
     "Model",
     "ModelBehaviorError",
@@ -283,6 +285,7 @@ _WHERE = {
     "MemoryGenerateConfig": "sandmem.memory",
     "MemoryLayoutConfig": "sandmem.memory",
     "MemoryReadConfig": "sandmem.memory",
+    "MemoryScopesConfig": "sandmem.memory",
     "MessageOutputItem": "sandmem.agent._run_items",
     "Model": "sandmem.models",
     "ModelProvider": "sandmem.models",

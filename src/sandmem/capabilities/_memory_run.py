@@ -4,7 +4,8 @@ At the start (``RunMemory.start``): the run's live-edit policy guards the layout
 and in review mode a proposal's overlay: ``memory.live_edit``); with generation on, the
 rollout id is resolved and the session's generation manager found or made (its stop flushes,
 ``memory.generation``) and work an earlier stop could not hand over is handed over; a remote
-store's memory is pulled; review mode keeps the approved files; the summary is read once.
+store's memory is pulled; review mode keeps the approved files; the summary is read once —
+with the summaries of the other scopes attached (``capabilities._memory_scopes``).
 At the end (``RunMemory.end``): the run's edits of memory files become a version (or, in
 review mode, a proposal), then the run's segment is recorded (``memory.recording``).
 """
@@ -26,6 +27,7 @@ from sandmem.redaction import Redactor
 
 if TYPE_CHECKING:
     from sandmem.agent._context import RunOutcome, SandboxRunContext
+    from sandmem.capabilities._memory_scopes import RunScopes
     from sandmem.memory._run_review import Approved
     from sandmem.memory.recording import RolloutRecorder
     from sandmem.sandboxes._session import SandboxSession
@@ -43,8 +45,11 @@ class RunMemory:
         layout: MemoryLayoutConfig,
         read: MemoryReadConfig | None,
         generate: MemoryGenerateConfig | None,
+        scopes: RunScopes | None = None,
     ) -> None:
         self.session = session
+        #: the scopes attached besides this layout (``None``: this layout alone)
+        self.scopes = scopes
         self.paths = paths
         self.layout = layout
         self.read = read
@@ -77,12 +82,17 @@ class RunMemory:
             from sandmem.memory._run_review import approved
 
             self.approved = await approved(self.session, self.paths)
+        if self.scopes is not None:
+            self.scopes.policy = run_policy(ctx.extras)
+            self.scopes.rollout_id = self.rollout_id
         if self.read is not None:
             self.prompt = await read_prompt_for(
                 self.session,
                 self.paths,
                 live_update=self.read.live_update,
                 display_dir=display_dir,
+                scopes=self.scopes.sections if self.scopes is not None else None,
+                attached=self.scopes.scopes if self.scopes is not None else None,
             )
 
     def _guard_writes(self, ctx: SandboxRunContext) -> None:

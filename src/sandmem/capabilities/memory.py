@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 from sandmem._errors import CapabilityNotBoundError
 from sandmem.agent._capability import Capability
 from sandmem.agent._context import SandboxRunContext
+from sandmem.agent._tools import FunctionTool
 from sandmem.capabilities._memory_run import RunMemory
+from sandmem.capabilities._memory_scopes import RunScopes
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS as SUMMARY_MAX_TOKENS
@@ -26,8 +28,10 @@ class Memory(Capability):
     """Memory that carries across runs.
 
     ``read`` (default ``MemoryReadConfig()``) injects ``memory_summary.md`` into each run's
-    instructions; ``generate`` (default ``MemoryGenerateConfig()``) records each run and
-    distils memory when the sandbox session stops. At least one must be on.
+    instructions — with the summaries of the scopes it attaches (the person's personal memory,
+    a team's: ``MemoryReadConfig.scopes``, ``docs/scopes.md``) in labelled sections;
+    ``generate`` (default ``MemoryGenerateConfig()``) records each run and distils memory when
+    the sandbox session stops. At least one must be on.
     """
 
     type = "memory"
@@ -60,11 +64,36 @@ class Memory(Capability):
             return frozenset({Shell, Filesystem})
         return frozenset({Shell})
 
+    #: this run's other scopes (``capabilities._memory_scopes``), found once per bound clone
+    _scopes: tuple[RunScopes | None] | None = None
+    #: the memory prompt read when this run's clone started (the runner asks for the
+    #: instructions in the reference's form, with the manifest: the prompt is read once a run)
+    _prompt: tuple[str | None] | None = None
+
+    def _run_scopes(self) -> RunScopes | None:
+        """The scopes this run attaches besides its layout (``MemoryReadConfig.scopes``):
+        found when the run collects its tools, before the first model call."""
+        if self._scopes is None:
+            found = RunScopes.attach(self.session, self.layout, self.read, self.generate)
+            self._scopes = (found,)
+        return self._scopes[0]
+
+    def tools(self) -> list[FunctionTool]:
+        """With other scopes attached (the person's personal memory, a team's):
+        ``memory_scope_read``, and with live updates ``memory_scope_update``."""
+        if self._session is None or self.read is None or self.read.scopes is None:
+            return []
+        scopes = self._run_scopes()
+        return scopes.tools() if scopes is not None else []
+
     def _slot(self, ctx: SandboxRunContext) -> RunMemory:
         """This run's memory of this layout (``capabilities._memory_run``)."""
         slot = ctx.extras.get((RunMemory, self.paths))
         if slot is None:
-            slot = RunMemory(self.session, self.paths, self.layout, self.read, self.generate)
+            scopes = self._run_scopes() if self.read is not None else None
+            slot = RunMemory(
+                self.session, self.paths, self.layout, self.read, self.generate, scopes
+            )
             ctx.extras[(RunMemory, self.paths)] = slot
         assert isinstance(slot, RunMemory)
         return slot
@@ -73,7 +102,9 @@ class Memory(Capability):
         """Resolve the rollout id, check the layout and prepare it, and read the summary once —
         all before the first model call, so misuse surfaces at once."""
         display_dir = self.display_dir() if self.read is not None else ""
-        await self._slot(ctx).start(ctx, display_dir)
+        slot = self._slot(ctx)
+        await slot.start(ctx, display_dir)
+        self._prompt = (slot.prompt,)
 
     def display_dir(self) -> str:
         """How instructions name the memory directory: as the layout spells it, or, with a run
@@ -88,6 +119,8 @@ class Memory(Capability):
         a capability bound with ``bind(session)``, it reads the summary from that session."""
         if isinstance(ctx, SandboxRunContext):
             return self._slot(ctx).prompt
+        if self._prompt is not None:  # this run's clone, started: the prompt read at its start
+            return self._prompt[0]
         if self._session is None:
             raise CapabilityNotBoundError(
                 "Memory capability is not bound to a SandboxSession; call bind(session) first, "

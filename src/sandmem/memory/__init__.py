@@ -108,6 +108,7 @@ if TYPE_CHECKING:
         MemoryGenerateConfig,
         MemoryLayoutConfig,
         MemoryReadConfig,
+        MemoryScopesConfig,
     )
     from sandmem.memory.ingestion._report import IngestedSource, IngestReport
     from sandmem.memory.ingestion._route import RoutedIngestReport
@@ -139,6 +140,7 @@ __all__ = [
     "MemoryLayoutConfig",
     "MemoryMCPServer",
     "MemoryReadConfig",
+    "MemoryScopesConfig",
     "MemoryStatus",
     "MemoryTarget",
     "PhaseTokens",
@@ -225,6 +227,7 @@ _WHERE = {
     "MemoryLayoutConfig": "sandmem.memory.config",
     "MemoryMCPServer": "sandmem.memory.mcp",
     "MemoryReadConfig": "sandmem.memory.config",
+    "MemoryScopesConfig": "sandmem.memory.config",
     "MemoryStatus": "sandmem.memory._results",
     "MemoryTarget": "sandmem.memory.api",
     "PhaseTokens": "sandmem.memory._results",

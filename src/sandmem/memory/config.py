@@ -120,16 +120,52 @@ class MemoryLayoutConfig(ConfigModel):
         return self
 
 
+class MemoryScopesConfig(ConfigModel):
+    """The memories a run attaches besides its workspace's own layout (``docs/scopes.md``):
+    the person's ``personal`` scope and the ``named`` scopes (a team's), as the user's settings
+    (``<home>/config.toml``, ``[scopes]``) and the workspace's ``sandmem.toml`` say. A scope
+    the settings turn off stays off; these fields can only turn more off. ``home`` is the
+    user's sandmem directory (default ``$SANDMEM_HOME``, else the platform's data
+    directory)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    personal: bool = True
+    named: bool = True
+    home: str | None = None
+
+    @field_validator("home")
+    @classmethod
+    def _home(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\x00" in value):
+            raise ValueError("home must be a directory path (or None for $SANDMEM_HOME)")
+        return value
+
+
 class MemoryReadConfig(ConfigModel):
     """Reading memory. ``live_update`` lets (and requires) the agent fix stale memory in
     ``MEMORY.md`` during the run; ``False`` makes memory read-only; ``"propose"`` lets the
     agent edit memory files with ``apply_patch``, but the edits become a proposal in the
     review inbox (``sandmem memory inbox``) instead of changing memory; later runs read the
-    approved memory."""
+    approved memory.
+
+    ``scopes`` attaches the person's personal memory and the settings' named scopes to the
+    run (``MemoryScopesConfig()``, the default: as the user's settings say); ``None`` (or
+    ``False``) reads the workspace's layout alone."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     live_update: bool | Literal["propose"] = True
+    scopes: MemoryScopesConfig | None = Field(default_factory=MemoryScopesConfig)
+
+    @field_validator("scopes", mode="before")
+    @classmethod
+    def _scopes(cls, value: Any) -> Any:
+        if value is True:
+            return MemoryScopesConfig()
+        if value is False:
+            return None
+        return value
 
 
 #: the answer-length cap of each phase's requests when its settings set none (phase one answers

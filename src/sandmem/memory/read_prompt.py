@@ -2,17 +2,21 @@
 
 The one place that turns ``memory_summary.md`` into the text placed in an agent's
 instructions: the read guidance, the update policy, and the summary cut to
-``SUMMARY_MAX_TOKENS`` (head and tail kept). The ``Memory`` capability, the viewer and the
-demo all call it.
+``SUMMARY_MAX_TOKENS`` (head and tail kept) — or, with several scopes attached (the person's
+personal memory, a team's: ``docs/scopes.md``), their labelled summaries sharing that budget
+(``scoped_read_prompt``). The ``Memory`` capability, the MCP server, the viewer and the demo
+all call it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from sandmem._prompts import escape_fence, load_prompt, render_prompt
 from sandmem._truncate import truncate_head_tail
 from sandmem.memory.layout import MemoryPaths, read_text
+from sandmem.memory.scopes import Scope, scoped_summary
 
 if TYPE_CHECKING:
     from sandmem.sandboxes._session import SandboxSession
@@ -22,9 +26,14 @@ SUMMARY_MAX_TOKENS = 15_000
 
 
 def memory_read_prompt(
-    summary: str, memories_dir: str, *, live_update: bool | Literal["propose"]
+    summary: str,
+    memories_dir: str,
+    *,
+    live_update: bool | Literal["propose"],
+    scopes_policy: str = "",
 ) -> str | None:
-    """The memory prompt for a run, or ``None`` when the summary is empty."""
+    """The memory prompt for a run, or ``None`` when the summary is empty. ``scopes_policy``
+    (``scopes_policy_for``) follows the update policy when other scopes are attached."""
     if not summary.strip():
         return None
     policy_name = "memory_read_only"
@@ -33,6 +42,8 @@ def memory_read_prompt(
     elif live_update:
         policy_name = "memory_live_update"
     policy = render_prompt(load_prompt("sandmem.memory", policy_name), memories_dir=memories_dir)
+    if scopes_policy.strip():
+        policy = f"{policy.strip()}\n\n{scopes_policy.strip()}"
     return render_prompt(
         load_prompt("sandmem.memory", "memory_read"),
         memories_dir=memories_dir,
@@ -44,19 +55,67 @@ def memory_read_prompt(
     )
 
 
+def scoped_read_prompt(
+    sections: Sequence[tuple[Scope, str]],
+    memories_dir: str,
+    *,
+    live_update: bool | Literal["propose"],
+    attached: Sequence[Scope] | None = None,
+) -> str | None:
+    """The memory prompt of a run with several scopes attached (``docs/scopes.md``): one
+    labelled section per scope with a summary, the ``SUMMARY_MAX_TOKENS`` budget shared by
+    ``scopes.scoped_summary`` (the project first, and winning where scopes disagree), and
+    where each kind of memory is read and written (``attached``: every scope, also those with
+    no summary yet; default the sections'). ``None`` when every summary is empty."""
+    summary = scoped_summary(sections, SUMMARY_MAX_TOKENS)
+    scopes = [scope for scope, _ in sections] if attached is None else attached
+    policy = scopes_policy_for(scopes, memories_dir, live_update)
+    return memory_read_prompt(summary, memories_dir, live_update=live_update, scopes_policy=policy)
+
+
+def scopes_policy_for(
+    scopes: Sequence[Scope], memories_dir: str, live_update: bool | Literal["propose"]
+) -> str:
+    """How a run reads and writes the scopes attached besides its workspace's layout (``""``
+    when there are none): read with ``memory_scope_read``; with live updates, a preference
+    of the person goes to ``personal`` and a fact about the code to the project, through
+    ``memory_scope_update``; a read-only scope is never written."""
+    others = [s for s in scopes if s.kind != "project"]
+    if not others:
+        return ""
+    attached = ", ".join(f"`{s.name}` ({s.mode})" for s in others)
+    text = render_prompt(load_prompt("sandmem.memory", "run_scopes"), attached=attached).strip()
+    writable = [s.name for s in others if s.writable]
+    if live_update and writable:
+        rule = render_prompt(
+            load_prompt("sandmem.memory", "run_scopes_write"),
+            memories_dir=memories_dir,
+            writable=", ".join(f"`{name}`" for name in writable),
+        )
+        text += "\n" + rule.rstrip()
+    return text
+
+
 async def read_prompt_for(
     session: SandboxSession,
     paths: MemoryPaths,
     *,
     live_update: bool | Literal["propose"],
     display_dir: str | None = None,
+    scopes: Callable[[str], Awaitable[Sequence[tuple[Scope, str]]]] | None = None,
+    attached: Sequence[Scope] | None = None,
 ) -> str | None:
     """The memory prompt for a layout as it is now: a commit a killed process left half-applied
     is finished first, so the summary read is the committed one. ``display_dir`` is how the
-    prompt names the memory directory (default: ``paths.memories_dir``)."""
+    prompt names the memory directory (default: ``paths.memories_dir``). ``scopes`` turns
+    the layout's summary into the attached scopes' (``scoped_read_prompt``; ``attached``:
+    every scope attached)."""
     from sandmem.memory.journal import try_recover
 
     await try_recover(session, paths)
     summary = await read_text(session, paths.summary_md) or ""
     shown = display_dir or paths.memories_dir
+    if scopes is not None:
+        sections = await scopes(summary)
+        return scoped_read_prompt(sections, shown, live_update=live_update, attached=attached)
     return memory_read_prompt(summary, shown, live_update=live_update)

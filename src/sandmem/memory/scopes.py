@@ -279,11 +279,13 @@ def attached_scopes(
     home: Path | None = None,
     settings: ScopeSettings | None = None,
     layout: MemoryLayoutConfig | None = None,
+    workspace_settings: bool = True,
 ) -> list[Scope]:
     """The scopes attached for a project (``None``: no project): the project, the personal
     scope (unless the settings turn it off), the user's named scopes, then the project's
-    ``sandmem.toml`` named scopes (read-only). A scope whose directory is another's is
-    attached once, read-only if either is; a name used twice keeps the first."""
+    ``sandmem.toml`` named scopes (read-only; not with ``workspace_settings=False``). A scope
+    whose directory is another's is attached once, read-only if either is; a name used twice
+    keeps the first."""
     home = home or sandmem_home()
     settings = settings or load_settings(home)
     found: list[Scope] = []
@@ -292,7 +294,7 @@ def attached_scopes(
     if settings.personal:
         found.append(personal_scope(home))
     found += settings.scopes(home, trusted=True)
-    if project is not None:
+    if project is not None and workspace_settings:
         path = project / WORKSPACE_SETTINGS
         local = parse_settings(read_settings_file(path), path)
         found += [s for s in local.scopes(project, trusted=False) if _inside(s.root, project)]
@@ -391,22 +393,26 @@ def scoped_summary(sections: Sequence[tuple[Scope, str]], budget_tokens: int) ->
     """The summaries of the attached scopes as one text: a heading per scope naming it, its
     mode and its directory, each summary cut to its share of ``budget_tokens``
     (``share_budget``, head and tail kept), and a first line saying that the project wins
-    where scopes disagree. Scopes with an empty summary are left out; ``""`` when all are."""
+    where scopes disagree. Scopes with an empty summary are left out; ``""`` when all are.
+    The opening line and the headings count against the budget too, so the whole text stays
+    within ``budget_tokens`` (a reader that cuts at the same budget never cuts it again)."""
     kept = [(scope, text.strip()) for scope, text in sections if text.strip()]
     if not kept:
         return ""
-    sizes = [estimate_tokens(text) for _, text in kept]
-    shares = share_budget(sizes, budget_tokens)
-    parts = [
-        render_prompt(
-            load_prompt("sandmem.memory", "scopes"),
-            scopes=", ".join(f"`{scope.name}` ({scope.mode})" for scope, _ in kept),
-        ).strip()
+    opening = render_prompt(
+        load_prompt("sandmem.memory", "scopes"),
+        scopes=", ".join(f"`{scope.name}` ({scope.mode})" for scope, _ in kept),
+    ).strip()
+    headings = [
+        f"### {scope.label()} {scope.kind} memory ({scope.mode}, {scope.root})\n\n"
+        for scope, _ in kept
     ]
-    for (scope, text), share in zip(kept, shares, strict=True):
-        body = truncate_head_tail(text, max(share, 1), what=f"{scope.name} memory summary")
-        parts.append(
-            f"### {scope.label()} {scope.kind} memory ({scope.mode}, {scope.root})\n\n"
-            + escape_fence(body, "memory_summary")
-        )
+    overhead = estimate_tokens(opening + "\n\n" * len(kept) + "".join(headings)) + len(kept)
+    sizes = [estimate_tokens(escape_fence(text, "memory_summary")) for _, text in kept]
+    shares = share_budget(sizes, max(budget_tokens - overhead, 0))
+    parts = [opening]
+    for (scope, text), heading, share in zip(kept, headings, shares, strict=True):
+        body = escape_fence(text, "memory_summary")
+        body = truncate_head_tail(body, max(share, 1), what=f"{scope.name} memory summary")
+        parts.append(heading + body)
     return "\n\n".join(parts)
