@@ -6,7 +6,6 @@ run's transcript goes to the project's ``sessions/`` only."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,11 @@ def add(path: str, line: str) -> str:
     return f"*** Begin Patch\n*** Add File: {path}\n+{line}\n*** End Patch\n"
 
 
+def append(path: str, line: str) -> str:
+    """A patch adding ``line`` at the end of an existing file (a hunk of ``+`` lines only)."""
+    return f"*** Begin Patch\n*** Update File: {path}\n@@\n+{line}\n*** End Patch\n"
+
+
 def update(path: str, old: str, new: str) -> str:
     return f"*** Begin Patch\n*** Update File: {path}\n@@\n-{old}\n+{new}\n*** End Patch\n"
 
@@ -78,7 +82,9 @@ async def run(
     memory = Memory(read=read or MemoryReadConfig(), generate=generate)
     agent = SandboxAgent(name="dev", model=model, capabilities=[memory, Filesystem(), Shell()])
     config = RunConfig(sandbox=SandboxRunConfig(session=session))
-    await Runner.run(agent, "work", run_config=config, conversation_id="scoped-run")
+    await Runner.run(
+        agent, "work", run_config=config, conversation_id="scoped-run", max_turns=len(calls) + 2
+    )
     return model
 
 
@@ -89,6 +95,11 @@ def outputs(model: FunctionModel) -> list[str]:
 
 def tool_names(model: FunctionModel) -> set[str]:
     return {tool.name for tool in model.requests[0].tools}
+
+
+def recorded(root: Path) -> list[str]:
+    """The rollout files of a layout's sessions directory."""
+    return sorted(p.name for p in root.glob("sessions/*.jsonl"))
 
 
 def summary_block(prompt: str) -> str:
@@ -195,10 +206,12 @@ async def test_malformed_settings_refuse_the_run_before_the_first_model_call(
     model = scripted()
     memory = Memory(generate=MemoryGenerateConfig.for_model("extractive"))
     agent = SandboxAgent(name="dev", model=model, capabilities=[memory, Filesystem(), Shell()])
-    with pytest.raises(UserError, match="config.toml"):
-        await Runner.run(agent, "work", run_config=RunConfig(sandbox=SandboxRunConfig(session=session)))
+    with pytest.raises(UserError, match=r"config\.toml"):
+        await Runner.run(
+            agent, "work", run_config=RunConfig(sandbox=SandboxRunConfig(session=session))
+        )
     assert model.requests == []
-    assert not list(workspace.glob("sessions/*.jsonl"))  # nothing recorded
+    assert recorded(workspace) == []  # nothing recorded
     # the run's config can leave the settings unread
     await run(session, read=MemoryReadConfig(scopes=None))
 
@@ -212,3 +225,192 @@ async def test_a_home_given_in_the_config_is_used(
     read = MemoryReadConfig(scopes=MemoryScopesConfig(home=str(other)))
     prompt = (await run(session, read=read)).requests[0].instructions or ""
     assert "likes haiku" in prompt and "prefers tabs" not in prompt
+
+
+# ---------------------------------------------------------------- writing
+
+
+async def test_a_preference_goes_to_personal_and_a_code_fact_to_the_project(
+    session: SandboxSession, workspace: Path
+) -> None:
+    make_layout(workspace, "Project: build with `make dist`.", "# Project\n- make dist\n")
+    preference = append("MEMORY.md", f"- The person prefers tabs (key {SECRET}).")
+    fact = update("MEMORY.md", "- make dist", "- make dist (needs the fixtures server)")
+    model = await run(
+        session,
+        ("memory_scope_update", {"patch": preference, "scope": "personal"}),
+        ("memory_scope_update", {"patch": fact}),  # no scope: the rule says project
+        generate=MemoryGenerateConfig.for_model("extractive"),
+    )
+    said = outputs(model)
+    assert said[0].startswith("[personal]") and said[1].startswith("[project]")
+    mine = (personal() / "memories" / "MEMORY.md").read_text()
+    project = (workspace / "memories" / "MEMORY.md").read_text()
+    assert "prefers tabs" in mine and "fixtures server" not in mine
+    assert "fixtures server" in project and "prefers tabs" not in project
+    assert SECRET not in mine  # redacted like any memory write
+    # each scope's history holds its own edit: the personal one now, the project's as the
+    # run's live edit when it ended
+    mine_log = await api.log(personal())  # newest first
+    assert [(v.kind, v.run) for v in mine_log] == [("live_edit", "scoped-run")]
+    assert "MEMORY.md" in mine_log[0].changed and mine_log[0].client == "sandmem run"
+    project_log = await api.log(workspace)
+    assert (project_log[0].kind, project_log[0].run) == ("live_edit", "scoped-run")
+    assert project_log[0].changed == ["MEMORY.md"]
+    # the run's transcript is the project's conversation only
+    assert recorded(workspace) == ["scoped-run.jsonl"]
+    assert recorded(personal()) == []
+
+
+async def test_the_personal_layout_is_made_on_the_first_preference(
+    session: SandboxSession, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh = tmp_path / "no-such-home"
+    monkeypatch.setenv("SANDMEM_HOME", str(fresh))
+    preference = append("MEMORY.md", "- The person wants answers in French.")
+    model = await run(session, ("memory_scope_update", {"patch": preference, "scope": "personal"}))
+    assert outputs(model)[0].startswith("[personal]")
+    assert "French" in (fresh / "personal" / "memories" / "MEMORY.md").read_text()
+    assert os.stat(fresh / "personal").st_mode & 0o077 == 0  # the person's alone
+    # the next run reads it
+    make_layout(workspace, "Project: build with `make dist`.")
+    prompt = (await run(session)).requests[0].instructions or ""
+    assert "### [personal]" not in prompt  # the summary is made by a generation, not an edit
+    read = await run(session, ("memory_scope_read", {"path": "MEMORY.md", "scope": "personal"}))
+    assert "answers in French" in outputs(read)[0]
+
+
+async def test_review_mode_makes_a_personal_edit_a_proposal(
+    session: SandboxSession, workspace: Path
+) -> None:
+    make_layout(personal(), "Person: prefers tabs.", "# Person\n- prefers tabs\n")
+    patch = update("MEMORY.md", "- prefers tabs", "- prefers spaces")
+    read = MemoryReadConfig(live_update="propose")
+    model = await run(
+        session, ("memory_scope_update", {"patch": patch, "scope": "personal"}), read=read
+    )
+    assert "Proposed as" in outputs(model)[0]
+    assert (personal() / "memories" / "MEMORY.md").read_text() == "# Person\n- prefers tabs\n"
+    assert len(await api.inbox(personal())) == 1
+
+
+async def test_a_run_without_live_updates_gets_no_write_tool(
+    session: SandboxSession, workspace: Path
+) -> None:
+    make_layout(personal(), "Person: prefers tabs.")
+    model = await run(session, read=MemoryReadConfig(live_update=False))
+    assert "memory_scope_read" in tool_names(model)
+    assert "memory_scope_update" not in tool_names(model)
+    assert 'scope="personal"' not in (model.requests[0].instructions or "")
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes | str, int]]:
+    """Every entry under ``root``: a file's bytes (a link's target, a directory's ``dir``) and
+    its modification time."""
+    found: dict[str, tuple[bytes | str, int]] = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        stat = path.lstat()
+        if path.is_symlink():
+            value: bytes | str = "link:" + os.readlink(path)
+        elif path.is_dir():
+            value = "dir"
+        else:
+            value = path.read_bytes()
+        found[str(path.relative_to(root))] = (value, stat.st_mtime_ns)
+    return found
+
+
+def contents(root: Path) -> dict[str, bytes | str]:
+    """The files (bytes) and links under ``root``; a writable layout's lock left out."""
+    return {
+        str(p.relative_to(root)): "link" if p.is_symlink() else p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if (p.is_symlink() or p.is_file()) and p.name != ".lock"
+    }
+
+
+async def test_a_read_only_scope_is_never_written(
+    session: SandboxSession, workspace: Path, tmp_path: Path
+) -> None:
+    team = tmp_path / "team"
+    make_layout(team, "Team: deploys go through the release train.", "# Team\n- release train\n")
+    (team / "memories" / "skills" / "deploy").mkdir(parents=True)
+    (team / "memories" / "skills" / "deploy" / "SKILL.md").write_text("make deploy\n")
+    settings(f'[scopes.named.team]\npath = "{team}"\n')
+    make_layout(workspace, "Project: build with `make dist`.", "# Project\n")
+    (workspace / "team-link").symlink_to(team / "memories")
+    before = snapshot(team)
+    memory_md = team / "memories" / "MEMORY.md"
+    edit = update("MEMORY.md", "- release train", "- deploy on Fridays")
+    attempts: list[tuple[str, dict[str, Any]]] = [
+        ("memory_scope_update", {"patch": edit, "scope": "team"}),
+        ("memory_scope_update", {"patch": edit, "scope": " team "}),
+        ("memory_scope_update", {"patch": edit, "scope": "TEAM"}),
+        ("memory_scope_update", {"patch": add(f"{memory_md}", "- x"), "scope": "project"}),
+        ("memory_scope_update", {"patch": add("../team/memories/MEMORY.md", "- x")}),
+        ("memory_scope_update", {"patch": update(str(memory_md), "- release train", "- x")}),
+        ("memory_scope_update", {"patch": add("team-link/MEMORY.md", "- x")}),
+        ("apply_patch", {"patch": update(str(memory_md), "- release train", "- x")}),
+        ("apply_patch", {"patch": update("team-link/MEMORY.md", "- release train", "- x")}),
+        ("apply_patch", {"patch": add("team-link/skills/new/SKILL.md", "- x")}),
+        (
+            "apply_patch",
+            {"patch": f"*** Begin Patch\n*** Delete File: {memory_md}\n*** End Patch\n"},
+        ),
+        (
+            "apply_patch",
+            {
+                "patch": "*** Begin Patch\n*** Update File: memories/MEMORY.md\n"
+                f"*** Move to: {team}/memories/MEMORY.md\n@@\n-# Project\n+# Moved\n*** End Patch\n"
+            },
+        ),
+        (
+            "memory_scope_update",
+            {
+                "patch": "*** Begin Patch\n*** Update File: MEMORY.md\n"
+                "*** Move to: team-link/MEMORY.md\n@@\n-# Project\n+# Moved\n*** End Patch\n"
+            },
+        ),
+        ("memory_scope_read", {"path": "MEMORY.md", "scope": "team"}),
+        ("memory_scope_read", {"path": "skills/deploy/SKILL.md", "scope": "team"}),
+    ]
+    model = await run(session, *attempts, generate=MemoryGenerateConfig.for_model("extractive"))
+    said = outputs(model)
+    assert len(said) == len(attempts)
+    assert all(x.startswith("Error") and "applied" not in x for x in said[:-2])
+    assert "read-only" in said[0] and "read-only" in said[1]
+    assert "release train" in said[-2] and "make deploy" in said[-1]  # read from its copy
+    prompt = model.requests[0].instructions or ""
+    assert "### [team] named memory (read-only" in prompt and "release train" in prompt
+    assert "`team` (read-only)" in prompt
+    assert snapshot(team) == before  # byte for byte, no index, lock or copy record added
+    assert (workspace / "memories" / "MEMORY.md").read_text() == "# Project\n"
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        add("../sessions/planted.jsonl", "{}"),
+        add("../../outside.md", "- x"),
+        add("memory_summary.md", "- x"),
+        add("raw_memories/x.md", "- x"),
+        append("/etc/hostname", "- x"),
+        "*** Begin Patch\n*** Update File: MEMORY.md\n*** Move to: ../moved.md\n@@\n+- x\n"
+        "*** End Patch\n",
+    ],
+)
+async def test_a_personal_edit_stays_in_its_memory_files(
+    session: SandboxSession, workspace: Path, tmp_path: Path, patch: str
+) -> None:
+    make_layout(personal(), "Person: prefers tabs.", "# Person\n")
+    outside = tmp_path / "outside.md"
+    outside.write_text("untouched\n")
+    (personal() / "memories" / "skills").mkdir()
+    (personal() / "memories" / "skills" / "planted").symlink_to(tmp_path)
+    before = contents(tmp_path)
+    model = await run(session, ("memory_scope_update", {"patch": patch, "scope": "personal"}))
+    assert outputs(model)[0].startswith("Error")
+    assert contents(tmp_path) == before and outside.read_text() == "untouched\n"
+    linked = append("skills/planted/outside.md", "- x")
+    model = await run(session, ("memory_scope_update", {"patch": linked, "scope": "personal"}))
+    assert outputs(model)[0].startswith("Error") and outside.read_text() == "untouched\n"

@@ -84,7 +84,7 @@ class RunMemory:
             self.approved = await approved(self.session, self.paths)
         if self.scopes is not None:
             self.scopes.policy = run_policy(ctx.extras)
-            self.scopes.rollout_id = self.rollout_id
+            self.scopes.rollout_id = self.rollout_id or _run_id(ctx)
         if self.read is not None:
             self.prompt = await read_prompt_for(
                 self.session,
@@ -157,14 +157,7 @@ class RunMemory:
         if not self._live_update:
             return
         run = self.rollout_id
-        if run is None:
-            from sandmem.memory.rollouts import resolve_rollout_id
-
-            try:
-                run = resolve_rollout_id(ctx)[0]
-            except ValueError:
-                run = None
-        attribution = Attribution("live_edit", run=run)
+        attribution = Attribution("live_edit", run=run or _run_id(ctx))
         if self._live_update == "propose":
             await self._propose_edits(ctx, attribution)
             return
@@ -204,3 +197,14 @@ class RunMemory:
                 redactor=self.redactor,
             )
         overlay.clear()
+
+
+def _run_id(ctx: SandboxRunContext) -> str | None:
+    """The run's rollout id when generation did not resolve it (a read-only or edit-only
+    memory): it names the run in the versions of its edits."""
+    from sandmem.memory.rollouts import resolve_rollout_id
+
+    try:
+        return resolve_rollout_id(ctx)[0]
+    except ValueError:
+        return None

@@ -70,11 +70,12 @@ _READ_DESCRIPTION = (
     "`skills/<name>/SKILL.md`). Returns numbered lines, a page at a time."
 )
 _UPDATE_DESCRIPTION = (
-    "Edit the memory of an attached scope now, with a patch in the apply_patch format "
-    "(`*** Begin Patch` / `*** Update File: MEMORY.md` or `*** Add File: MEMORY.md` / "
-    "`*** End Patch`) on `MEMORY.md` or `skills/<name>/SKILL.md` of that scope's memory "
-    "directory. scope=`personal` for a preference or habit of the person (true in any "
-    "project); `project` (the default) for a fact about this code. A read-only scope is "
+    "Edit the memory of an attached scope now, with a patch in the apply_patch format on "
+    "`MEMORY.md` or `skills/<name>/SKILL.md` of that scope's memory directory. `MEMORY.md` "
+    "always exists (it may be empty): `*** Begin Patch` / `*** Update File: MEMORY.md` / `@@` / "
+    "`+- the new entry` / `*** End Patch` adds an entry at its end; give `-` and unchanged "
+    "lines to correct one. scope=`personal` for a preference or habit of the person (true in "
+    "any project); `project` (the default) for a fact about this code. A read-only scope is "
     "never written."
 )
 
@@ -146,7 +147,7 @@ class RunScopes:
         return cls(session, MemoryPaths.of(layout), found, home, read, generate)
 
     def _caller(self) -> Caller:
-        return Caller(client="sandmem run", session=self.rollout_id, transport="run")
+        return Caller(client="sandmem run", transport="run", run=self.rollout_id)
 
     async def sections(self, project_summary: str) -> list[tuple[Scope, str]]:
         """Each attached scope with its summary, the project first; a scope with no memory yet

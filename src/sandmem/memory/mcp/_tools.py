@@ -66,6 +66,8 @@ class Caller:
     version: str | None = None
     session: str | None = None
     transport: str = "stdio"
+    #: the conversation of a sandmem run calling the tools (its live edits are the run's)
+    run: str | None = None
 
     def label(self) -> str:
         """The client as one string: its name and version, and its session when it gave one."""
@@ -471,7 +473,10 @@ class MemoryTools:
             # one memory version, attributed to the client (`sandmem memory log`): the lock is
             # held from before the edit until its version is made, and a change made before
             # it (a hand edit) is versioned first, so the version holds this edit alone
-            attribution = Attribution("mcp_write", client=caller.label(), note="memory_update")
+            kind = "live_edit" if caller.run else "mcp_write"
+            attribution = Attribution(
+                kind, run=caller.run, client=caller.label(), note="memory_update"
+            )
             wait = self.options.lock_timeout
             if self.options.config.review:
                 return await _propose_edit(session, paths, patch, attribution, redactor, wait)
