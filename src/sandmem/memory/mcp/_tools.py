@@ -473,9 +473,11 @@ class MemoryTools:
             # one memory version, attributed to the client (`sandmem memory log`): the lock is
             # held from before the edit until its version is made, and a change made before
             # it (a hand edit) is versioned first, so the version holds this edit alone
-            kind = "live_edit" if caller.run else "mcp_write"
             attribution = Attribution(
-                kind, run=caller.run, client=caller.label(), note="memory_update"
+                "live_edit" if caller.run else "mcp_write",
+                run=caller.run,
+                client=caller.label(),
+                note="memory_update",
             )
             wait = self.options.lock_timeout
             if self.options.config.review:
