@@ -121,7 +121,7 @@ class StepRun:
     def _agent(self, model: Model) -> Any:
         from sandmem import Filesystem, Memory, SandboxAgent, Shell
         from sandmem._settings import ModelSettings
-        from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig
+        from sandmem.memory import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
 
         capabilities: list[Any] = [Filesystem(), Shell()]
         if self.cell.condition == "memory":
@@ -134,7 +134,9 @@ class StepRun:
             layout = MemoryLayoutConfig(
                 memories_dir=self.layout.memories_dir, sessions_dir=self.layout.sessions_dir
             )
-            capabilities.insert(0, Memory(layout=layout, generate=generate))
+            # the cell's memory alone: the person's personal memory stays out of a measurement
+            read = MemoryReadConfig(scopes=None)
+            capabilities.insert(0, Memory(layout=layout, read=read, generate=generate))
         instructions = self.layout.instructions or self.cell.suite.instructions
         return SandboxAgent(
             name=f"eval-{self.step.agent}",
