@@ -20,6 +20,7 @@ CONFIGS: list[tuple[str, str, str, str]] = [
     ("sandmem", "ModelRetryBackoffSettings", "initial_delay", "1.5"),
     ("sandmem", "MemoryLayoutConfig", "memories_dir", "'mem'"),
     ("sandmem", "MemoryReadConfig", "live_update", "False"),
+    ("sandmem", "MemoryScopesConfig", "personal", "False"),
     ("sandmem", "MemoryGenerateConfig", "phase_one_model", "'extractive'"),
     ("sandmem", "RunConfig", "workflow_name", "'w'"),
     ("sandmem", "SandboxRunConfig", "cwd", "'src'"),

@@ -6,6 +6,7 @@ run's transcript goes to the project's ``sessions/`` only."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -414,3 +415,43 @@ async def test_a_personal_edit_stays_in_its_memory_files(
     linked = append("skills/planted/outside.md", "- x")
     model = await run(session, ("memory_scope_update", {"patch": linked, "scope": "personal"}))
     assert outputs(model)[0].startswith("Error") and outside.read_text() == "untouched\n"
+
+
+def test_the_scopes_config_is_checked() -> None:
+    assert MemoryReadConfig().scopes == MemoryScopesConfig()
+    assert MemoryReadConfig(scopes=True).scopes == MemoryScopesConfig()
+    assert MemoryReadConfig(scopes=False).scopes is None
+    for bad in ({"home": ""}, {"home": "a\x00b"}, {"personal": "maybe"}, {"other": 1}):
+        with pytest.raises(ValueError):
+            MemoryScopesConfig(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        MemoryReadConfig(scopes="personal")  # type: ignore[arg-type]
+
+
+async def test_a_planted_link_in_the_personal_scope_is_not_followed(
+    session: SandboxSession, workspace: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text(f"private key {SECRET}\n")
+    make_layout(workspace, "Project: build with `make dist`.")
+    make_layout(personal(), "unused")
+    summary = personal() / "memories" / "memory_summary.md"
+    summary.unlink()
+    summary.symlink_to(secret)
+    model = await run(session, ("memory_scope_read", {"path": "MEMORY.md", "scope": "personal"}))
+    prompt = model.requests[0].instructions or ""
+    assert "make dist" in prompt and SECRET not in prompt
+    assert SECRET not in json.dumps(model.requests[-1].input)
+    assert secret.read_text() == f"private key {SECRET}\n"
+
+
+async def test_the_reference_form_reads_the_scopes_too(
+    session: SandboxSession, workspace: Path
+) -> None:
+    make_layout(workspace, "Project: build with `make dist`.")
+    make_layout(personal(), "Person: prefers tabs.")
+    memory = Memory(generate=None).bind(session)
+    prompt = await memory.instructions(session.state.manifest) or ""
+    assert "### [project]" in prompt and "prefers tabs" in prompt
+    assert {t.name for t in memory.tools()} == {"memory_scope_read", "memory_scope_update"}
+    assert Memory(generate=None).tools() == []  # unbound: no session, no scopes yet

@@ -128,11 +128,14 @@ class Memory(Capability):
             )
         if self.read is None:
             return None
+        scopes = self._run_scopes()
         return await read_prompt_for(
             self.session,
             self.paths,
             live_update=self.read.live_update,
             display_dir=self.display_dir(),
+            scopes=scopes.sections if scopes is not None else None,
+            attached=scopes.scopes if scopes is not None else None,
         )
 
     async def on_run_end(self, ctx: SandboxRunContext, outcome: RunOutcome) -> None:
