@@ -133,14 +133,22 @@ async def test_an_empty_or_missing_scope_gets_no_section(
     make_layout(workspace, "Project: build with `make dist`.")
     make_layout(personal(), "   \n")  # an empty personal summary
     prompt = (await run(session)).requests[0].instructions or ""
-    assert "### [project]" in prompt and "### [personal]" not in prompt
+    # the project's summary alone is given as for one layout, the other scope still named
+    assert "<memory_summary>\nProject: build with `make dist`.\n</memory_summary>" in prompt
+    assert "### [" not in prompt and "`personal` (read-write)" in prompt
     # no personal memory at all: the project's section alone, nothing created
     for path in sorted(personal().rglob("*"), reverse=True):
         path.rmdir() if path.is_dir() else path.unlink()
     personal().rmdir()
     prompt = (await run(session)).requests[0].instructions or ""
-    assert "### [project]" in prompt and "`personal` (read-write)" in prompt  # still writable
+    assert "make dist" in prompt and "`personal` (read-write)" in prompt  # still writable
     assert not personal().exists()
+    # a personal summary alone is labelled (it is not the workspace's memory)
+    for path in sorted(workspace.joinpath("memories").rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    make_layout(personal(), "Person: prefers tabs.")
+    prompt = (await run(session)).requests[0].instructions or ""
+    assert "### [personal] personal memory" in prompt and "### [project]" not in prompt
 
 
 @pytest.mark.parametrize(

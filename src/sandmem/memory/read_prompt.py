@@ -66,8 +66,14 @@ def scoped_read_prompt(
     labelled section per scope with a summary, the ``SUMMARY_MAX_TOKENS`` budget shared by
     ``scopes.scoped_summary`` (the project first, and winning where scopes disagree), and
     where each kind of memory is read and written (``attached``: every scope, also those with
-    no summary yet; default the sections'). ``None`` when every summary is empty."""
-    summary = scoped_summary(sections, SUMMARY_MAX_TOKENS)
+    no summary yet; default the sections'). When the project's is the only summary, it is
+    given as for one layout (there is nothing to label or to disagree with). ``None`` when
+    every summary is empty."""
+    kept = [(scope, text) for scope, text in sections if text.strip()]
+    if len(kept) == 1 and kept[0][0].kind == "project":
+        summary = kept[0][1]
+    else:
+        summary = scoped_summary(kept, SUMMARY_MAX_TOKENS)
     scopes = [scope for scope, _ in sections] if attached is None else attached
     policy = scopes_policy_for(scopes, memories_dir, live_update)
     return memory_read_prompt(summary, memories_dir, live_update=live_update, scopes_policy=policy)
