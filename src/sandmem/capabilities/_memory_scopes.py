@@ -31,13 +31,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandmem._errors import MemoryNotFoundError, SandmemError, UserError
+from sandmem._errors import SandmemError, UserError
 from sandmem.agent._tools import FunctionTool, function_tool
-from sandmem.memory import api
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
 from sandmem.memory.layout import MemoryPaths, read_text
 from sandmem.memory.live_edit import LiveEditPolicy, patch_targets, workspace_relative
-from sandmem.memory.mcp._scoped import ScopedTools, has_layout
+from sandmem.memory.mcp._scoped import ScopedTools
 from sandmem.memory.mcp._tools import (
     READ_DEFAULT_LINES,
     Caller,
@@ -155,17 +154,13 @@ class RunScopes:
         with the others)."""
         found = [(self.scopes[0], project_summary)]
         for scope in self.others:
-            if not has_layout(scope):
-                continue
             try:
-                source = await self.served.readable(scope)
-                shown = await api.show(str(source.root), "summary", layout=scope.layout)
-            except MemoryNotFoundError:
-                continue
+                text = await self.served.summary_of(scope)
             except SandmemError as exc:
                 logger.warning("memory scope %s not read (%s): %s", scope.name, scope.root, exc)
                 continue
-            found.append((scope, shown.text))
+            if text is not None:
+                found.append((scope, text))
         return found
 
     # ------------------------------------------------------------ tools

@@ -253,6 +253,18 @@ class ScopedTools:
             await _scope_copy.refresh(source, copy, MemoryPaths.of(scope.layout))
         return Scope(scope.name, scope.kind, root, False, scope.layout)
 
+    async def summary_of(self, scope: Scope) -> str | None:
+        """The scope's ``memory_summary.md`` as a reader sees it (a read-only scope's from its
+        private copy); ``None`` when the scope has no memory yet."""
+        if not has_layout(scope):
+            return None
+        source = await self.readable(scope)
+        try:
+            shown = await api.show(str(source.root), "summary", layout=scope.layout)
+        except MemoryNotFoundError:
+            return None
+        return shown.text
+
     def tools_of(self, scope: Scope) -> MemoryTools:
         """The single-layout tools of ``scope`` (read-only when it is)."""
         key = (os.path.realpath(scope.root), scope.writable)
