@@ -284,7 +284,9 @@ async def test_the_personal_layout_is_made_on_the_first_preference(
     # the next run reads it
     make_layout(workspace, "Project: build with `make dist`.")
     prompt = (await run(session)).requests[0].instructions or ""
-    assert "### [personal]" not in prompt  # the summary is made by a generation, not an edit
+    # no summary until a consolidation: the section gives the scope's entries, said so
+    section = summary_block(prompt).split("### [personal] personal memory", 1)[1]
+    assert "no summary yet" in section and "answers in French" in section
     read = await run(session, ("memory_scope_read", {"path": "MEMORY.md", "scope": "personal"}))
     assert "answers in French" in outputs(read)[0]
 

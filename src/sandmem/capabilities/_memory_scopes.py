@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from sandmem._errors import SandmemError, UserError
 from sandmem.agent._tools import FunctionTool, function_tool
+from sandmem.memory import api
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
 from sandmem.memory.layout import MemoryPaths, read_text
 from sandmem.memory.live_edit import LiveEditPolicy, patch_targets, workspace_relative
@@ -149,19 +150,31 @@ class RunScopes:
         return Caller(client="sandmem run", transport="run", run=self.rollout_id)
 
     async def sections(self, project_summary: str) -> list[tuple[Scope, str]]:
-        """Each attached scope with its summary, the project first; a scope with no memory yet
-        is left out, and one that cannot be read is left out with a warning (the run goes on
-        with the others)."""
+        """Each attached scope with its summary, the project first. A scope whose summary is
+        still empty but whose ``MEMORY.md`` has entries (what a run's or a client's edits
+        wrote since the last consolidation: a preference is read by the very next run) gives
+        its ``MEMORY.md``, said to be such; a scope with no memory yet is left out, and one
+        that cannot be read is left out with a warning (the run goes on with the others)."""
         found = [(self.scopes[0], project_summary)]
         for scope in self.others:
             try:
                 text = await self.served.summary_of(scope)
+                if text is not None and not text.strip():
+                    text = await self._entries(scope)
             except SandmemError as exc:
                 logger.warning("memory scope %s not read (%s): %s", scope.name, scope.root, exc)
                 continue
-            if text is not None:
+            if text:
                 found.append((scope, text))
         return found
+
+    async def _entries(self, scope: Scope) -> str:
+        """The scope's ``MEMORY.md`` headed as such (``""`` when it is empty)."""
+        source = await self.served.readable(scope)
+        shown = await api.show(str(source.root), "memory", layout=scope.layout)
+        if not shown.text.strip():
+            return ""
+        return f"(no summary yet; the entries of its MEMORY.md:)\n\n{shown.text.strip()}"
 
     # ------------------------------------------------------------ tools
 
