@@ -19,7 +19,12 @@ from sandmem._errors import UserError
 from sandmem._truncate import estimate_tokens
 from sandmem.capabilities import Filesystem, Shell
 from sandmem.capabilities.memory import Memory
-from sandmem.memory import MemoryGenerateConfig, MemoryReadConfig, MemoryScopesConfig
+from sandmem.memory import (
+    MemoryGenerateConfig,
+    MemoryLayoutConfig,
+    MemoryReadConfig,
+    MemoryScopesConfig,
+)
 from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS
 from sandmem.models._base import ModelRequest
 from sandmem.sandboxes import SandboxSession
@@ -465,3 +470,24 @@ async def test_the_reference_form_reads_the_scopes_too(
     assert "### [project]" in prompt and "prefers tabs" in prompt
     assert {t.name for t in memory.tools()} == {"memory_scope_read", "memory_scope_update"}
     assert Memory(generate=None).tools() == []  # unbound: no session, no scopes yet
+
+
+async def test_an_agent_with_two_memories_attaches_the_scopes_once(
+    session: SandboxSession, workspace: Path
+) -> None:
+    make_layout(workspace, "Project: build with `make dist`.")
+    make_layout(personal(), "Person: prefers tabs.")
+    second = MemoryLayoutConfig(memories_dir="team-mem", sessions_dir="team-sessions")
+    for _ in range(2):  # each run claims the scopes anew
+        model = scripted()
+        memories = [Memory(generate=None), Memory(layout=second, generate=None)]
+        agent = SandboxAgent(
+            name="dev", model=model, capabilities=[*memories, Filesystem(), Shell()]
+        )
+        await Runner.run(
+            agent, "work", run_config=RunConfig(sandbox=SandboxRunConfig(session=session))
+        )
+        prompt = model.requests[0].instructions or ""
+        assert prompt.count("prefers tabs") == 1
+        names = [tool.name for tool in model.requests[0].tools]
+        assert names.count("memory_scope_read") == 1 and names.count("memory_scope_update") == 1

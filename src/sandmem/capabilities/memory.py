@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import CapabilityNotBoundError
@@ -20,8 +21,15 @@ from sandmem.memory.read_prompt import read_prompt_for
 if TYPE_CHECKING:
     from sandmem.agent._context import RunOutcome
     from sandmem.sandboxes._manifest import Manifest
+    from sandmem.sandboxes._session import SandboxSession
 
 _DEFAULT: Any = object()
+#: per session, the run (its workspace scope object) and the ``Memory`` that attached the
+#: scopes in it (``Memory._claims_scopes``)
+#: (the capability weakly: it holds the session, and the entry must go with the session)
+_SCOPE_CLAIMS: weakref.WeakKeyDictionary[SandboxSession, tuple[object, weakref.ref[Memory]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Memory(Capability):
@@ -72,11 +80,30 @@ class Memory(Capability):
 
     def _run_scopes(self) -> RunScopes | None:
         """The scopes this run attaches besides its layout (``MemoryReadConfig.scopes``):
-        found when the run collects its tools, before the first model call."""
+        found when the run collects its tools, before the first model call. An agent with
+        several ``Memory`` capabilities attaches them once, on the first (its tools and its
+        prompt's sections); the others read their layouts alone."""
         if self._scopes is None:
-            found = RunScopes.attach(self.session, self.layout, self.read, self.generate)
+            found = None
+            if self._claims_scopes():
+                found = RunScopes.attach(self.session, self.layout, self.read, self.generate)
             self._scopes = (found,)
         return self._scopes[0]
+
+    def _claims_scopes(self) -> bool:
+        """Whether this capability is the run's first ``Memory`` to attach scopes: the run's
+        capabilities share its workspace scope object (``bind_workspace_scope``), and the
+        first to ask for that object and session keeps the claim."""
+        if self.read is None or self.read.scopes is None:
+            return False
+        run = self.__dict__.get("workspace_scope")
+        if run is None:
+            return True  # bound by hand (the reference's form): no run to share
+        claim = _SCOPE_CLAIMS.get(self.session)
+        if claim is None or claim[0] is not run:
+            _SCOPE_CLAIMS[self.session] = (run, weakref.ref(self))
+            return True
+        return claim[1]() is self
 
     def tools(self) -> list[FunctionTool]:
         """With other scopes attached (the person's personal memory, a team's):
