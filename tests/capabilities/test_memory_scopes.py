@@ -387,14 +387,16 @@ async def test_a_read_only_scope_is_never_written(
                 "*** Move to: team-link/MEMORY.md\n@@\n-# Project\n+# Moved\n*** End Patch\n"
             },
         ),
+        ("memory_scope_search", {"query": "release train"}),
         ("memory_scope_read", {"path": "MEMORY.md", "scope": "team"}),
         ("memory_scope_read", {"path": "skills/deploy/SKILL.md", "scope": "team"}),
     ]
     model = await run(session, *attempts, generate=MemoryGenerateConfig.for_model("extractive"))
     said = outputs(model)
     assert len(said) == len(attempts)
-    assert all(x.startswith("Error") and "applied" not in x for x in said[:-2])
+    assert all(x.startswith("Error") and "applied" not in x for x in said[:-3])
     assert "read-only" in said[0] and "read-only" in said[1]
+    assert said[-3].startswith("[team] memories/MEMORY.md:2")  # searched in its copy
     assert "release train" in said[-2] and "make deploy" in said[-1]  # read from its copy
     prompt = model.requests[0].instructions or ""
     assert "### [team] named memory (read-only" in prompt and "release train" in prompt
@@ -468,7 +470,11 @@ async def test_the_reference_form_reads_the_scopes_too(
     memory = Memory(generate=None).bind(session)
     prompt = await memory.instructions(session.state.manifest) or ""
     assert "### [project]" in prompt and "prefers tabs" in prompt
-    assert {t.name for t in memory.tools()} == {"memory_scope_read", "memory_scope_update"}
+    assert {t.name for t in memory.tools()} == {
+        "memory_scope_search",
+        "memory_scope_read",
+        "memory_scope_update",
+    }
     assert Memory(generate=None).tools() == []  # unbound: no session, no scopes yet
 
 
@@ -491,3 +497,22 @@ async def test_an_agent_with_two_memories_attaches_the_scopes_once(
         assert prompt.count("prefers tabs") == 1
         names = [tool.name for tool in model.requests[0].tools]
         assert names.count("memory_scope_read") == 1 and names.count("memory_scope_update") == 1
+
+
+async def test_a_search_finds_the_other_scopes_labelled(
+    session: SandboxSession, workspace: Path
+) -> None:
+    make_layout(workspace, "Project: build with `make dist`.", "# Project\n- tabs in Makefiles\n")
+    make_layout(personal(), "Person.", "# Person\n- prefers tabs for indentation\n")
+    model = await run(
+        session,
+        ("memory_scope_search", {"query": "tabs indentation"}),
+        ("memory_scope_search", {"query": "tabs", "scope": "personal"}),
+        ("memory_scope_search", {"query": "tabs", "scope": "project"}),
+        ("memory_scope_search", {"query": "nothing-like-this"}),
+    )
+    found, named, project, nothing = outputs(model)
+    assert found.startswith("[personal] memories/MEMORY.md:2") and "Makefiles" not in found
+    assert named.startswith("[personal] ")
+    assert project.startswith("Error") and "grep" in project
+    assert "No memory matches" in nothing

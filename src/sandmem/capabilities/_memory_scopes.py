@@ -7,7 +7,8 @@ RunScopes.attach    MemoryReadConfig.scopes + the user's settings ($SANDMEM_HOME
    │                + the workspace's sandmem.toml ─► [project] (the run's layout), [personal]
    ├─ sections()    each scope's summary for the read prompt (a read-only scope from its private
    │                copy); read_prompt.scoped_read_prompt shares the budget and labels them
-   └─ tools()       memory_scope_read(path, scope)    a memory file of any attached scope
+   └─ tools()       memory_scope_search(query, scope) the other scopes' hits, labelled
+                    memory_scope_read(path, scope)    a memory file of any attached scope
                     memory_scope_update(patch, scope) scopes.route("edit", scope):
                         project  ─► the run's live-edit policy (as its apply_patch: redacted,
                                      versioned as the run's edit when it ends)
@@ -68,6 +69,11 @@ _READ_DESCRIPTION = (
     "`personal` memory, a team's): `scope` names it, `path` is a file of its memory directory "
     "(`MEMORY.md`, `memory_summary.md`, `rollout_summaries/<file>.md`, "
     "`skills/<name>/SKILL.md`). Returns numbered lines, a page at a time."
+)
+_SEARCH_DESCRIPTION = (
+    "Search the memory of the attached scopes that are not in the workspace (the person's "
+    "`personal` memory, a team's) with a few keywords. Hits are `[scope] path:line [section] "
+    "text`, best first; open a file with memory_scope_read and the same scope."
 )
 _UPDATE_DESCRIPTION = (
     "Edit the memory of an attached scope now, with a patch in the apply_patch format on "
@@ -179,7 +185,8 @@ class RunScopes:
     # ------------------------------------------------------------ tools
 
     def tools(self) -> list[FunctionTool]:
-        """``memory_scope_read``, and with live updates ``memory_scope_update``."""
+        """``memory_scope_search``, ``memory_scope_read``, and with live updates
+        ``memory_scope_update``."""
 
         async def memory_scope_read(path: str, scope: str, offset: int = 1) -> str:
             """Read a memory file of an attached scope.
@@ -190,6 +197,15 @@ class RunScopes:
                 offset: The first line to return (1-based).
             """
             return await self.read(path, scope, offset)
+
+        async def memory_scope_search(query: str, scope: str | None = None) -> str:
+            """Search the memory of the attached scopes outside the workspace.
+
+            Args:
+                query: A few keywords from the task.
+                scope: One scope to search (default: every one but the project).
+            """
+            return await self.search(query, scope)
 
         async def memory_scope_update(patch: str, scope: str | None = None) -> str:
             """Edit an attached scope's memory.
@@ -202,9 +218,12 @@ class RunScopes:
             return await self.update(patch, scope)
 
         tools = [
+            function_tool(name="memory_scope_search", description=_SEARCH_DESCRIPTION)(
+                memory_scope_search
+            ),
             function_tool(name="memory_scope_read", description=_READ_DESCRIPTION)(
                 memory_scope_read
-            )
+            ),
         ]
         if self.live_update:
             tools.append(
@@ -213,6 +232,19 @@ class RunScopes:
                 )
             )
         return tools
+
+    async def search(self, query: str, scope: str | None = None) -> str:
+        """The other scopes' hits for ``query``, labelled by scope and interleaved by rank (the
+        project's memory is in the workspace: the agent greps it)."""
+        args: dict[str, object] = {"query": query, "limit": 10}
+        if scope is not None and scope.strip():
+            if scope.strip() == PROJECT:
+                raise ToolRefused(
+                    f"the project's memory is in the workspace: search {self.paths.memory_md} "
+                    "with grep"
+                )
+            args["scope"] = scope.strip()
+        return await self.served.call("memory_search", args, self._caller(), self.others)
 
     async def read(self, path: str, scope: str, offset: int = 1) -> str:
         """A page of a memory file of an attached scope (the project's from the workspace)."""
