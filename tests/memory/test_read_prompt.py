@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from memory_doubles import scripted_agent
@@ -22,6 +23,8 @@ from sandmem import (
     UnixLocalSandboxClient,
 )
 from sandmem.capabilities.memory import SUMMARY_MAX_TOKENS, memory_read_prompt
+from sandmem.memory.read_prompt import scoped_read_prompt, scopes_policy_for
+from sandmem.memory.scopes import Scope
 
 PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 
@@ -88,3 +91,29 @@ async def test_summary_read_once_per_run_not_per_turn(tmp_path: Path) -> None:
     assert "original summary" in (first.instructions or "")
     assert first.instructions == second.instructions
     assert not (sandbox.root / "sessions").exists(), "read-only memory records nothing"
+
+
+def _scope(
+    name: str, kind: Literal["project", "personal", "named"], writable: bool = True
+) -> Scope:
+    return Scope(name, kind, Path(f"/{name}"), writable)
+
+
+def test_the_scoped_prompt_names_the_other_scopes_and_the_write_rule() -> None:
+    project, mine = _scope("project", "project"), _scope("personal", "personal")
+    team = _scope("team", "named", writable=False)
+    assert scopes_policy_for([project], "memories", True) == ""
+    full = scopes_policy_for([project, mine, team], "mem", True)
+    assert "`personal` (read-write), `team` (read-only)" in full
+    assert 'scope="personal"' in full and "`mem/MEMORY.md`" in full
+    assert not PLACEHOLDER.search(full)
+    # no write rule without live updates, nor when every other scope is read-only
+    for scopes, live in (([project, mine, team], False), ([project, team], True)):
+        text = scopes_policy_for(scopes, "mem", live)
+        assert "memory_scope_read" in text and "memory_scope_update" not in text
+    # the project's summary alone reads as for one layout; another scope's is labelled
+    alone = scoped_read_prompt([(project, "P1"), (mine, " ")], "m", live_update=True) or ""
+    assert "<memory_summary>\nP1\n</memory_summary>" in alone and "`personal`" in alone
+    other = scoped_read_prompt([(project, ""), (mine, "P2")], "m", live_update=True) or ""
+    assert "### [personal] personal memory" in other and "### [project]" not in other
+    assert scoped_read_prompt([(project, ""), (mine, "")], "m", live_update=True) is None

@@ -98,7 +98,7 @@ def scopes_policy_for(
             memories_dir=memories_dir,
             writable=", ".join(f"`{name}`" for name in writable),
         )
-        text += "\n" + rule.rstrip()
+        text += "\n\n" + rule.rstrip()
     return text
 
 
