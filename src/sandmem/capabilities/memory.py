@@ -72,23 +72,29 @@ class Memory(Capability):
             return frozenset({Shell, Filesystem})
         return frozenset({Shell})
 
-    #: this run's other scopes (``capabilities._memory_scopes``), found once per bound clone
-    _scopes: tuple[RunScopes | None] | None = None
-    #: the memory prompt read when this run's clone started (the runner asks for the
-    #: instructions in the reference's form, with the manifest: the prompt is read once a run)
-    _prompt: tuple[str | None] | None = None
+    #: this run's other scopes (``capabilities._memory_scopes``), found once a run: the run
+    #: (its workspace scope object, ``_run``) and what was found
+    _scopes: tuple[object, RunScopes | None] | None = None
+    #: the memory prompt read when this run started (the runner asks for the instructions in
+    #: the reference's form, with the manifest: the prompt is read once a run)
+    _prompt: tuple[object, str | None] | None = None
+
+    def _run(self) -> object:
+        """This run's workspace scope object: the runner binds a new one to every capability
+        of each run (``None`` when bound by hand, the reference's form)."""
+        return self.__dict__.get("workspace_scope")
 
     def _run_scopes(self) -> RunScopes | None:
         """The scopes this run attaches besides its layout (``MemoryReadConfig.scopes``):
         found when the run collects its tools, before the first model call. An agent with
         several ``Memory`` capabilities attaches them once, on the first (its tools and its
         prompt's sections); the others read their layouts alone."""
-        if self._scopes is None:
+        if self._scopes is None or self._scopes[0] is not self._run():
             found = None
             if self._claims_scopes():
                 found = RunScopes.attach(self.session, self.layout, self.read, self.generate)
-            self._scopes = (found,)
-        return self._scopes[0]
+            self._scopes = (self._run(), found)
+        return self._scopes[1]
 
     def _claims_scopes(self) -> bool:
         """Whether this capability is the run's first ``Memory`` to attach scopes: the run's
@@ -96,7 +102,7 @@ class Memory(Capability):
         first to ask for that object and session keeps the claim."""
         if self.read is None or self.read.scopes is None:
             return False
-        run = self.__dict__.get("workspace_scope")
+        run = self._run()
         if run is None:
             return True  # bound by hand (the reference's form): no run to share
         claim = _SCOPE_CLAIMS.get(self.session)
@@ -131,7 +137,7 @@ class Memory(Capability):
         display_dir = self.display_dir() if self.read is not None else ""
         slot = self._slot(ctx)
         await slot.start(ctx, display_dir)
-        self._prompt = (slot.prompt,)
+        self._prompt = (self._run(), slot.prompt)
 
     def display_dir(self) -> str:
         """How instructions name the memory directory: as the layout spells it, or, with a run
@@ -146,8 +152,8 @@ class Memory(Capability):
         a capability bound with ``bind(session)``, it reads the summary from that session."""
         if isinstance(ctx, SandboxRunContext):
             return self._slot(ctx).prompt
-        if self._prompt is not None:  # this run's clone, started: the prompt read at its start
-            return self._prompt[0]
+        if self._prompt is not None and self._prompt[0] is self._run() is not None:
+            return self._prompt[1]  # this run started: the prompt read at its start
         if self._session is None:
             raise CapabilityNotBoundError(
                 "Memory capability is not bound to a SandboxSession; call bind(session) first, "
