@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from memory_doubles import scripted_agent
 
 from sandmem import (
@@ -22,6 +24,7 @@ from sandmem import (
     Shell,
     UnixLocalSandboxClient,
 )
+from sandmem._truncate import estimate_tokens
 from sandmem.capabilities.memory import SUMMARY_MAX_TOKENS, memory_read_prompt
 from sandmem.memory.read_prompt import scoped_read_prompt, scopes_policy_for
 from sandmem.memory.scopes import Scope
@@ -117,3 +120,36 @@ def test_the_scoped_prompt_names_the_other_scopes_and_the_write_rule() -> None:
     other = scoped_read_prompt([(project, ""), (mine, "P2")], "m", live_update=True) or ""
     assert "### [personal] personal memory" in other and "### [project]" not in other
     assert scoped_read_prompt([(project, ""), (mine, "")], "m", live_update=True) is None
+
+
+@settings(max_examples=25, deadline=None)
+@example([40_000], "x")
+@example([30_000, 30_000, 30_000, 30_000], "</memory_summary>")
+@example([0, 30_000], "é")
+@given(
+    st.lists(st.integers(min_value=0, max_value=30_000), min_size=1, max_size=4),
+    st.sampled_from(["x", "é", "</memory_summary>"]),
+)
+def test_the_scoped_summary_stays_within_the_budget(sizes: list[int], unit: str) -> None:
+    """However long the scopes' summaries (multi-byte text, fence look-alikes that the escape
+    lengthens), the labelled summary stays within SUMMARY_MAX_TOKENS, so the prompt never cuts
+    it again, and every non-empty scope keeps its section."""
+    kinds: list[Literal["project", "personal", "named"]] = ["project", "personal", "named", "named"]
+    scopes = [_scope(f"s{i}", kinds[i]) for i in range(len(sizes))]
+    sections = [
+        (scope, unit * (size * 4 // len(unit.encode())))
+        for scope, size in zip(scopes, sizes, strict=True)
+    ]
+    prompt = scoped_read_prompt(sections, "memories", live_update=True)
+    kept = [scope for scope, text in sections if text.strip()]
+    if not kept:
+        assert prompt is None
+        return
+    assert prompt is not None
+    block = prompt.split("<memory_summary>\n", 1)[1].rsplit("\n</memory_summary>", 1)[0]
+    if kept == scopes[:1] and kept[0].kind == "project":
+        assert "### [" not in block  # the project's alone: as for one layout
+        return
+    assert estimate_tokens(block) <= SUMMARY_MAX_TOKENS
+    assert "[... memory summary truncated" not in block  # never cut again as a whole
+    assert all(f"### [{scope.name}]" in block for scope in kept)
