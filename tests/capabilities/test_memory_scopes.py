@@ -27,7 +27,9 @@ from sandmem.memory import (
 )
 from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS
 from sandmem.models._base import ModelRequest
-from sandmem.sandboxes import SandboxSession
+from sandmem.sandboxes import Manifest, SandboxSession
+from sandmem.sandboxes._bubblewrap import BubblewrapSandboxClient
+from sandmem.sandboxes._bwrap_host import probe_bwrap
 from sandmem.testing import FunctionModel, tool_call
 
 SECRET = "sk-" + "Q9w8E7r6T5y4U3i2O1p0A9s8D7f6"
@@ -516,3 +518,34 @@ async def test_a_search_finds_the_other_scopes_labelled(
     assert named.startswith("[personal] ")
     assert project.startswith("Error") and "grep" in project
     assert "No memory matches" in nothing
+
+
+_PROBE = probe_bwrap()
+
+
+@pytest.mark.skipif(_PROBE.error is not None, reason=str(_PROBE.error))
+async def test_in_bubblewrap_the_shell_reaches_no_other_scope(tmp_path: Path) -> None:
+    """The scopes outside the workspace are not in a confined sandbox at all: its shell can
+    neither read the personal memory nor write a team's, while the tools still serve them."""
+    team = tmp_path / "team"
+    make_layout(team, "Team: release train.", "# Team\n- release train\n")
+    settings(f'[scopes.named.team]\npath = "{team}"\n')
+    make_layout(personal(), "Person: prefers tabs.", "# Person\n- prefers tabs\n")
+    before = snapshot(team)
+    mine = personal() / "memories" / "MEMORY.md"
+    attempts: list[tuple[str, dict[str, Any]]] = [
+        ("exec_command", {"cmd": f"echo x >> {team}/memories/MEMORY.md; echo rc=$?"}),
+        ("exec_command", {"cmd": f"cat {mine}; echo rc=$?"}),
+        ("memory_scope_read", {"path": "MEMORY.md", "scope": "personal"}),
+    ]
+    client = BubblewrapSandboxClient()
+    sandbox = await client.create(manifest=Manifest(root=tmp_path / "ws"))
+    async with sandbox:
+        model = await run(sandbox, *attempts)
+    wrote, read, served = outputs(model)
+    assert "rc=0" not in wrote and "rc=0" not in read and "prefers tabs" not in read
+    assert "prefers tabs" in served
+    assert snapshot(team) == before
+    prompt = model.requests[0].instructions or ""
+    assert "### [project] project memory (read-write, /workspace)" not in prompt  # no summary
+    assert "### [team] named memory (read-only" in prompt and "prefers tabs" in prompt
