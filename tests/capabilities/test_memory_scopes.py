@@ -302,14 +302,23 @@ async def test_review_mode_makes_a_personal_edit_a_proposal(
     session: SandboxSession, workspace: Path
 ) -> None:
     make_layout(personal(), "Person: prefers tabs.", "# Person\n- prefers tabs\n")
+    make_layout(workspace, "Project: make dist.", "# Project\n- make dist\n")
     patch = update("MEMORY.md", "- prefers tabs", "- prefers spaces")
+    fact = update("MEMORY.md", "- make dist", "- make dist (slow)")
     read = MemoryReadConfig(live_update="propose")
     model = await run(
-        session, ("memory_scope_update", {"patch": patch, "scope": "personal"}), read=read
+        session,
+        ("memory_scope_update", {"patch": patch, "scope": "personal"}),
+        ("memory_scope_update", {"patch": fact}),
+        read=read,
     )
     assert "Proposed as" in outputs(model)[0]
     assert (personal() / "memories" / "MEMORY.md").read_text() == "# Person\n- prefers tabs\n"
-    assert len(await api.inbox(personal())) == 1
+    assert (workspace / "memories" / "MEMORY.md").read_text() == "# Project\n- make dist\n"
+    [mine] = await api.inbox(personal())
+    assert "prefers spaces" in mine.diff and mine.run == "scoped-run"
+    [proposal] = await api.inbox(workspace)  # the run's own edits: one proposal at its end
+    assert proposal.files == ["MEMORY.md"] and "(slow)" in proposal.diff
 
 
 async def test_a_run_without_live_updates_gets_no_write_tool(
