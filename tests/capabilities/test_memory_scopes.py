@@ -558,3 +558,21 @@ async def test_in_bubblewrap_the_shell_reaches_no_other_scope(tmp_path: Path) ->
     prompt = model.requests[0].instructions or ""
     assert "### [project] project memory (read-write, /workspace)" not in prompt  # no summary
     assert "### [team] named memory (read-only" in prompt and "prefers tabs" in prompt
+
+
+async def test_a_run_gets_only_the_scope_tools_it_can_use(
+    session: SandboxSession, workspace: Path
+) -> None:
+    make_layout(workspace, "Project: build with `make dist`.")
+    scope_tools = {"memory_scope_search", "memory_scope_read", "memory_scope_update"}
+    # no personal memory yet: only the tool to write the first preference
+    assert scope_tools & tool_names(await run(session)) == {"memory_scope_update"}
+    # nothing to read and nothing to write: exactly the run of the workspace's layout alone
+    alone = await run(session, read=MemoryReadConfig(live_update=False, scopes=None))
+    plain = await run(session, read=MemoryReadConfig(live_update=False))
+    assert plain.requests[0].instructions == alone.requests[0].instructions
+    assert tool_names(plain) == tool_names(alone)
+    # memory to read, no writing: search and read only
+    make_layout(personal(), "Person: prefers tabs.")
+    found = await run(session, read=MemoryReadConfig(live_update=False))
+    assert scope_tools & tool_names(found) == {"memory_scope_search", "memory_scope_read"}

@@ -91,8 +91,7 @@ class RunMemory:
                 self.paths,
                 live_update=self.read.live_update,
                 display_dir=display_dir,
-                scopes=self.scopes.sections if self.scopes is not None else None,
-                attached=self.scopes.scopes if self.scopes is not None else None,
+                scopes=self.scopes,
             )
 
     def _guard_writes(self, ctx: SandboxRunContext) -> None:

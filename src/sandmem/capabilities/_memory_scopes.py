@@ -38,7 +38,7 @@ from sandmem.memory import api
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig, MemoryReadConfig
 from sandmem.memory.layout import MemoryPaths, read_text
 from sandmem.memory.live_edit import LiveEditPolicy, patch_targets, workspace_relative
-from sandmem.memory.mcp._scoped import ScopedTools
+from sandmem.memory.mcp._scoped import ScopedTools, has_layout
 from sandmem.memory.mcp._tools import (
     READ_DEFAULT_LINES,
     Caller,
@@ -104,6 +104,10 @@ class RunScopes:
         self.others = [s for s in scopes if s.kind != "project"]
         self.home = home
         self.live_update = read.live_update
+        #: one of the other scopes has memory: the agent gets the tools to search and read
+        self.readable = any(has_layout(s) for s in self.others)
+        #: the run may write one of them (live updates, a read-write scope)
+        self.writable = bool(self.live_update) and any(s.writable for s in self.others)
         config = generate or MemoryGenerateConfig()
         options = ServerOptions(
             workspace=str(home / PERSONAL),
@@ -150,7 +154,10 @@ class RunScopes:
         found[0] = replace(found[0], root=Path(session.display_root))
         if len(found) == 1:
             return None
-        return cls(session, MemoryPaths.of(layout), found, home, read, generate)
+        scopes = cls(session, MemoryPaths.of(layout), found, home, read, generate)
+        if not scopes.readable and not scopes.writable:
+            return None  # nothing to read and nothing the run may write: its layout alone
+        return scopes
 
     def _caller(self) -> Caller:
         return Caller(client="sandmem run", transport="run", run=self.rollout_id)
@@ -185,8 +192,9 @@ class RunScopes:
     # ------------------------------------------------------------ tools
 
     def tools(self) -> list[FunctionTool]:
-        """``memory_scope_search``, ``memory_scope_read``, and with live updates
-        ``memory_scope_update``."""
+        """``memory_scope_search`` and ``memory_scope_read`` when another scope has memory,
+        ``memory_scope_update`` when the run may write one: a run pays for no tool it cannot
+        use (a person with no personal memory yet gets only the tool to write the first)."""
 
         async def memory_scope_read(path: str, scope: str, offset: int = 1) -> str:
             """Read a memory file of an attached scope.
@@ -217,15 +225,17 @@ class RunScopes:
             """
             return await self.update(patch, scope)
 
-        tools = [
-            function_tool(name="memory_scope_search", description=_SEARCH_DESCRIPTION)(
-                memory_scope_search
-            ),
-            function_tool(name="memory_scope_read", description=_READ_DESCRIPTION)(
-                memory_scope_read
-            ),
-        ]
-        if self.live_update:
+        tools = []
+        if self.readable:
+            tools += [
+                function_tool(name="memory_scope_search", description=_SEARCH_DESCRIPTION)(
+                    memory_scope_search
+                ),
+                function_tool(name="memory_scope_read", description=_READ_DESCRIPTION)(
+                    memory_scope_read
+                ),
+            ]
+        if self.writable:
             tools.append(
                 function_tool(name="memory_scope_update", description=_UPDATE_DESCRIPTION)(
                     memory_scope_update

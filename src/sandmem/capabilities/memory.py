@@ -167,8 +167,7 @@ class Memory(Capability):
             self.paths,
             live_update=self.read.live_update,
             display_dir=self.display_dir(),
-            scopes=scopes.sections if scopes is not None else None,
-            attached=scopes.scopes if scopes is not None else None,
+            scopes=scopes,
         )
 
     async def on_run_end(self, ctx: SandboxRunContext, outcome: RunOutcome) -> None:

@@ -10,8 +10,8 @@ all call it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from sandmem._prompts import escape_fence, load_prompt, render_prompt
 from sandmem._truncate import truncate_head_tail
@@ -55,35 +55,60 @@ def memory_read_prompt(
     )
 
 
+class AttachedScopes(Protocol):
+    """The scopes a run attaches (``capabilities._memory_scopes.RunScopes``), as the read
+    prompt needs them."""
+
+    @property
+    def scopes(self) -> Sequence[Scope]:
+        """Every scope attached, the project first (also those with no memory yet)."""
+        ...
+
+    @property
+    def readable(self) -> bool:
+        """Whether the agent has the tools to search and read the other scopes."""
+        ...
+
+    async def sections(self, project_summary: str) -> Sequence[tuple[Scope, str]]:
+        """Each scope with its summary, the project first."""
+        ...
+
+
 def scoped_read_prompt(
     sections: Sequence[tuple[Scope, str]],
     memories_dir: str,
     *,
     live_update: bool | Literal["propose"],
     attached: Sequence[Scope] | None = None,
+    readable: bool = True,
 ) -> str | None:
     """The memory prompt of a run with several scopes attached (``docs/scopes.md``): one
     labelled section per scope with a summary, the ``SUMMARY_MAX_TOKENS`` budget shared by
     ``scopes.scoped_summary`` (the project first, and winning where scopes disagree), and
-    where each kind of memory is read and written (``attached``: every scope, also those with
-    no summary yet; default the sections'). When the project's is the only summary, it is
-    given as for one layout (there is nothing to label or to disagree with). ``None`` when
-    every summary is empty."""
+    where each kind of memory is read and written (``scopes_policy_for``; ``attached``: every
+    scope, also those with no summary yet, default the sections'). When the project's is the
+    only summary, it is given as for one layout (there is nothing to label or to disagree
+    with). ``None`` when every summary is empty."""
     kept = [(scope, text) for scope, text in sections if text.strip()]
     if len(kept) == 1 and kept[0][0].kind == "project":
         summary = kept[0][1]
     else:
         summary = scoped_summary(kept, SUMMARY_MAX_TOKENS)
     scopes = [scope for scope, _ in sections] if attached is None else attached
-    policy = scopes_policy_for(scopes, memories_dir, live_update)
+    policy = scopes_policy_for(scopes, memories_dir, live_update, readable=readable)
     return memory_read_prompt(summary, memories_dir, live_update=live_update, scopes_policy=policy)
 
 
 def scopes_policy_for(
-    scopes: Sequence[Scope], memories_dir: str, live_update: bool | Literal["propose"]
+    scopes: Sequence[Scope],
+    memories_dir: str,
+    live_update: bool | Literal["propose"],
+    *,
+    readable: bool = True,
 ) -> str:
-    """How a run reads and writes the scopes attached besides its workspace's layout (``""``
-    when there are none): read with ``memory_scope_read``; with live updates, a preference
+    """How a run reaches the scopes attached besides its workspace's layout (``""`` when
+    there are none): they are named; with ``readable`` (one has memory), searched and read
+    with ``memory_scope_search`` and ``memory_scope_read``; with live updates, a preference
     of the person goes to ``personal`` and a fact about the code to the project, through
     ``memory_scope_update``; a read-only scope is never written."""
     others = [s for s in scopes if s.kind != "project"]
@@ -91,6 +116,8 @@ def scopes_policy_for(
         return ""
     attached = ", ".join(f"`{s.name}` ({s.mode})" for s in others)
     text = render_prompt(load_prompt("sandmem.memory", "run_scopes"), attached=attached).strip()
+    if readable:
+        text += " " + load_prompt("sandmem.memory", "run_scopes_read").strip()
     writable = [s.name for s in others if s.writable]
     if live_update and writable:
         rule = render_prompt(
@@ -108,20 +135,23 @@ async def read_prompt_for(
     *,
     live_update: bool | Literal["propose"],
     display_dir: str | None = None,
-    scopes: Callable[[str], Awaitable[Sequence[tuple[Scope, str]]]] | None = None,
-    attached: Sequence[Scope] | None = None,
+    scopes: AttachedScopes | None = None,
 ) -> str | None:
     """The memory prompt for a layout as it is now: a commit a killed process left half-applied
     is finished first, so the summary read is the committed one. ``display_dir`` is how the
     prompt names the memory directory (default: ``paths.memories_dir``). ``scopes`` turns
-    the layout's summary into the attached scopes' (``scoped_read_prompt``; ``attached``:
-    every scope attached)."""
+    the layout's summary into the attached scopes' (``scoped_read_prompt``)."""
     from sandmem.memory.journal import try_recover
 
     await try_recover(session, paths)
     summary = await read_text(session, paths.summary_md) or ""
     shown = display_dir or paths.memories_dir
     if scopes is not None:
-        sections = await scopes(summary)
-        return scoped_read_prompt(sections, shown, live_update=live_update, attached=attached)
+        return scoped_read_prompt(
+            await scopes.sections(summary),
+            shown,
+            live_update=live_update,
+            attached=scopes.scopes,
+            readable=scopes.readable,
+        )
     return memory_read_prompt(summary, shown, live_update=live_update)
