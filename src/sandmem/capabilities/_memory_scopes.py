@@ -65,24 +65,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger("sandmem.memory")
 
 _READ_DESCRIPTION = (
-    "Read a file of an attached memory scope that is not in the workspace (the person's "
-    "`personal` memory, a team's): `scope` names it, `path` is a file of its memory directory "
-    "(`MEMORY.md`, `memory_summary.md`, `rollout_summaries/<file>.md`, "
-    "`skills/<name>/SKILL.md`). Returns numbered lines, a page at a time."
+    "Read a memory file of an attached scope outside the workspace (`MEMORY.md`, "
+    "`memory_summary.md`, `rollout_summaries/<file>.md`, `skills/<name>/SKILL.md`), a page of "
+    "numbered lines at a time."
 )
 _SEARCH_DESCRIPTION = (
-    "Search the memory of the attached scopes that are not in the workspace (the person's "
-    "`personal` memory, a team's) with a few keywords. Hits are `[scope] path:line [section] "
-    "text`, best first; open a file with memory_scope_read and the same scope."
+    "Search the memory of the attached scopes outside the workspace with a few keywords; hits "
+    "are `[scope] path:line [section] text`, best first."
 )
 _UPDATE_DESCRIPTION = (
-    "Edit the memory of an attached scope now, with a patch in the apply_patch format on "
-    "`MEMORY.md` or `skills/<name>/SKILL.md` of that scope's memory directory. `MEMORY.md` "
-    "always exists (it may be empty): `*** Begin Patch` / `*** Update File: MEMORY.md` / `@@` / "
-    "`+- the new entry` / `*** End Patch` adds an entry at its end; give `-` and unchanged "
-    "lines to correct one. scope=`personal` for a preference or habit of the person (true in "
-    "any project); `project` (the default) for a fact about this code. A read-only scope is "
-    "never written."
+    "Edit a scope's `MEMORY.md` or `skills/<name>/SKILL.md` now with an apply_patch patch "
+    "(`MEMORY.md` exists, maybe empty: `*** Update File: MEMORY.md`, `@@`, `+- entry` appends). "
+    "scope `personal`: the person's preferences and habits; `project` (default): facts about "
+    "this code. A read-only scope is never written."
 )
 
 
@@ -197,31 +192,30 @@ class RunScopes:
         use (a person with no personal memory yet gets only the tool to write the first)."""
 
         async def memory_scope_read(path: str, scope: str, offset: int = 1) -> str:
-            """Read a memory file of an attached scope.
+            """Read a memory file.
 
             Args:
-                path: A file of the scope's memory directory, such as `MEMORY.md`.
-                scope: The scope: `personal`, or a named scope.
-                offset: The first line to return (1-based).
+                path: The file, such as `MEMORY.md`.
+                scope: The scope, such as `personal`.
+                offset: The first line (1-based).
             """
             return await self.read(path, scope, offset)
 
         async def memory_scope_search(query: str, scope: str | None = None) -> str:
-            """Search the memory of the attached scopes outside the workspace.
+            """Search memory.
 
             Args:
-                query: A few keywords from the task.
-                scope: One scope to search (default: every one but the project).
+                query: A few keywords.
+                scope: One scope (default: all outside the workspace).
             """
             return await self.search(query, scope)
 
         async def memory_scope_update(patch: str, scope: str | None = None) -> str:
-            """Edit an attached scope's memory.
+            """Edit memory.
 
             Args:
-                patch: The patch, in the apply_patch format, on MEMORY.md or skills/.
-                scope: `personal` for the person's preferences and habits; `project` (the
-                    default) for facts about this code.
+                patch: The patch.
+                scope: `personal` or `project` (default).
             """
             return await self.update(patch, scope)
 
