@@ -238,7 +238,8 @@ async def test_a_home_given_in_the_config_is_used(
     other = tmp_path / "other-home"
     make_layout(other / "personal", "Person: likes haiku.")
     make_layout(personal(), "Person: prefers tabs.")
-    read = MemoryReadConfig(scopes=MemoryScopesConfig(home=str(other)))
+    read = MemoryReadConfig(scopes=MemoryScopesConfig(home=other))  # type: ignore[arg-type]
+    assert read.scopes is not None and read.scopes.home == str(other)
     prompt = (await run(session, read=read)).requests[0].instructions or ""
     assert "likes haiku" in prompt and "prefers tabs" not in prompt
 

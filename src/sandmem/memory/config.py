@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
@@ -134,10 +135,12 @@ class MemoryScopesConfig(ConfigModel):
     named: bool = True
     home: str | None = None
 
-    @field_validator("home")
+    @field_validator("home", mode="before")
     @classmethod
-    def _home(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or "\x00" in value):
+    def _home(cls, value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if isinstance(value, str) and (not value.strip() or "\x00" in value):
             raise ValueError("home must be a directory path (or None for $SANDMEM_HOME)")
         return value
 
