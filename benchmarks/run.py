@@ -21,8 +21,10 @@ the full run.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -182,6 +184,21 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
         parser.error(f"unknown figure {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
+    # the figures measure a person with no personal or team memory: a run's default
+    # `Memory()` reads the scopes of $SANDMEM_HOME, which would differ from machine to machine
+    earlier = os.environ.get("SANDMEM_HOME")
+    with tempfile.TemporaryDirectory(prefix="sandmem-bench-home-") as home:
+        os.environ["SANDMEM_HOME"] = home
+        try:
+            return _run(args, names)
+        finally:
+            if earlier is None:
+                os.environ.pop("SANDMEM_HOME", None)
+            else:
+                os.environ["SANDMEM_HOME"] = earlier
+
+
+def _run(args: argparse.Namespace, names: list[str]) -> int:
     started = time.monotonic()
     machine, load = machine_line(), load_line()
     figures = []
