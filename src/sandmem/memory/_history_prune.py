@@ -105,7 +105,7 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
             rewritten[digest] = await store.put_blob(redact_bytes(old, redact))
         return rewritten[digest]
 
-    for version in await store.read_versions(await store.version_names()):
+    for name, version in await store.read_named(await store.version_names()):
         files = {n: await rewrite(d) for n, d in version.files.items()}
         selection = await rewrite(version.selection) if version.selection else None
         attribution = version.attribution.redacted(redact)
@@ -121,7 +121,8 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
                     selection=selection,
                     attribution=attribution,
                     redacted=True,
-                )
+                ),
+                name,  # the record keeps its name: the old bytes are overwritten
             )
             changed.append(version.seq)
     for proposal in await proposals.load_all(session, paths):
