@@ -310,7 +310,7 @@ def test_a_record_named_by_an_earlier_release_is_read_and_kept(
         ("00000007-1800000000-0a1b2c3d4e5f-1.json", None),
         ("00000007-1800000000-.json", None),
         ("00000007.json", None),
-        ("７-1.json", None),  # a digit that is not ASCII
+        ("\uff17-1.json", None),  # a digit that is not ASCII (fullwidth seven)
         ("00000007-1800000000.json.tmp", None),
     ],
 )
