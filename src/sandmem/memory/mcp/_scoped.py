@@ -37,6 +37,7 @@ from sandmem._errors import MemoryNotFoundError, UserError
 from sandmem.memory import api
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.layout import ensure_layout
+from sandmem.memory.mcp._server import client_of
 from sandmem.memory.mcp._tools import (
     TOOL_SPECS,
     Caller,
@@ -172,7 +173,8 @@ async def client_roots(
     not asked again)."""
     params = getattr(session, "client_params", None)
     capabilities = getattr(params, "capabilities", None)
-    if getattr(capabilities, "roots", None) is None or session in silent:
+    client = client_of(session)  # the SDK makes a session per request: the client's connection
+    if getattr(capabilities, "roots", None) is None or client in silent:
         return None
     from mcp.shared.exceptions import MCPError
 
@@ -184,7 +186,7 @@ async def client_roots(
     except MCPError:
         pass
     if result is None:
-        silent.add(session)
+        silent.add(client)
         return None
     found = []
     for root in result.roots:
