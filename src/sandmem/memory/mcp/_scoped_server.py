@@ -37,6 +37,7 @@ from sandmem.memory.mcp._scoped import (
     SCOPED_ARGS,
     ScopedTools,
     ScopeResolver,
+    ScopeUnavailable,
     has_layout,
 )
 from sandmem.memory.mcp._server import (
@@ -73,7 +74,9 @@ class ScopedMCPServer(MemoryMCPServer):
     ) -> None:
         super().__init__(options, poll_interval=poll_interval)
         self.resolver = resolver
-        self.scoped = ScopedTools(options, resolver.home / "cache" / "scopes")
+        self.scoped = ScopedTools(
+            options, resolver.home / "cache" / "scopes", stores_of=resolver.store_of
+        )
         #: the scopes whose files are watched: those of the start, and projects seen since
         self._watched: dict[str, Scope] = {}
         #: the project directory of each session's last request ("" for none)
@@ -113,8 +116,8 @@ class ScopedMCPServer(MemoryMCPServer):
             try:
                 source = await self.scoped.readable(scope)
                 shown = await api.show(str(source.root), "summary", layout=scope.layout)
-            except MemoryNotFoundError:
-                continue
+            except (MemoryNotFoundError, ScopeUnavailable):
+                continue  # a store that cannot be reached: the others' summaries
             sections.append((scope, shown.text))
         paths = self.options.paths
         opening = self.opening()
@@ -199,7 +202,10 @@ class ScopedMCPServer(MemoryMCPServer):
     async def _scope_files(self, scope: Scope) -> list[str]:
         if not has_layout(scope):
             return []
-        source = await self.scoped.readable(scope)
+        try:
+            source = await self.scoped.readable(scope)
+        except ScopeUnavailable:
+            return []  # a store that cannot be reached: the other scopes' files
         return await served_paths(str(source.root), scope.layout)
 
     def scope_uri(self, scope: Scope, path: str) -> str:
@@ -249,11 +255,11 @@ class ScopedMCPServer(MemoryMCPServer):
             if scope is None:
                 raise ToolRefused(f"{uri}: no attached scope {name!r} (memory://<scope>/<file>)")
             path = memory_file(MemoryPaths.of(scope.layout), rel)
+            text = None
+            if has_layout(scope):
+                text = await _text_of(await self.scoped.readable(scope), path)
         except ToolRefused as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        text = None
-        if has_layout(scope):
-            text = await _text_of(await self.scoped.readable(scope), path)
         if text is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"{uri} does not exist")
         return types.ReadResourceResult(
@@ -279,7 +285,7 @@ class ScopedMCPServer(MemoryMCPServer):
                         lambda p, s=scope, w=where: f"{self.scope_uri(s, p)}\x00{w}",  # type: ignore[misc]
                     )
                 )
-            except MemoryNotFoundError:
+            except (MemoryNotFoundError, ScopeUnavailable):
                 continue
         return found
 
