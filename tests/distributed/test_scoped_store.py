@@ -55,8 +55,7 @@ async def _call(session: ClientSession, name: str, args: dict[str, Any]) -> tupl
 
 def _patch(line: str) -> str:
     return (
-        "*** Begin Patch\n*** Update File: MEMORY.md\n@@\n ## Incidents\n"
-        f"+{line}\n*** End Patch\n"
+        f"*** Begin Patch\n*** Update File: MEMORY.md\n@@\n ## Incidents\n+{line}\n*** End Patch\n"
     )
 
 

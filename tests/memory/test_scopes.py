@@ -379,7 +379,11 @@ def test_the_scopes_command_lists_what_a_client_there_gets(tmp_path: Path) -> No
     from cli_workspaces import invoke
 
     home = tmp_path / "home"
-    _write(home / "config.toml", f'[scopes.named.team]\npath = "{tmp_path / "team"}"\n')
+    _write(
+        home / "config.toml",
+        f'[scopes.named.team]\npath = "{tmp_path / "team"}"\n'
+        '[scopes.named.ops]\nstore = "s3://ops-bucket/memory"\n',
+    )
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     (repo / "memories").mkdir()
@@ -391,9 +395,12 @@ def test_the_scopes_command_lists_what_a_client_there_gets(tmp_path: Path) -> No
     assert lines[0] == f"[project] read-write {repo}"
     assert lines[1].startswith("[personal] read-write ") and "(no memory yet)" in lines[1]
     assert lines[2].startswith("[team] read-only ")
+    assert lines[3] == "[ops] read-only  s3://ops-bucket/memory (not read yet)"
     data = json.loads(invoke("memory", "scopes", "-w", tmp_path, "--json", env=env).stdout)
     assert data["project"] is None
-    assert [s["name"] for s in data["scopes"]] == ["personal", "team"]
+    assert [s["name"] for s in data["scopes"]] == ["personal", "team", "ops"]
+    assert data["scopes"][2]["store"] == "s3://ops-bucket/memory"
+    assert data["scopes"][1]["store"] is None
     (home / "config.toml").write_text("[scopes]\npersonal = 'yes'\n")
     bad = invoke("memory", "scopes", "-w", repo, env=env)
     assert bad.exit_code == 2 and "config.toml" in bad.stderr
