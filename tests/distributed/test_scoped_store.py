@@ -147,6 +147,7 @@ async def test_named_scopes_in_a_store_read_only_read_write_and_unreachable(
 
     # nothing of the server reached the read-only store; the read-write one has both writes
     assert await team.segments("sessions") == {}
+    assert await team.history_names("memories") == []  # nor its history mirror
     current = await team.current("memories")
     assert current is not None
     files = await team.read_files("memories", current, ["MEMORY.md"])
@@ -160,3 +161,56 @@ async def test_named_scopes_in_a_store_read_only_read_write_and_unreachable(
     copies = home / "cache" / "stores"
     assert len([p for p in copies.iterdir() if (p / "memories").is_dir()]) == 3  # one a store
     assert not (project / "sessions").exists()
+
+
+async def test_a_pull_through_a_read_only_store_changes_nothing_there(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """A pull keeps the store's history mirror on its way (uploads the copy's own versions,
+    prunes): through ``ReadOnlyStore`` it leaves the store as it was; every write of memory
+    is refused."""
+    from sandmem.memory import _files
+    from sandmem.memory._store_seam import MemoryStoreError
+    from sandmem.memory.config import MemoryLayoutConfig
+    from sandmem.memory.history import Attribution
+    from sandmem.memory.journal import notice
+    from sandmem.memory.layout import MemoryPaths, ensure_layout
+    from sandmem.memory.store import ReadOnlyStore, pull
+    from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
+
+    paths = MemoryPaths.of(MemoryLayoutConfig())
+
+    async def copy_with_a_version_of_its_own(root: Path) -> Any:
+        root.mkdir()
+        session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
+        async with session:
+            await ensure_layout(session, paths)
+            await _files.write(session, "memories/MEMORY.md", b"# Memory\n- local only\n")
+            async with _files.lock(session, paths.lock, timeout=5):
+                await notice(session, paths, Attribution("hand_edit", note="local"))
+        return await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
+
+    for name, read_only in (("control", False), ("team", True)):
+        store = _store(s3_server, f"s3://{s3_server.bucket}/{name}-{uuid.uuid4().hex[:8]}")
+        await store.commit("memories", None, {"MEMORY.md": TEAM_MEMORY})
+        session = await copy_with_a_version_of_its_own(tmp_path / name)
+        async with session:  # the copy's live edit is kept; its history is synced first
+            await pull(session, paths, ReadOnlyStore(store) if read_only else store)
+        mirrored = await store.history_names("memories")
+        if read_only:
+            assert mirrored == []  # the copy's own version was not uploaded
+        else:
+            assert any(n.startswith("versions/") for n in mirrored)  # what a writer's pull does
+
+    ro = ReadOnlyStore(store)
+    current = await store.current("memories")
+    for attempt in (
+        ro.commit("memories", current, {"MEMORY.md": b"x"}),
+        ro.put_segment("sessions", "r1", b"{}\n"),
+        ro.mark_pending("memories", "sessions"),
+        ro.clear_marks("memories", ["m"]),
+    ):
+        with pytest.raises(MemoryStoreError, match="attached read-only"):
+            await attempt
+    assert await store.current("memories") == current and await store.segments("sessions") == {}
+    assert ro.describe() == store.describe()

@@ -61,7 +61,7 @@ from sandmem.memory.scopes import (
     never_projects,
     route,
 )
-from sandmem.memory.store import MemoryStore
+from sandmem.memory.store import MemoryStore, ReadOnlyStore
 
 #: how many roots of one request are looked at for a project
 MAX_ROOTS = 16
@@ -172,6 +172,8 @@ class ScopeResolver:
         made = self.store_of(scope)
         if isinstance(made, str):
             return scope
+        if not scope.writable:
+            made = ReadOnlyStore(made)  # a pull keeps no history mirror there either
         return replace(scope, layout=self.layout.model_copy(update={"store": made}))
 
     def store_of(self, scope: Scope) -> MemoryStore | str:
