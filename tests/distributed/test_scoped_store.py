@@ -181,7 +181,6 @@ async def test_a_pull_through_a_read_only_store_changes_nothing_there(
     paths = MemoryPaths.of(MemoryLayoutConfig())
 
     async def copy_with_a_version_of_its_own(root: Path) -> Any:
-        root.mkdir()
         session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
         async with session:
             await ensure_layout(session, paths)
@@ -192,6 +191,7 @@ async def test_a_pull_through_a_read_only_store_changes_nothing_there(
 
     for name, read_only in (("control", False), ("team", True)):
         store = _store(s3_server, f"s3://{s3_server.bucket}/{name}-{uuid.uuid4().hex[:8]}")
+        (tmp_path / name).mkdir()
         await store.commit("memories", None, {"MEMORY.md": TEAM_MEMORY})
         session = await copy_with_a_version_of_its_own(tmp_path / name)
         async with session:  # the copy's live edit is kept; its history is synced first
