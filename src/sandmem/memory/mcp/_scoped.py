@@ -327,7 +327,7 @@ class ScopedTools:
         ``_store.PULL_INTERVAL_S``); ``ScopeUnavailable`` naming the scope when the store
         cannot be reached (then not asked again for ``STORE_RETRY_S``)."""
         assert scope.store is not None
-        where = scope.where()
+        where = str(scope.root)  # one copy per store URL and endpoint
         down = self._down.get(where)
         if down is not None and time.monotonic() - down[0] < STORE_RETRY_S:
             raise ScopeUnavailable(_unavailable(scope, down[1]))
@@ -465,9 +465,12 @@ class ScopedTools:
         if scope.store is not None:
             try:
                 await self.pulled(scope)  # its local copy exists and is current
+            except ScopeUnavailable as exc:
+                raise ToolRefused(f"{name}: {exc}; nothing was written") from None
+            try:
                 text = await self.tools_of(scope).call(name, args, caller)
             except ToolRefused as exc:
-                raise ToolRefused(f"{scope.label()} {exc}; nothing was written") from None
+                raise ToolRefused(f"{scope.label()} {exc}") from None
             return f"{scope.label()} {text}"
         if not has_layout(scope):
             await _create_layout(scope)
