@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,7 +32,9 @@ from sandmem.cli._common import (
 )
 from sandmem.cli._settings_file import ConfigError
 from sandmem.memory import MemoryGenerateConfig, memory_scopes, serve_mcp
-from sandmem.memory.store import MemoryStore
+
+if TYPE_CHECKING:
+    from sandmem.distributed import S3MemoryStore
 
 
 def _address(value: str | None) -> tuple[str, int] | None:
@@ -284,7 +286,7 @@ def mcp_command(
             ) from None
 
 
-def _scope_store(url: str, endpoint_url: str | None) -> MemoryStore:
+def _scope_store(url: str, endpoint_url: str | None) -> S3MemoryStore:
     """The store of a named scope in one (``store = "s3://..."`` in the settings): S3, at the
     scope's ``endpoint_url`` or ``$SANDMEM_S3_ENDPOINT_URL`` (AWS when neither is set)."""
     from sandmem.distributed import S3MemoryStore
