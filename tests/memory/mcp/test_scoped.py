@@ -685,3 +685,29 @@ async def test_a_projects_change_is_announced_to_the_sessions_in_that_project(
         await _call(session, "memory_remember", {"text": "three", "scope": "personal"})
         await heard.until(summary)
         assert heard.updated.count(summary) == 1
+
+
+async def test_a_client_whose_roots_fail_is_asked_once_over_many_requests(tmp_path: Path) -> None:
+    """The SDK makes a ``ServerSession`` per request: a client whose ``roots/list`` failed is
+    remembered by its connection, so its next requests go straight to the server's working
+    directory instead of asking (and, for a client that hangs, waiting) again."""
+    home = tmp_path / "home"
+    repo = _project(tmp_path / "repo", "- repo builds with make")
+    asked: list[int] = []
+
+    async def failing(ctx: Any) -> types.ErrorData:
+        asked.append(1)
+        return types.ErrorData(code=types.INTERNAL_ERROR, message="no roots here")
+
+    params = server_params([], env={"SANDMEM_HOME": str(home)})
+    params.cwd = str(repo)
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, client_info=CLIENT, list_roots_callback=failing) as session,
+    ):
+        await session.initialize()
+        for _ in range(3):
+            errored, hits = await _call(session, "memory_search", {"query": "builds"})
+            assert not errored and "[project] " in hits and "make" in hits
+        await session.list_resources()
+    assert len(asked) == 1

@@ -349,7 +349,8 @@ def client_of(session: Any) -> Any:
     """The client a request's ``session`` stands for. The SDK builds a ``ServerSession`` per
     request, a proxy of the client's connection: subscriptions, listings and what is kept per
     client are keyed by the connection (by the session itself where it has none)."""
-    return getattr(session, "_connection", None) or session
+    connection = getattr(session, "_connection", None)
+    return session if connection is None else connection
 
 
 async def served_paths(workspace: str, layout: MemoryLayoutConfig) -> list[str]:
