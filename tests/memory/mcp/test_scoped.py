@@ -439,6 +439,8 @@ async def test_one_http_server_serves_two_clients_with_their_own_roots(tmp_path:
                 await stream.aclose()
                 return
 
+    started: list[str] = []
+
     @asynccontextmanager
     async def client(root: Path) -> AsyncIterator[ClientSession]:
         http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
@@ -447,7 +449,8 @@ async def test_one_http_server_serves_two_clients_with_their_own_roots(tmp_path:
             streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (r, w),
             ClientSession(r, w, client_info=CLIENT, list_roots_callback=Roots(root)) as session,
         ):
-            await session.initialize()
+            init = await session.initialize()
+            started.append(init.instructions or "")
             yield session
 
     try:
@@ -464,6 +467,16 @@ async def test_one_http_server_serves_two_clients_with_their_own_roots(tmp_path:
             assert not errored and "mcp-notes" in status  # a's note, seen from b
         assert "twine 5" in _notes(beta) and "twine 5" not in _notes(alpha)
         assert "emoji" in _notes(home / "personal")
+        # the personal summary changes: a session that starts later gets the instructions as
+        # they are now (one already started keeps its handshake's)
+        assert not any("emoji in every answer" in text for text in started)
+        summary = home / "personal" / "memories" / "memory_summary.md"
+        summary.write_text("The person wants emoji in every answer.\n")
+        async with client(alpha) as a:
+            await _call(a, "memory_remember", {"text": "x", "kind": "preference"})  # a look
+        async with client(beta) as b:
+            assert "emoji in every answer" in started[-1]
+            assert "[personal] personal memory" in started[-1]
     finally:
         proc.terminate()
         await anyio.to_thread.run_sync(proc.wait, 10)

@@ -4,9 +4,9 @@ personal scope and the named scopes (``_scoped.ScopeResolver``); the tools work 
 (``_scoped.ScopedTools``).
 
 - **instructions**: the handshake's (``initialize``; ``server/discover`` on 2026-07-28) are
-  made when the server starts, before any roots are known — the protocol has no way to change
-  them later — for the scopes attached then (the project of its working directory, when it is
-  one): each scope's summary in a labelled section, the summary budget shared by
+  made before any roots are known — the protocol has no way to change them later — for the
+  scopes of the server's working directory (its project, when it is one), at the start and
+  again when a summary changes (for sessions that start later): each scope's summary in a labelled section, the summary budget shared by
   ``scopes.share_budget``, and a line saying the project wins. The same text **for the
   request's roots** is the resource ``memory://instructions.md`` and the prompt ``memory``,
   made anew at each read;
@@ -305,6 +305,7 @@ class ScopedMCPServer(MemoryMCPServer):
 
         where = [_split(key) for key in changed]
         uris = sorted({uri for uri, _ in where})
+        await self.refresh_instructions(uris)
         # the instructions hold the summaries: they change with a summary
         summaries = [(u, d) for u, d in where if u.endswith(f"/{SUMMARY_MD}")]
         for uri in [*uris, INSTRUCTIONS_URI] if summaries else uris:

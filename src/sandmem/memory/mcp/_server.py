@@ -276,6 +276,7 @@ class MemoryMCPServer:
         changed = sorted(u for u in {*before, *now} if before.get(u) != now.get(u))
         if not changed:
             return []
+        await self.refresh_instructions(changed)
         from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
         listed = set(before) != set(now)
@@ -290,6 +291,13 @@ class MemoryMCPServer:
             for session in list(self._listers.values()):
                 await self._notify(session, None)
         return changed
+
+    async def refresh_instructions(self, changed: list[str]) -> None:
+        """Make the instructions again when a summary changed: each session that starts
+        later (a new HTTP session's ``initialize``, every ``server/discover``) gets them as
+        they are now; one already started keeps its handshake's (MCP cannot change them)."""
+        if self._server is not None and any(u.rsplit("/", 1)[-1] == SUMMARY_MD for u in changed):
+            self._server.instructions = await self.instructions()
 
     async def _notify(self, session: ServerSession, uri: str | None) -> None:
         """Tell ``session`` that ``uri`` changed (``None``: the list of resources did)."""
