@@ -6,15 +6,16 @@ personal scope and the named scopes (``_scoped.ScopeResolver``); the tools work 
 - **instructions**: the handshake's (``initialize``; ``server/discover`` on 2026-07-28) are
   made before any roots are known — the protocol has no way to change them later — for the
   scopes of the server's working directory (its project, when it is one), at the start and
-  again when a summary changes (for sessions that start later): each scope's summary in a labelled section, the summary budget shared by
-  ``scopes.share_budget``, and a line saying the project wins. The same text **for the
+  again when a summary changes (for sessions that start later): each scope's summary in a
+  labelled section, the summary budget shared by ``scopes.share_budget``, and a line saying
+  the project wins. The same text **for the
   request's roots** is the resource ``memory://instructions.md`` and the prompt ``memory``,
   made anew at each read;
 - **resources**: ``memory://<scope>/<file>`` (``memory://personal/MEMORY.md``) for the
   scopes of the request. Changes are watched in the scopes attached at the start and every
   project a request attached since, each project apart; a change is announced to the
   sessions it concerns (a project's file to the sessions whose roots are in that project),
-  and ``memory://instructions.md`` with it. A client that sends
+  and ``memory://instructions.md`` with a summary. A client that sends
   ``notifications/roots/list_changed`` is told the resource list and the instructions
   resource changed (they follow its roots).
 """
