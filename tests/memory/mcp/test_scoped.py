@@ -72,13 +72,20 @@ class Roots:
 
 @asynccontextmanager
 async def scoped_session(
-    home: Path, args: list[str], *, roots: Roots | None, cwd: Path | None = None
+    home: Path,
+    args: list[str],
+    *,
+    roots: Roots | None,
+    cwd: Path | None = None,
+    heard: Any = None,
 ) -> AsyncIterator[tuple[ClientSession, types.InitializeResult]]:
     """A client session on one ``sandmem mcp ARGS`` process with ``SANDMEM_HOME=home``;
-    ``roots=None``: a client that offers no roots."""
+    ``roots=None``: a client that offers no roots; ``heard`` gets the notifications."""
     params = server_params(args, env={"SANDMEM_HOME": str(home)})
     params.cwd = str(cwd) if cwd is not None else None
     kwargs: dict[str, Any] = {} if roots is None else {"list_roots_callback": roots}
+    if heard is not None:
+        kwargs["message_handler"] = heard
     async with (
         stdio_client(params) as (read, write),
         ClientSession(read, write, client_info=CLIENT, **kwargs) as session,
@@ -606,15 +613,10 @@ async def test_the_instructions_for_the_requests_roots_are_a_resource_and_a_prom
     beta = _project(tmp_path / "beta", "- beta", "Beta builds with make dist.")
     roots = Roots(alpha)
     heard = Heard()
-    params = server_params([], env={"SANDMEM_HOME": str(home)})
-    params.cwd = str(tmp_path)
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(
-            read, write, client_info=CLIENT, list_roots_callback=roots, message_handler=heard
-        ) as session,
+    async with scoped_session(home, [], roots=roots, cwd=tmp_path, heard=heard) as (
+        session,
+        init,
     ):
-        init = await session.initialize()
         assert init.instructions is not None and "short answers" in init.instructions
         assert "cargo" not in init.instructions and "make dist" not in init.instructions
         assert init.capabilities.prompts is not None
@@ -663,16 +665,8 @@ async def test_a_projects_change_is_announced_to_the_sessions_in_that_project(
     beta = _project(tmp_path / "beta", "- beta", "Beta summary one.")
     roots = Roots(alpha)
     heard = Heard()
-    params = server_params([], env={"SANDMEM_HOME": str(home)})
-    params.cwd = str(tmp_path)
     summary = "memory://project/memory_summary.md"
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(
-            read, write, client_info=CLIENT, list_roots_callback=roots, message_handler=heard
-        ) as session,
-    ):
-        await session.initialize()
+    async with scoped_session(home, [], roots=roots, cwd=tmp_path, heard=heard) as (session, _):
         await _subscribe(session, summary, "memory://instructions.md")
         await _call(session, "memory_status", {})  # alpha is watched from now on
         roots.paths = [beta]
