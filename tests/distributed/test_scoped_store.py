@@ -34,7 +34,8 @@ def _store(s3: S3Server, url: str) -> Any:
 
 @asynccontextmanager
 async def _session(home: Path, project: Path) -> AsyncIterator[ClientSession]:
-    params = server_params([], env={"SANDMEM_HOME": str(home)})
+    args = ["--allow-forget", "--engine", "extractive"]
+    params = server_params(args, env={"SANDMEM_HOME": str(home)})
     params.cwd = str(project.parent)
 
     async def roots(ctx: Any) -> types.ListRootsResult:
@@ -134,6 +135,11 @@ async def test_named_scopes_in_a_store_read_only_read_write_and_unreachable(
             {"patch": _patch("- postmortems within two days"), "scope": "ops"},
         )
         assert not errored and "Committed to s3://" in text, text
+
+        errored, text = await _call(
+            session, "memory_forget", {"rollout_id": "mcp-notes", "scope": "ops"}
+        )
+        assert errored and "not available on scope 'ops'" in text, text
 
         # another host changes the read-only store: the next read after the pull interval sees it
         await team.commit(

@@ -463,6 +463,12 @@ class ScopedTools:
         except UserError as exc:
             raise ToolRefused(f"{name}: {exc}; nothing was written") from None
         if scope.store is not None:
+            if name == "memory_forget":
+                raise ToolRefused(
+                    f"memory_forget is not available on scope {scope.name!r}, a scope in a "
+                    f"store ({scope.where()}): forget on a host whose workspace holds that "
+                    "layout; nothing was written"
+                )
             try:
                 await self.pulled(scope)  # its local copy exists and is current
             except ScopeUnavailable as exc:
