@@ -312,6 +312,12 @@ class ScopeSettings(BaseModel):
         return found
 
 
+def ensure_store_copy(root: Path) -> None:
+    """Create a store scope's local copy directory (``store_copy``, in the user's own sandmem
+    directory) when missing, readable by the user alone."""
+    os.makedirs(root, mode=0o700, exist_ok=True)
+
+
 def store_copy(home: Path, url: str, endpoint_url: str | None) -> Path:
     """The directory of sandmem's private local copy of a store scope's layout:
     ``<home>/cache/stores/<digest of the URL and endpoint>``."""

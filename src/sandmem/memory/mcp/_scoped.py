@@ -57,6 +57,7 @@ from sandmem.memory.scopes import (
     ScopeSettings,
     WriteKind,
     attached_scopes,
+    ensure_store_copy,
     find_project,
     never_projects,
     route,
@@ -497,7 +498,7 @@ async def _create_layout(scope: Scope) -> None:
 def _copy_ready(scope: Scope) -> bool:
     """Make a store scope's local copy directory (sandmem's own, under ``$SANDMEM_HOME``)
     when missing; whether it holds the layout already."""
-    os.makedirs(scope.root, mode=0o700, exist_ok=True)
+    ensure_store_copy(scope.root)
     return any(
         os.path.isdir(scope.root / d)
         for d in (scope.layout.memories_dir, scope.layout.sessions_dir)
