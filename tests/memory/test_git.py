@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandmem.memory import log_sync
+from sandmem.memory import diff_sync, log_sync, redact_history_sync, restore_sync
 from sandmem.memory._git import merge_texts
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.history import Attribution
@@ -118,8 +118,8 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 
 def _clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Versions made one second apart (two machines rarely version in the same second; a
-    record made the same second on both branches is the conflict shown below)."""
+    """Versions made one second apart, one clock for both branches (the same second on both
+    branches is the case of ``_same_second_branches``)."""
     from sandmem.memory import history
 
     ticks = iter(range(1_800_000_000, 1_800_001_000))
@@ -208,12 +208,9 @@ def test_the_merge_driver_leaves_binary_files_to_git(tmp_path: Path) -> None:
     assert result.exit_code == 0 and ours.read_text() == "a\nb\nc\n"
 
 
-def test_a_version_recorded_the_same_second_on_both_branches_is_a_git_conflict(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The documented limit: a version record's name is its number and second, so two
-    branches that each made version N in the same second both add one file under one name;
-    git reports that record as a conflict (the memory files themselves still merge)."""
+def _same_second_branches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository whose branches ``main`` and ``other`` each made version 1 in the same
+    second (one clock for both), before they are merged."""
     from sandmem.memory import history
 
     monkeypatch.setattr(history, "_now", lambda: ("2027-01-15T08:00:00.000Z", 1_800_000_000))
@@ -237,8 +234,100 @@ def test_a_version_recorded_the_same_second_on_both_branches_is_a_git_conflict(
     asyncio.run(_version(repo, "ours"))
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "ours")
+    return repo
+
+
+def _records(repo: Path) -> list[str]:
+    return sorted(p.name for p in (repo / "memories" / ".history" / "versions").iterdir())
+
+
+def test_versions_recorded_the_same_second_on_two_branches_merge_without_conflict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each branch made version 1 in the same second: the records' names carry a tag of
+    their bytes, so the merge adds both records and git reports no conflict."""
+    repo = _same_second_branches(tmp_path, monkeypatch)
     merged = _git(repo, "merge", "-q", "--no-edit", "other", check=False)
-    assert merged.returncode != 0
-    conflicted = _git(repo, "diff", "--name-only", "--diff-filter=U").stdout.split()
-    assert conflicted == ["memories/.history/versions/00000001-1800000000.json"]
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert _git(repo, "diff", "--name-only", "--diff-filter=U").stdout == ""
+    assert _git(repo, "status", "--porcelain").stdout == ""
+    names = _records(repo)
+    assert len(names) == 2 and all(n.startswith("00000001-1800000000-") for n in names)
+    memory = repo / "memories" / "MEMORY.md"
     assert memory.read_text() == BASE + "- ours\n- theirs\n"
+    # both are versions the history reads; the next version is numbered past them
+    assert sorted(v.note or "" for v in log_sync(repo)) == ["ours", "theirs"]
+    memory.write_text(memory.read_text() + "- merged\n")
+    asyncio.run(_version(repo, "after the merge"))
+    log = log_sync(repo)
+    assert [v.version for v in log] == [2, 1, 1] and log[0].note == "after the merge"
+    assert "- merged" in diff_sync(repo).diff
+
+
+def test_a_record_named_by_an_earlier_release_is_read_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records named ``<seq>-<epoch>.json`` (no tag) sit beside new ones: log, diff,
+    restore and redact-history read both, in order, and a rewrite keeps each name."""
+    _clock(monkeypatch)
+    root = tmp_path / "ws"
+    (root / "memories").mkdir(parents=True)
+    (root / "sessions").mkdir()
+    memory = root / "memories" / "MEMORY.md"
+    memory.write_text(BASE + "- token hunter2-old\n")
+    asyncio.run(_version(root, "old release"))
+    [tagged] = _records(root)
+    old_name = "-".join(tagged.split("-")[:2]) + ".json"  # as an earlier release named it
+    versions_dir = root / "memories" / ".history" / "versions"
+    (versions_dir / tagged).rename(versions_dir / old_name)
+    memory.write_text(BASE + "- token hunter2-new\n")
+    asyncio.run(_version(root, "new release"))
+    names = _records(root)
+    assert names[0] == old_name and len(names) == 2 and names[1].count("-") == 2
+    assert [(v.version, v.note) for v in log_sync(root)] == [(2, "new release"), (1, "old release")]
+    assert "hunter2-old" in diff_sync(root, 1, 2).diff
+    assert restore_sync(root, 1).restored_from == 1
+    assert "hunter2-old" in memory.read_text()
+    result = redact_history_sync(root, r"hunter2-\w+")
+    assert result.versions == [1, 2, 3]
+    assert _records(root)[:2] == names  # rewritten in place: no record left with the secret
+    for path in versions_dir.iterdir():
+        assert "hunter2" not in path.read_text()
+    for path in (root / "memories" / ".history" / "objects").iterdir():
+        assert b"hunter2" not in path.read_bytes()
+    assert [v.version for v in log_sync(root)] == [3, 2, 1]
+
+
+@pytest.mark.parametrize(
+    ("name", "parsed"),
+    [
+        ("00000007-1800000000.json", (7, 1800000000)),
+        ("00000007-1800000000-0a1b2c3d4e5f.json", (7, 1800000000)),
+        ("00000007-1800000000-" + "f" * 64 + ".json", (7, 1800000000)),
+        ("00000007-1800000000-0A1B2C3D4E5F.json", None),  # the tag is lower-case hex
+        ("00000007-1800000000-0a1b.json", None),  # too short to be a tag
+        ("00000007-1800000000-x0a1b2c3d4e5.json", None),
+        ("00000007-1800000000-0a1b2c3d4e5f-1.json", None),
+        ("00000007-1800000000-.json", None),
+        ("00000007.json", None),
+        ("\uff17-1.json", None),  # a digit that is not ASCII (fullwidth seven)
+        ("00000007-1800000000.json.tmp", None),
+    ],
+)
+def test_record_names_old_and_new_are_parsed_and_others_are_not(
+    name: str, parsed: tuple[int, int] | None
+) -> None:
+    from sandmem.memory.history import _version_name
+
+    assert _version_name(name) == parsed
+
+
+def test_a_new_record_name_is_its_number_second_and_a_tag_of_its_bytes() -> None:
+    from sandmem.memory.history import name_order, record_name
+
+    a = record_name(3, 1_800_000_000, b'{"note": "a"}')
+    b = record_name(3, 1_800_000_000, b'{"note": "b"}')
+    assert a != b and a.startswith("00000003-1800000000-") and a.endswith(".json")
+    assert record_name(3, 1_800_000_000, b'{"note": "a"}') == a
+    ordered = sorted(["00000010-5.json", b, "00000002-9.json", a], key=name_order)
+    assert ordered[0] == "00000002-9.json" and ordered[-1] == "00000010-5.json"

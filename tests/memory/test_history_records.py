@@ -370,13 +370,19 @@ async def test_redact_history_redacts_attribution(ws: Path) -> None:
     assert head.client == "cursor [REDACTED:github-token]" and head.redacted
 
 
-@pytest.mark.parametrize("sub", ["versions", "proposals"])
+@pytest.mark.parametrize(
+    ("sub", "name"),
+    [
+        ("versions", "00000009-1.json"),  # as releases before the record's tag named it
+        ("versions", "00000009-1-0a1b2c3d4e5f.json"),
+        ("proposals", "pbroken.json"),
+    ],
+)
 async def test_redact_history_leaves_no_secret_in_a_record_that_does_not_parse(
-    ws: Path, sub: str
+    ws: Path, sub: str, name: str
 ) -> None:
     directory = history_dir(ws) / sub
     directory.mkdir(exist_ok=True)
-    name = "00000009-1.json" if sub == "versions" else "pbroken.json"
     (directory / name).write_text('{"seq": 9, "attribution": {"client": "' + SECRET)  # cut
     await api.redact_history(ws, secrets=True)
     assert not any(SECRET in p.read_text() for p in history_dir(ws).rglob("*.json"))

@@ -121,6 +121,16 @@ def test_settings_name_scopes_markers_and_the_personal_switch(tmp_path: Path) ->
         '[scopes.named.team]\npath = "a\\u0001b"\n',
         "[scopes.named.team]\npath = 'x'\nmode = 'write'\n",
         "[scopes.named.team]\npath = 's3://bucket/x'\n",
+        "[scopes.named.team]\nstore = 'https://bucket/x'\n",
+        "[scopes.named.team]\nstore = 's3://B/x'\n",
+        "[scopes.named.team]\nstore = 's3://ab/x'\n",
+        "[scopes.named.team]\nstore = 's3://bucket//x'\n",
+        "[scopes.named.team]\nstore = 's3://bucket/x?y=1'\n",
+        "[scopes.named.team]\nstore = 's3://bucket/x'\npath = 'x'\n",
+        "[scopes.named.team]\nmode = 'read-only'\n",
+        "[scopes.named.team]\npath = 'x'\nendpoint_url = 'http://127.0.0.1:9000'\n",
+        "[scopes.named.team]\nstore = 's3://bucket/x'\nendpoint_url = 'file:///etc'\n",
+        "[scopes.named.team]\nstore = 's3://bucket/x'\nendpoint_url = 'http://a b'\n",
         "scopes = 3\n",
         "[scopes\n",
         "\xff\xfe",
@@ -176,6 +186,41 @@ def test_a_projects_own_settings_attach_read_only(tmp_path: Path) -> None:
     assert not by_name["vendored"].writable  # inside the project, read-only whatever it asks
     assert by_name["vendored"].root == repo / "vendor" / "team-memory"  # relative to it
     assert by_name["team"].root == tmp_path / "team"  # a name taken twice keeps the user's
+
+
+def test_a_scope_in_a_store_is_read_from_a_private_copy_and_only_from_your_settings(
+    tmp_path: Path,
+) -> None:
+    """``store = "s3://..."``: the scope's root is sandmem's own copy under the home's cache,
+    one per store URL and endpoint; read-only unless the user's settings say read-write; a
+    project's ``sandmem.toml`` cannot attach a store at all."""
+    from sandmem.memory.scopes import store_copy
+
+    home = tmp_path / "home"
+    _write(
+        home / "config.toml",
+        '[scopes.named.team]\nstore = "s3://team-bucket/memory/"\n'
+        'endpoint_url = "http://127.0.0.1:8333"\n'
+        '[scopes.named.ops]\nstore = "s3://team-bucket/ops"\nmode = "read-write"\n'
+        '[scopes.named.same]\nstore = "s3://team-bucket/ops"\nmode = "read-write"\n',
+    )
+    repo = tmp_path / "repo"
+    _write(
+        repo / "sandmem.toml",
+        '[scopes.named.theirs]\nstore = "s3://attacker-bucket/x"\nmode = "read-write"\n',
+    )
+    scopes = attached_scopes(repo, home=home)
+    by_name = {s.name: s for s in scopes}
+    assert [s.name for s in scopes] == ["project", "personal", "team", "ops"]
+    team, ops = by_name["team"], by_name["ops"]
+    assert team.store == "s3://team-bucket/memory" and team.endpoint_url == "http://127.0.0.1:8333"
+    assert not team.writable and ops.writable and ops.endpoint_url is None
+    assert team.root == store_copy(home, "s3://team-bucket/memory", "http://127.0.0.1:8333")
+    assert team.root.parent == home / "cache" / "stores" and team.root != ops.root
+    assert team.where() == "s3://team-bucket/memory" and ops.read_only().store == ops.store
+    with pytest.raises(UserError, match=r"read-only \(s3://team-bucket/memory\)"):
+        route("note", "team", scopes)
+    assert route("note", "ops", scopes) is ops
 
 
 def test_a_directory_attached_twice_is_read_only_if_either_is(tmp_path: Path) -> None:
@@ -334,7 +379,11 @@ def test_the_scopes_command_lists_what_a_client_there_gets(tmp_path: Path) -> No
     from cli_workspaces import invoke
 
     home = tmp_path / "home"
-    _write(home / "config.toml", f'[scopes.named.team]\npath = "{tmp_path / "team"}"\n')
+    _write(
+        home / "config.toml",
+        f'[scopes.named.team]\npath = "{tmp_path / "team"}"\n'
+        '[scopes.named.ops]\nstore = "s3://ops-bucket/memory"\n',
+    )
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     (repo / "memories").mkdir()
@@ -346,9 +395,12 @@ def test_the_scopes_command_lists_what_a_client_there_gets(tmp_path: Path) -> No
     assert lines[0] == f"[project] read-write {repo}"
     assert lines[1].startswith("[personal] read-write ") and "(no memory yet)" in lines[1]
     assert lines[2].startswith("[team] read-only ")
+    assert lines[3] == "[ops] read-only  s3://ops-bucket/memory (not read yet)"
     data = json.loads(invoke("memory", "scopes", "-w", tmp_path, "--json", env=env).stdout)
     assert data["project"] is None
-    assert [s["name"] for s in data["scopes"]] == ["personal", "team"]
+    assert [s["name"] for s in data["scopes"]] == ["personal", "team", "ops"]
+    assert data["scopes"][2]["store"] == "s3://ops-bucket/memory"
+    assert data["scopes"][1]["store"] is None
     (home / "config.toml").write_text("[scopes]\npersonal = 'yes'\n")
     bad = invoke("memory", "scopes", "-w", repo, env=env)
     assert bad.exit_code == 2 and "config.toml" in bad.stderr

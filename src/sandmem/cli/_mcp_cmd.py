@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,6 +32,9 @@ from sandmem.cli._common import (
 )
 from sandmem.cli._settings_file import ConfigError
 from sandmem.memory import MemoryGenerateConfig, memory_scopes, serve_mcp
+
+if TYPE_CHECKING:
+    from sandmem.distributed import S3MemoryStore
 
 
 def _address(value: str | None) -> tuple[str, int] | None:
@@ -241,6 +244,7 @@ def mcp_command(
             max_update_chars=max_update_chars,
             scopes=with_scopes,
             create=create,
+            stores=_scope_store,
         )
         what = f"the memory of {store_url or where} ({layout.memories_dir}/)"
         if roots:
@@ -280,6 +284,15 @@ def mcp_command(
             raise ConfigError(
                 f"cannot serve on {host}:{port}: the address could not be bound (in use?)"
             ) from None
+
+
+def _scope_store(url: str, endpoint_url: str | None) -> S3MemoryStore:
+    """The store of a named scope in one (``store = "s3://..."`` in the settings): S3, at the
+    scope's ``endpoint_url`` or ``$SANDMEM_S3_ENDPOINT_URL`` (AWS when neither is set)."""
+    from sandmem.distributed import S3MemoryStore
+
+    endpoint = endpoint_url or os.environ.get("SANDMEM_S3_ENDPOINT_URL") or None
+    return S3MemoryStore.from_url(url, endpoint_url=endpoint)
 
 
 def _home() -> str:

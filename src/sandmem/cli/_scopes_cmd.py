@@ -250,4 +250,6 @@ def scopes_command(workspace: Path, as_json: bool) -> None:
         click.echo(f"{workspace.absolute()} is not in a project (no marker here or above)")
     for scope in report.scopes:
         held = "" if scope.memory else " (no memory yet)"
-        click.echo(f"[{scope.name}] {scope.mode:<10} {scope.root}{held}")
+        if scope.store is not None:
+            held = f" (local copy {scope.root})" if scope.memory else " (not read yet)"
+        click.echo(f"[{scope.name}] {scope.mode:<10} {scope.store or scope.root}{held}")

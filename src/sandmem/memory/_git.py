@@ -5,8 +5,9 @@ a merge of memory files that keeps both sides.
   the locks, the generation state and log, the last selection, phase two's scratch files;
   ``<sessions_dir>/.gitignore`` leaves out the raw transcripts. Committed: ``MEMORY.md``,
   the summary, rollout summaries, skills, phase one's notes (``raw_memories/``, redacted), and
-  the history's versions and objects (``.history/``: new files on each side, named by number
-  and time or by content, so two branches' versions sit side by side after a merge).
+  the history's versions and objects (``.history/``: new files on each side, named by number,
+  second and a tag of their bytes or by content, so two branches' versions sit side by side
+  after a merge, even two made in the same second).
 - ``merge_texts`` is the merge driver's rule (``sandmem memory merge-driver``, set up by
   ``ATTRIBUTES`` and ``git config``): a three-way merge by lines in which a region both sides
   changed keeps both — ours first, then the lines of theirs that ours lacks. No conflict

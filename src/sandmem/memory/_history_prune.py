@@ -105,7 +105,7 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
             rewritten[digest] = await store.put_blob(redact_bytes(old, redact))
         return rewritten[digest]
 
-    for version in await store.read_versions(await store.version_names()):
+    for name, version in await store.read_named(await store.version_names()):
         files = {n: await rewrite(d) for n, d in version.files.items()}
         selection = await rewrite(version.selection) if version.selection else None
         attribution = version.attribution.redacted(redact)
@@ -121,7 +121,8 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
                     selection=selection,
                     attribution=attribution,
                     redacted=True,
-                )
+                ),
+                name,  # the record keeps its name: the old bytes are overwritten
             )
             changed.append(version.seq)
     for proposal in await proposals.load_all(session, paths):
@@ -139,10 +140,7 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
 async def _redact_unparsed(store: Store, redact: Any) -> None:
     """Records that do not parse (skipped everywhere else) rewritten as text with ``redact``:
     a damaged record must not keep a secret either."""
-    known_versions = {
-        f"{v.seq:08d}-{v.epoch}.json"
-        for v in await store.read_versions(await store.version_names())
-    }
+    known_versions = {name for name, _ in await store.read_named(await store.version_names())}
     known_proposals = {f"{p.id}.json" for p in await proposals.load_all(store.session, store.paths)}
     for sub, known in (("versions", known_versions), ("proposals", known_proposals)):
         names = [n for n in await store._names(sub) if n.endswith(".json") and n not in known]

@@ -124,7 +124,7 @@ def _not_approval(version: history.Version) -> str | None:
 
 
 def _number(name: str) -> int:
-    """The version number a record's name gives (``00000012-<epoch>.json``)."""
+    """The version number a record's name gives (``00000012-<epoch>-<tag>.json``)."""
     head = name.split("-", 1)[0]
     return int(head) if head.isdigit() else 0
 

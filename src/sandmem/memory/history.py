@@ -6,8 +6,8 @@ read as memory, staged by a consolidation, or pushed to a store as a memory file
 ```text
 .history/
 ├── objects/<sha256>                 file contents, stored once each (plain bytes)
-├── versions/<seq>-<epoch>.json      one record per version: the files (name → sha256), the
-│                                    conversations state (the selection's sha256) and the
+├── versions/<seq>-<epoch>-<tag>.json  one record per version: the files (name → sha256),
+│                                    the conversations state (the selection's sha256) and the
 │                                    attribution: kind, engine, model, rollouts, run, client
 └── proposals/<id>.json              review mode: changes waiting for approve or dismiss
 ```
@@ -23,6 +23,15 @@ writes the new blobs first and the record last, atomically: the record is the co
 A process killed before it leaves the previous version intact and, at most, unreferenced
 blobs, which the next prune removes. Versions are numbered ``1, 2, ...`` per layout.
 
+A record's name is its number, the second it was made and a **tag**: the first hex digits of
+the SHA-256 of the record as first written (``00000012-1800000000-3f9c2a7d01be.json``). Two
+clones of a project that each make version 12 in the same second (two branches, two hosts of
+one store) so name their records apart, and a git merge adds both instead of reporting a
+conflict; byte-identical records share a name, which git merges as one file. A record keeps
+its name when it is rewritten (``redact-history``). Records named ``<seq>-<epoch>.json``, as
+earlier releases wrote them, are read alike; records are ordered by number, then second,
+then name.
+
 Retention (``Retention``): the newest ``keep_versions`` (default 1,000) versions younger than
 ``keep_days`` (default 365) days are kept; the newest version is always kept. Pruning runs
 when a version is made, in batches: once the count passes ``keep_versions`` by 5% (at least 1)
@@ -36,6 +45,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -230,7 +240,7 @@ class Store:
     async def version_names(self) -> list[str]:
         """Version record names, oldest first (temp files of a killed write left out)."""
         names = [n for n in await self._names("versions") if _version_name(n) is not None]
-        return sorted(names, key=lambda n: _version_name(n) or (0, 0))
+        return sorted(names, key=name_order)
 
     async def read_version(self, name: str) -> Version | None:
         """The version record ``name``; ``None`` (reported in one line) when it does not
@@ -241,26 +251,33 @@ class Store:
     async def read_versions(self, names: list[str]) -> list[Version]:
         """The records ``names`` that parse, in order; each one that does not is skipped and
         reported in one line (a truncated or crafted record never stops a command)."""
+        return [version for _name, version in await self.read_named(names)]
+
+    async def read_named(self, names: list[str]) -> list[tuple[str, Version]]:
+        """``read_versions`` with each record's name."""
         paths = [f"{self.root}/versions/{name}" for name in names]
         data = await _files.read_many(self.session, paths)
-        found: list[Version] = []
+        found: list[tuple[str, Version]] = []
         problems: list[Problem] = []
         for name, path in zip(names, paths, strict=True):
             parsed = parse_version(path, name, data[path])
             if isinstance(parsed, Problem):
                 problems.append(parsed)
             else:
-                found.append(parsed)
+                found.append((name, parsed))
         report(problems)
         return found
 
-    async def write_version(self, version: Version) -> None:
-        name = f"{version.seq:08d}-{version.epoch}.json"
-        await _files.write(
-            self.session,
-            f"{self.root}/versions/{name}",
-            json.dumps(version.signed().to_json(), indent=1) + "\n",
-        )
+    async def write_version(self, version: Version, name: str | None = None) -> str:
+        """Write ``version``'s record (signed) and return its name: ``name`` when it is a
+        rewrite of that record, else a new name with the record's tag (the module docstring)."""
+        data = json.dumps(version.signed().to_json(), indent=1) + "\n"
+        if name is None:
+            name = record_name(version.seq, version.epoch, data.encode("utf-8"))
+        elif _version_name(name) is None:
+            raise ValueError(f"{name[:80]!r} is not a version record's name")
+        await _files.write(self.session, f"{self.root}/versions/{name}", data)
+        return name
 
     async def head(self) -> Version | None:
         """The newest version whose record parses."""
@@ -297,13 +314,34 @@ class Store:
         return out
 
 
+#: how many hex digits of the record's SHA-256 its name carries (48 bits: two clones' records
+#: of one number and second share a name by chance about once in 10^14 pairs)
+TAG_CHARS = 12
+_TAG = re.compile(r"[0-9a-f]{8,64}")
+
+
+def record_name(seq: int, epoch: int, data: bytes) -> str:
+    """The name of a new version record: ``<seq:08d>-<epoch>-<tag>.json``."""
+    return f"{seq:08d}-{epoch}-{hashlib.sha256(data).hexdigest()[:TAG_CHARS]}.json"
+
+
 def _version_name(name: str) -> tuple[int, int] | None:
+    """The number and second a record's name gives: ``<seq>-<epoch>-<tag>.json``, or
+    ``<seq>-<epoch>.json`` as earlier releases named records; ``None`` for another name."""
     if not name.endswith(".json"):
         return None
-    seq, _, epoch = name[:-5].partition("-")
-    if not (seq.isdigit() and epoch.isdigit()):
+    parts = name[:-5].split("-")
+    if len(parts) == 3 and _TAG.fullmatch(parts[2]):
+        parts.pop()
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
         return None
-    return int(seq), int(epoch)
+    return int(parts[0]), int(parts[1])
+
+
+def name_order(name: str) -> tuple[int, int, str]:
+    """How records are ordered: by number, then second, then name."""
+    seq, epoch = _version_name(name) or (0, 0)
+    return seq, epoch, name
 
 
 def _now() -> tuple[str, int]:

@@ -5,7 +5,8 @@ A *scope* is a memory layout with a name and a mode (``docs/scopes.md``):
 ```text
 project   <project>/memories, <project>/sessions   the repository the agent works in
 personal  $SANDMEM_HOME/personal/...               the person's preferences and habits
-<name>    a path named in a settings file           a team's shared memory (often read-only)
+<name>    a path or an s3:// store named in a       a team's shared memory (often read-only)
+          settings file
 ```
 
 Each scope is a whole layout (its own history, index, forgetting and redaction); nothing
@@ -25,15 +26,24 @@ here reads or writes one. This module holds the rules, as small functions:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sandmem._errors import UserError
 from sandmem._prompts import escape_fence, load_prompt, render_prompt
@@ -86,13 +96,17 @@ WriteKind = Literal["preference", "fact", "procedure", "note", "edit"]
 
 @dataclass(frozen=True)
 class Scope:
-    """One attached memory: a layout in ``root`` with a name, a kind and a mode."""
+    """One attached memory: a layout in ``root`` with a name, a kind and a mode. A scope in
+    a memory store has its ``store`` URL (``s3://bucket/prefix``, at ``endpoint_url``); its
+    ``root`` is then sandmem's private local copy of the store's layout (``store_copy``)."""
 
     name: str
     kind: ScopeKind
     root: Path
     writable: bool
     layout: MemoryLayoutConfig = field(default_factory=MemoryLayoutConfig)
+    store: str | None = None
+    endpoint_url: str | None = None
 
     @property
     def mode(self) -> Mode:
@@ -103,7 +117,11 @@ class Scope:
         return f"[{self.name}]"
 
     def read_only(self) -> Scope:
-        return Scope(self.name, self.kind, self.root, False, self.layout)
+        return replace(self, writable=False)
+
+    def where(self) -> str:
+        """Where the scope's memory is: its directory, or its store's URL."""
+        return self.store or str(self.root)
 
 
 # ---------------------------------------------------------------- where things are
@@ -180,25 +198,58 @@ def find_project(
 # ---------------------------------------------------------------- settings
 
 
+#: a store URL a named scope may give: ``s3://bucket[/prefix]`` (S3 bucket name rules)
+_STORE_URL = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]{0,1000})?$")
+_ENDPOINT = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?/?$")
+
+
 class NamedScope(BaseModel):
-    """A scope a settings file adds: ``[scopes.named.<name>] path = "...", mode = "..."``."""
+    """A scope a settings file adds: ``[scopes.named.<name>]`` with either ``path = "..."``
+    (a directory) or ``store = "s3://bucket/prefix"`` (and optionally ``endpoint_url``), and
+    ``mode = "read-only" | "read-write"``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: Annotated[str, Field(min_length=1, max_length=4096)]
+    path: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    store: Annotated[str, Field(min_length=1, max_length=1100)] | None = None
+    endpoint_url: Annotated[str, Field(min_length=1, max_length=512)] | None = None
     mode: Mode = "read-only"
 
     @field_validator("path")
     @classmethod
-    def _plain(cls, value: str) -> str:
+    def _plain(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if "\x00" in value or any(ord(c) < 32 for c in value):
             raise ValueError("a scope's path must be a plain path (no control characters)")
         if value.startswith("s3://"):
-            raise ValueError(
-                "a scope in a store (s3://) is not supported yet: name a directory "
-                "(`sandmem mcp --store` serves one store's memory)"
-            )
+            raise ValueError(f"a store is named with store = {value!r}, not path")
         return value
+
+    @field_validator("store")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and (not _STORE_URL.match(value) or "//" in value[5:]):
+            raise ValueError(
+                f"a store is s3://bucket/prefix (bucket: 3-63 lower-case letters, digits, "
+                f"'.' or '-'; prefix: letters, digits, '.', '_', '-', '/'), not {value[:200]!r}"
+            )
+        return value.rstrip("/") if value is not None else None
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not _ENDPOINT.match(value):
+            raise ValueError(f"endpoint_url is http(s)://host[:port], not {value[:200]!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_place(self) -> NamedScope:
+        if (self.path is None) == (self.store is None):
+            raise ValueError("give either path (a directory) or store (s3://bucket/prefix)")
+        if self.endpoint_url is not None and self.store is None:
+            raise ValueError("endpoint_url goes with store")
+        return self
 
 
 class ScopeSettings(BaseModel):
@@ -233,16 +284,45 @@ class ScopeSettings(BaseModel):
                 )
         return value
 
-    def scopes(self, base: Path, *, trusted: bool) -> list[Scope]:
+    def scopes(self, base: Path, *, trusted: bool, home: Path | None = None) -> list[Scope]:
         """The named scopes, their paths resolved against ``base``; read-only unless the
-        settings are ``trusted`` (the user's own file)."""
+        settings are ``trusted`` (the user's own file). A scope in a store is taken from
+        trusted settings only (its local copy is in ``home``, default ``base``)."""
         found = []
         for name, named in self.named.items():
-            path = Path(os.path.expanduser(named.path))
-            root = Path(os.path.abspath(base / path))
             writable = trusted and named.mode == "read-write"
+            if named.store is not None:
+                if trusted:
+                    copy = store_copy(home or base, named.store, named.endpoint_url)
+                    found.append(
+                        Scope(
+                            name,
+                            "named",
+                            copy,
+                            writable,
+                            MemoryLayoutConfig(),
+                            named.store,
+                            named.endpoint_url,
+                        )
+                    )
+                continue
+            path = Path(os.path.expanduser(named.path or ""))
+            root = Path(os.path.abspath(base / path))
             found.append(Scope(name, "named", root, writable))
         return found
+
+
+def ensure_store_copy(root: Path) -> None:
+    """Create a store scope's local copy directory (``store_copy``, in the user's own sandmem
+    directory) when missing, readable by the user alone."""
+    os.makedirs(root, mode=0o700, exist_ok=True)
+
+
+def store_copy(home: Path, url: str, endpoint_url: str | None) -> Path:
+    """The directory of sandmem's private local copy of a store scope's layout:
+    ``<home>/cache/stores/<digest of the URL and endpoint>``."""
+    key = hashlib.sha256(f"{url}\x00{endpoint_url or ''}".encode()).hexdigest()[:32]
+    return home / "cache" / "stores" / key
 
 
 def read_settings_file(path: Path) -> dict[str, Any] | None:
@@ -293,7 +373,7 @@ def attached_scopes(
         found.append(Scope(PROJECT, "project", project, True, layout or MemoryLayoutConfig()))
     if settings.personal:
         found.append(personal_scope(home))
-    found += settings.scopes(home, trusted=True)
+    found += settings.scopes(home, trusted=True, home=home)
     if project is not None and workspace_settings:
         path = project / WORKSPACE_SETTINGS
         local = parse_settings(read_settings_file(path), path)
@@ -353,7 +433,7 @@ def route(kind: WriteKind, requested: str | None, scopes: Sequence[Scope]) -> Sc
         raise UserError(f"there is no scope {name!r}; attached scopes: {attached}")
     if not scope.writable:
         raise UserError(
-            f"scope {name!r} is attached read-only ({scope.root}): nothing is written to it; "
+            f"scope {name!r} is attached read-only ({scope.where()}): nothing is written to it; "
             f"name another scope ({', '.join(s.name for s in scopes if s.writable) or 'none'})"
         )
     return scope
@@ -404,7 +484,7 @@ def scoped_summary(sections: Sequence[tuple[Scope, str]], budget_tokens: int) ->
         scopes=", ".join(f"`{scope.name}` ({scope.mode})" for scope, _ in kept),
     ).strip()
     headings = [
-        f"### {scope.label()} {scope.kind} memory ({scope.mode}, {scope.root})\n\n"
+        f"### {scope.label()} {scope.kind} memory ({scope.mode}, {scope.where()})\n\n"
         for scope, _ in kept
     ]
     overhead = estimate_tokens(opening + "\n\n" * len(kept) + "".join(headings)) + len(kept)

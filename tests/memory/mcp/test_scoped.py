@@ -72,13 +72,20 @@ class Roots:
 
 @asynccontextmanager
 async def scoped_session(
-    home: Path, args: list[str], *, roots: Roots | None, cwd: Path | None = None
+    home: Path,
+    args: list[str],
+    *,
+    roots: Roots | None,
+    cwd: Path | None = None,
+    heard: Any = None,
 ) -> AsyncIterator[tuple[ClientSession, types.InitializeResult]]:
     """A client session on one ``sandmem mcp ARGS`` process with ``SANDMEM_HOME=home``;
-    ``roots=None``: a client that offers no roots."""
+    ``roots=None``: a client that offers no roots; ``heard`` gets the notifications."""
     params = server_params(args, env={"SANDMEM_HOME": str(home)})
     params.cwd = str(cwd) if cwd is not None else None
     kwargs: dict[str, Any] = {} if roots is None else {"list_roots_callback": roots}
+    if heard is not None:
+        kwargs["message_handler"] = heard
     async with (
         stdio_client(params) as (read, write),
         ClientSession(read, write, client_info=CLIENT, **kwargs) as session,
@@ -439,6 +446,8 @@ async def test_one_http_server_serves_two_clients_with_their_own_roots(tmp_path:
                 await stream.aclose()
                 return
 
+    started: list[str] = []
+
     @asynccontextmanager
     async def client(root: Path) -> AsyncIterator[ClientSession]:
         http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
@@ -447,7 +456,8 @@ async def test_one_http_server_serves_two_clients_with_their_own_roots(tmp_path:
             streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (r, w),
             ClientSession(r, w, client_info=CLIENT, list_roots_callback=Roots(root)) as session,
         ):
-            await session.initialize()
+            init = await session.initialize()
+            started.append(init.instructions or "")
             yield session
 
     try:
@@ -464,6 +474,16 @@ async def test_one_http_server_serves_two_clients_with_their_own_roots(tmp_path:
             assert not errored and "mcp-notes" in status  # a's note, seen from b
         assert "twine 5" in _notes(beta) and "twine 5" not in _notes(alpha)
         assert "emoji" in _notes(home / "personal")
+        # the personal summary changes: a session that starts later gets the instructions as
+        # they are now (one already started keeps its handshake's)
+        assert not any("emoji in every answer" in text for text in started)
+        summary = home / "personal" / "memories" / "memory_summary.md"
+        summary.write_text("The person wants emoji in every answer.\n")
+        async with client(alpha) as a:
+            await _call(a, "memory_remember", {"text": "x", "kind": "preference"})  # a look
+        async with client(beta) as b:
+            assert "emoji in every answer" in started[-1]
+            assert "[personal] personal memory" in started[-1]
     finally:
         proc.terminate()
         await anyio.to_thread.run_sync(proc.wait, 10)
@@ -521,3 +541,180 @@ async def test_subscribers_hear_changes_of_every_scope(tmp_path: Path) -> None:
             await session.read_resource("memory://nobody/MEMORY.md")
         with pytest.raises(mcp.MCPError):
             await session.read_resource("memory://personal/../alpha/memories/MEMORY.md")
+
+
+class Heard:
+    """The notifications a test client hears: resources updated (by URI) and list changes."""
+
+    def __init__(self) -> None:
+        import anyio
+
+        self.updated: list[str] = []
+        self.lists = 0
+        self._changed = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        import anyio
+
+        root = getattr(message, "root", message)
+        if isinstance(root, types.ResourceUpdatedNotification):
+            self.updated.append(str(root.params.uri))
+        elif isinstance(root, types.ResourceListChangedNotification):
+            self.lists += 1
+        else:
+            return
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def until(self, uri: str, seconds: float = 10.0) -> None:
+        import anyio
+
+        with anyio.fail_after(seconds):
+            while uri not in self.updated:
+                await self._changed.wait()
+
+
+async def _subscribe(session: ClientSession, *uris: str) -> None:
+    import warnings
+
+    import mcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mcp.MCPDeprecationWarning)
+        for uri in uris:
+            await session.subscribe_resource(uri)
+
+
+async def _roots_changed(session: ClientSession) -> None:
+    import warnings
+
+    import mcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mcp.MCPDeprecationWarning)  # served before 2026-07-28
+        await session.send_roots_list_changed()
+
+
+async def _instructions(session: ClientSession) -> str:
+    read = await session.read_resource("memory://instructions.md")
+    return read.contents[0].text  # type: ignore[union-attr]
+
+
+async def test_the_instructions_for_the_requests_roots_are_a_resource_and_a_prompt(
+    tmp_path: Path,
+) -> None:
+    """The handshake's instructions are made before any roots are known (the server started
+    outside any project); the resource ``memory://instructions.md`` and the prompt ``memory``
+    are the same text made for the roots of each request, and a client that announces new
+    roots is told the resource list and the instructions changed."""
+    home = tmp_path / "home"
+    _seed(home / "personal", "- person", "The person prefers short answers.")
+    alpha = _project(tmp_path / "alpha", "- alpha", "Alpha builds with cargo build --release.")
+    beta = _project(tmp_path / "beta", "- beta", "Beta builds with make dist.")
+    roots = Roots(alpha)
+    heard = Heard()
+    async with scoped_session(home, [], roots=roots, cwd=tmp_path, heard=heard) as (
+        session,
+        init,
+    ):
+        assert init.instructions is not None and "short answers" in init.instructions
+        assert "cargo" not in init.instructions and "make dist" not in init.instructions
+        assert init.capabilities.prompts is not None
+
+        uris = [str(r.uri) for r in (await session.list_resources()).resources]
+        assert uris[0] == "memory://instructions.md"
+        text = await _instructions(session)
+        assert "[project] project memory" in text and "cargo build" in text
+        assert "short answers" in text and "make dist" not in text
+        assert text.index("[project]") < text.index("[personal]")
+        assert "project's memory wins" in text
+        prompts = (await session.list_prompts()).prompts
+        assert [p.name for p in prompts] == ["memory"]
+        got = await session.get_prompt("memory")
+        assert got.messages[0].content.text == text  # type: ignore[union-attr]
+        with pytest.raises(Exception, match="no prompt"):
+            await session.get_prompt("other")
+
+        await _subscribe(session, "memory://instructions.md")
+        lists = heard.lists
+        roots.paths = [beta]
+        await _roots_changed(session)
+        await heard.until("memory://instructions.md")
+        assert heard.lists > lists  # it listed the resources: the list follows its roots
+        text = await _instructions(session)
+        assert "make dist" in text and "cargo" not in text and "short answers" in text
+        got = await session.get_prompt("memory")
+        assert "make dist" in got.messages[0].content.text  # type: ignore[union-attr]
+
+        # a directory that is no project: the personal memory alone
+        roots.paths = [tmp_path / "home"]
+        text = await _instructions(session)
+        assert "short answers" in text and "[project] project memory" not in text
+        assert "make dist" not in text
+
+
+async def test_a_projects_change_is_announced_to_the_sessions_in_that_project(
+    tmp_path: Path,
+) -> None:
+    """Two projects' ``memory://project/memory_summary.md`` are watched apart: a change in
+    the project a session is not in now is not announced to it; one in its project is, with
+    the instructions resource (it holds the summary)."""
+    home = tmp_path / "home"
+    _seed(home / "personal", "- person")
+    alpha = _project(tmp_path / "alpha", "- alpha", "Alpha summary one.")
+    beta = _project(tmp_path / "beta", "- beta", "Beta summary one.")
+    roots = Roots(alpha)
+    heard = Heard()
+    summary = "memory://project/memory_summary.md"
+    async with scoped_session(home, [], roots=roots, cwd=tmp_path, heard=heard) as (session, _):
+        await _subscribe(session, summary, "memory://instructions.md")
+        await _call(session, "memory_status", {})  # alpha is watched from now on
+        roots.paths = [beta]
+        await _call(session, "memory_status", {})  # beta too; the session is in beta now
+        await _subscribe(session, summary)  # again, on another request: still one subscriber
+        await _call(session, "memory_remember", {"text": "settle", "scope": "personal"})
+        heard.updated.clear()
+        (alpha / "memories" / "memory_summary.md").write_text("Alpha summary two, longer.")
+        # a write through the server looks for changes before it answers
+        await _call(session, "memory_remember", {"text": "one", "scope": "personal"})
+        assert summary not in heard.updated and "memory://instructions.md" not in heard.updated
+        (beta / "memories" / "memory_summary.md").write_text("Beta summary two, longer.")
+        await _call(session, "memory_remember", {"text": "two", "scope": "personal"})
+        await heard.until(summary)
+        await heard.until("memory://instructions.md")
+        read = await session.read_resource(summary)
+        assert read.contents[0].text == "Beta summary two, longer."  # type: ignore[union-attr]
+        # back in alpha: its change is announced when it changes again
+        roots.paths = [alpha]
+        await _call(session, "memory_status", {})
+        heard.updated.clear()
+        (alpha / "memories" / "memory_summary.md").write_text("Alpha summary three, longest.")
+        await _call(session, "memory_remember", {"text": "three", "scope": "personal"})
+        await heard.until(summary)
+        assert heard.updated.count(summary) == 1
+
+
+async def test_a_client_whose_roots_fail_is_asked_once_over_many_requests(tmp_path: Path) -> None:
+    """The SDK makes a ``ServerSession`` per request: a client whose ``roots/list`` failed is
+    remembered by its connection, so its next requests go straight to the server's working
+    directory instead of asking (and, for a client that hangs, waiting) again."""
+    home = tmp_path / "home"
+    repo = _project(tmp_path / "repo", "- repo builds with make")
+    asked: list[int] = []
+
+    async def failing(ctx: Any) -> types.ErrorData:
+        asked.append(1)
+        return types.ErrorData(code=types.INTERNAL_ERROR, message="no roots here")
+
+    params = server_params([], env={"SANDMEM_HOME": str(home)})
+    params.cwd = str(repo)
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, client_info=CLIENT, list_roots_callback=failing) as session,
+    ):
+        await session.initialize()
+        for _ in range(3):
+            errored, hits = await _call(session, "memory_search", {"query": "builds"})
+            assert not errored and "[project] " in hits and "make" in hits
+        await session.list_resources()
+    assert len(asked) == 1

@@ -104,13 +104,15 @@ def merge_memory_text(base: str, ours: str, theirs: str) -> str:
 
 
 class ScopeInfo(BaseModel):
-    """One attached scope: its name, kind, mode, directory and whether it holds memory."""
+    """One attached scope: its name, kind, mode, directory and whether it holds memory (for
+    a scope in a store: its URL, and whether sandmem holds a local copy of it yet)."""
 
     name: str
     kind: str
     mode: str
     root: str
     memory: bool
+    store: str | None = None
 
 
 class ScopesReport(BaseModel):
@@ -144,6 +146,7 @@ def memory_scopes(directory: str | os.PathLike[str] = ".") -> ScopesReport:
                     os.path.isdir(s.root / d)
                     for d in (s.layout.memories_dir, s.layout.sessions_dir)
                 ),
+                store=s.store,
             )
             for s in scopes
         ],

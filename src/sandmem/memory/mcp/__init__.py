@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sandmem.memory.config import MemoryGenerateConfig, MemoryLayoutConfig
-from sandmem.memory.mcp._scoped import ScopeResolver
+from sandmem.memory.mcp._scoped import ScopeResolver, StoreFactory
 from sandmem.memory.mcp._server import MemoryMCPServer
 from sandmem.memory.mcp._tools import (
     SERVER_LOCK_TIMEOUT_S,
@@ -43,6 +43,7 @@ async def serve_mcp(
     scopes: bool = False,
     create: bool = False,
     cwd: str | os.PathLike[str] | None = None,
+    stores: StoreFactory | None = None,
 ) -> None:
     """Serve ``workspace``'s memory over MCP until the client goes away (stdio) or the task is
     cancelled (``http=(host, port)``: Streamable HTTP at ``/mcp``; a host that is not loopback
@@ -54,7 +55,10 @@ async def serve_mcp(
     project memory is the project of the client's MCP roots (else of ``cwd``, default the
     current directory), with the personal scope (``$SANDMEM_HOME``) and the named scopes of
     the user's settings attached; a directory that is not a project gets no memory unless
-    ``create``. ``scopes=True`` attaches the personal and named scopes to ``workspace``'s."""
+    ``create``. ``scopes=True`` attaches the personal and named scopes to ``workspace``'s.
+    ``stores(url, endpoint_url)`` makes the store of a named scope in one (``store =
+    "s3://..."``; ``sandmem mcp`` passes ``sandmem.distributed.S3MemoryStore``); without it
+    such a scope is reported unavailable and the others are served."""
     from sandmem.memory.api import config_from_options
 
     settings: dict[str, Any] = {
@@ -69,7 +73,7 @@ async def serve_mcp(
     layout = layout or MemoryLayoutConfig()
     server: MemoryMCPServer
     if workspace is None or scopes:
-        server = _scoped_server(workspace, layout, create, cwd, settings)
+        server = _scoped_server(workspace, layout, create, cwd, settings, stores)
     else:
         server = MemoryMCPServer(
             ServerOptions(workspace=os.fspath(workspace), layout=layout, **settings)
@@ -86,12 +90,14 @@ def _scoped_server(
     create: bool,
     cwd: str | os.PathLike[str] | None,
     settings: dict[str, Any],
+    stores: StoreFactory | None = None,
 ) -> MemoryMCPServer:
     """The server over each request's scopes; its base options name the personal scope."""
     from sandmem.memory.mcp._scoped_server import ScopedMCPServer
     from sandmem.memory.scopes import personal_scope
 
     resolver = _resolver(workspace, layout, create, cwd)
+    resolver.stores = stores
     personal = personal_scope(resolver.home)
     base = ServerOptions(workspace=str(personal.root), layout=personal.layout, **settings)
     return ScopedMCPServer(base, resolver)

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import unquote, urlparse
@@ -33,10 +35,11 @@ from urllib.parse import unquote, urlparse
 import anyio
 from pydantic import Field, create_model
 
-from sandmem._errors import MemoryNotFoundError, UserError
+from sandmem._errors import MemoryNotFoundError, SandmemError, UserError
 from sandmem.memory import api
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.layout import ensure_layout
+from sandmem.memory.mcp._server import client_of
 from sandmem.memory.mcp._tools import (
     TOOL_SPECS,
     Caller,
@@ -54,13 +57,27 @@ from sandmem.memory.scopes import (
     ScopeSettings,
     WriteKind,
     attached_scopes,
+    ensure_store_copy,
     find_project,
     never_projects,
     route,
 )
+from sandmem.memory.store import MemoryStore, ReadOnlyStore
 
 #: how many roots of one request are looked at for a project
 MAX_ROOTS = 16
+#: how long a store that could not be reached is not asked again (each request would
+#: otherwise wait for its timeouts)
+STORE_RETRY_S = 30.0
+
+#: makes the store of a scope in one, from its URL and endpoint (``sandmem mcp`` passes the
+#: S3 store of the ``distributed`` extra; the store sits above this floor)
+StoreFactory = Callable[[str, str | None], MemoryStore]
+
+
+class ScopeUnavailable(ToolRefused):
+    """A scope whose memory cannot be read now (its store cannot be reached)."""
+
 
 _SCOPE_HELP = (
     "The memory scope: `project` (this repository), `personal` (the person, across "
@@ -113,6 +130,7 @@ class ScopeResolver:
         home: Path,
         layout: MemoryLayoutConfig,
         create: bool = False,
+        stores: StoreFactory | None = None,
     ) -> None:
         self.fixed = project
         self.use_roots = use_roots
@@ -125,6 +143,9 @@ class ScopeResolver:
         #: client sessions whose ``roots/list`` failed or hung: not asked again
         self.silent: weakref.WeakSet[Any] = weakref.WeakSet()
         self.roots_wait_s = ROOTS_TIMEOUT_S
+        self.stores = stores
+        #: the store of each scope in one (made once), or why it could not be made
+        self._stores: dict[tuple[str, str | None], MemoryStore | str] = {}
 
     def project_of(self, directory: Path | str | None) -> Path | None:
         """The project memory of ``directory``: its project (a marker in it or a parent), or
@@ -141,7 +162,39 @@ class ScopeResolver:
         return found
 
     def scopes_for(self, project: Path | None) -> list[Scope]:
-        return attached_scopes(project, home=self.home, settings=self.settings, layout=self.layout)
+        found = attached_scopes(project, home=self.home, settings=self.settings, layout=self.layout)
+        return [self._with_store(scope) for scope in found]
+
+    def _with_store(self, scope: Scope) -> Scope:
+        """A scope in a store with the store in its layout (the tools then move its local
+        copy to and from the store, as ``sandmem mcp --store`` does)."""
+        if scope.store is None:
+            return scope
+        made = self.store_of(scope)
+        if isinstance(made, str):
+            return scope
+        if not scope.writable:
+            made = ReadOnlyStore(made)  # a pull keeps no history mirror there either
+        return replace(scope, layout=self.layout.model_copy(update={"store": made}))
+
+    def store_of(self, scope: Scope) -> MemoryStore | str:
+        """The store of a scope in one, or why there is none."""
+        assert scope.store is not None
+        key = (scope.store, scope.endpoint_url)
+        found = self._stores.get(key)
+        if found is None:
+            if self.stores is None:
+                found = (
+                    "this server was started without store support (`sandmem mcp` has it; "
+                    "serve_mcp needs stores=)"
+                )
+            else:
+                try:
+                    found = self.stores(scope.store, scope.endpoint_url)
+                except SandmemError as exc:
+                    found = str(exc)
+            self._stores[key] = found
+        return found
 
     async def project(self, session: Any) -> Path | None:
         """The project of a request made on ``session`` (the SDK's ``ServerSession``)."""
@@ -172,7 +225,8 @@ async def client_roots(
     not asked again)."""
     params = getattr(session, "client_params", None)
     capabilities = getattr(params, "capabilities", None)
-    if getattr(capabilities, "roots", None) is None or session in silent:
+    client = client_of(session)  # the SDK makes a session per request: the client's connection
+    if getattr(capabilities, "roots", None) is None or client in silent:
         return None
     from mcp.shared.exceptions import MCPError
 
@@ -184,7 +238,7 @@ async def client_roots(
     except MCPError:
         pass
     if result is None:
-        silent.add(session)
+        silent.add(client)
         return None
     found = []
     for root in result.roots:
@@ -211,7 +265,10 @@ def _within(path: Path, directory: Path) -> bool:
 
 
 def has_layout(scope: Scope) -> bool:
-    """Whether the scope's layout exists (its memories or sessions directory)."""
+    """Whether the scope's layout exists (its memories or sessions directory); a scope in a
+    store always has one (its local copy is made on the first read)."""
+    if scope.store is not None:
+        return True
     return any(
         os.path.lexists(scope.root / d)
         for d in (scope.layout.memories_dir, scope.layout.sessions_dir)
@@ -229,16 +286,29 @@ def split_scope(path: str, given: str | None) -> tuple[str | None, str]:
 class ScopedTools:
     """The memory tools over the scopes of each request."""
 
-    def __init__(self, options: ServerOptions, cache: Path) -> None:
+    def __init__(
+        self,
+        options: ServerOptions,
+        cache: Path,
+        stores_of: Callable[[Scope], MemoryStore | str] | None = None,
+    ) -> None:
         self.options = options
+        #: the store of a scope in one, or why there is none (``ScopeResolver.store_of``)
+        self.stores_of = stores_of
         #: where the copies read-only scopes are read from live (``_scope_copy``)
         self.cache = cache
         self._tools: dict[tuple[str, bool], MemoryTools] = {}
+        #: stores that could not be reached: when, and why
+        self._down: dict[str, tuple[float, str]] = {}
 
     async def readable(self, scope: Scope) -> Scope:
         """The scope to read ``scope``'s memory from: itself when it is writable, else its
         private copy, brought up to date (reading a layout may write to it: its index, its
-        locks; a read-only scope is never written)."""
+        locks; a read-only scope is never written). A scope in a store is its own private
+        copy, pulled from the store first (``ScopeUnavailable`` when it cannot be)."""
+        if scope.store is not None:
+            await self.pulled(scope)
+            return scope
         if scope.writable or not has_layout(scope):
             return scope
         from sandmem.memory import _scope_copy
@@ -265,6 +335,30 @@ class ScopedTools:
             return None
         return shown.text
 
+    async def pulled(self, scope: Scope) -> None:
+        """Bring a store scope's local copy up to the store's memory (at most once every
+        ``_store.PULL_INTERVAL_S``); ``ScopeUnavailable`` naming the scope when the store
+        cannot be reached (then not asked again for ``STORE_RETRY_S``)."""
+        assert scope.store is not None
+        where = str(scope.root)  # one copy per store URL and endpoint
+        down = self._down.get(where)
+        if down is not None and time.monotonic() - down[0] < STORE_RETRY_S:
+            raise ScopeUnavailable(_unavailable(scope, down[1]))
+        sync = self.tools_of(scope).sync if scope.layout.store is not None else None
+        if sync is None:
+            made = self.stores_of(scope) if self.stores_of is not None else None
+            why = made if isinstance(made, str) else "its store could not be opened"
+            raise ScopeUnavailable(_unavailable(scope, why))
+        try:
+            if not await anyio.to_thread.run_sync(_copy_ready, scope):
+                await _create_layout(scope)
+            await sync.pull()
+        except (SandmemError, OSError) as exc:
+            problem = " ".join(str(exc).split())[:300] or type(exc).__name__
+            self._down[where] = (time.monotonic(), problem)
+            raise ScopeUnavailable(_unavailable(scope, problem)) from None
+        self._down.pop(where, None)
+
     def tools_of(self, scope: Scope) -> MemoryTools:
         """The single-layout tools of ``scope`` (read-only when it is)."""
         key = (os.path.realpath(scope.root), scope.writable)
@@ -277,7 +371,8 @@ class ScopedTools:
                     layout=scope.layout,
                     config=base.config,
                     read_only=base.read_only or not scope.writable,
-                    allow_forget=base.allow_forget,
+                    # forget rewrites a layout's history in place: not on a store's copy
+                    allow_forget=base.allow_forget and scope.store is None,
                     allow_generate=base.allow_generate,
                     conversation_id=base.conversation_id,
                     lock_timeout=base.lock_timeout,
@@ -319,9 +414,13 @@ class ScopedTools:
             if not has_layout(scope):
                 parts.append(f"## {scope.label()} {scope.root}\n(no memory yet)")
                 continue
-            text = await self._in(await self.readable(scope), name, plain, caller)
+            try:
+                text = await self._in(await self.readable(scope), name, plain, caller)
+            except ScopeUnavailable as exc:
+                parts.append(f"## {scope.label()} unavailable\n{exc}")
+                continue
             parts.append(
-                f"## {scope.label()} {scope.kind} memory, {scope.mode}, {scope.root}\n{text}"
+                f"## {scope.label()} {scope.kind} memory, {scope.mode}, {scope.where()}\n{text}"
             )
         return "\n\n".join(parts)
 
@@ -337,10 +436,17 @@ class ScopedTools:
         project's first at each rank): BM25 scores of two indexes are not comparable."""
         chosen = [_named(requested, scopes)] if requested else list(scopes)
         lists: list[list[str]] = []
+        missing: list[str] = []
         for scope in chosen:
             if not has_layout(scope):
                 continue
-            source = await self.readable(scope)
+            try:
+                source = await self.readable(scope)
+            except ScopeUnavailable as exc:
+                if requested:
+                    raise
+                missing.append(f"{scope.label()} not searched: {exc}")
+                continue
             try:
                 found = await api.search(
                     str(source.root), args["query"], args["limit"], layout=scope.layout
@@ -353,8 +459,8 @@ class ScopedTools:
             merged += [found[rank] for found in lists if rank < len(found)]
         merged = merged[: args["limit"]]
         if not merged:
-            return f"No memory matches {args['query']!r}."
-        return "\n".join(merged)
+            merged = [f"No memory matches {args['query']!r}."]
+        return "\n".join([*merged, *missing])
 
     async def _write(
         self,
@@ -369,6 +475,22 @@ class ScopedTools:
             scope = route(kind, requested, scopes)
         except UserError as exc:
             raise ToolRefused(f"{name}: {exc}; nothing was written") from None
+        if scope.store is not None:
+            if name == "memory_forget":
+                raise ToolRefused(
+                    f"memory_forget is not available on scope {scope.name!r}, a scope in a "
+                    f"store ({scope.where()}): forget on a host whose workspace holds that "
+                    "layout; nothing was written"
+                )
+            try:
+                await self.pulled(scope)  # its local copy exists and is current
+            except ScopeUnavailable as exc:
+                raise ToolRefused(f"{name}: {exc}; nothing was written") from None
+            try:
+                text = await self.tools_of(scope).call(name, args, caller)
+            except ToolRefused as exc:
+                raise ToolRefused(f"{scope.label()} {exc}") from None
+            return f"{scope.label()} {text}"
         if not has_layout(scope):
             await _create_layout(scope)
         text = await self.tools_of(scope).call(name, args, caller)
@@ -383,6 +505,23 @@ async def _create_layout(scope: Scope) -> None:
     missing = "a scope's directory must exist"
     async with api.target_session(str(scope.root), missing) as (session, _owned):
         await ensure_layout(session, MemoryPaths.of(scope.layout))
+
+
+def _copy_ready(scope: Scope) -> bool:
+    """Make a store scope's local copy directory (sandmem's own, under ``$SANDMEM_HOME``)
+    when missing; whether it holds the layout already."""
+    ensure_store_copy(scope.root)
+    return any(
+        os.path.isdir(scope.root / d)
+        for d in (scope.layout.memories_dir, scope.layout.sessions_dir)
+    )
+
+
+def _unavailable(scope: Scope, problem: str) -> str:
+    return (
+        f"scope {scope.name!r} ({scope.where()}) cannot be read now: {problem}; the other "
+        "scopes are served"
+    )
 
 
 def _first(scopes: Sequence[Scope]) -> Scope:
@@ -407,7 +546,9 @@ __all__ = [
     "PERSONAL",
     "SCOPED_ARGS",
     "ScopeResolver",
+    "ScopeUnavailable",
     "ScopedTools",
+    "StoreFactory",
     "client_roots",
     "has_layout",
     "root_path",

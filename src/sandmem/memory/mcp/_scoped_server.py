@@ -3,16 +3,29 @@ attaches the project of the client's roots (or of the server's working directory
 personal scope and the named scopes (``_scoped.ScopeResolver``); the tools work across them
 (``_scoped.ScopedTools``).
 
-- **instructions**: read when the server starts, for the scopes attached then (the project
-  of its working directory, when it is one): each scope's summary in a labelled section, the
-  summary budget shared by ``scopes.share_budget``, and a line saying the project wins;
+- **instructions**: the handshake's (``initialize``; ``server/discover`` on 2026-07-28) are
+  made before any roots are known — the protocol has no way to change them later — for the
+  scopes of the server's working directory (its project, when it is one), at the start and
+  again when a summary changes (for sessions that start later): each scope's summary in a
+  labelled section, the summary budget shared by ``scopes.share_budget``, and a line saying
+  the project wins. The same text **for the
+  request's roots** is the resource ``memory://instructions.md`` and the prompt ``memory``,
+  made anew at each read;
 - **resources**: ``memory://<scope>/<file>`` (``memory://personal/MEMORY.md``) for the
-  scopes of the request; changes are announced for the scopes attached at the start and
-  every project a request attached since.
+  scopes of the request. Changes are watched in the scopes attached at the start and every
+  project a request attached since, each project apart; a change is announced to the
+  sessions it concerns (a project's file to the sessions whose roots are in that project),
+  and ``memory://instructions.md`` with a summary. A client that sends
+  ``notifications/roots/list_changed`` is told the resource list and the instructions
+  resource changed (they follow its roots).
 """
 
 from __future__ import annotations
 
+import os
+import warnings
+import weakref
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -20,11 +33,12 @@ from pydantic import BaseModel
 from sandmem._errors import MemoryNotFoundError
 from sandmem._prompts import load_prompt, render_prompt
 from sandmem.memory import api
-from sandmem.memory.layout import MemoryPaths, read_text
+from sandmem.memory.layout import SUMMARY_MD, MemoryPaths, read_text
 from sandmem.memory.mcp._scoped import (
     SCOPED_ARGS,
     ScopedTools,
     ScopeResolver,
+    ScopeUnavailable,
     has_layout,
 )
 from sandmem.memory.mcp._server import (
@@ -32,15 +46,24 @@ from sandmem.memory.mcp._server import (
     MemoryMCPServer,
     _caller,
     _describe,
+    client_of,
     served_paths,
     snapshot_of,
 )
 from sandmem.memory.mcp._tools import ServerOptions, ToolRefused, ToolSpec, memory_file
 from sandmem.memory.read_prompt import SUMMARY_MAX_TOKENS, memory_read_prompt
-from sandmem.memory.scopes import Scope, scoped_summary
+from sandmem.memory.scopes import PROJECT, Scope, scoped_summary
 
 #: the most projects whose resources are watched for changes
 MAX_WATCHED = 64
+#: the instructions for the request's roots, as a resource (no scope is named with a dot)
+INSTRUCTIONS_URI = f"{SCHEME}instructions.md"
+#: the same text as a prompt (``prompts/get``)
+PROMPT = "memory"
+_PROMPT_HELP = (
+    "The memory of the project you work in now (the client's roots) and the person's: the "
+    "server's instructions made for this request's roots, with each scope's summary."
+)
 
 
 class ScopedMCPServer(MemoryMCPServer):
@@ -52,9 +75,13 @@ class ScopedMCPServer(MemoryMCPServer):
     ) -> None:
         super().__init__(options, poll_interval=poll_interval)
         self.resolver = resolver
-        self.scoped = ScopedTools(options, resolver.home / "cache" / "scopes")
+        self.scoped = ScopedTools(
+            options, resolver.home / "cache" / "scopes", stores_of=resolver.store_of
+        )
         #: the scopes whose files are watched: those of the start, and projects seen since
         self._watched: dict[str, Scope] = {}
+        #: the project directory of each session's last request ("" for none)
+        self._projects: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     def _startup_scopes(self) -> list[Scope]:
         start = self.resolver.fixed or self.resolver.project_of(self.resolver.cwd)
@@ -78,7 +105,11 @@ class ScopedMCPServer(MemoryMCPServer):
             self._watched.setdefault(f"{scope.name}\x00{scope.root}", scope)
 
     async def instructions(self) -> str:
-        scopes = self._startup_scopes()
+        return await self.instructions_for(self._startup_scopes())
+
+    async def instructions_for(self, scopes: list[Scope]) -> str:
+        """The instructions for ``scopes``: the tool guidance, the line naming the scopes,
+        then the memory read prompt with each scope's summary in a labelled section."""
         sections = []
         for scope in scopes:
             if not has_layout(scope):
@@ -86,8 +117,8 @@ class ScopedMCPServer(MemoryMCPServer):
             try:
                 source = await self.scoped.readable(scope)
                 shown = await api.show(str(source.root), "summary", layout=scope.layout)
-            except MemoryNotFoundError:
-                continue
+            except (MemoryNotFoundError, ScopeUnavailable):
+                continue  # a store that cannot be reached: the others' summaries
             sections.append((scope, shown.text))
         paths = self.options.paths
         opening = self.opening()
@@ -107,10 +138,58 @@ class ScopedMCPServer(MemoryMCPServer):
         return SCOPED_ARGS[spec.name]
 
     async def request_scopes(self, ctx: Any) -> list[Scope]:
-        scopes = self.resolver.scopes_for(await self.resolver.project(ctx.session))
+        project = await self.resolver.project(ctx.session)
+        scopes = self.resolver.scopes_for(project)
         for scope in scopes:
             self._watch_scope(scope)
+        try:
+            self._projects[client_of(ctx.session)] = _key(project) if project is not None else ""
+        except TypeError:  # a session that cannot be weakly referenced is not remembered
+            pass
         return scopes
+
+    def handlers(self) -> dict[str, Any]:
+        return {
+            **super().handlers(),
+            "on_list_prompts": self._list_prompts,
+            "on_get_prompt": self._get_prompt,
+            "on_roots_list_changed": self._roots_changed,
+        }
+
+    def _build(self, instructions: str) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # roots are deprecated in 2026-07-28, served before
+            return super()._build(instructions)
+
+    # ------------------------------------------------------------ the instructions, per request
+
+    async def _list_prompts(self, ctx: Any, params: Any) -> Any:
+        from mcp import types
+
+        prompt = types.Prompt(name=PROMPT, title="sandmem memory", description=_PROMPT_HELP)
+        return types.ListPromptsResult(prompts=[prompt])
+
+    async def _get_prompt(self, ctx: Any, params: Any) -> Any:
+        from mcp import types
+        from mcp.shared.exceptions import MCPError
+
+        if params.name != PROMPT:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"no prompt {params.name!r}")
+        text = await self.instructions_for(await self.request_scopes(ctx))
+        message = types.PromptMessage(
+            role="user", content=types.TextContent(type="text", text=text)
+        )
+        return types.GetPromptResult(description=_PROMPT_HELP, messages=[message])
+
+    async def _roots_changed(self, ctx: Any, params: Any) -> None:
+        """The client's roots changed: what it lists and the instructions resource follow
+        them, so tell it (a client that stopped answering ``roots/list`` is asked again)."""
+        client = client_of(ctx.session)
+        self.resolver.silent.discard(client)
+        if client in self._listers:
+            await self._notify(ctx.session, None)
+        if client in self._subscribers.get(INSTRUCTIONS_URI, {}):
+            await self._notify(ctx.session, INSTRUCTIONS_URI)
 
     async def run_tool(self, ctx: Any, name: str, arguments: dict[str, Any]) -> str:
         scopes = await self.request_scopes(ctx)
@@ -124,7 +203,10 @@ class ScopedMCPServer(MemoryMCPServer):
     async def _scope_files(self, scope: Scope) -> list[str]:
         if not has_layout(scope):
             return []
-        source = await self.scoped.readable(scope)
+        try:
+            source = await self.scoped.readable(scope)
+        except ScopeUnavailable:
+            return []  # a store that cannot be reached: the other scopes' files
         return await served_paths(str(source.root), scope.layout)
 
     def scope_uri(self, scope: Scope, path: str) -> str:
@@ -134,7 +216,15 @@ class ScopedMCPServer(MemoryMCPServer):
         from mcp import types
 
         self._listed_by(ctx)
-        resources = []
+        resources = [
+            types.Resource(
+                uri=INSTRUCTIONS_URI,
+                name="instructions.md",
+                title="sandmem memory: instructions for this project",
+                description=_PROMPT_HELP,
+                mime_type="text/markdown",
+            )
+        ]
         for scope in await self.request_scopes(ctx):
             for path in await self._scope_files(scope):
                 resources.append(
@@ -154,6 +244,11 @@ class ScopedMCPServer(MemoryMCPServer):
         from mcp.shared.exceptions import MCPError
 
         uri = str(params.uri)
+        if uri == INSTRUCTIONS_URI:
+            made = await self.instructions_for(await self.request_scopes(ctx))
+            return types.ReadResourceResult(
+                contents=[types.TextResourceContents(uri=uri, mime_type="text/markdown", text=made)]
+            )
         rest = uri[len(SCHEME) :] if uri.startswith(SCHEME) else ""
         name, _, rel = rest.partition("/")
         scope = next((s for s in await self.request_scopes(ctx) if s.name == name), None)
@@ -161,11 +256,11 @@ class ScopedMCPServer(MemoryMCPServer):
             if scope is None:
                 raise ToolRefused(f"{uri}: no attached scope {name!r} (memory://<scope>/<file>)")
             path = memory_file(MemoryPaths.of(scope.layout), rel)
+            text = None
+            if has_layout(scope):
+                text = await _text_of(await self.scoped.readable(scope), path)
         except ToolRefused as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        text = None
-        if has_layout(scope):
-            text = await _text_of(await self.scoped.readable(scope), path)
         if text is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"{uri} does not exist")
         return types.ReadResourceResult(
@@ -173,24 +268,84 @@ class ScopedMCPServer(MemoryMCPServer):
         )
 
     async def _snapshot(self) -> dict[str, str]:
+        """Each watched file's size and time, keyed by its URI and its scope's directory
+        (``<uri>\x00<directory>``: two projects' ``memory://project/MEMORY.md`` apart)."""
         found: dict[str, str] = {}
         for scope in list(self._watched.values()):
             if not has_layout(scope):
                 continue
             try:
-                paths = await self._scope_files(scope)
                 source = await self.scoped.readable(scope)
+                paths = await served_paths(str(source.root), scope.layout)
+                where = _key(scope.root)
                 found.update(
                     await snapshot_of(
                         str(source.root),
                         scope.layout,
                         paths,
-                        lambda p, s=scope: self.scope_uri(s, p),  # type: ignore[misc]
+                        lambda p, s=scope, w=where: f"{self.scope_uri(s, p)}\x00{w}",  # type: ignore[misc]
                     )
                 )
-            except MemoryNotFoundError:
+            except (MemoryNotFoundError, ScopeUnavailable):
                 continue
         return found
+
+    async def check_changes(self) -> list[str]:
+        """Compare the watched files with the last look; tell the sessions each change
+        concerns (a project's file: the sessions whose last request was in that project;
+        the other scopes' files: every subscriber), and ``memory://instructions.md`` with
+        them. Returns the URIs that changed."""
+        now = await self._snapshot()
+        before, self._seen = self._seen, now
+        if before is None:
+            return []
+        changed = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
+        if not changed:
+            return []
+        from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
+
+        where = [_split(key) for key in changed]
+        uris = sorted({uri for uri, _ in where})
+        await self.refresh_instructions(uris)
+        # the instructions hold the summaries: they change with a summary
+        summaries = [(u, d) for u, d in where if u.endswith(f"/{SUMMARY_MD}")]
+        for uri in [*uris, INSTRUCTIONS_URI] if summaries else uris:
+            if self._bus is not None:
+                await self._bus.publish(ResourceUpdated(uri=uri))
+            causes = (
+                summaries if uri == INSTRUCTIONS_URI else [(u, d) for u, d in where if u == uri]
+            )
+            for session in list(self._subscribers.get(uri, {}).values()):
+                if any(self._concerns(session, u, d) for u, d in causes):
+                    await self._notify(session, uri)
+        if set(before) != set(now):
+            if self._bus is not None:
+                await self._bus.publish(ResourcesListChanged())
+            for session in list(self._listers.values()):
+                if any(self._concerns(session, u, d) for u, d in where):
+                    await self._notify(session, None)
+        return uris
+
+    def _concerns(self, session: Any, uri: str, directory: str) -> bool:
+        """Whether a change of ``uri`` in ``directory`` concerns ``session``: always, but
+        for a project's file when the session's last request was in another project."""
+        if not uri.startswith(f"{SCHEME}{PROJECT}/"):
+            return True
+        seen: str | None = None
+        try:
+            seen = self._projects.get(client_of(session))
+        except TypeError:  # not weakly referenced: never remembered
+            pass
+        return seen is None or seen == directory
+
+
+def _key(path: Path | str) -> str:
+    return os.path.realpath(path)
+
+
+def _split(key: str) -> tuple[str, str]:
+    uri, _, directory = key.partition("\x00")
+    return uri, directory
 
 
 async def _text_of(scope: Scope, path: str) -> str | None:

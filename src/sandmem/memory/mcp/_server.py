@@ -66,9 +66,10 @@ class MemoryMCPServer:
         self.tools.on_change = self.check_changes
         self.poll_interval = poll_interval
         self._server: Server[Any] | None = None
-        self._subscribers: dict[str, set[ServerSession]] = {}
-        #: handshake-era sessions that listed the resources: told when the list changes
-        self._listers: set[ServerSession] = set()
+        #: per URI, the clients that subscribed (``client_of``), each with its last session
+        self._subscribers: dict[str, dict[Any, ServerSession]] = {}
+        #: handshake-era clients that listed the resources: told when the list changes
+        self._listers: dict[Any, ServerSession] = {}
         self._seen: dict[str, str] | None = None
         self._bus: Any = None
 
@@ -141,14 +142,20 @@ class MemoryMCPServer:
             version=_version(),
             title="sandmem memory",
             instructions=instructions,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            on_list_resources=self._list_resources,
-            on_read_resource=self._read_resource,
-            on_subscribe_resource=self._subscribe,
-            on_unsubscribe_resource=self._unsubscribe,
             on_subscriptions_listen=ListenHandler(self._bus),
+            **self.handlers(),
         )
+
+    def handlers(self) -> dict[str, Any]:
+        """The SDK ``Server``'s request handlers (``on_...``) this server answers."""
+        return {
+            "on_list_tools": self._list_tools,
+            "on_call_tool": self._call_tool,
+            "on_list_resources": self._list_resources,
+            "on_read_resource": self._read_resource,
+            "on_subscribe_resource": self._subscribe,
+            "on_unsubscribe_resource": self._unsubscribe,
+        }
 
     async def _list_tools(self, ctx: Any, params: Any) -> Any:
         from mcp import types
@@ -236,19 +243,19 @@ class MemoryMCPServer:
     async def _subscribe(self, ctx: Any, params: Any) -> Any:
         from mcp import types
 
-        self._subscribers.setdefault(str(params.uri), set()).add(ctx.session)
+        self._subscribers.setdefault(str(params.uri), {})[client_of(ctx.session)] = ctx.session
         self._listed_by(ctx)
         return types.EmptyResult()
 
     def _listed_by(self, ctx: Any) -> None:
         """Remember a handshake-era session (2026-07-28 clients use ``subscriptions/listen``)."""
         if getattr(ctx.session, "client_params", None) is not None:
-            self._listers.add(ctx.session)
+            self._listers[client_of(ctx.session)] = ctx.session
 
     async def _unsubscribe(self, ctx: Any, params: Any) -> Any:
         from mcp import types
 
-        self._subscribers.get(str(params.uri), set()).discard(ctx.session)
+        self._subscribers.get(str(params.uri), {}).pop(client_of(ctx.session), None)
         return types.EmptyResult()
 
     # ------------------------------------------------------------ change notifications
@@ -269,20 +276,28 @@ class MemoryMCPServer:
         changed = sorted(u for u in {*before, *now} if before.get(u) != now.get(u))
         if not changed:
             return []
+        await self.refresh_instructions(changed)
         from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
         listed = set(before) != set(now)
         for uri in changed:
             if self._bus is not None:
                 await self._bus.publish(ResourceUpdated(uri=uri))
-            for session in list(self._subscribers.get(uri, ())):
+            for session in list(self._subscribers.get(uri, {}).values()):
                 await self._notify(session, uri)
         if listed:
             if self._bus is not None:
                 await self._bus.publish(ResourcesListChanged())
-            for session in list(self._listers):
+            for session in list(self._listers.values()):
                 await self._notify(session, None)
         return changed
+
+    async def refresh_instructions(self, changed: list[str]) -> None:
+        """Make the instructions again when a summary changed: each session that starts
+        later (a new HTTP session's ``initialize``, every ``server/discover``) gets them as
+        they are now; one already started keeps its handshake's (MCP cannot change them)."""
+        if self._server is not None and any(u.rsplit("/", 1)[-1] == SUMMARY_MD for u in changed):
+            self._server.instructions = await self.instructions()
 
     async def _notify(self, session: ServerSession, uri: str | None) -> None:
         """Tell ``session`` that ``uri`` changed (``None``: the list of resources did)."""
@@ -294,8 +309,8 @@ class MemoryMCPServer:
         except Exception as exc:  # a client that went away: forget it
             logger.debug("dropping a subscriber of %s: %s", uri or "the resource list", exc)
             for sessions in self._subscribers.values():
-                sessions.discard(session)
-            self._listers.discard(session)
+                sessions.pop(client_of(session), None)
+            self._listers.pop(client_of(session), None)
 
     async def watch(self) -> None:
         """Look for changes every ``poll_interval`` seconds (pulling from the layout's remote
@@ -336,6 +351,14 @@ class MemoryMCPServer:
             group.start_soon(self.watch)
             await serve_app(app, host, port)
             group.cancel_scope.cancel()
+
+
+def client_of(session: Any) -> Any:
+    """The client a request's ``session`` stands for. The SDK builds a ``ServerSession`` per
+    request, a proxy of the client's connection: subscriptions, listings and what is kept per
+    client are keyed by the connection (by the session itself where it has none)."""
+    connection = getattr(session, "_connection", None)
+    return session if connection is None else connection
 
 
 async def served_paths(workspace: str, layout: MemoryLayoutConfig) -> list[str]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         MemoryStoreError,
         MemoryVersion,
     )
+    from sandmem.memory.store._read_only import ReadOnlyStore
     from sandmem.memory.store._sync import pull, push_edits, push_segments
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "MemoryStoreConflict",
     "MemoryStoreError",
     "MemoryVersion",
+    "ReadOnlyStore",
     "pull",
     "push_edits",
     "push_segments",
@@ -46,6 +48,7 @@ _WHERE = {
     "MemoryStoreConflict": "sandmem.memory._store_seam",
     "MemoryStoreError": "sandmem.memory._store_seam",
     "MemoryVersion": "sandmem.memory._store_seam",
+    "ReadOnlyStore": "sandmem.memory.store._read_only",
     "pull": "sandmem.memory.store._sync",
     "push_edits": "sandmem.memory.store._sync",
     "push_segments": "sandmem.memory.store._sync",

@@ -27,6 +27,7 @@ from sandmem.memory.history import (
     Retention,
     Version,
     _version_name,
+    name_order,
     parse_version,
 )
 
@@ -77,9 +78,7 @@ async def sync_history(
     remote_objects = {n[8:] for n in names if n.startswith("objects/")}
     local_versions = await local.version_names()
     head = _version_name(local_versions[-1]) if local_versions else None
-    wanted = sorted(
-        (n for n in remote_versions - set(local_versions)), key=lambda n: _version_name(n) or (0, 0)
-    )
+    wanted = sorted((n for n in remote_versions - set(local_versions)), key=name_order)
     if head is not None:
         wanted = [n for n in wanted if (_version_name(n) or (0, 0))[0] >= head[0]]
     elif not full:
@@ -163,7 +162,7 @@ async def _prune_mirror(
     objects: set[str],
     retention: Retention,
 ) -> None:
-    ordered = sorted(versions, key=lambda n: _version_name(n) or (0, 0))
+    ordered = sorted(versions, key=name_order)
     if len(ordered) <= 1:
         return
     now = time.time()
