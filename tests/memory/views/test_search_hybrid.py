@@ -27,7 +27,7 @@ from sandmem import memory as api
 from sandmem._errors import UserError
 from sandmem.cli import cli
 from sandmem.memory.layout import MemoryPaths
-from sandmem.memory.views import _vectors
+from sandmem.memory.views import _index_search, _vectors
 from sandmem.memory.views._index import INDEX_NAME
 
 pytest.importorskip("numpy")  # the vector scan needs it (it comes with the extra)
@@ -254,6 +254,41 @@ def test_rrf_sums_weighted_reciprocal_ranks() -> None:
     assert _vectors.rrf([], 60.0, []) == {}
 
 
+#: a text's rank in BM25 over distilled memory, BM25 over the transcripts, cosine (None: absent)
+Ranks = tuple[int | None, int | None, int | None]
+
+
+def _fused(ranks: dict[str, Ranks]) -> list[str]:
+    """Texts in the order the shipped fusion puts them, from each text's rank in the three
+    rankings (BM25 distilled, BM25 transcripts, cosine; ``None``: not in it)."""
+    rankings: list[list[str]] = [[], [], []]
+    for n in range(3):
+        placed = sorted((rank, name) for name, r in ranks.items() if (rank := r[n]) is not None)
+        for rank, name in placed:
+            while len(rankings[n]) < rank - 1:
+                rankings[n].append(f"filler {n} {len(rankings[n])}")
+            rankings[n].append(name)
+    fused = _vectors.rrf(rankings, _index_search.RRF_K, _index_search.RRF_WEIGHTS)
+    return [name for name in sorted(fused, key=lambda k: -fused[k]) if name in ranks]
+
+
+@pytest.mark.parametrize(
+    "noise",
+    [(None, 3, 10), (3, None, 10), (2, 4, None), (None, 2, 15), (5, None, 12)],
+)
+def test_bm25_noise_does_not_bury_cosines_first(noise: Ranks) -> None:
+    # a question worded unlike the memory: BM25's top is texts sharing its common words
+    assert _fused({"meaning": (None, None, 1), "noise": noise}) == ["meaning", "noise"]
+
+
+@pytest.mark.parametrize(
+    "agreed",
+    [(1, None, 2), (None, 1, 2), (1, 1, 3), (2, 2, 2), (1, 3, 4)],
+)
+def test_a_text_words_and_meaning_agree_on_beats_cosines_first(agreed: Ranks) -> None:
+    assert _fused({"meaning": (None, None, 1), "agreed": agreed}) == ["agreed", "meaning"]
+
+
 def test_section_chunks_cut_long_sections_at_lines() -> None:
     body = "\n".join(f"- line {n} " + "x" * 80 for n in range(30))
     chunks = _vectors.section_chunks("Title", body)
@@ -272,6 +307,47 @@ def test_a_passage_gets_a_vector_for_itself_and_for_each_sentence() -> None:
     assert _vectors.chunks("One sentence only.") == ["One sentence only."]
     assert _vectors.chunks("same line\nsame line") == ["same line\nsame line"]  # one part
     assert _vectors.chunks("") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "sentence"),
+    [
+        (
+            "Fix the login test. Priya owns the billing gateway; page @kape when it breaks.",
+            "Priya owns the billing gateway; page @kape when it breaks.",
+        ),
+        (
+            "Look at app.py first. The cache is warm; the export job reads it; nothing else.",
+            "The cache is warm; the export job reads it; nothing else.",
+        ),
+        (
+            "Look at app.py first.\nThe worker retries 3 times; then it gives up for good",
+            "The worker retries 3 times; then it gives up for good",
+        ),
+    ],
+)
+def test_a_semicolon_does_not_cut_a_sentence(text: str, sentence: str) -> None:
+    # the two halves of "X owns Y; page Z" mean something only together
+    found = _vectors.chunks(text)
+    assert found == [text, "Look at app.py first." if "app.py" in text else found[1], sentence]
+    assert not any(c.endswith(";") for c in found)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- rollout_summaries/chat-c1_look-failing-check.md (rollout chat-c1, updated "
+        "2026-12-06T13:02:37.041Z, completed)",
+        "src/app.py src/util.py tests/test_app.py docs/index.md",
+        "- Directory: `/srv/app/src/` contains `app.py`, `util.py`",
+        "v1.2.3 2026-11-20 0xdeadbeef conv-0001",
+    ],
+)
+def test_a_line_of_paths_and_ids_gets_no_vector_of_its_own(line: str) -> None:
+    # alone it is near every question about a file named like it; its piece keeps a vector
+    first, last = "Look at the failing check on app.py and fix it.", "Then rerun the suite."
+    text = f"{first}\n{line}\n{last}"
+    assert _vectors.chunks(text) == [text, first, last]
 
 
 # ---------------------------------------------------------------- the choice
