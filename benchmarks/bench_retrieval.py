@@ -15,8 +15,10 @@ plain BM25 baseline, the whole transcript it ranked. Modes:
 - distilled memory only (``search(..., transcripts=False)``, BM25);
 - + the transcript tier (``search(...)``, BM25: the default without the extra);
 - hybrid (``sandmem[semantic]``, the default with it): ``reindex`` embeds everything (timed),
-  then the questions again, with the shipped fusion weights and, to show the choice was
-  measured, with equal weights for the three rankings and with cosine alone.
+  then the questions again, with the shipped fusion and, to show the choice was measured,
+  with the usual reciprocal rank constant (60, shipped until 2026-12-06), with equal weights
+  for the three rankings and with cosine alone. The fusion was chosen on another seed of the
+  corpus (``_index_search.RRF_K``), not on this one.
 
 The hybrid arm runs when search would be hybrid here (the extra installed and
 ``SANDMEM_SEARCH`` not ``bm25``); the BM25 arms always run with ``SANDMEM_SEARCH=bm25``.
@@ -72,8 +74,13 @@ SCALE_FACTS = 1000
 TARGET_HYBRID = 0.95
 TARGET_P95_S = 0.100
 _WORD = re.compile(r"[^\W_]+")
-#: fusion weights measured besides the shipped ones: (label, weights)
-FUSIONS = (("equal weights (1, 1, 1)", (1.0, 1.0, 1.0)), ("cosine alone (0, 0, 1)", (0, 0, 1.0)))
+#: fusions measured besides the shipped one: (label, weights, reciprocal rank constant; None:
+#: the shipped constant)
+FUSIONS: tuple[tuple[str, tuple[float, float, float], float | None], ...] = (
+    ("the usual constant 60 (before 2026-12-06)", (0.5, 0.5, 1.0), 60.0),
+    ("equal weights (1, 1, 1)", (1.0, 1.0, 1.0), None),
+    ("cosine alone (0, 0, 1)", (0.0, 0.0, 1.0), None),
+)
 
 
 @contextlib.contextmanager
@@ -266,13 +273,14 @@ async def _hybrid_arm(root: Path, facts: list[Fact]) -> dict[str, Any]:
             started = time.perf_counter()
             ranked.setdefault("hybrid", []).append(await _hit_texts(root, f.question, True))
             times.append(time.perf_counter() - started)
-        shipped = _index_search.RRF_WEIGHTS
+        shipped, shipped_k = _index_search.RRF_WEIGHTS, _index_search.RRF_K
         try:
-            for label, weights in FUSIONS:
+            for label, weights, k in FUSIONS:
                 _index_search.RRF_WEIGHTS = weights
+                _index_search.RRF_K = shipped_k if k is None else k
                 ranked[label] = [await _hit_texts(root, f.question, True) for f in facts]
         finally:
-            _index_search.RRF_WEIGHTS = shipped
+            _index_search.RRF_WEIGHTS, _index_search.RRF_K = shipped, shipped_k
     times.sort()
     return {
         "ranked": ranked,
@@ -282,6 +290,7 @@ async def _hybrid_arm(root: Path, facts: list[Fact]) -> dict[str, Any]:
         "vectors": status.search.vectors,
         "index_bytes": (root / PATHS.memories_dir / INDEX_NAME).stat().st_size,
         "weights": list(shipped),
+        "rrf_k": shipped_k,
         "p50": statistics.median(times),
         "p95": times[min(len(times) - 1, round(0.95 * (len(times) - 1)))],
     }
@@ -460,10 +469,10 @@ def run(
     if hybrid is not None:
         weights = ", ".join(f"{w:g}" for w in hybrid["weights"])
         modes.append(
-            (f"sandmem: hybrid (`sandmem[semantic]`, fusion weights {weights}; the default "
-             "with the extra)", "hybrid")
+            (f"sandmem: hybrid (`sandmem[semantic]`, reciprocal rank fusion, weights {weights}, "
+             f"constant {hybrid['rrf_k']:g}; the default with the extra)", "hybrid")
         )  # fmt: skip
-        modes += [(f"hybrid, {label}", label) for label, _ in FUSIONS]
+        modes += [(f"hybrid, {label}", label) for label, _, _ in FUSIONS]
     rows = [[label, *(_pct(recall[key][k]) for k in KS)] for label, key in modes]
     if hybrid is None:
         rows.append(["sandmem: hybrid (`sandmem[semantic]`)", "not run", "not run", "not run"])
@@ -526,7 +535,8 @@ def run(
         hybrid5 = recall["hybrid"][5]
         meaning += (
             f"Hybrid search reaches {_pct(hybrid5)} ({hybrid5 - plain5:+.3f} over plain BM25, "
-            f"{hybrid5 - with5:+.3f} over the BM25 tiers); the fusion rows show what the "
+            f"{hybrid5 - with5:+.3f} over the BM25 tiers; cosine alone "
+            f"{_pct(recall[FUSIONS[-1][0]][5])}); the fusion rows show what the constant and the "
             "weights change. "
         )
     else:
