@@ -12,7 +12,8 @@ the conversations, not with the size of their logs):
 
 - every section of ``MEMORY.md`` and the skills, cut at lines into chunks of at most
   ``CHUNK_CHARS``, and each sentence or line of a chunk on its own (``chunks``: a row scores
-  as its best text);
+  as its best text; a sentence is not cut at a semicolon, and a line of paths and ids gets
+  no vector of its own: ``_says_something``);
 - the transcript passages people and models wrote (``PROSE_KINDS``: user and assistant
   messages, final outputs), and the first passage of each tool output (``FIRST_ONLY_KINDS``:
   a config file shown, an error's head; the rest of a long log stays BM25-only).
