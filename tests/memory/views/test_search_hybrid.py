@@ -258,35 +258,46 @@ def test_rrf_sums_weighted_reciprocal_ranks() -> None:
 Ranks = tuple[int | None, int | None, int | None]
 
 
-def _fused(ranks: dict[str, Ranks]) -> list[str]:
+def _fused(ranks: dict[str, Ranks], covers: dict[str, float]) -> list[str]:
     """Texts in the order the shipped fusion puts them, from each text's rank in the three
-    rankings (BM25 distilled, BM25 transcripts, cosine; ``None``: not in it)."""
-    rankings: list[list[str]] = [[], [], []]
+    rankings and the share of the query's weight it holds (``covers``; BM25's sureness)."""
+    rankings: list[list[tuple[str, float]]] = [[], [], []]
     for n in range(3):
         placed = sorted((rank, name) for name, r in ranks.items() if (rank := r[n]) is not None)
         for rank, name in placed:
             while len(rankings[n]) < rank - 1:
-                rankings[n].append(f"filler {n} {len(rankings[n])}")
-            rankings[n].append(name)
-    fused = _vectors.rrf(rankings, _index_search.RRF_K, _index_search.RRF_WEIGHTS)
+                rankings[n].append((f"filler {n} {len(rankings[n])}", 1.0))
+            sure = 1.0 if n == 2 else min(1.0, _index_search.BM25_SURENESS * covers[name])
+            rankings[n].append((name, _index_search.RRF_WEIGHTS[n] * sure))
+    fused = _vectors.fuse(rankings, _index_search.RRF_K)
     return [name for name in sorted(fused, key=lambda k: -fused[k]) if name in ranks]
 
 
 @pytest.mark.parametrize(
     "noise",
-    [(None, 3, 10), (3, None, 10), (2, 4, None), (None, 2, 15), (5, None, 12)],
+    [(None, 3, 10), (3, None, 10), (2, 4, None), (None, 2, 15), (5, None, 12), (1, None, None)],
 )
 def test_bm25_noise_does_not_bury_cosines_first(noise: Ranks) -> None:
-    # a question worded unlike the memory: BM25's top is texts sharing its common words
-    assert _fused({"meaning": (None, None, 1), "noise": noise}) == ["meaning", "noise"]
+    # a question worded unlike the memory: BM25's top is texts holding only its common words
+    ranks = {"meaning": (None, None, 1), "noise": noise}
+    assert _fused(ranks, {"meaning": 0.0, "noise": 0.2}) == ["meaning", "noise"]
 
 
 @pytest.mark.parametrize(
     "agreed",
-    [(1, None, 2), (None, 1, 2), (1, 1, 3), (2, 2, 2), (1, 3, 4)],
+    [(1, None, 2), (None, 1, 2), (1, 1, 3), (2, 2, 2), (1, 3, 4), (1, 1, None), (2, None, 6)],
 )
 def test_a_text_words_and_meaning_agree_on_beats_cosines_first(agreed: Ranks) -> None:
-    assert _fused({"meaning": (None, None, 1), "agreed": agreed}) == ["agreed", "meaning"]
+    ranks = {"meaning": (None, None, 1), "agreed": agreed}
+    assert _fused(ranks, {"meaning": 0.0, "agreed": 0.6}) == ["agreed", "meaning"]
+
+
+@pytest.mark.parametrize("bm25", [(1, None, None), (None, 1, None), (1, 1, None)])
+def test_an_identifier_only_bm25_finds_places_like_cosines_first(bm25: Ranks) -> None:
+    # the query's rare word (an error code, a port) is in this text alone; cosine misses it
+    ranks = {"meaning": (None, None, 1), "second": (None, None, 2), "exact": bm25}
+    found = _fused(ranks, {"meaning": 0.0, "second": 0.0, "exact": 0.7})
+    assert found.index("exact") < found.index("second")
 
 
 def test_section_chunks_cut_long_sections_at_lines() -> None:
@@ -417,3 +428,25 @@ async def test_the_real_model_finds_paraphrases(tmp_path: Path, real_model: Any)
     assert "5433" in (found.hits[0].text or "")
     status = await api.status(root)
     assert status.search is not None and status.search.model == real_model.name
+
+
+async def test_an_identifier_bm25_alone_finds_is_in_the_first_hits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 40 conversations near the query in meaning; the one holding its identifier is not
+    files = {
+        f"near{n:02d}": turn(f"near{n:02d}", f"The nightly billing export job {n} finished.", "ok")
+        for n in range(40)
+    }
+    files["exact"] = turn("exact", "Deploy stopped with E4412 on the staging host.", "Noted.")
+    root = workspace(tmp_path, files)
+    query = "billing export E4412"
+    with _vectors.use_embedder(ConceptEmbedder()):
+        found = await api.search(root, query)
+        assert [h.rollout_id for h in found.hits[:2]].count("exact") == 1
+        # the fusion shipped before: a BM25 first place weighed as cosine's 62nd
+        monkeypatch.setattr(_index_search, "RRF_K", 60.0)
+        monkeypatch.setattr(_index_search, "RRF_WEIGHTS", (0.5, 0.5, 1.0))
+        monkeypatch.setattr(_index_search, "BM25_SURENESS", 0.0)
+        before = await api.search(root, query)
+    assert "exact" not in [h.rollout_id for h in before.hits]

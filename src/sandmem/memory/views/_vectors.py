@@ -517,8 +517,20 @@ def dense_rank(
 def rrf(rankings: Sequence[Sequence[Any]], k: float, weights: Sequence[float]) -> dict[Any, float]:
     """Reciprocal rank fusion: each item's sum over the rankings of ``weight / (k + rank)``
     (rank from 1)."""
+    return fuse(
+        [
+            [(item, weight) for item in ranking]
+            for ranking, weight in zip(rankings, weights, strict=True)
+        ],
+        k,
+    )
+
+
+def fuse(rankings: Sequence[Sequence[tuple[Any, float]]], k: float) -> dict[Any, float]:
+    """Reciprocal rank fusion where each place carries its own weight: each item's sum over
+    the rankings of ``weight / (k + rank)`` (rank from 1)."""
     fused: dict[Any, float] = {}
-    for ranking, weight in zip(rankings, weights, strict=True):
-        for rank, item in enumerate(ranking, start=1):
+    for ranking in rankings:
+        for rank, (item, weight) in enumerate(ranking, start=1):
             fused[item] = fused.get(item, 0.0) + weight / (k + rank)
     return fused
