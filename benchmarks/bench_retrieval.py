@@ -15,8 +15,14 @@ plain BM25 baseline, the whole transcript it ranked. Modes:
 - distilled memory only (``search(..., transcripts=False)``, BM25);
 - + the transcript tier (``search(...)``, BM25: the default without the extra);
 - hybrid (``sandmem[semantic]``, the default with it): ``reindex`` embeds everything (timed),
-  then the questions again, with the shipped fusion weights and, to show the choice was
-  measured, with equal weights for the three rankings and with cosine alone.
+  then the questions again, with the shipped fusion and, to show the choice was measured,
+  with the fusion shipped until 2026-12-06 (constant 60, weights 0.5, 0.5, 1), without BM25's
+  sureness, and with cosine alone. The fusion was chosen on another seed of the corpus
+  (``_index_search.RRF_K``), not on this one.
+
+Identifier lookups (a last column): the first ``LOOKUPS`` facts asked for by their value
+("anything about 35041?"), found in the first 5 hits — what BM25 is for, and what a fusion
+must not lose while it helps paraphrases.
 
 The hybrid arm runs when search would be hybrid here (the extra installed and
 ``SANDMEM_SEARCH`` not ``bm25``); the BM25 arms always run with ``SANDMEM_SEARCH=bm25``.
@@ -72,8 +78,16 @@ SCALE_FACTS = 1000
 TARGET_HYBRID = 0.95
 TARGET_P95_S = 0.100
 _WORD = re.compile(r"[^\W_]+")
-#: fusion weights measured besides the shipped ones: (label, weights)
-FUSIONS = (("equal weights (1, 1, 1)", (1.0, 1.0, 1.0)), ("cosine alone (0, 0, 1)", (0, 0, 1.0)))
+#: fusions measured besides the shipped one: (label, weights, reciprocal rank constant, BM25
+#: sureness; None: the shipped value)
+FUSIONS: tuple[tuple[str, tuple[float, float, float], float | None, float | None], ...] = (
+    ("constant 60, weights 0.5, 0.5, 1, no sureness (before 2026-12-06)", (0.5, 0.5, 1.0),
+     60.0, 0.0),
+    ("no sureness (BM25 places unscaled)", (1.0, 1.0, 1.0), None, 0.0),
+    ("cosine alone (0, 0, 1)", (0.0, 0.0, 1.0), None, None),
+)  # fmt: skip
+#: identifier lookups: this many facts asked for by their value ("anything about 35041?")
+LOOKUPS = 120
 
 
 @contextlib.contextmanager
@@ -213,6 +227,7 @@ async def _quality(conversations: int, max_turns: int) -> dict[str, Any]:
         with _search_mode("bm25"):
             distilled = [await _hit_texts(root, f.question, False) for f in facts]
             both = [await _hit_texts(root, f.question, True) for f in facts]
+            bm25_lookups = await _lookups(root, facts)
         hybrid = await _hybrid_arm(root, facts) if _hybrid_here() else None
         files = [p for group in sources.values() for p in group]
         baseline = PlainBM25([raw_text(p) for p in files])
@@ -236,6 +251,7 @@ async def _quality(conversations: int, max_turns: int) -> dict[str, Any]:
         del hybrid["ranked"]
     return {
         "hybrid": hybrid,
+        "bm25_lookups": bm25_lookups,
         "conversations": len(convs),
         "turns": turns,
         "facts": len(facts),
@@ -249,6 +265,14 @@ async def _quality(conversations: int, max_turns: int) -> dict[str, Any]:
         "recall": recall,
         "positions": positions,
     }
+
+
+async def _lookups(root: Path, facts: list[Fact]) -> float:
+    """Identifier lookups: the share of the first ``LOOKUPS`` facts found in the first 5 hits
+    when asked for by their value (what BM25 is for: a port, a handle, a version)."""
+    asked = facts[:LOOKUPS]
+    ranked = [await _hit_texts(root, f"anything about {f.value}?", True) for f in asked]
+    return _recall(ranked, asked)[5]
 
 
 async def _hybrid_arm(root: Path, facts: list[Fact]) -> dict[str, Any]:
@@ -266,13 +290,21 @@ async def _hybrid_arm(root: Path, facts: list[Fact]) -> dict[str, Any]:
             started = time.perf_counter()
             ranked.setdefault("hybrid", []).append(await _hit_texts(root, f.question, True))
             times.append(time.perf_counter() - started)
-        shipped = _index_search.RRF_WEIGHTS
+        lookups = {"hybrid": await _lookups(root, facts)}
+        shipped = (_index_search.RRF_WEIGHTS, _index_search.RRF_K, _index_search.BM25_SURENESS)
         try:
-            for label, weights in FUSIONS:
+            for label, weights, k, sure in FUSIONS:
                 _index_search.RRF_WEIGHTS = weights
+                _index_search.RRF_K = shipped[1] if k is None else k
+                _index_search.BM25_SURENESS = shipped[2] if sure is None else sure
                 ranked[label] = [await _hit_texts(root, f.question, True) for f in facts]
+                lookups[label] = await _lookups(root, facts)
         finally:
-            _index_search.RRF_WEIGHTS = shipped
+            (
+                _index_search.RRF_WEIGHTS,
+                _index_search.RRF_K,
+                _index_search.BM25_SURENESS,
+            ) = shipped
     times.sort()
     return {
         "ranked": ranked,
@@ -281,7 +313,10 @@ async def _hybrid_arm(root: Path, facts: list[Fact]) -> dict[str, Any]:
         "embedded": status.search.embedded,
         "vectors": status.search.vectors,
         "index_bytes": (root / PATHS.memories_dir / INDEX_NAME).stat().st_size,
-        "weights": list(shipped),
+        "weights": list(shipped[0]),
+        "rrf_k": shipped[1],
+        "sureness": shipped[2],
+        "lookups": lookups,
         "p50": statistics.median(times),
         "p95": times[min(len(times) - 1, round(0.95 * (len(times) - 1)))],
     }
@@ -460,13 +495,19 @@ def run(
     if hybrid is not None:
         weights = ", ".join(f"{w:g}" for w in hybrid["weights"])
         modes.append(
-            (f"sandmem: hybrid (`sandmem[semantic]`, fusion weights {weights}; the default "
+            (f"sandmem: hybrid (`sandmem[semantic]`, reciprocal rank fusion, weights {weights}, "
+             f"constant {hybrid['rrf_k']:g}, BM25 sureness {hybrid['sureness']:g}; the default "
              "with the extra)", "hybrid")
         )  # fmt: skip
-        modes += [(f"hybrid, {label}", label) for label, _ in FUSIONS]
-    rows = [[label, *(_pct(recall[key][k]) for k in KS)] for label, key in modes]
+        modes += [(f"hybrid, {label}", label) for label, *_ in FUSIONS]
+    lookups = {"transcripts": quality["bm25_lookups"], **(hybrid["lookups"] if hybrid else {})}
+    rows = [
+        [label, *(_pct(recall[key][k]) for k in KS),
+         _pct(lookups[key]) if key in lookups else ""]
+        for label, key in modes
+    ]  # fmt: skip
     if hybrid is None:
-        rows.append(["sandmem: hybrid (`sandmem[semantic]`)", "not run", "not run", "not run"])
+        rows.append(["sandmem: hybrid (`sandmem[semantic]`)", *["not run"] * 4])
     shown = [(label, key) for label, key in modes if key in ("plain", "distilled",
              "transcripts", "hybrid")]  # fmt: skip
     position_rows = [
@@ -491,8 +532,10 @@ def run(
             f" MB; search p50 {ms(hybrid['p50'])}, p95 {ms(hybrid['p95'])} on this corpus."
         )
     parts += [
-        "Evidence in the first k hits (share of questions):\n\n"
-        + table(["search", "@1", "@5", "@10"], rows),
+        "Evidence in the first k hits (share of questions; the last column: identifier "
+        f'lookups, the first {LOOKUPS} facts asked for by their value, "anything about '
+        '35041?", found in the first 5):\n\n'
+        + table(["search", "@1", "@5", "@10", "lookup@5"], rows),
         "Evidence@5 by where the fact was planted:\n\n"
         + table(
             ["planted in", *(label.split(":")[-1].strip().split(" (")[0] for label, _ in shown)],
@@ -526,8 +569,12 @@ def run(
         hybrid5 = recall["hybrid"][5]
         meaning += (
             f"Hybrid search reaches {_pct(hybrid5)} ({hybrid5 - plain5:+.3f} over plain BM25, "
-            f"{hybrid5 - with5:+.3f} over the BM25 tiers); the fusion rows show what the "
-            "weights change. "
+            f"{hybrid5 - with5:+.3f} over the BM25 tiers; cosine alone "
+            f"{_pct(recall[FUSIONS[-1][0]][5])}); the fusion rows show what the constant, the "
+            "weights and BM25's sureness change, on paraphrases and on identifier lookups "
+            "(where cosine alone finds "
+            f"{_pct(hybrid['lookups'][FUSIONS[-1][0]])} and the BM25 tiers "
+            f"{_pct(quality['bm25_lookups'])}). "
         )
     else:
         meaning += "The hybrid rows need the `semantic` extra, which this run did not use. "

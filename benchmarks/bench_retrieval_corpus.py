@@ -13,7 +13,11 @@ unique in the corpus and is what a retrieved text must hold (the evidence). Its 
 paraphrases the attribute and names the thing through synonyms ("how long can the overnight
 invoicing dump task run before it is stopped?"): in turn, none, one or two of the three naming
 parts keep their own word (each such word names many facts of the corpus, so it is not rare);
-the value is never in the question. No two facts of the corpus name the same thing.
+the value is never in the question. No two facts of the corpus name the same thing, and no
+value is part of another (a retried-count "10x" inside "210x", a timeout "39 seconds" inside
+"439 seconds"): until 2026-12-06 values were only distinct, and a hit showing the other fact
+counted as evidence, crediting 5 of the 480 questions of the figure's corpus (10 of 480 with
+seed 7) for a wrong fact; a value is now drawn again until it overlaps no other.
 """
 
 from __future__ import annotations
@@ -162,6 +166,12 @@ def _subjects(rng: random.Random) -> list[tuple[int, int, int, int]]:
     return every
 
 
+def _overlaps(value: str, used: set[str]) -> bool:
+    """Whether ``value`` is a used value, part of one, or holds one ("10x" in "210x"): a hit
+    showing another fact would then count as evidence for this one."""
+    return any(value in other or other in value for other in used)
+
+
 def _fact(
     rng: random.Random, subject: tuple[int, int, int, int], used: set[str], keep: int
 ) -> Fact:
@@ -171,7 +181,7 @@ def _fact(
     fact_t, question_t, value_of = ATTRIBUTES[t]
     for _ in range(10_000):  # values are drawn until one is new: never forever
         value = value_of(rng)
-        if value not in used:
+        if not _overlaps(value, used):
             break
     else:
         raise ValueError(f"no new value for {fact_t!r}: too many facts for its value range")

@@ -204,6 +204,16 @@ def test_retrieval_figure_runs_small_and_its_questions_share_no_value() -> None:
         assert set(recall) == {1, 5, 10}
         assert all(0.0 <= v <= 1.0 for v in recall.values())
     assert [r["count"] for r in figure.data["latency"]] == [6]
+    assert 0.0 <= quality["bm25_lookups"] <= 1.0
+
+
+@pytest.mark.parametrize("seed", [7, 14])
+def test_no_retrieval_value_is_part_of_another(seed: int) -> None:
+    # "10x" inside "210x": a hit showing the other fact would count as evidence
+    _, facts = bench_retrieval_corpus.generate(240, max_turns=4, seed=seed)
+    values = [f.value for f in facts]
+    assert len(values) == 480
+    assert not [(a, b) for a in values for b in values if a != b and a in b]
 
 
 def test_update_replaces_only_the_named_sections(

@@ -27,7 +27,7 @@ from sandmem import memory as api
 from sandmem._errors import UserError
 from sandmem.cli import cli
 from sandmem.memory.layout import MemoryPaths
-from sandmem.memory.views import _vectors
+from sandmem.memory.views import _index_search, _vectors
 from sandmem.memory.views._index import INDEX_NAME
 
 pytest.importorskip("numpy")  # the vector scan needs it (it comes with the extra)
@@ -254,6 +254,52 @@ def test_rrf_sums_weighted_reciprocal_ranks() -> None:
     assert _vectors.rrf([], 60.0, []) == {}
 
 
+#: a text's rank in BM25 over distilled memory, BM25 over the transcripts, cosine (None: absent)
+Ranks = tuple[int | None, int | None, int | None]
+
+
+def _fused(ranks: dict[str, Ranks], covers: dict[str, float]) -> list[str]:
+    """Texts in the order the shipped fusion puts them, from each text's rank in the three
+    rankings and the share of the query's weight it holds (``covers``; BM25's sureness)."""
+    rankings: list[list[tuple[str, float]]] = [[], [], []]
+    for n in range(3):
+        placed = sorted((rank, name) for name, r in ranks.items() if (rank := r[n]) is not None)
+        for rank, name in placed:
+            while len(rankings[n]) < rank - 1:
+                rankings[n].append((f"filler {n} {len(rankings[n])}", 1.0))
+            sure = 1.0 if n == 2 else min(1.0, _index_search.BM25_SURENESS * covers[name])
+            rankings[n].append((name, _index_search.RRF_WEIGHTS[n] * sure))
+    fused = _vectors.fuse(rankings, _index_search.RRF_K)
+    return [name for name in sorted(fused, key=lambda k: -fused[k]) if name in ranks]
+
+
+@pytest.mark.parametrize(
+    "noise",
+    [(None, 3, 10), (3, None, 10), (2, 4, None), (None, 2, 15), (5, None, 12), (1, None, None)],
+)
+def test_bm25_noise_does_not_bury_cosines_first(noise: Ranks) -> None:
+    # a question worded unlike the memory: BM25's top is texts holding only its common words
+    ranks = {"meaning": (None, None, 1), "noise": noise}
+    assert _fused(ranks, {"meaning": 0.0, "noise": 0.2}) == ["meaning", "noise"]
+
+
+@pytest.mark.parametrize(
+    "agreed",
+    [(1, None, 2), (None, 1, 2), (1, 1, 3), (2, 2, 2), (1, 3, 4), (1, 1, None), (2, None, 6)],
+)
+def test_a_text_words_and_meaning_agree_on_beats_cosines_first(agreed: Ranks) -> None:
+    ranks = {"meaning": (None, None, 1), "agreed": agreed}
+    assert _fused(ranks, {"meaning": 0.0, "agreed": 0.6}) == ["agreed", "meaning"]
+
+
+@pytest.mark.parametrize("bm25", [(1, None, None), (None, 1, None), (1, 1, None)])
+def test_an_identifier_only_bm25_finds_places_like_cosines_first(bm25: Ranks) -> None:
+    # the query's rare word (an error code, a port) is in this text alone; cosine misses it
+    ranks = {"meaning": (None, None, 1), "second": (None, None, 2), "exact": bm25}
+    found = _fused(ranks, {"meaning": 0.0, "second": 0.0, "exact": 0.7})
+    assert found.index("exact") < found.index("second")
+
+
 def test_section_chunks_cut_long_sections_at_lines() -> None:
     body = "\n".join(f"- line {n} " + "x" * 80 for n in range(30))
     chunks = _vectors.section_chunks("Title", body)
@@ -272,6 +318,47 @@ def test_a_passage_gets_a_vector_for_itself_and_for_each_sentence() -> None:
     assert _vectors.chunks("One sentence only.") == ["One sentence only."]
     assert _vectors.chunks("same line\nsame line") == ["same line\nsame line"]  # one part
     assert _vectors.chunks("") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "sentence"),
+    [
+        (
+            "Fix the login test. Priya owns the billing gateway; page @kape when it breaks.",
+            "Priya owns the billing gateway; page @kape when it breaks.",
+        ),
+        (
+            "Look at app.py first. The cache is warm; the export job reads it; nothing else.",
+            "The cache is warm; the export job reads it; nothing else.",
+        ),
+        (
+            "Look at app.py first.\nThe worker retries 3 times; then it gives up for good",
+            "The worker retries 3 times; then it gives up for good",
+        ),
+    ],
+)
+def test_a_semicolon_does_not_cut_a_sentence(text: str, sentence: str) -> None:
+    # the two halves of "X owns Y; page Z" mean something only together
+    found = _vectors.chunks(text)
+    assert found == [text, "Look at app.py first." if "app.py" in text else found[1], sentence]
+    assert not any(c.endswith(";") for c in found)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- rollout_summaries/chat-c1_look-failing-check.md (rollout chat-c1, updated "
+        "2026-12-06T13:02:37.041Z, completed)",
+        "src/app.py src/util.py tests/test_app.py docs/index.md",
+        "- Directory: `/srv/app/src/` contains `app.py`, `util.py`",
+        "v1.2.3 2026-11-20 0xdeadbeef conv-0001",
+    ],
+)
+def test_a_line_of_paths_and_ids_gets_no_vector_of_its_own(line: str) -> None:
+    # alone it is near every question about a file named like it; its piece keeps a vector
+    first, last = "Look at the failing check on app.py and fix it.", "Then rerun the suite."
+    text = f"{first}\n{line}\n{last}"
+    assert _vectors.chunks(text) == [text, first, last]
 
 
 # ---------------------------------------------------------------- the choice
@@ -341,3 +428,25 @@ async def test_the_real_model_finds_paraphrases(tmp_path: Path, real_model: Any)
     assert "5433" in (found.hits[0].text or "")
     status = await api.status(root)
     assert status.search is not None and status.search.model == real_model.name
+
+
+async def test_an_identifier_bm25_alone_finds_is_in_the_first_hits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 40 conversations near the query in meaning; the one holding its identifier is not
+    files = {
+        f"near{n:02d}": turn(f"near{n:02d}", f"The nightly billing export job {n} finished.", "ok")
+        for n in range(40)
+    }
+    files["exact"] = turn("exact", "Deploy stopped with E4412 on the staging host.", "Noted.")
+    root = workspace(tmp_path, files)
+    query = "billing export E4412"
+    with _vectors.use_embedder(ConceptEmbedder()):
+        found = await api.search(root, query)
+        assert [h.rollout_id for h in found.hits[:2]].count("exact") == 1
+        # the fusion shipped before: a BM25 first place weighed as cosine's 62nd
+        monkeypatch.setattr(_index_search, "RRF_K", 60.0)
+        monkeypatch.setattr(_index_search, "RRF_WEIGHTS", (0.5, 0.5, 1.0))
+        monkeypatch.setattr(_index_search, "BM25_SURENESS", 0.0)
+        before = await api.search(root, query)
+    assert "exact" not in [h.rollout_id for h in before.hits]

@@ -12,7 +12,8 @@ the conversations, not with the size of their logs):
 
 - every section of ``MEMORY.md`` and the skills, cut at lines into chunks of at most
   ``CHUNK_CHARS``, and each sentence or line of a chunk on its own (``chunks``: a row scores
-  as its best text);
+  as its best text; a sentence is not cut at a semicolon, and a line of paths and ids gets
+  no vector of its own: ``_says_something``);
 - the transcript passages people and models wrote (``PROSE_KINDS``: user and assistant
   messages, final outputs), and the first passage of each tool output (``FIRST_ONLY_KINDS``:
   a config file shown, an error's head; the rest of a long log stays BM25-only).
@@ -68,7 +69,15 @@ Mode = Literal["bm25", "hybrid"]
 CHUNK_CHARS = 600
 #: a sentence (or line) shorter than this gets no vector of its own
 MIN_SENTENCE_CHARS = 12
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+#: ... and so does one whose plain words are fewer than half its tokens, or than this (a line
+#: of paths, ids and dates)
+MIN_SENTENCE_WORDS = 2
+#: where a piece is cut into sentences: after . ! ? and at a line break; never at a
+#: semicolon, which joins two halves of one statement ("Priya owns the gateway; page her
+#: when it breaks")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+#: a plain word: letters only, not part of a path, a file name or an identifier
+_PLAIN_WORD = re.compile(r"(?<![\w/.\\-])[^\W\d_]{2,}(?![\w/\\-]|\.\w)")
 #: transcript passages that get a vector: every piece of these kinds ...
 PROSE_KINDS = ("user", "assistant", "final output")
 #: ... and the first piece of these; the other kinds are BM25-only
@@ -235,16 +244,28 @@ def key_of(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _says_something(sentence: str) -> bool:
+    """Whether a sentence is worth a vector of its own: at least ``MIN_SENTENCE_CHARS`` long,
+    and at least half of its tokens (and ``MIN_SENTENCE_WORDS``) plain words. A line of paths,
+    ids and dates (a ``Sources:`` entry, a file listing) means nothing a question asks for;
+    alone it only crowds the ranking (its piece still has a vector, and BM25 finds its
+    words)."""
+    if len(sentence) < MIN_SENTENCE_CHARS:
+        return False
+    words = len(_PLAIN_WORD.findall(sentence))
+    return words >= MIN_SENTENCE_WORDS and 2 * words >= len(sentence.split())
+
+
 def chunks(text: str) -> list[str]:
     """The texts of one row that get a vector: the row cut at lines into pieces of at most
-    ``CHUNK_CHARS``, and each sentence or line of a piece that holds several (of at least
-    ``MIN_SENTENCE_CHARS``). A vector of a whole passage blurs what its sentences say apart
-    (a request and, in passing, a setting): the row scores as its best text."""
+    ``CHUNK_CHARS``, and each sentence or line of a piece that holds several (``_SENTENCE``;
+    those that ``_says_something``). A vector of a whole passage blurs what its sentences say
+    apart (a request and, in passing, a setting): the row scores as its best text."""
     found: dict[str, None] = {}
     for piece in split_text(text, CHUNK_CHARS):
         found.setdefault(piece)
         parts = [p.strip() for p in _SENTENCE.split(piece)]
-        parts = [p for p in parts if len(p) >= MIN_SENTENCE_CHARS]
+        parts = [p for p in parts if _says_something(p)]
         if len(parts) > 1:
             for part in parts:
                 found.setdefault(part)
@@ -496,8 +517,20 @@ def dense_rank(
 def rrf(rankings: Sequence[Sequence[Any]], k: float, weights: Sequence[float]) -> dict[Any, float]:
     """Reciprocal rank fusion: each item's sum over the rankings of ``weight / (k + rank)``
     (rank from 1)."""
+    return fuse(
+        [
+            [(item, weight) for item in ranking]
+            for ranking, weight in zip(rankings, weights, strict=True)
+        ],
+        k,
+    )
+
+
+def fuse(rankings: Sequence[Sequence[tuple[Any, float]]], k: float) -> dict[Any, float]:
+    """Reciprocal rank fusion where each place carries its own weight: each item's sum over
+    the rankings of ``weight / (k + rank)`` (rank from 1)."""
     fused: dict[Any, float] = {}
-    for ranking, weight in zip(rankings, weights, strict=True):
-        for rank, item in enumerate(ranking, start=1):
+    for ranking in rankings:
+        for rank, (item, weight) in enumerate(ranking, start=1):
             fused[item] = fused.get(item, 0.0) + weight / (k + rank)
     return fused
