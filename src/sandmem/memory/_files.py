@@ -216,11 +216,17 @@ async def stat_dir(
 
 
 async def entries(
-    session: SandboxSession, top: str, *, depth: int = MAX_DEPTH, hidden: bool = False
+    session: SandboxSession,
+    top: str,
+    *,
+    depth: int = MAX_DEPTH,
+    hidden: bool = False,
+    dirs: list[str] | None = None,
 ) -> dict[str, tuple[EntryKind, int, int | None]]:
     """Every entry below ``top`` that is not a directory (regular files, links, special
     files: ``(kind, size, mtime_ns)``), by workspace path, walking ``depth`` levels of
-    subdirectories without following a link; names starting with ``.`` only with ``hidden``."""
+    subdirectories without following a link; names starting with ``.`` only with ``hidden``.
+    ``dirs``, when given, receives the path of every subdirectory seen (entered or not)."""
     found: dict[str, tuple[EntryKind, int, int | None]] = {}
     pending = [(check(top), 0)]
     directory_kind = EntryKind.DIRECTORY
@@ -236,19 +242,27 @@ async def entries(
                 continue
             if kind != directory_kind:
                 found[prefix + name] = (kind, size, mtime)
-            elif level < depth:
+                continue
+            if dirs is not None:
+                dirs.append(prefix + name)
+            if level < depth:
                 pending.append((prefix + name, level + 1))
     return found
 
 
 async def walk(
-    session: SandboxSession, top: str, *, depth: int = MAX_DEPTH, hidden: bool = False
+    session: SandboxSession,
+    top: str,
+    *,
+    depth: int = MAX_DEPTH,
+    hidden: bool = False,
+    dirs: list[str] | None = None,
 ) -> dict[str, Stat]:
     """Regular files below ``top`` (``depth`` levels of subdirectories) with their stat,
     by workspace path; links and special files are left out, never followed; names starting
-    with ``.`` only with ``hidden``."""
+    with ``.`` only with ``hidden`` (``dirs``: as ``entries``)."""
     file = EntryKind.FILE
-    found = await entries(session, top, depth=depth, hidden=hidden)
+    found = await entries(session, top, depth=depth, hidden=hidden, dirs=dirs)
     return {path: (size, mtime) for path, (kind, size, mtime) in found.items() if kind == file}
 
 
@@ -262,11 +276,24 @@ async def write(session: SandboxSession, path: str, data: bytes | str) -> None:
         await session.write(check(path), data)
 
 
+#: the hidden file an append replaces next to the file it grew (``append``)
+APPEND_MARK = ".appended"
+
+
 async def append(session: SandboxSession, path: str, data: bytes | str) -> None:
     """Append to the file (created when missing); a file with other hard links is replaced
-    by a copy of its own first."""
+    by a copy of its own first. Then, when ``data`` is not empty, the hidden
+    ``APPEND_MARK`` beside it is replaced, which moves the directory's mtime: a directory
+    whose mtime did not move had no file appended to through this layer, created, removed
+    or replaced since (the layout index's quick check relies on it)."""
     with no_symlinks():
         await session.append(check(path), data)
+    if data:
+        directory = posixpath.dirname(path)
+        try:
+            await write(session, f"{directory}/{APPEND_MARK}" if directory else APPEND_MARK, b"")
+        except SandboxError as exc:  # a directory planted there: the quick check's bound holds
+            logger.warning("could not mark the append to %s: %s", path, exc)
 
 
 async def mkdir(session: SandboxSession, path: str, parents: bool = True) -> None:

@@ -60,10 +60,11 @@ INDEX_LOCK = ".index.lock"
 #: what a remote store's sync keeps in the layout (``memory.store._sync``)
 STORE_DIR = ".store"
 #: the files sandmem keeps in ``sessions_dir`` besides the rollouts: the lock of appends and
-#: of ingest, and how far each rollout was pushed to a remote store
+#: of ingest, how far each rollout was pushed to a remote store, and the mark each append
+#: replaces (``_files.append``)
 INGEST_LOCK = ".ingest.lock"
 PUSHED_OFFSETS = ".store-pushed.json"
-SESSIONS_FILES = (LOCK, INGEST_LOCK, PUSHED_OFFSETS)
+SESSIONS_FILES = (LOCK, INGEST_LOCK, PUSHED_OFFSETS, _files.APPEND_MARK)
 #: what a run reads (and a store's version carries into every workspace)
 READ_FILES = (SUMMARY_MD, MEMORY_MD)
 READ_DIRS = (f"{SUMMARIES_DIR}/", f"{SKILLS_DIR}/")
@@ -322,10 +323,13 @@ async def sweep_write_temps(
     return removed
 
 
-async def list_files(session: SandboxSession, top: str, depth: int) -> dict[str, Stat]:
+async def list_files(
+    session: SandboxSession, top: str, depth: int, dirs: list[str] | None = None
+) -> dict[str, Stat]:
     """Regular, visible files below ``top`` (``depth`` levels of subdirectories), with their
-    stat; symlinks and special files are left out (never followed)."""
-    return await _files.walk(session, top, depth=depth)
+    stat; symlinks and special files are left out (never followed). ``dirs``, when given,
+    receives every visible subdirectory seen."""
+    return await _files.walk(session, top, depth=depth, dirs=dirs)
 
 
 #: a file modified this recently is not trusted to look changed: one rewritten twice within

@@ -14,7 +14,8 @@ the layout index (``_index``) so ``search`` can fall back on them:
   parsed; a file that shrank or changed before its end is indexed again from the start;
 - ``rank`` scores passages with FTS5's BM25 (``bm25()``), leaving out words found in more than
   ``COMMON_SHARE`` of the passages when rarer ones are there (they would make every passage a
-  candidate and say nothing);
+  candidate and say nothing), and of the rest the more common ones past ``SCAN_BUDGET``
+  passages (FTS5 scores every passage a word matches: this bounds one query's work);
 - ``merge`` puts the two tiers in one list: distilled hits first, unless a transcript passage
   covers more of the query (see ``coverage``).
 
@@ -34,6 +35,7 @@ from typing import Any
 
 from sandmem._items import content_texts, item_kind
 from sandmem.memory.rollouts import RolloutSegment, keep_item, parse_segment
+from sandmem.memory.views._search import within_budget
 
 #: a passage is cut to at most this many characters (at a line break when there is one)
 PASSAGE_CHARS = 600
@@ -43,6 +45,9 @@ ITEM_CHARS = 32_000
 TAIL = 256
 #: a query word found in more than this share of passages is left out (when rarer ones are)
 COMMON_SHARE = 0.2
+#: at most this many passages are matched to rank one query: the chosen words are taken
+#: rarest first while the passages holding them fit (the rarest always; ``within_budget``)
+SCAN_BUDGET = 20_000
 #: passages ranked per hit asked for (duplicates of one passage are dropped after ranking)
 OVERFETCH = 3
 
@@ -298,21 +303,45 @@ def idf(total: int, n: int) -> float:
     return math.log(1 + (total - n + 0.5) / (n + 0.5))
 
 
-def weights(conn: sqlite3.Connection, terms: Iterable[str], total: int) -> dict[str, float]:
-    """Each term's idf over the ``total`` passages, by term."""
-    found: dict[str, float] = {}
+def doc_counts(
+    conn: sqlite3.Connection, terms: Iterable[str], known: dict[str, int] | None = None
+) -> dict[str, int]:
+    """How many passages hold each term. FTS5 counts them by reading the term's whole list
+    of rows, so a common word costs milliseconds: ``known`` (one search's counts, filled
+    here) asks each term once."""
+    known = {} if known is None else known
     for term in terms:
-        row = conn.execute("SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)).fetchone()
-        n = int(row[0]) if row else 0
-        found[term] = idf(total, n) if total else 1.0
-    return found
+        if term not in known:
+            row = conn.execute(
+                "SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)
+            ).fetchone()
+            known[term] = int(row[0]) if row else 0
+    return known
+
+
+def weights(
+    conn: sqlite3.Connection,
+    terms: Iterable[str],
+    total: int,
+    known: dict[str, int] | None = None,
+) -> dict[str, float]:
+    """Each term's idf over the ``total`` passages, by term (``known``: as ``doc_counts``)."""
+    terms = list(terms)
+    df = doc_counts(conn, terms, known)
+    return {term: idf(total, df[term]) if total else 1.0 for term in terms}
 
 
 def rank(
-    conn: sqlite3.Connection, query: str, limit: int, cap: int, total: int
+    conn: sqlite3.Connection,
+    query: str,
+    limit: int,
+    cap: int,
+    total: int,
+    known: dict[str, int] | None = None,
 ) -> list[TranscriptHit]:
     """The ``limit`` best passages for ``query`` among ``total`` passages, best first (ties by
-    conversation, segment), one per distinct (conversation, text)."""
+    conversation, segment), one per distinct (conversation, text) (``known``: as
+    ``doc_counts``)."""
     words = query_words(query, cap)
     if not words:
         return []
@@ -320,10 +349,7 @@ def rank(
     terms = sorted({t for found in word_stems for t in found})
     if not terms or not total:
         return []
-    df = {}
-    for term in terms:
-        row = conn.execute("SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)).fetchone()
-        df[term] = int(row[0]) if row else 0
+    df = doc_counts(conn, terms, known)
     present = [w for w, found in zip(words, word_stems, strict=True) if any(df[t] for t in found)]
     if not present:
         return []
@@ -333,6 +359,9 @@ def rank(
         if w in present and all(df[t] <= COMMON_SHARE * total for t in found)
     ]
     chosen = rare or present
+    stems_of = dict(zip(words, word_stems, strict=True))
+    costs = [sum(df[t] for t in stems_of[w]) for w in chosen]
+    chosen = [chosen[i] for i in within_budget(costs, SCAN_BUDGET)]
     expression = " OR ".join('"' + w.replace('"', '""') + '"' for w in chosen)
     rows = conn.execute(
         "SELECT f.rowid, f.body, f.rank FROM passages_fts AS f WHERE passages_fts MATCH ? "
