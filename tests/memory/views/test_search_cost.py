@@ -304,6 +304,91 @@ def test_a_common_word_orders_the_candidates_it_cannot_select(
     assert hits[0].matched == {"zebra", "deploi"}  # stemmed
 
 
+def passages_index(texts: list[tuple[str, str]]) -> sqlite3.Connection:
+    """An index connection whose transcript tier holds one conversation of these turns."""
+    conn = _index._connect(None)
+    _search.scratch(conn)
+    _transcripts.scratch(conn)
+    _vectors.scratch(conn)
+    lines = [turn("r", user, answer, n % 60).rstrip("\n").encode() for n, (user, answer) in
+             enumerate(texts)]  # fmt: skip
+    _transcripts.add_lines(conn, "r", 1, lines, str)
+    return conn
+
+
+@given(
+    texts=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=20).map(" ".join),
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=30).map(" ".join),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(" ".join),
+)
+@settings(max_examples=25, deadline=None)
+def test_transcript_passages_ranked_again_score_as_fts5_does(
+    texts: list[tuple[str, str]], query: str
+) -> None:
+    conn = passages_index(texts)
+    try:
+        words = _transcripts.query_words(query, 32)
+        stems = _transcripts.stems(conn, words)
+        df = _transcripts.doc_counts(conn, sorted({t for found in stems for t in found}))
+        expression = " OR ".join(f'"{w}"' for w in words)
+        rows = conn.execute(
+            "SELECT rowid, body, rank FROM passages_fts WHERE passages_fts MATCH ? ORDER BY rank",
+            (expression,),
+        ).fetchall()
+        again = _transcripts.rescored(conn, rows, stems, df)
+        assert again is not None
+        fts5 = {int(r[0]): float(r[2]) for r in rows}
+        assert len(again) == len(rows)
+        for pid, _, score in again:
+            assert score == pytest.approx(fts5[pid], rel=1e-12, abs=1e-12)
+        assert [s for _, _, s in again] == sorted(s for _, _, s in again)
+    finally:
+        conn.close()
+
+
+def test_a_word_past_the_transcript_budget_still_orders_the_passages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = [("zebra", "ok"), ("zebra deploy deploy deploy", "ok")]
+    texts += [("deploy", "ok")] * 6 + [("nothing here", "ok")] * 40
+    conn = passages_index(texts)
+    try:
+        total = _transcripts.count(conn)
+        full = _transcripts.rank(conn, "zebra deploy", 10, 32, total)
+        monkeypatch.setattr(_transcripts, "SCAN_BUDGET", 3)  # "deploy" does not fit
+        hits = _transcripts.rank(conn, "zebra deploy", 10, 32, total)
+        assert [h.text for h in hits] == ["zebra deploy deploy deploy", "zebra"]
+        assert [(h.text, h.score) for h in hits] == [
+            (h.text, pytest.approx(h.score)) for h in full if "zebra" in h.matched
+        ]
+        alone = _transcripts.rank(conn, "zebra", 10, 32, total)  # what zebra alone says
+        assert [h.text for h in alone] == ["zebra", "zebra deploy deploy deploy"]
+    finally:
+        conn.close()
+
+
+def test_the_averages_record_is_read_as_fts5_writes_it() -> None:
+    assert _transcripts._varint(bytes([0x05]), 0) == (5, 1)
+    assert _transcripts._varint(bytes([0x81, 0x00]), 0) == (128, 2)
+    assert _transcripts._varint(bytes([0xFF] * 8 + [0x01]), 0) == ((2**56 - 1) << 8 | 1, 9)
+    with pytest.raises(IndexError):
+        _transcripts._varint(bytes([0x81]), 0)
+    conn = passages_index([("one two three", "four")])
+    try:
+        conn.commit()  # FTS5 writes its record when its pending rows are flushed
+        assert _transcripts._averages(conn) == (2, 2.0)  # two passages, four tokens
+        conn.execute("UPDATE passages_fts_data SET block = x'81' WHERE id = 1")  # cut short
+        assert _transcripts._averages(conn) is None
+    finally:
+        conn.close()
+
+
 # ---------------------------------------------------------------- the pending-vectors cursor
 
 
