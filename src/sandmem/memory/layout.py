@@ -60,11 +60,10 @@ INDEX_LOCK = ".index.lock"
 #: what a remote store's sync keeps in the layout (``memory.store._sync``)
 STORE_DIR = ".store"
 #: the files sandmem keeps in ``sessions_dir`` besides the rollouts: the lock of appends and
-#: of ingest, how far each rollout was pushed to a remote store, and the mark each append
-#: replaces (``_files.append``)
+#: of ingest, and how far each rollout was pushed to a remote store
 INGEST_LOCK = ".ingest.lock"
 PUSHED_OFFSETS = ".store-pushed.json"
-SESSIONS_FILES = (LOCK, INGEST_LOCK, PUSHED_OFFSETS, _files.APPEND_MARK)
+SESSIONS_FILES = (LOCK, INGEST_LOCK, PUSHED_OFFSETS)
 #: what a run reads (and a store's version carries into every workspace)
 READ_FILES = (SUMMARY_MD, MEMORY_MD)
 READ_DIRS = (f"{SUMMARIES_DIR}/", f"{SKILLS_DIR}/")
