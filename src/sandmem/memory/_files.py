@@ -276,27 +276,28 @@ async def write(session: SandboxSession, path: str, data: bytes | str) -> None:
         await session.write(check(path), data)
 
 
-#: the hidden directory an append makes and removes next to the file it grew (``append``)
-APPEND_MARK = ".appended"
-
-
 async def append(session: SandboxSession, path: str, data: bytes | str) -> None:
     """Append to the file (created when missing); a file with other hard links is replaced
-    by a copy of its own first. Then, when ``data`` is not empty, the hidden directory
-    ``APPEND_MARK`` is made beside it and removed, which moves the directory's mtime (no
-    data, no fsync: a fraction of a millisecond): a directory whose mtime did not move had
-    no file appended to through this layer, created, removed or replaced since (the layout
-    index's quick check relies on it)."""
+    by a copy of its own first."""
     with no_symlinks():
         await session.append(check(path), data)
-    if data:
-        directory = posixpath.dirname(path)
-        mark = f"{directory}/{APPEND_MARK}" if directory else APPEND_MARK
-        try:
-            await mkdir(session, mark, parents=False)
-            await remove(session, mark, missing_ok=True)  # another appender's may be gone
-        except SandboxError as exc:  # something planted there: the quick check's bound holds
-            logger.warning("could not mark the append to %s: %s", path, exc)
+
+
+#: the hidden directory ``mark_changed`` makes and removes
+CHANGE_MARK = ".appended"
+
+
+async def mark_changed(session: SandboxSession, directory: str) -> None:
+    """Move ``directory``'s mtime after a file in it was appended to (an append moves only
+    the file's own): the hidden directory ``CHANGE_MARK`` is made in it and removed at once
+    (no data, no fsync). The layout index's quick check relies on it. Never raises: when
+    something planted there refuses it, the quick check's time bound still holds."""
+    mark = f"{directory}/{CHANGE_MARK}" if directory not in ("", ".") else CHANGE_MARK
+    try:
+        await mkdir(session, mark, parents=False)
+        await remove(session, mark, missing_ok=True)  # another writer's may be gone already
+    except SandboxError as exc:
+        logger.warning("could not mark %s as changed: %s", directory, exc)
 
 
 async def mkdir(session: SandboxSession, path: str, parents: bool = True) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import sqlite3
 import sys
@@ -29,11 +30,15 @@ from memory_doubles import transcript_turn as turn
 from memory_doubles import transcripts_workspace as workspace
 
 from sandmem import memory as api
+from sandmem.memory import EXTRACTIVE, MemoryGenerateConfig, _files, recording
+from sandmem.memory.generation._attach import get_manager
 from sandmem.memory.layout import MemoryPaths
 from sandmem.memory.views import _index, _search, _transcripts, _vectors
 from sandmem.memory.views._index import INDEX_NAME
+from sandmem.sandboxes import Manifest, UnixLocalSandboxClient
 
 PATHS = MemoryPaths("memories", "sessions")
+EXTRACT = MemoryGenerateConfig(phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE)
 SUMMARIES = Path(PATHS.summaries_dir)
 
 
@@ -146,6 +151,33 @@ async def test_an_append_by_another_process_is_seen_at_once(
     await record_elsewhere(script, "zanzibar", "2")
     assert (root / PATHS.sessions_dir / "ci.jsonl").stat().st_size > before  # appended in place
     assert any("zanzibar" in t for t in await found(root, "zanzibar"))
+
+
+async def test_a_recorder_moves_the_directory_mtime_at_most_once_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = layout(tmp_path)
+    marks: list[str] = []
+    real = _files.mark_changed
+
+    async def counting(session: Any, directory: str) -> None:
+        marks.append(directory)
+        await real(session, directory)
+
+    monkeypatch.setattr(_files, "mark_changed", counting)
+    session = await UnixLocalSandboxClient().create(manifest=Manifest(root=root))
+    async with session:
+        manager = get_manager(session, PATHS, EXTRACT)
+        manager.detach_stop_hook()
+        before = (root / PATHS.sessions_dir).stat().st_mtime_ns
+        for minute in range(3):  # within a second: one mark
+            await manager.record(json.loads(turn("ci", f"Step {minute}", "ok", minute)))
+        assert marks == [PATHS.sessions_dir]
+        assert (root / PATHS.sessions_dir).stat().st_mtime_ns > before
+        assert not (root / PATHS.sessions_dir / _files.CHANGE_MARK).exists()
+        monkeypatch.setattr(recording, "MARK_EVERY_NS", 0)
+        await manager.record(json.loads(turn("ci", "Step 9", "ok", 9)))
+        assert len(marks) == 2
 
 
 async def test_files_created_replaced_or_removed_by_hand_are_seen_at_once(
