@@ -468,7 +468,18 @@ async def test_pending_rows_are_embedded_once_in_batches_that_never_rescan(
 
         monkeypatch.setattr(_vectors, name, spy)
     embedder = CountingEmbedder()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
     made, done = await _vectors.embed_pending(conn, embedder, None, lambda: None, "memories")
+    conn.set_trace_callback(None)
+    # each batch's query walks the table by id, never scans the whole full-text table
+    pending = [sql for sql in statements if "NOT EXISTS" in sql]
+    assert len(pending) > 4
+    for sql in pending:
+        plan = [str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+        assert plan[0].startswith(("SCAN p", "SEARCH p", "SCAN s", "SEARCH s")), plan  # outer
+        assert "SCAN f VIRTUAL TABLE INDEX 0:=" in plan, plan  # a text fetched by its rowid
+        assert not any("TEMP B-TREE" in step for step in plan), plan  # no sort of every row
     assert done and made == len(set(embedder.embedded)) == len(embedder.embedded)
     for name, order in (("_pending_sections", 1), ("_pending_passages", -1)):
         batches = [(after, ids) for n, after, ids in calls if n == name]

@@ -300,10 +300,12 @@ def _pending_sections(
     conn: sqlite3.Connection, limit: int, memories_dir: str, after: int | None = None
 ) -> list[tuple[int, list[str]]]:
     """Sections with no vector, by id, those after ``after`` only (the cursor of one
-    ``embed_pending``: a batch never scans again past the rows the last one embedded)."""
+    ``embed_pending``: a batch never scans again past the rows the last one embedded). ``CROSS
+    JOIN`` keeps the table the outer loop: SQLite would otherwise scan the whole full-text
+    table for each batch."""
     where, params = _section_filter(memories_dir)
     rows = conn.execute(
-        "SELECT s.id, f.heading, f.body FROM sections AS s JOIN sections_fts AS f "
+        "SELECT s.id, f.heading, f.body FROM sections AS s CROSS JOIN sections_fts AS f "
         f"ON f.rowid = s.id WHERE {where} AND s.id > ? AND NOT EXISTS (SELECT 1 FROM "
         "vector_refs AS r WHERE r.tier = ? AND r.ref = s.id) ORDER BY s.id LIMIT ?",
         (*params, -1 if after is None else after, SECTION, limit),
@@ -318,7 +320,7 @@ def _pending_passages(
     where, params = _passage_filter()
     below = "" if after is None else "AND p.id < ? "
     rows = conn.execute(
-        "SELECT p.id, f.body FROM passages AS p JOIN passages_fts AS f ON f.rowid = p.id "
+        "SELECT p.id, f.body FROM passages AS p CROSS JOIN passages_fts AS f ON f.rowid = p.id "
         f"WHERE {where} {below}AND NOT EXISTS (SELECT 1 FROM vector_refs AS r "
         "WHERE r.tier = ? AND r.ref = p.id) ORDER BY p.id DESC LIMIT ?",
         (*params, *(() if after is None else (after,)), PASSAGE, limit),
