@@ -216,11 +216,17 @@ async def stat_dir(
 
 
 async def entries(
-    session: SandboxSession, top: str, *, depth: int = MAX_DEPTH, hidden: bool = False
+    session: SandboxSession,
+    top: str,
+    *,
+    depth: int = MAX_DEPTH,
+    hidden: bool = False,
+    dirs: list[str] | None = None,
 ) -> dict[str, tuple[EntryKind, int, int | None]]:
     """Every entry below ``top`` that is not a directory (regular files, links, special
     files: ``(kind, size, mtime_ns)``), by workspace path, walking ``depth`` levels of
-    subdirectories without following a link; names starting with ``.`` only with ``hidden``."""
+    subdirectories without following a link; names starting with ``.`` only with ``hidden``.
+    ``dirs``, when given, receives the path of every subdirectory seen (entered or not)."""
     found: dict[str, tuple[EntryKind, int, int | None]] = {}
     pending = [(check(top), 0)]
     directory_kind = EntryKind.DIRECTORY
@@ -236,19 +242,27 @@ async def entries(
                 continue
             if kind != directory_kind:
                 found[prefix + name] = (kind, size, mtime)
-            elif level < depth:
+                continue
+            if dirs is not None:
+                dirs.append(prefix + name)
+            if level < depth:
                 pending.append((prefix + name, level + 1))
     return found
 
 
 async def walk(
-    session: SandboxSession, top: str, *, depth: int = MAX_DEPTH, hidden: bool = False
+    session: SandboxSession,
+    top: str,
+    *,
+    depth: int = MAX_DEPTH,
+    hidden: bool = False,
+    dirs: list[str] | None = None,
 ) -> dict[str, Stat]:
     """Regular files below ``top`` (``depth`` levels of subdirectories) with their stat,
     by workspace path; links and special files are left out, never followed; names starting
-    with ``.`` only with ``hidden``."""
+    with ``.`` only with ``hidden`` (``dirs``: as ``entries``)."""
     file = EntryKind.FILE
-    found = await entries(session, top, depth=depth, hidden=hidden)
+    found = await entries(session, top, depth=depth, hidden=hidden, dirs=dirs)
     return {path: (size, mtime) for path, (kind, size, mtime) in found.items() if kind == file}
 
 
@@ -267,6 +281,23 @@ async def append(session: SandboxSession, path: str, data: bytes | str) -> None:
     by a copy of its own first."""
     with no_symlinks():
         await session.append(check(path), data)
+
+
+#: the hidden directory ``mark_changed`` makes and removes
+CHANGE_MARK = ".appended"
+
+
+async def mark_changed(session: SandboxSession, directory: str) -> None:
+    """Move ``directory``'s mtime after a file in it was appended to (an append moves only
+    the file's own): the hidden directory ``CHANGE_MARK`` is made in it and removed at once
+    (no data, no fsync). The layout index's quick check relies on it. Never raises: when
+    something planted there refuses it, the quick check's time bound still holds."""
+    mark = f"{directory}/{CHANGE_MARK}" if directory not in ("", ".") else CHANGE_MARK
+    try:
+        await mkdir(session, mark, parents=False)
+        await remove(session, mark, missing_ok=True)  # another writer's may be gone already
+    except SandboxError as exc:
+        logger.warning("could not mark %s as changed: %s", directory, exc)
 
 
 async def mkdir(session: SandboxSession, path: str, parents: bool = True) -> None:

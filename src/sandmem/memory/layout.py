@@ -322,10 +322,13 @@ async def sweep_write_temps(
     return removed
 
 
-async def list_files(session: SandboxSession, top: str, depth: int) -> dict[str, Stat]:
+async def list_files(
+    session: SandboxSession, top: str, depth: int, dirs: list[str] | None = None
+) -> dict[str, Stat]:
     """Regular, visible files below ``top`` (``depth`` levels of subdirectories), with their
-    stat; symlinks and special files are left out (never followed)."""
-    return await _files.walk(session, top, depth=depth)
+    stat; symlinks and special files are left out (never followed). ``dirs``, when given,
+    receives every visible subdirectory seen."""
+    return await _files.walk(session, top, depth=depth, dirs=dirs)
 
 
 #: a file modified this recently is not trusted to look changed: one rewritten twice within

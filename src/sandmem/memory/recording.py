@@ -9,6 +9,7 @@ without a generation manager; the manager's ``record`` is the same call.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from sandmem.memory import _files
@@ -20,6 +21,8 @@ if TYPE_CHECKING:  # redaction compiles its patterns on import: a lister (the vi
     from sandmem.redaction import Redactor
 
 _SUFFIX = ".jsonl"
+#: a recorder moves the sessions directory's mtime after an append at most this often
+MARK_EVERY_NS = 1_000_000_000
 
 
 def rollout_id_of(name: str) -> str | None:
@@ -45,6 +48,8 @@ class RolloutRecorder:
         self.session = session
         self.paths = paths
         self.redactor = redactor
+        #: when this recorder last moved the sessions directory's mtime (``_mark``)
+        self._marked_ns = 0
 
     async def prepare(self) -> None:
         """Ensure the layout, every time: an agent may have planted a link in it since the
@@ -63,3 +68,16 @@ class RolloutRecorder:
         async with _files.lock(self.session, lock, timeout=lock_timeout):
             await make_way(self.session, rollout_file)  # a planted FIFO, link, directory
             await _files.append(self.session, rollout_file, line)
+            await self._mark()
+
+    async def _mark(self) -> None:
+        """Move the sessions directory's mtime after an append (``_files.mark_changed``), so
+        a search that skips listing it when its mtime is unchanged sees the append. Once a
+        second is enough: a search trusts a directory mtime only when it is two seconds older
+        than its listing, so one that saw the mtime this recorder made less than a second ago
+        listed the directory after this append."""
+        now = time.time_ns()
+        if now - self._marked_ns < MARK_EVERY_NS:
+            return
+        self._marked_ns = now  # before the mark: its mtime is at least this
+        await _files.mark_changed(self.session, self.paths.sessions_dir)

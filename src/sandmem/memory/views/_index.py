@@ -48,6 +48,7 @@ from sandmem.memory.layout import (
     INDEX_DB,
     INDEX_LOCK,
     MAX_DEPTH,
+    RACY_NS,
     SUMMARIES_DIR,
     MemoryPaths,
     Stat,
@@ -63,8 +64,9 @@ from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import parse_segment
 from sandmem.memory.state import RolloutState, RolloutStatus
 from sandmem.memory.views import _index_check, _index_search, _search, _transcripts, _vectors
-from sandmem.memory.views._index_search import _matches, _trusted
+from sandmem.memory.views._index_search import QUICK_DIRS, _matches, _stat_each, _trusted
 from sandmem.sandboxes._session import SandboxSession
+from sandmem.sandboxes._types import EntryKind
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -123,13 +125,15 @@ class Conversation:
 @dataclass
 class Listing:
     """The regular, visible files of a layout's directories, each ``(size, mtime_ns)``
-    (only the directories a call listed)."""
+    (only the directories a call listed), and the listed directories holding a visible
+    subdirectory (``nested``)."""
 
     memories: dict[str, Stat] = field(default_factory=dict)
     sessions: dict[str, Stat] = field(default_factory=dict)
     raw: dict[str, Stat] = field(default_factory=dict)
     summaries: dict[str, Stat] = field(default_factory=dict)
     skills: dict[str, Stat] = field(default_factory=dict)
+    nested: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -187,6 +191,14 @@ def summary_name(raw_memory_text: str | None) -> str | None:
     return name
 
 
+#: how long a search trusts the mtime of a search tier's large directory to show every
+#: change in it (``_index_search.QUICK_DIRS``; listed again when the mtime moved, after this
+#: time, or when another part of the call needs it): a file created, removed, renamed or
+#: replaced moves it at once, and so does an append through the file access layer
+#: (``_files.append``); an edit in place by another program moves only the file's own mtime,
+#: which the full listing made at least this often sees
+FULL_CHECK_S = 10.0
+
 #: what each part of a call needs listed
 _NEEDS = {
     "conversations": ("memories", "sessions", "raw", "summaries"),
@@ -198,22 +210,35 @@ _NEEDS = {
 
 
 async def list_layout(
-    session: SandboxSession, paths: MemoryPaths, parts: Iterable[str] = ("sizes",)
+    session: SandboxSession,
+    paths: MemoryPaths,
+    parts: Iterable[str] = ("sizes",),
+    skip: Iterable[str] = (),
 ) -> Listing:
-    """One ``ls`` per directory the ``parts`` need (skills/ recursively)."""
-    wanted = {name for part in parts for name in _NEEDS[part]}
-    tops = {
+    """One ``ls`` per directory the ``parts`` need (skills/ recursively), but those named in
+    ``skip`` (``Listing`` field names)."""
+    wanted = {name for part in parts for name in _NEEDS[part]} - set(skip)
+    listing = Listing()
+    for name in wanted:
+        await list_into(session, paths, listing, name)
+    return listing
+
+
+async def list_into(
+    session: SandboxSession, paths: MemoryPaths, listing: Listing, name: str
+) -> None:
+    """List one directory of the layout (a ``Listing`` field name) into ``listing``."""
+    top, depth = {
         "memories": (paths.memories_dir, 0),
         "sessions": (paths.sessions_dir, MAX_DEPTH),
         "raw": (paths.raw_dir, MAX_DEPTH),
         "summaries": (paths.summaries_dir, MAX_DEPTH),
         "skills": (paths.skills_dir, MAX_DEPTH),
-    }
-    listing = Listing()
-    for name, (top, depth) in tops.items():
-        if name in wanted:
-            setattr(listing, name, await list_files(session, top, depth))
-    return listing
+    }[name]
+    subdirs: list[str] = []
+    setattr(listing, name, await list_files(session, top, depth, subdirs))
+    if subdirs:
+        listing.nested.add(name)
 
 
 def _tables(conn: sqlite3.Connection) -> None:
@@ -362,6 +387,14 @@ class LayoutIndex:
         self.ranking: _vectors.Mode = "bm25"
         #: the passages ``redact-history`` withheld, by conversation (``_index_search``)
         self.withheld: dict[str, frozenset[str]] = {}
+        #: when the last ``refresh`` started; the mtimes of the search tiers' large
+        #: directories it found, and the tiers whose directory it did not list (``_quick``)
+        self.started_ns = 0
+        self.stamps: dict[str, int | None] = {}
+        self.quick: set[str] = set()
+        #: how many passages hold each term, as asked by this call's search
+        #: (``_transcripts.doc_counts``)
+        self.passage_df: dict[str, int] = {}
         _search.scratch(conn)
         _transcripts.scratch(conn)
         _vectors.scratch(conn)
@@ -432,9 +465,14 @@ class LayoutIndex:
         """List what ``parts`` need and bring those rows in line with the files:
         ``"conversations"`` (rollout files and raw memories), ``"rollouts"`` (rollout files
         only: ``checked`` verifies the raw memories of the rows a caller shows), ``"sizes"``
-        (every directory listed) and ``"search"``."""
+        (every directory listed), ``"search"`` and ``"transcripts"`` (the search tiers: the
+        large directory of a tier that passes its quick check is not listed, ``_quick``)."""
         parts = set(parts)
-        self.listing = await list_layout(self.session, self.paths, parts)
+        self.started_ns = time.time_ns()
+        self.stamps = await _quick_stamps(self.session, self.paths, parts)
+        self.quick = {tier for tier, stamp in self.stamps.items() if self._quick(tier, stamp)}
+        skip = {QUICK_DIRS[tier] for tier in self.quick}
+        self.listing = await list_layout(self.session, self.paths, parts, skip)
         self.raw_listed = "conversations" in parts or "sizes" in parts
         if "conversations" in parts or "rollouts" in parts:
             await self._refresh_conversations()
@@ -444,6 +482,40 @@ class LayoutIndex:
         if "transcripts" in parts:
             await self._refresh_transcripts()
         _index_search.collect_vectors(self)
+
+    async def list_dir(self, name: str) -> None:
+        """List one more directory of the layout (a ``Listing`` field name) into this call's
+        listing: a tier whose quick check passed needs it after all."""
+        await list_into(self.session, self.paths, self.listing, name)
+
+    def _quick(self, tier: str, stamp: int | None) -> bool:
+        """Whether ``tier``'s large directory needs no listing: its mtime (``stamp``) is the
+        one kept when the tier was last brought in line with a full listing of it, that
+        listing is less than ``FULL_CHECK_S`` old, the tier's digest is still the one it
+        gave, and the directory held no subdirectory (whose changes would not move it)."""
+        kept = self._meta(f"{tier}_quick")
+        return (
+            stamp is not None
+            and isinstance(kept, dict)
+            and kept.get("stamp") == stamp
+            and kept.get("digest") is not None
+            and kept.get("digest") == self._meta(f"{tier}_digest")
+            and 0 <= self.started_ns - int(kept.get("at", 0)) < FULL_CHECK_S * 1e9
+        )
+
+    def keep_quick(self, tier: str, digest: str | None, small: str | None = None) -> None:
+        """After ``tier`` was brought in line with a full listing of its large directory:
+        keep what its next quick check compares (nothing when the directory's mtime is too
+        new to trust, it has a subdirectory, or the tier's digest could not be kept)."""
+        stamp = self.stamps.get(tier)
+        nested = QUICK_DIRS[tier] in self.listing.nested
+        if stamp is None or digest is None or nested or stamp > self.started_ns - RACY_NS:
+            if self._meta(f"{tier}_quick") is not None:
+                self.will_change()
+                self.conn.execute("DELETE FROM meta WHERE key = ?", (f"{tier}_quick",))
+            return
+        value = {"stamp": stamp, "digest": digest, "small": small, "at": self.started_ns}
+        self._set_meta(f"{tier}_quick", value)
 
     def _unchanged(self, key: str, *listings: dict[str, Stat]) -> tuple[bool, str | None]:
         """Whether ``listings`` are exactly what they were when ``key``'s rows were last
@@ -780,18 +852,25 @@ class LayoutIndex:
         return await _index_search.search_hits(self, query, limit, transcripts=transcripts)
 
 
-async def _stat_each(session: SandboxSession, paths: list[str]) -> dict[str, Stat | None]:
-    """``stat_many``; a path it cannot stat (a symlink, a special file) counts as missing."""
-    try:
-        found = await _files.stat_many(session, paths)
-    except SandboxError:
-        found = {}
-        for path in paths:
-            try:
-                found.update(await _files.stat_many(session, [path]))
-            except SandboxError:
-                found[path] = None
-    return {p: None if s is None else (s.size, s.mtime_ns) for p, s in found.items()}
+async def _quick_stamps(
+    session: SandboxSession, paths: MemoryPaths, parts: set[str]
+) -> dict[str, int | None]:
+    """The mtime of the large directory of each search tier in ``parts`` that may skip its
+    listing (none when another part needs the directories listed), from one listing of its
+    parent; ``None``: missing, not a directory, or no mtime."""
+    if not parts or not parts <= set(QUICK_DIRS):
+        return {}
+    tops = {"summaries": paths.summaries_dir, "sessions": paths.sessions_dir}
+    stamps: dict[str, int | None] = {}
+    for tier in sorted(parts):
+        parent, _, name = tops[QUICK_DIRS[tier]].rpartition("/")
+        try:
+            listed = await _files.stat_dir(session, parent or ".")
+        except SandboxError:
+            listed = []
+        found = [m for n, kind, _, m in listed if n == name and kind == EntryKind.DIRECTORY]
+        stamps[tier] = found[0] if found else None
+    return stamps
 
 
 def _info(

@@ -55,12 +55,21 @@ class _Cached(_Strict):
     value: Any
 
 
+class _Quick(_Strict):
+    stamp: int
+    digest: _Digest
+    small: _Digest | None
+    at: _Count
+
+
 #: the type of each meta key's JSON value
 META: dict[str, TypeAdapter[Any]] = {
     "conversations_digest": TypeAdapter(_Digest),
     "rollouts_digest": TypeAdapter(_Digest),
     "search_digest": TypeAdapter(_Digest),
     "transcripts_digest": TypeAdapter(_Digest),
+    "search_quick": TypeAdapter(_Quick),
+    "transcripts_quick": TypeAdapter(_Quick),
     "corpus": TypeAdapter(tuple[_Count, Annotated[float, Field(ge=0)]]),
     "phase_two": TypeAdapter(PhaseTwoState),
     "state_stat": TypeAdapter(_Stat),

@@ -24,7 +24,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from sandmem._errors import SandboxError, UserError
 from sandmem.memory import _files
 from sandmem.memory._results import SearchHit, SearchInfo
-from sandmem.memory.layout import RACY_NS, MemoryPaths, Stat, read_isolated
+from sandmem.memory.layout import RACY_NS, MemoryPaths, Stat, listing_digest, read_isolated
 from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.memory.views import _search, _transcripts, _vectors
@@ -37,6 +37,9 @@ logger = logging.getLogger("sandmem.memory")
 
 #: files read at once while indexing
 READ_BATCH = 64
+#: the large directory of each search tier (by ``Listing`` field), which a search skips
+#: listing when its quick check passes (``_index.LayoutIndex._quick``)
+QUICK_DIRS = {"search": "summaries", "transcripts": "sessions"}
 
 #: one hit of either tier
 AnyHit = _search.Hit | _transcripts.TranscriptHit
@@ -57,6 +60,20 @@ def _matches(stored: tuple[int | None, int | None], stat: Stat | None) -> bool:
     if stat is None:
         return stored == (None, None)
     return stored[1] is not None and stored == stat
+
+
+async def _stat_each(session: SandboxSession, paths: list[str]) -> dict[str, Stat | None]:
+    """``stat_many``; a path it cannot stat (a symlink, a special file) counts as missing."""
+    try:
+        found = await _files.stat_many(session, paths)
+    except SandboxError:
+        found = {}
+        for path in paths:
+            try:
+                found.update(await _files.stat_many(session, [path]))
+            except SandboxError:
+                found[path] = None
+    return {p: None if s is None else (s.size, s.mtime_ns) for p, s in found.items()}
 
 
 def redactor() -> _transcripts.Redact:
@@ -81,11 +98,41 @@ def _searchable(index: LayoutIndex) -> dict[str, Stat]:
     return found
 
 
+def _small_digest(index: LayoutIndex) -> str | None:
+    """The digest of what the search tier holds beside the rollout summaries (``MEMORY.md``
+    and the skills), always listed: the quick check compares it."""
+    memory_md = index.listing.memories.get(index.paths.memory_md)
+    small = [(index.paths.memory_md, *memory_md)] if memory_md is not None else []
+    small += [(path, size, mtime) for path, (size, mtime) in index.listing.skills.items()]
+    return listing_digest([small])
+
+
+async def _still_quick(index: LayoutIndex, tier: str, small: str | None) -> bool:
+    """Whether ``tier`` passed its quick check (``LayoutIndex._quick``) and still may skip
+    its rows: its digest was not withdrawn since (a changed ``redact-history`` record) and
+    what it holds beside the large directory (``small``) is as it was. Else the large
+    directory is listed now, for the full comparison."""
+    if tier not in index.quick:
+        return False
+    kept = index._meta(f"{tier}_quick") or {}
+    if index._meta(f"{tier}_digest") is not None and kept.get("small") == small:
+        return True
+    index.quick.discard(tier)
+    await index.list_dir(QUICK_DIRS[tier])
+    return False
+
+
 async def refresh_search(index: LayoutIndex) -> None:
-    """Index again every searchable file that differs from its row."""
+    """Index again every searchable file that differs from its row. When the rollout
+    summaries' directory passed the quick check (not listed) and ``MEMORY.md`` and the
+    skills are as they were, nothing is compared."""
+    small = _small_digest(index)
+    if await _still_quick(index, "search", small):
+        return
     files = _searchable(index)
     unchanged, digest = index._unchanged("search_digest", files)
     if unchanged:
+        index.keep_quick("search", digest, small)
         return
     conn = index.conn
     started_ns = time.time_ns()
@@ -120,6 +167,7 @@ async def refresh_search(index: LayoutIndex) -> None:
         index._set_meta("corpus", _search.corpus(conn))
     if digest is not None:
         index._set_meta("search_digest", digest)
+    index.keep_quick("search", digest, small)
 
 
 def _rows_changed(index: LayoutIndex) -> None:
@@ -219,8 +267,11 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
     if withheld is None:
         return  # fail closed: no transcript is indexed while the record is unusable
     index.withheld = withheld
+    if await _still_quick(index, "transcripts", None):
+        return
     unchanged, digest = index._unchanged("transcripts_digest", index.listing.sessions)
     if unchanged:
+        index.keep_quick("transcripts", digest)
         return
     started_ns = time.time_ns()
     rows = {
@@ -252,6 +303,7 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
             _index_file(index, rid, data, rows.get(rid), files[rid], started_ns, redact)
     if digest is not None:
         index._set_meta("transcripts_digest", digest)
+    index.keep_quick("transcripts", digest)
 
 
 def _index_file(
@@ -300,11 +352,13 @@ def rank_both(index: LayoutIndex, query: str, limit: int) -> list[AnyHit]:
     distilled = rank_memory(index, query, limit)
     total = passage_count(index)
     query = _search.capped(query)
-    passages = _transcripts.rank(index.conn, query, limit, _search.MAX_QUERY_TERMS, total)
+    passages = _transcripts.rank(
+        index.conn, query, limit, _search.MAX_QUERY_TERMS, total, index.passage_df
+    )
     if not passages:
         return list(distilled)
     terms = _search.query_terms(index.conn, query)
-    weight = _transcripts.weights(index.conn, terms, total)
+    weight = _transcripts.weights(index.conn, terms, total, index.passage_df)
     shown = _shown_terms(index, distilled, set(terms))
 
     def covers(hit: AnyHit) -> float:
@@ -428,7 +482,9 @@ async def search_hits(
         hits = list(rank_memory(index, query, limit))
     hits = await verified(index, hits)
     terms = _search.query_terms(index.conn, query) if hits else []
-    weight = _transcripts.weights(index.conn, terms, passage_count(index)) if hits else {}
+    total = passage_count(index)
+    weight = _transcripts.weights(index.conn, terms, total, index.passage_df) if hits else {}
+    summaries = await _summaries_of(index, hits)
     out: list[SearchHit] = []
     for hit in hits:
         if isinstance(hit, _search.Hit):
@@ -442,8 +498,26 @@ async def search_hits(
                 )
             )
         else:
-            out.append(_transcript_hit(index, hit, terms, weight))
+            out.append(_transcript_hit(index, hit, terms, weight, summaries))
     return out
+
+
+async def _summaries_of(index: LayoutIndex, hits: list[AnyHit]) -> dict[str, str]:
+    """The rollout summary file of each conversation a transcript hit is in, by rollout id,
+    when it exists now."""
+    ids = sorted({h.rollout_id for h in hits if isinstance(h, _transcripts.TranscriptHit)})
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    named = {
+        str(rid): f"{index.paths.memories_dir}/{name}"
+        for rid, name in index.conn.execute(
+            f"SELECT rid, summary_name FROM conversations WHERE rid IN ({marks})", ids
+        )
+        if name
+    }
+    found = await _stat_each(index.session, sorted(set(named.values())))
+    return {rid: path for rid, path in named.items() if found.get(path) is not None}
 
 
 # ---------------------------------------------------------------- hybrid
@@ -624,15 +698,15 @@ def passage_count(index: LayoutIndex) -> int:
 
 
 def _transcript_hit(
-    index: LayoutIndex, hit: _transcripts.TranscriptHit, terms: list[str], weight: dict[str, float]
+    index: LayoutIndex,
+    hit: _transcripts.TranscriptHit,
+    terms: list[str],
+    weight: dict[str, float],
+    summaries: dict[str, str],
 ) -> SearchHit:
     top = _search._Top(0, "", 1, None, "", hit.text, hit.score, 0)
     found = _search._best_lines(index.conn, terms, [weight[t] for t in terms], [top])
     snippet = found.get(0, (1, _search._snippet(hit.text.split("\n", 1)[0])))[1]
-    row = index.conn.execute(
-        "SELECT summary_name FROM conversations WHERE rid = ?", (hit.rollout_id,)
-    ).fetchone()
-    summary = f"{index.paths.memories_dir}/{row[0]}" if row and row[0] else None
     return SearchHit(
         path=index.paths.rollout_file(hit.rollout_id),
         line=hit.segment,
@@ -642,7 +716,7 @@ def _transcript_hit(
         tier="transcript",
         rollout_id=hit.rollout_id,
         segment=hit.segment,
-        summary_file=summary if summary in index.listing.summaries else None,
+        summary_file=summaries.get(hit.rollout_id),
         text=hit.text,
     )
 

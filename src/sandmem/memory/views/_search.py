@@ -16,6 +16,11 @@ call; the layout index (``_index``) keeps them in ``.index.sqlite`` and updates 
 files that changed. Scores are summed in query-term order whatever order SQLite visits rows in,
 so the two agree to the last bit. The query is tokenized as data (never parsed as FTS5 syntax),
 so no input can be a syntax error; any of its terms may match.
+
+One query's work is bounded (``SCAN_BUDGET``): its terms are taken rarest first while their
+occurrences fit, those rank every section holding them, and the best ``RESCORE_DEPTH`` are
+scored again with every term (``rank``): a word found in most sections orders the hits but
+selects none.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from sandmem._errors import UserError
 from sandmem.memory import _files
@@ -41,6 +46,13 @@ MAX_QUERY_TERMS = 32
 MAX_QUERY_CHARS = 4096
 #: snippets are cut to this many characters
 SNIPPET_CHARS = 160
+#: at most this many occurrences of query terms are scanned to rank one query: terms are
+#: taken rarest first while their occurrences fit (the rarest always); the more common rest,
+#: found in thousands of sections of a large memory, are left out (``within_budget``). On a
+#: small memory every term fits and nothing is left out.
+SCAN_BUDGET = 5_000
+#: how many sections the terms within ``SCAN_BUDGET`` select to be scored with every term
+RESCORE_DEPTH = 100
 #: a heading match counts this much more than a body match
 HEADING_WEIGHT = 3.0
 #: BM25's term-frequency saturation and length normalisation (the usual values)
@@ -259,15 +271,49 @@ def rank(
     conn: sqlite3.Connection, query: str, limit: int, sizes: tuple[int, float] | None = None
 ) -> list[Hit]:
     """The ``limit`` best sections for ``query``, best first (ties: by path, then line).
-    ``sizes``: ``corpus(conn)`` when the caller keeps it."""
+    ``sizes``: ``corpus(conn)`` when the caller keeps it.
+
+    When the query's terms occur more often than ``SCAN_BUDGET`` allows, ranking takes two
+    steps: the terms that fit (rarest first) rank every section holding them, and the best
+    ``RESCORE_DEPTH`` of those are scored again with every term of the query (their text
+    tokenized anew), so a common word still orders the candidates it cannot select."""
     if limit < 1:
         raise UserError(f"the search limit must be at least 1, got {limit}")
     terms = query_terms(conn, query)
     total, length_sum = sizes if sizes is not None else corpus(conn)
     if not terms or not total:
         return []
-    idf = _idf(conn, terms, total)
+    counts = _counts(conn, terms)
+    present = [i for i, (docs, _) in enumerate(counts) if docs]
+    kept = within_budget([occurrences for _, occurrences in counts], SCAN_BUDGET)
+    if not kept:
+        return []
+    idf = [_weight(total, docs) for docs, _ in counts]
     average = (length_sum / total) or 1.0
+    pruned = len(kept) < len(present)
+    probe = [terms[i] for i in kept]
+    top = _scan(
+        conn, probe, [idf[i] for i in kept], average, max(limit, RESCORE_DEPTH) if pruned else limit
+    )
+    used = kept
+    if pruned:
+        used = present
+        top = _rescored(conn, [terms[i] for i in used], [idf[i] for i in used], average, top)
+        top = top[:limit]
+    terms, idf = [terms[i] for i in used], [idf[i] for i in used]
+    best = _best_lines(conn, terms, idf, top)
+    hits = []
+    for t in top:
+        line, snippet = best.get(t.sid, (t.start, _snippet(t.lines[0])))
+        matched = frozenset(term for i, term in enumerate(terms) if int(t.mask) >> i & 1)
+        hits.append(Hit(t.path, line, round(t.score, 6), snippet, t.heading, matched, t.sid))
+    return hits
+
+
+def _scan(
+    conn: sqlite3.Connection, terms: list[str], idf: list[float], average: float, limit: int
+) -> list[_Top]:
+    """BM25 over every section holding one of ``terms``: the ``limit`` best."""
     query_rows = ", ".join("(?, ?, ?)" for _ in terms)
     # one column per term, added in term order: the sum does not depend on SQLite's row order
     summed = " + ".join(
@@ -288,13 +334,14 @@ def rank(
         scored(doc, score, mask) AS (
             SELECT doc, {summed}, sum(1 << i) FROM parts GROUP BY doc
         ),
-        top(id, path, start, heading, first_line, score, mask) AS (
-            SELECT s.id, s.path, s.start, s.heading, s.first_line, scored.score, scored.mask
+        top(id, path, start, heading, first_line, score, mask, length) AS (
+            SELECT s.id, s.path, s.start, s.heading, s.first_line, scored.score, scored.mask,
+                s.length
             FROM scored JOIN sections AS s ON s.id = scored.doc
             ORDER BY scored.score DESC, s.path, s.start LIMIT ?
         )
         SELECT top.id, top.path, top.start, top.heading, top.first_line, f.body, top.score,
-            top.mask
+            top.mask, f.heading, top.length
         FROM top JOIN sections_fts AS f ON f.rowid = top.id
         ORDER BY top.score DESC, top.path, top.start
     """
@@ -302,23 +349,90 @@ def rank(
     for i, (term, weight) in enumerate(zip(terms, idf, strict=True)):
         params += [i, term, weight]
     params += [HEADING_WEIGHT, BM25_K1 + 1, BM25_K1, BM25_B, BM25_B, average, limit]
-    top = [_Top(*row) for row in conn.execute(sql, params)]
-    best = _best_lines(conn, terms, idf, top)
-    hits = []
+    return [
+        _Top(
+            int(row[0]),
+            str(row[1]),
+            int(row[2]),
+            row[3],
+            str(row[4]),
+            str(row[5]),
+            float(row[6]),
+            int(row[7]),
+            str(row[8] or ""),
+            float(row[9] or 0.0),
+        )
+        for row in conn.execute(sql, params)
+    ]
+
+
+def _rescored(
+    conn: sqlite3.Connection, terms: list[str], idf: list[float], average: float, top: list[_Top]
+) -> list[_Top]:
+    """``top`` scored with every one of ``terms`` (the same BM25 as ``_scan``, its terms
+    counted from the sections' text tokenized again in the scratch table ``stage``), best
+    first (ties: by path, then line)."""
+    conn.executemany(
+        "INSERT INTO temp.stage (rowid, heading, body) VALUES (?, ?, ?)",
+        [(t.sid, t.title, t.body) for t in top],
+    )
+    number = {term: i for i, term in enumerate(terms)}
+    freq: dict[tuple[int, int], float] = {}
+    marks = ",".join("?" * len(terms))
+    for doc, term, col in conn.execute(
+        f"SELECT doc, term, col FROM temp.stage_terms WHERE term IN ({marks})", terms
+    ):
+        key = (int(doc), number[str(term)])
+        freq[key] = freq.get(key, 0.0) + (HEADING_WEIGHT if col == "heading" else 1.0)
+    conn.execute("DELETE FROM temp.stage")
+    out = []
     for t in top:
-        line, snippet = best.get(t.sid, (t.start, _snippet(t.lines[0])))
-        matched = frozenset(term for i, term in enumerate(terms) if int(t.mask) >> i & 1)
-        hits.append(Hit(t.path, line, round(t.score, 6), snippet, t.heading, matched, t.sid))
-    return hits
+        score, mask = 0.0, 0
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * t.length / average)
+        for i, weight in enumerate(idf):
+            tf = freq.get((t.sid, i))
+            if tf:
+                score += weight * tf * (BM25_K1 + 1) / (tf + norm)
+                mask |= 1 << i
+        out.append(replace(t, score=score, mask=mask))
+    out.sort(key=lambda t: (-t.score, t.path, t.start))
+    return out
+
+
+def _counts(conn: sqlite3.Connection, terms: list[str]) -> list[tuple[int, int]]:
+    """Each term's number of sections and of occurrences (0, 0 when absent)."""
+    found = []
+    for term in terms:
+        row = conn.execute(
+            "SELECT doc, cnt FROM temp.section_rows WHERE term = ?", (term,)
+        ).fetchone()
+        found.append((int(row[0]), int(row[1])) if row else (0, 0))
+    return found
+
+
+def _weight(total: int, n: int) -> float:
+    return math.log(1 + (total - n + 0.5) / (n + 0.5))
 
 
 def _idf(conn: sqlite3.Connection, terms: list[str], total: int) -> list[float]:
-    idf = []
-    for term in terms:
-        row = conn.execute("SELECT doc FROM temp.section_rows WHERE term = ?", (term,)).fetchone()
-        n = int(row[0]) if row else 0
-        idf.append(math.log(1 + (total - n + 0.5) / (n + 0.5)))
-    return idf
+    return [_weight(total, n) for n, _ in _counts(conn, terms)]
+
+
+def within_budget(costs: Sequence[int], budget: int) -> list[int]:
+    """The indices (ascending) of the query terms a ranking uses: rarest first (smallest
+    ``costs``: the occurrences or rows a term's scan visits; ties in query order) while their
+    summed cost stays within ``budget``, and always the rarest present one. Absent terms
+    (cost 0) match nothing and are left out. A term past the budget is in so many rows that
+    it says little about any of them; leaving it out bounds one query's work whatever the
+    size of the memory (see ``SCAN_BUDGET``)."""
+    kept: list[int] = []
+    spent = 0
+    for i in sorted((i for i, c in enumerate(costs) if c > 0), key=lambda i: (costs[i], i)):
+        if kept and spent + costs[i] > budget:
+            break
+        kept.append(i)
+        spent += costs[i]
+    return sorted(kept)
 
 
 def section_hits(
@@ -362,6 +476,9 @@ class _Top:
     body: str
     score: float
     mask: int
+    #: the section's own heading as indexed, and its length (``_rescored``)
+    title: str = ""
+    length: float = 0.0
 
     @property
     def lines(self) -> list[str]:

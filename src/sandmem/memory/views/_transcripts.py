@@ -14,7 +14,10 @@ the layout index (``_index``) so ``search`` can fall back on them:
   parsed; a file that shrank or changed before its end is indexed again from the start;
 - ``rank`` scores passages with FTS5's BM25 (``bm25()``), leaving out words found in more than
   ``COMMON_SHARE`` of the passages when rarer ones are there (they would make every passage a
-  candidate and say nothing);
+  candidate and say nothing), and of the rest the more common ones past ``SCAN_BUDGET``
+  passages (FTS5 scores every passage a word matches: this bounds one query's work); the
+  best ``RESCORE_DEPTH`` passages the rest select are then ranked again with every word
+  (``rescored``: FTS5's own BM25, computed from their text);
 - ``merge`` puts the two tiers in one list: distilled hits first, unless a transcript passage
   covers more of the query (see ``coverage``).
 
@@ -34,6 +37,7 @@ from typing import Any
 
 from sandmem._items import content_texts, item_kind
 from sandmem.memory.rollouts import RolloutSegment, keep_item, parse_segment
+from sandmem.memory.views._search import within_budget
 
 #: a passage is cut to at most this many characters (at a line break when there is one)
 PASSAGE_CHARS = 600
@@ -43,6 +47,12 @@ ITEM_CHARS = 32_000
 TAIL = 256
 #: a query word found in more than this share of passages is left out (when rarer ones are)
 COMMON_SHARE = 0.2
+#: at most this many passages are matched to rank one query: the chosen words are taken
+#: rarest first while the passages holding them fit (the rarest always; ``within_budget``)
+SCAN_BUDGET = 5_000
+#: when words were left out for the budget: how many passages the rest select to be ranked
+#: again with every word (``rescored``)
+RESCORE_DEPTH = 100
 #: passages ranked per hit asked for (duplicates of one passage are dropped after ranking)
 OVERFETCH = 3
 
@@ -298,21 +308,45 @@ def idf(total: int, n: int) -> float:
     return math.log(1 + (total - n + 0.5) / (n + 0.5))
 
 
-def weights(conn: sqlite3.Connection, terms: Iterable[str], total: int) -> dict[str, float]:
-    """Each term's idf over the ``total`` passages, by term."""
-    found: dict[str, float] = {}
+def doc_counts(
+    conn: sqlite3.Connection, terms: Iterable[str], known: dict[str, int] | None = None
+) -> dict[str, int]:
+    """How many passages hold each term. FTS5 counts them by reading the term's whole list
+    of rows, so a common word costs milliseconds: ``known`` (one search's counts, filled
+    here) asks each term once."""
+    known = {} if known is None else known
     for term in terms:
-        row = conn.execute("SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)).fetchone()
-        n = int(row[0]) if row else 0
-        found[term] = idf(total, n) if total else 1.0
-    return found
+        if term not in known:
+            row = conn.execute(
+                "SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)
+            ).fetchone()
+            known[term] = int(row[0]) if row else 0
+    return known
+
+
+def weights(
+    conn: sqlite3.Connection,
+    terms: Iterable[str],
+    total: int,
+    known: dict[str, int] | None = None,
+) -> dict[str, float]:
+    """Each term's idf over the ``total`` passages, by term (``known``: as ``doc_counts``)."""
+    terms = list(terms)
+    df = doc_counts(conn, terms, known)
+    return {term: idf(total, df[term]) if total else 1.0 for term in terms}
 
 
 def rank(
-    conn: sqlite3.Connection, query: str, limit: int, cap: int, total: int
+    conn: sqlite3.Connection,
+    query: str,
+    limit: int,
+    cap: int,
+    total: int,
+    known: dict[str, int] | None = None,
 ) -> list[TranscriptHit]:
     """The ``limit`` best passages for ``query`` among ``total`` passages, best first (ties by
-    conversation, segment), one per distinct (conversation, text)."""
+    conversation, segment), one per distinct (conversation, text) (``known``: as
+    ``doc_counts``)."""
     words = query_words(query, cap)
     if not words:
         return []
@@ -320,10 +354,7 @@ def rank(
     terms = sorted({t for found in word_stems for t in found})
     if not terms or not total:
         return []
-    df = {}
-    for term in terms:
-        row = conn.execute("SELECT doc FROM temp.passage_rows WHERE term = ?", (term,)).fetchone()
-        df[term] = int(row[0]) if row else 0
+    df = doc_counts(conn, terms, known)
     present = [w for w, found in zip(words, word_stems, strict=True) if any(df[t] for t in found)]
     if not present:
         return []
@@ -332,13 +363,20 @@ def rank(
         for w, found in zip(words, word_stems, strict=True)
         if w in present and all(df[t] <= COMMON_SHARE * total for t in found)
     ]
-    chosen = rare or present
+    wanted = rare or present
+    stems_of = dict(zip(words, word_stems, strict=True))
+    costs = [sum(df[t] for t in stems_of[w]) for w in wanted]
+    chosen = [wanted[i] for i in within_budget(costs, SCAN_BUDGET)]
+    pruned = len(chosen) < len(wanted)
     expression = " OR ".join('"' + w.replace('"', '""') + '"' for w in chosen)
     rows = conn.execute(
         "SELECT f.rowid, f.body, f.rank FROM passages_fts AS f WHERE passages_fts MATCH ? "
         "ORDER BY f.rank LIMIT ?",
-        (expression, limit * OVERFETCH),
+        (expression, max(limit * OVERFETCH, RESCORE_DEPTH) if pruned else limit * OVERFETCH),
     ).fetchall()
+    if pruned:
+        again = rescored(conn, rows, [stems_of[w] for w in wanted], df)
+        rows = rows[: limit * OVERFETCH] if again is None else again[: limit * OVERFETCH]
     if not rows:
         return []
     meta = {
@@ -366,6 +404,81 @@ def rank(
         if len(hits) == limit:
             break
     return hits
+
+
+def rescored(
+    conn: sqlite3.Connection,
+    rows: list[Any],
+    phrases: list[list[str]],
+    df: dict[str, int],
+) -> list[tuple[int, str, float]] | None:
+    """``rows`` (rowid, body, rank) ranked again by FTS5's own BM25 as if the query held every
+    one of ``phrases`` (each a word's terms; ``df``: the passages holding each term): the
+    terms counted in the bodies tokenized anew, the averages from FTS5's own record. Best
+    first. ``None`` when that cannot be done exactly (a word of several terms, an unreadable
+    averages record): the caller keeps the first ranking."""
+    if any(len(phrase) != 1 for phrase in phrases):
+        return None
+    averages = _averages(conn)
+    if averages is None:
+        return None
+    total, average = averages
+    terms = [phrase[0] for phrase in phrases]
+    conn.executemany(
+        "INSERT INTO temp.stage_lines (rowid, text) VALUES (?, ?)",
+        [(int(r[0]), str(r[1])) for r in rows],
+    )
+    sizes = {
+        int(doc): int(n)
+        for doc, n in conn.execute("SELECT doc, count(*) FROM temp.stage_line_terms GROUP BY doc")
+    }
+    freq: dict[tuple[int, str], int] = {}
+    marks = ",".join("?" * len(terms))
+    for doc, term in conn.execute(
+        f"SELECT doc, term FROM temp.stage_line_terms WHERE term IN ({marks})", terms
+    ):
+        key = (int(doc), str(term))
+        freq[key] = freq.get(key, 0) + 1
+    conn.execute("DELETE FROM temp.stage_lines")
+    weights = [max(math.log((total - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) for t in terms]
+    out = []
+    for pid, body, _ in rows:
+        score = 0.0
+        length = sizes.get(int(pid), 0)
+        for term, weight in zip(terms, weights, strict=True):
+            tf = freq.get((int(pid), term), 0)
+            score += weight * (tf * 2.2) / (tf + 1.2 * (1 - 0.75 + 0.75 * length / average))
+        out.append((int(pid), str(body), -1.0 * score))
+    out.sort(key=lambda row: row[2])
+    return out
+
+
+def _averages(conn: sqlite3.Connection) -> tuple[int, float] | None:
+    """FTS5's count of passages and their average length in tokens, from its averages record
+    (row 1 of ``passages_fts_data``: varints, the row count then the token count)."""
+    row = conn.execute("SELECT block FROM passages_fts_data WHERE id = 1").fetchone()
+    if row is None or not isinstance(row[0], bytes):
+        return None
+    try:
+        total, at = _varint(row[0], 0)
+        tokens, _ = _varint(row[0], at)
+    except IndexError:
+        return None
+    if total <= 0 or tokens <= 0:
+        return None
+    return total, tokens / total
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """SQLite's varint at ``at`` (big-endian, 7 bits a byte, the ninth byte whole) and the
+    offset after it."""
+    value = 0
+    for i in range(8):
+        byte = data[at + i]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, at + i + 1
+    return (value << 8) | data[at + 8], at + 9
 
 
 def passage_hits(

@@ -318,27 +318,33 @@ def _passage_filter() -> tuple[str, list[Any]]:
 
 
 def _pending_sections(
-    conn: sqlite3.Connection, limit: int, memories_dir: str
+    conn: sqlite3.Connection, limit: int, memories_dir: str, after: int | None = None
 ) -> list[tuple[int, list[str]]]:
+    """Sections with no vector, by id, those after ``after`` only (the cursor of one
+    ``embed_pending``: a batch never scans again past the rows the last one embedded). ``CROSS
+    JOIN`` keeps the table the outer loop: SQLite would otherwise scan the whole full-text
+    table for each batch."""
     where, params = _section_filter(memories_dir)
     rows = conn.execute(
-        "SELECT s.id, f.heading, f.body FROM sections AS s JOIN sections_fts AS f "
-        f"ON f.rowid = s.id WHERE {where} AND NOT EXISTS (SELECT 1 FROM vector_refs AS r "
-        "WHERE r.tier = ? AND r.ref = s.id) ORDER BY s.id LIMIT ?",
-        (*params, SECTION, limit),
+        "SELECT s.id, f.heading, f.body FROM sections AS s CROSS JOIN sections_fts AS f "
+        f"ON f.rowid = s.id WHERE {where} AND s.id > ? AND NOT EXISTS (SELECT 1 FROM "
+        "vector_refs AS r WHERE r.tier = ? AND r.ref = s.id) ORDER BY s.id LIMIT ?",
+        (*params, -1 if after is None else after, SECTION, limit),
     ).fetchall()
     return [(int(i), section_chunks(h or None, str(b or ""))) for i, h, b in rows]
 
 
 def _pending_passages(
-    conn: sqlite3.Connection, limit: int, memories_dir: str
+    conn: sqlite3.Connection, limit: int, memories_dir: str, after: int | None = None
 ) -> list[tuple[int, list[str]]]:
+    """Passages with no vector, newest first, those before ``after`` only (the cursor)."""
     where, params = _passage_filter()
+    below = "" if after is None else "AND p.id < ? "
     rows = conn.execute(
-        "SELECT p.id, f.body FROM passages AS p JOIN passages_fts AS f ON f.rowid = p.id "
-        f"WHERE {where} AND NOT EXISTS (SELECT 1 FROM vector_refs AS r "
+        "SELECT p.id, f.body FROM passages AS p CROSS JOIN passages_fts AS f ON f.rowid = p.id "
+        f"WHERE {where} {below}AND NOT EXISTS (SELECT 1 FROM vector_refs AS r "
         "WHERE r.tier = ? AND r.ref = p.id) ORDER BY p.id DESC LIMIT ?",
-        (*params, PASSAGE, limit),
+        (*params, *(() if after is None else (after,)), PASSAGE, limit),
     ).fetchall()
     return [(int(i), chunks(str(b))) for i, b in rows]
 
@@ -357,12 +363,14 @@ async def embed_pending(
     started = time.perf_counter()
     made = 0
     for tier, pending in ((SECTION, _pending_sections), (PASSAGE, _pending_passages)):
+        cursor: int | None = None  # the last row of the last batch: keyset, never rescanned
         while True:
             if budget_s is not None and time.perf_counter() - started >= budget_s:
                 return made, False
-            rows = pending(conn, BATCH, memories_dir)
+            rows = pending(conn, BATCH, memories_dir, cursor)
             if not rows:
                 break
+            cursor = rows[-1][0]
             keys = {key_of(chunk): chunk for _, chunks in rows for chunk in chunks}
             missing = _missing(conn, list(keys))
             # the model runs in a thread: the event loop (an MCP server's) keeps serving
