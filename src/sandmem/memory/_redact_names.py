@@ -1,0 +1,195 @@
+"""``redact-history``'s reach past the text a pattern matches: the secrets found anywhere in a
+layout (transcripts, memory files, history), their derived forms (``_secret_forms``), and the
+memory files whose *names* hold one, renamed.
+
+A name is cleaned where sandmem derived it from a transcript: a rollout summary's slug (the
+part after its rollout id), a skill's folders and files, a file planted anywhere else. Names
+the layout fixes (``MEMORY.md``, the layout's folders, its hidden state files, a raw memory's
+``<rollout id>.md``, ``SKILL.md``) are kept: a rollout id is the conversation's key (a secret
+in one is reported, see ``docs/security.md``). Renames go through the file-access layer, one
+file at a time (each an atomic ``rename``); every text that names a renamed file (a raw
+memory's header, ``Sources:`` lines, state files, history blobs and records) is rewritten with
+the new name by ``Renamer.text`` before redaction, so references stay true. Called under the
+layout lock by ``memory/api/_history.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection
+
+from sandmem.memory import _files
+from sandmem.memory._secret_forms import SecretForms, clean_name, secret_values
+from sandmem.memory.layout import (
+    HISTORY_DIR,
+    MEMORY_ENTRIES,
+    RAW_DIR,
+    SKILLS_DIR,
+    SUMMARIES_DIR,
+    MemoryPaths,
+)
+from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
+from sandmem.redaction import Redactor
+from sandmem.sandboxes._session import SandboxSession
+
+_BATCH = 64
+_SEPARATORS = re.compile(r"[-_.:/@+=]")
+_SKILL_FILE = "SKILL.md"
+
+
+async def _tree(session: SandboxSession, top: str) -> list[str]:
+    if not await _files.is_dir(session, top):
+        return []
+    found = await _files.walk(session, top, depth=_files.MAX_DEPTH * 4, hidden=True)
+    return sorted(p for p in found if not p.endswith("/.lock"))
+
+
+async def gather(
+    session: SandboxSession, paths: MemoryPaths, redactor: Redactor, skip: Callable[[str], bool]
+) -> SecretForms:
+    """The derived forms of every secret ``redactor`` finds in the layout: its transcripts,
+    its memory files and its history (files ``skip`` names, such as the search index, left
+    out), and in the names of them all."""
+    files = [
+        p
+        for top in (paths.sessions_dir, paths.memories_dir)
+        for p in await _tree(session, top)
+        if not skip(p)
+    ]
+    found: list[tuple[str, str]] = []
+    for path in files:  # a name: also with its separators as spaces (a key glued by one)
+        found += secret_values(redactor, path) + secret_values(redactor, _SEPARATORS.sub(" ", path))
+    for start in range(0, len(files), _BATCH):
+        batch = await _files.read_many(session, files[start : start + _BATCH])
+        for data in batch.values():
+            if data is not None:
+                found += secret_values(redactor, data.decode("utf-8", "surrogateescape"))
+    return SecretForms(found)
+
+
+class Renamer:
+    """The clean name of each memory file (relative to ``memories_dir``) and the rewriting of
+    texts that name a renamed one."""
+
+    def __init__(self, redactor: Redactor, forms: SecretForms, rollout_ids: set[str]) -> None:
+        self.redactor = redactor
+        self.forms = forms
+        self.rollout_ids = rollout_ids
+        #: every rename made or needed, by old name: whole relative names and components
+        self.renamed: dict[str, str] = {}
+
+    def _clean(self, part: str) -> str:
+        return clean_name(part, self.redactor, self.forms)
+
+    def name(self, rel: str) -> str:
+        """``rel``'s clean name (the same name when nothing in it is derived from a secret)."""
+        if rel in self.renamed:
+            return self.renamed[rel]
+        parts = rel.split("/")
+        top = parts[0]
+        if len(parts) == 1:
+            fixed = top in MEMORY_ENTRIES or top.startswith(".")
+            return rel if fixed else self._clean(top)
+        if top in (HISTORY_DIR, RAW_DIR) or top.startswith("."):
+            return rel
+        if top == SUMMARIES_DIR and len(parts) == 2:
+            rid = self._rollout_prefix(parts[1])
+            rest = parts[1][len(rid) :]
+            return f"{top}/{rid}{self._clean(rest) if rest else ''}"
+        kept = [top] if top in MEMORY_ENTRIES else [self._clean(top)]
+        for part in parts[1:]:
+            kept.append(part if part == _SKILL_FILE and top == SKILLS_DIR else self._clean(part))
+        return "/".join(kept)
+
+    def _rollout_prefix(self, name: str) -> str:
+        """The rollout id (and its ``_``) a summary's name starts with: the longest known one,
+        else nothing (the whole name is cleaned)."""
+        best = ""
+        for rid in self.rollout_ids:
+            if name.startswith(f"{rid}_") and len(rid) + 1 > len(best):
+                best = f"{rid}_"
+        return best
+
+    def text(self, text: str) -> str:
+        """``text`` naming each renamed file by its new name."""
+        for old in sorted(self.renamed, key=len, reverse=True):
+            if old in text:
+                text = text.replace(old, self.renamed[old])
+        return text
+
+    def cleaner(self) -> Callable[[str], str]:
+        """The whole rewrite of a text: new names, then the rules, then the derived forms."""
+
+        def clean(text: str) -> str:
+            return self.forms.redact(self.redactor.redact(self.text(text)))
+
+        return clean
+
+    def names_of(self, files: dict[str, str | None]) -> dict[str, str | None]:
+        """A record's ``{name: digest}`` with clean names (two names that clean to one get
+        ``-2``, ``-3``... before the extension)."""
+        out: dict[str, str | None] = {}
+        for name, digest in files.items():
+            out[_unique(self.name(name), out)] = digest
+        return out
+
+
+def _unique(name: str, taken: Collection[str]) -> str:
+    if name not in taken:
+        return name
+    head, dot, ext = name.rpartition(".")
+    if not dot or "/" in ext:
+        head, dot, ext = name, "", ""
+    n = 2
+    while f"{head}-{n}{dot}{ext}" in taken:
+        n += 1
+    return f"{head}-{n}{dot}{ext}"
+
+
+async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> set[str]:
+    """The rollout ids the layout knows: its transcripts' and its raw memories'."""
+    found: set[str] = set()
+    for top, ext in ((paths.sessions_dir, ".jsonl"), (paths.raw_dir, ".md")):
+        if await _files.is_dir(session, top):
+            for name in await _files.listdir(session, top):
+                rid = name.removesuffix(ext)
+                if name.endswith(ext) and ROLLOUT_ID_PATTERN.fullmatch(rid):
+                    found.add(rid)
+    return found
+
+
+async def rename_files(
+    session: SandboxSession, paths: MemoryPaths, renamer: Renamer, skip: Callable[[str], bool]
+) -> list[tuple[str, str]]:
+    """Rename every memory file whose name holds a secret's form (never into an existing
+    name); folders left empty by it are removed. Returns ``(old, new)`` relative names and
+    records each rename (whole names and changed components) in ``renamer.renamed``."""
+    md = paths.memories_dir
+    history = f"{md}/{HISTORY_DIR}/"
+    files = [p for p in await _tree(session, md) if not skip(p) and not p.startswith(history)]
+    taken = {p.removeprefix(f"{md}/") for p in files}
+    moved: list[tuple[str, str]] = []
+    emptied: set[str] = set()
+    for path in files:
+        rel = path.removeprefix(f"{md}/")
+        new = renamer.name(rel)
+        if new == rel:
+            continue
+        new = _unique(new, taken)
+        taken.add(new)
+        parent = new.rpartition("/")[0]
+        if parent:
+            await _files.mkdir(session, f"{md}/{parent}")
+        await _files.rename(session, path, f"{md}/{new}")
+        moved.append((rel, new))
+        renamer.renamed[rel] = new
+        old_parts, new_parts = rel.split("/"), new.split("/")
+        for i, (a, b) in enumerate(zip(old_parts, new_parts, strict=False)):
+            if a != b:
+                renamer.renamed.setdefault(a, b)
+                if i < len(old_parts) - 1:
+                    emptied.add("/".join(old_parts[: i + 1]))
+    for folder in sorted(emptied, key=len, reverse=True):
+        if not await _files.walk(session, f"{md}/{folder}", hidden=True):
+            await _files.remove(session, f"{md}/{folder}", recursive=True, missing_ok=True)
+    return moved
