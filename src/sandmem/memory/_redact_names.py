@@ -45,9 +45,12 @@ async def _tree(session: SandboxSession, top: str) -> list[str]:
 
 
 async def gather(
-    session: SandboxSession, paths: MemoryPaths, redactor: Redactor, skip: Callable[[str], bool]
+    session: SandboxSession,
+    paths: MemoryPaths,
+    finders: tuple[Redactor, ...],
+    skip: Callable[[str], bool],
 ) -> SecretForms:
-    """The derived forms of every secret ``redactor`` finds in the layout: its transcripts,
+    """The derived forms of every secret ``finders`` find in the layout: its transcripts,
     its memory files and its history (files ``skip`` names, such as the search index, left
     out), and in the names of them all."""
     files = [
@@ -58,12 +61,16 @@ async def gather(
     ]
     found: list[tuple[str, str]] = []
     for path in files:  # a name: also with its separators as spaces (a key glued by one)
-        found += secret_values(redactor, path) + secret_values(redactor, _SEPARATORS.sub(" ", path))
+        for finder in finders:
+            found += secret_values(finder, path)
+            found += secret_values(finder, _SEPARATORS.sub(" ", path))
     for start in range(0, len(files), _BATCH):
         batch = await _files.read_many(session, files[start : start + _BATCH])
         for data in batch.values():
             if data is not None:
-                found += secret_values(redactor, data.decode("utf-8", "surrogateescape"))
+                text = data.decode("utf-8", "surrogateescape")
+                for finder in finders:
+                    found += secret_values(finder, text)
     return SecretForms(found)
 
 
@@ -117,11 +124,30 @@ class Renamer:
                 text = text.replace(old, self.renamed[old])
         return text
 
+    def _redact(self, text: str) -> str:
+        return self.forms.redact(self.redactor.redact(text))
+
+    def holds(self, text: str) -> bool:
+        """Whether ``text`` (a name: a conversation id too) holds a secret in some form."""
+        return self._redact(text) != text or clean_name(text, self.redactor, self.forms) != text
+
     def cleaner(self) -> Callable[[str], str]:
-        """The whole rewrite of a text: new names, then the rules, then the derived forms."""
+        """The whole rewrite of a text: new names, then the rules, then the derived forms. A
+        rollout id that holds a secret is kept as it is (it is the conversation's key in
+        state, raw memories and citations; ``forget`` removes the conversation whole, which
+        needs them intact): ``redact-history`` reports its transcript instead."""
+        keys = sorted((r for r in self.rollout_ids if self._redact(r) != r), key=len, reverse=True)
+        holders = [f"\x00{i}\x00" for i in range(len(keys))]
 
         def clean(text: str) -> str:
-            return self.forms.redact(self.redactor.redact(self.text(text)))
+            text = self.text(text)
+            kept = [k for k in keys if k in text]
+            for key in kept:
+                text = text.replace(key, holders[keys.index(key)])
+            text = self._redact(text)
+            for key in kept:
+                text = text.replace(holders[keys.index(key)], key)
+            return text
 
         return clean
 

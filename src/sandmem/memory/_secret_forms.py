@@ -78,6 +78,17 @@ def secret_values(redactor: Redactor, text: str) -> list[tuple[str, str]]:
     return found
 
 
+def case_blind(rules: Iterable[tuple[str, str | re.Pattern[str]]]) -> Redactor:
+    """A redactor that finds what ``rules`` (patterns of one's own) match in any case: a
+    derived form is lower-case (a slug, a keyword) where the pattern was written for the
+    secret as it is. Only for finding secrets: the defaults keep their own case rules."""
+    compiled = [
+        (kind, re.compile(p.pattern if isinstance(p, re.Pattern) else p, re.IGNORECASE))
+        for kind, p in rules
+    ]
+    return Redactor(compiled, defaults=False)
+
+
 class SecretForms:
     """The derived forms of a set of secrets (see the module docstring)."""
 
@@ -93,9 +104,13 @@ class SecretForms:
         self._words = {w: s.kind for s in self._secrets for w in s.words if len(w) >= MIN_WORD}
 
     @classmethod
-    def found(cls, redactor: Redactor, texts: Iterable[str]) -> SecretForms:
-        """The forms of every secret ``redactor`` finds in ``texts``."""
-        return cls(v for text in texts for v in secret_values(redactor, text))
+    def found(
+        cls, redactor: Redactor, texts: Iterable[str], also: Redactor | None = None
+    ) -> SecretForms:
+        """The forms of every secret ``redactor`` (and ``also``: ``case_blind`` patterns)
+        finds in ``texts``."""
+        finders = (redactor,) if also is None else (redactor, also)
+        return cls(v for text in texts for r in finders for v in secret_values(r, text))
 
     def __bool__(self) -> bool:
         return bool(self._secrets)

@@ -25,6 +25,7 @@ from sandmem.memory import (
 )
 from sandmem.memory import state as gen_state
 from sandmem.memory._records import Problem, report
+from sandmem.memory._secret_forms import case_blind
 from sandmem.memory.api._target import MemoryTarget, lock_error, open_target, run_sync
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.history import Attribution, Version, unified
@@ -288,7 +289,8 @@ async def redact_history(
     async with open_target(target, layout) as (session, paths, _owned):
         try:
             async with _files.lock(session, paths.lock):
-                forms = await _redact_names.gather(session, paths, redactor, _is_index)
+                finders = (redactor, case_blind(rules))
+                forms = await _redact_names.gather(session, paths, finders, _is_index)
                 renamer = _redact_names.Renamer(
                     redactor, forms, await _redact_names.rollout_ids(session, paths)
                 )
@@ -299,7 +301,7 @@ async def redact_history(
                 )
                 rewritten = await _redact_tree(session, paths.memories_dir, clean)
                 await remove_index(session, paths)  # a search index keeps removed terms
-                still = await _matching(session, paths.sessions_dir, clean)
+                still = await _matching(session, paths.sessions_dir, clean, renamer.holds)
                 if still:  # the transcript tier never indexes those passages again
                     await _withhold_from_search(session, paths, lambda t: clean(t) != t)
                 store = layout.store if layout is not None else None
@@ -346,10 +348,12 @@ async def _redact_tree(
     return rewritten
 
 
-async def _matching(session: SandboxSession, top: str, redact: Callable[[str], str]) -> list[str]:
+async def _matching(
+    session: SandboxSession, top: str, redact: Callable[[str], str], holds: Callable[[str], bool]
+) -> list[str]:
     hits = []
     for path in await _tree(session, top):
-        if redact(path.rsplit("/", 1)[-1]) != path.rsplit("/", 1)[-1]:
+        if holds(path.rsplit("/", 1)[-1]):
             hits.append(path)  # a conversation id holds it: ``forget`` that conversation
             continue
         data = (await _files.read_many(session, [path]))[path]

@@ -32,7 +32,7 @@ from sandmem.memory._render import (
     render_rollout,
     rollout_terminal_summary,
 )
-from sandmem.memory._secret_forms import SecretForms, clean_name
+from sandmem.memory._secret_forms import SecretForms, case_blind, clean_name
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import PhaseOneArtifacts
 from sandmem.memory.config import EXTRACTIVE, PHASE_ONE_MAX_TOKENS, MemoryGenerateConfig
@@ -447,7 +447,12 @@ class _Driver:
             return "skipped", fp, file_stat
         # a transcript is recorded redacted, but one written before a pattern was configured,
         # or planted in sessions/, holds secrets the artifacts may derive text from
-        forms = await asyncio.to_thread(SecretForms.found, record.redactor, [text])
+        forms = await asyncio.to_thread(
+            SecretForms.found,
+            record.redactor,
+            [text],
+            case_blind(record.config.redact_patterns) if record.config.redact_patterns else None,
+        )
         del text
         await write_artifacts(
             record.session, record.paths, rid, fp, artifacts, record.redactor, forms
