@@ -327,3 +327,48 @@ async def test_a_pattern_configured_after_recording_reaches_what_phase_one_deriv
     assert leftovers(tmp_path) == []
     [summary] = (tmp_path / "memories/rollout_summaries").iterdir()
     assert "redacted" in summary.name
+
+
+# ---------------------------------------------------------------- the stop-time pass
+
+TOKEN = "ghp_" + "Zq8Wm3Rt6Yp1Lk4Hn7Bv2Cx5Jd9Fs0Ga3EkQ"
+
+
+@pytest.mark.parametrize(
+    ("folder", "body", "expected"),
+    [
+        # a default rule's key as a skill's folder, glued by a separator
+        (f"deploy-{TOKEN}", "# Deploy\n", "skills/deploy-redacted/SKILL.md"),
+        # one's own pattern: the folder is the body's secret, lower-cased
+        ("acme-proj-77x9", f"# Runbook\nuse {SECRET}\n", "skills/redacted/SKILL.md"),
+        # upper case, underscores, and a cut word
+        ("ACME_PROJ_77X9_and_acmepr", f"use {SECRET}\n", "skills/redacted_and_redacted/SKILL.md"),
+    ],
+)
+async def test_a_skill_an_agent_names_after_a_secret_is_renamed_before_it_is_versioned(
+    tmp_path: Path, folder: str, body: str, expected: str
+) -> None:
+    skill = f"memories/skills/{folder}/SKILL.md"
+    cmd = f"mkdir -p memories/skills/{folder} && printf '%s' '{body}' > {skill}"
+    config = MemoryGenerateConfig(
+        phase_one_model=EXTRACTIVE,
+        phase_two_model=EXTRACTIVE,
+        schedule="explicit",
+        redact_patterns=(("history", PATTERN),),
+    )
+    memory = Memory(layout=MemoryLayoutConfig(), generate=config, read=MemoryReadConfig())
+    agent = SandboxAgent(
+        name="dev",
+        model=scripted_agent(lambda r: [tool_call("exec_command", {"cmd": cmd})], lambda r: "ok"),
+        capabilities=[memory, Filesystem(), Shell()],
+    )
+    async with await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path)) as session:
+        run_config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        await Runner.run(agent, "write a skill", run_config=run_config, conversation_id="s1")
+    assert (tmp_path / "memories" / expected).exists()
+    assert not (tmp_path / skill).parent.exists()
+    assert leftovers(tmp_path) == []  # the version record's names too
+    on_disk = [str(p) for p in (tmp_path / "memories").rglob("*")]
+    assert not any("ghp_" in p for p in on_disk)
+    [version] = await api.log(tmp_path)  # the run's edit, versioned under the new name
+    assert expected in version.changed and not [n for n in version.changed if "ghp_" in n]

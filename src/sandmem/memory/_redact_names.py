@@ -22,12 +22,23 @@ from sandmem.memory import _files
 from sandmem.memory._secret_forms import SecretForms, clean_name, secret_values
 from sandmem.memory.layout import (
     HISTORY_DIR,
+    INDEX_DB,
     MEMORY_ENTRIES,
     RAW_DIR,
     SKILLS_DIR,
     SUMMARIES_DIR,
     MemoryPaths,
 )
+
+__all__ = [
+    "Renamer",
+    "clean_names",
+    "gather",
+    "rename_files",
+    "rewrite_references",
+    "rollout_ids",
+    "unreadable",
+]
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
@@ -35,6 +46,14 @@ from sandmem.sandboxes._session import SandboxSession
 _BATCH = 64
 _SEPARATORS = re.compile(r"[-_.:/@+=]")
 _SKILL_FILE = "SKILL.md"
+
+
+def unreadable(path: str) -> bool:
+    """Files never read or rewritten as text here: the lock, the search index (binary,
+    removed whole when it must go), write temps (a write in flight)."""
+    name = path.rsplit("/", 1)[-1]
+    temp = name.startswith(".") and name.endswith(".tmp")
+    return name == ".lock" or name.startswith(INDEX_DB) or temp
 
 
 async def _tree(session: SandboxSession, top: str) -> list[str]:
@@ -172,10 +191,13 @@ def _unique(name: str, taken: Collection[str]) -> str:
     return f"{head}-{n}{dot}{ext}"
 
 
-async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> set[str]:
-    """The rollout ids the layout knows: its transcripts' and its raw memories'."""
+async def rollout_ids(
+    session: SandboxSession, raw_dir: str, sessions_dir: str | None = None
+) -> set[str]:
+    """The rollout ids the layout knows: its raw memories' and its transcripts'."""
     found: set[str] = set()
-    for top, ext in ((paths.sessions_dir, ".jsonl"), (paths.raw_dir, ".md")):
+    tops = [(raw_dir, ".md")] + ([(sessions_dir, ".jsonl")] if sessions_dir else [])
+    for top, ext in tops:
         if await _files.is_dir(session, top):
             for name in await _files.listdir(session, top):
                 rid = name.removesuffix(ext)
@@ -185,15 +207,20 @@ async def rollout_ids(session: SandboxSession, paths: MemoryPaths) -> set[str]:
 
 
 async def rename_files(
-    session: SandboxSession, paths: MemoryPaths, renamer: Renamer, skip: Callable[[str], bool]
+    session: SandboxSession,
+    md: str,
+    renamer: Renamer,
+    skip: Callable[[str], bool],
+    only: Collection[str] | None = None,
 ) -> list[tuple[str, str]]:
-    """Rename every memory file whose name holds a secret's form (never into an existing
-    name); folders left empty by it are removed. Returns ``(old, new)`` relative names and
-    records each rename (whole names and changed components) in ``renamer.renamed``."""
-    md = paths.memories_dir
+    """Rename every file under ``md`` (the memories dir; ``only`` these paths when given)
+    whose name holds a secret's form (never into an existing name); folders left empty by
+    it are removed. Returns ``(old, new)`` relative names and records each rename (whole
+    names and changed components) in ``renamer.renamed``."""
     history = f"{md}/{HISTORY_DIR}/"
-    files = [p for p in await _tree(session, md) if not skip(p) and not p.startswith(history)]
-    taken = {p.removeprefix(f"{md}/") for p in files}
+    every = [p for p in await _tree(session, md) if not skip(p) and not p.startswith(history)]
+    taken = {p.removeprefix(f"{md}/") for p in every}
+    files = every if only is None else [p for p in every if p in only]
     moved: list[tuple[str, str]] = []
     emptied: set[str] = set()
     for path in files:
@@ -218,4 +245,55 @@ async def rename_files(
     for folder in sorted(emptied, key=len, reverse=True):
         if not await _files.walk(session, f"{md}/{folder}", hidden=True):
             await _files.remove(session, f"{md}/{folder}", recursive=True, missing_ok=True)
+    return moved
+
+
+async def rewrite_references(
+    session: SandboxSession, md: str, renamer: Renamer, skip: Callable[[str], bool]
+) -> list[str]:
+    """Every file under ``md`` (not its history) that names a renamed file rewritten to name
+    the new one (``Renamer.text``); returns the files rewritten."""
+    if not renamer.renamed:
+        return []
+    history = f"{md}/{HISTORY_DIR}/"
+    files = [p for p in await _tree(session, md) if not skip(p) and not p.startswith(history)]
+    rewritten = []
+    for start in range(0, len(files), _BATCH):
+        for path, data in (await _files.read_many(session, files[start : start + _BATCH])).items():
+            if data is None:
+                continue
+            text = data.decode("utf-8", "surrogateescape")
+            if (new := renamer.text(text)) != text:
+                await _files.write(session, path, new.encode("utf-8", "surrogateescape"))
+                rewritten.append(path)
+    return rewritten
+
+
+def _suspect(rel: str, renamer: Renamer) -> bool:
+    """A cheap first look (two passes of the rules): whether ``rel`` may need a new name."""
+    redact = renamer.redactor.redact
+    spaced = _SEPARATORS.sub(" ", rel)
+    if redact(rel) != rel or redact(spaced) != spaced:
+        return True
+    return bool(renamer.forms) and renamer.name(rel) != rel
+
+
+async def clean_names(
+    session: SandboxSession,
+    md: str,
+    redactor: Redactor,
+    forms: SecretForms,
+    candidates: Collection[str],
+    skip: Callable[[str], bool],
+) -> list[tuple[str, str]]:
+    """Rename the files among ``candidates`` (paths under ``md``) whose name holds a secret
+    (``redactor``'s rules, ``forms``' derived forms): a skill's folder an agent's shell named
+    after a key; then rewrite what names them. For writers of live files (versioning, the
+    stop-time pass), under the layout lock. Returns ``(old, new)`` relative names."""
+    renamer = Renamer(redactor, forms, set())
+    if not any(_suspect(p.removeprefix(f"{md}/"), renamer) for p in candidates):
+        return []
+    renamer.rollout_ids = await rollout_ids(session, f"{md}/{RAW_DIR}")
+    moved = await rename_files(session, md, renamer, skip, only=set(candidates))
+    await rewrite_references(session, md, renamer, skip)
     return moved

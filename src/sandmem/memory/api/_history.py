@@ -291,10 +291,11 @@ async def redact_history(
             async with _files.lock(session, paths.lock):
                 finders = (redactor, case_blind(rules))
                 forms = await _redact_names.gather(session, paths, finders, _is_index)
-                renamer = _redact_names.Renamer(
-                    redactor, forms, await _redact_names.rollout_ids(session, paths)
+                rids = await _redact_names.rollout_ids(session, paths.raw_dir, paths.sessions_dir)
+                renamer = _redact_names.Renamer(redactor, forms, rids)
+                moved = await _redact_names.rename_files(
+                    session, paths.memories_dir, renamer, _is_index
                 )
-                moved = await _redact_names.rename_files(session, paths, renamer, _is_index)
                 clean = renamer.cleaner()
                 changed = await _history_prune.redact_history(
                     session, paths, clean, rename=renamer.names_of
