@@ -26,6 +26,7 @@ from sandmem.memory import (
     MemoryReadConfig,
     history,
     journal,
+    tombstones,
 )
 from sandmem.memory._secret_forms import SecretForms, clean_name, secret_values
 from sandmem.memory.extractive._groups import _WORD as KEYWORD
@@ -289,9 +290,16 @@ async def test_redact_history_reports_a_conversation_id_that_holds_the_secret(
     assert f"sessions/{rid}.jsonl" in forgot.removed
     assert leftovers(tmp_path) != []  # older versions, the generation log: history
     again = await api.redact_history(tmp_path, PATTERN)  # now no conversation's key
-    # the note that keeps it forgotten (ingest refuses the id) names it: reported
-    assert again.still_in == ["sessions/.forgotten.json"]
+    assert again.still_in == []
     assert leftovers(tmp_path) == []
+    # the note that keeps it forgotten is sealed: no secret, and still the id's
+    note = (tmp_path / "sessions" / tombstones.FORGOTTEN_JSON).read_bytes()
+    assert not WORDS.search(note) and tombstones.sealed(rid).encode() in note
+    async with await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path)) as session:
+        found = await tombstones.load(session, PATHS)
+        assert tombstones.find(found, rid) is not None  # ingest still refuses it
+    undone = await api.forget(tmp_path, rid, undo=True)  # and forget --undo finds it
+    assert undone.undone
 
 
 # ---------------------------------------------------------------- at write time

@@ -246,7 +246,7 @@ async def _forgotten_back(
     if not attribution.rollouts_added:
         return []
     forgotten = await tombstones.load(session, paths)
-    return [rid for rid in attribution.rollouts_added if rid in forgotten]
+    return [r for r in attribution.rollouts_added if tombstones.find(forgotten, r) is not None]
 
 
 async def _head_and_parent(
@@ -302,6 +302,9 @@ async def redact_history(
                 )
                 rewritten = await _redact_tree(session, paths.memories_dir, clean)
                 await remove_index(session, paths)  # a search index keeps removed terms
+                if await _files.exists(session, tombstones.tombstones_path(paths)):
+                    async with _files.lock(session, f"{paths.sessions_dir}/.lock"):
+                        await tombstones.seal(session, paths, renamer.holds)
                 still = await _matching(session, paths.sessions_dir, clean, renamer.holds)
                 if still:  # the transcript tier never indexes those passages again
                     await _withhold_from_search(session, paths, lambda t: clean(t) != t)
