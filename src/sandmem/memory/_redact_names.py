@@ -1,16 +1,18 @@
-"""``redact-history``'s reach past the text a pattern matches: the secrets found anywhere in a
+"""A memory layout's reach past the text a pattern matches: the secrets found anywhere in a
 layout (transcripts, memory files, history), their derived forms (``_secret_forms``), and the
 memory files whose *names* hold one, renamed.
 
 A name is cleaned where sandmem derived it from a transcript: a rollout summary's slug (the
 part after its rollout id), a skill's folders and files, a file planted anywhere else. Names
 the layout fixes (``MEMORY.md``, the layout's folders, its hidden state files, a raw memory's
-``<rollout id>.md``, ``SKILL.md``) are kept: a rollout id is the conversation's key (a secret
-in one is reported, see ``docs/security.md``). Renames go through the file-access layer, one
-file at a time (each an atomic ``rename``); every text that names a renamed file (a raw
-memory's header, ``Sources:`` lines, state files, history blobs and records) is rewritten with
-the new name by ``Renamer.text`` before redaction, so references stay true. Called under the
-layout lock by ``memory/api/_history.py``.
+``<rollout id>.md``, ``SKILL.md``) are kept (a rollout id is the conversation's key: a secret
+in one is reported, see ``docs/security.md``), and copies of layout files kept by name (phase
+two's journal, the store's merge bases) follow their originals. Renames go through the
+file-access layer, one file at a time (each an atomic ``rename``); every text that names a
+renamed file (a raw memory's header, ``Sources:`` lines, state files, history blobs and
+records) is rewritten with the new name by ``Renamer.text`` before redaction, so references
+stay true. Called under the layout lock by ``redact-history`` (``memory/api/_history.py``),
+versioning (``journal.versioned_files``) and the stop-time redaction pass.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from collections.abc import Callable, Collection
 from sandmem.memory import _files
 from sandmem.memory._secret_forms import SecretForms, clean_name, secret_values
 from sandmem.memory.layout import (
+    BACKUP_DIR,
     HISTORY_DIR,
     INDEX_DB,
     MEMORY_ENTRIES,
     RAW_DIR,
     SKILLS_DIR,
+    STORE_DIR,
     SUMMARIES_DIR,
     MemoryPaths,
 )
@@ -44,6 +48,9 @@ from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
 
 _BATCH = 64
+#: folders that keep copies of layout files by their names: phase two's journal, the store's
+#: merge bases
+_MIRRORS = (f"{BACKUP_DIR}/", f"{STORE_DIR}/base/")
 _SEPARATORS = re.compile(r"[-_.:/@+=]")
 _SKILL_FILE = "SKILL.md"
 
@@ -111,6 +118,9 @@ class Renamer:
         """``rel``'s clean name (the same name when nothing in it is derived from a secret)."""
         if rel in self.renamed:
             return self.renamed[rel]
+        for mirror in _MIRRORS:  # copies of layout files under their own names
+            if rel.startswith(mirror) and len(rel) > len(mirror):
+                return mirror + self.name(rel[len(mirror) :])
         parts = rel.split("/")
         top = parts[0]
         if len(parts) == 1:
@@ -174,7 +184,7 @@ class Renamer:
         """A record's ``{name: digest}`` with clean names (two names that clean to one get
         ``-2``, ``-3``... before the extension)."""
         out: dict[str, str | None] = {}
-        for name, digest in files.items():
+        for name, digest in sorted(files.items()):
             out[_unique(self.name(name), out)] = digest
         return out
 
