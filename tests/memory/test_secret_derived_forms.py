@@ -380,3 +380,19 @@ async def test_a_skill_an_agent_names_after_a_secret_is_renamed_before_it_is_ver
     assert not any("ghp_" in p for p in on_disk)
     [version] = await api.log(tmp_path)  # the run's edit, versioned under the new name
     assert expected in version.changed and not [n for n in version.changed if "ghp_" in n]
+
+
+async def test_a_title_cut_inside_the_secret_keeps_no_part_of_it(tmp_path: Path) -> None:
+    """The extractive engine cuts a task's title at 100 characters: here inside the secret,
+    so the heading would keep ``ACME-PR…``."""
+    task = "x" * 84 + f" rotate {SECRET} now, then check the deploy."
+    assert SECRET[:5] in task[:100] and SECRET not in task[:100]
+    async with await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path)) as session:
+        await run(session, "a1", task, EXPLICIT)
+    config = MemoryGenerateConfig(
+        phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE, redact_patterns=(("k", PATTERN),)
+    )
+    assert (await api.generate(tmp_path, config=config)).processed == ["a1"]
+    raw = (tmp_path / "memories/raw_memories/a1.md").read_text()
+    assert "[REDACTED:k]…" in raw  # the cut prefix, redacted where it stood
+    assert leftovers(tmp_path) == []
