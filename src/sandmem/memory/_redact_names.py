@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection
 
-from sandmem.memory import _files
+from sandmem.memory import _files, recording
 from sandmem.memory._secret_forms import SecretForms, clean_name, secret_values
 from sandmem.memory.layout import (
     BACKUP_DIR,
@@ -202,17 +202,16 @@ def _unique(name: str, taken: Collection[str]) -> str:
 
 
 async def rollout_ids(
-    session: SandboxSession, raw_dir: str, sessions_dir: str | None = None
+    session: SandboxSession, raw_dir: str, paths: MemoryPaths | None = None
 ) -> set[str]:
-    """The rollout ids the layout knows: its raw memories' and its transcripts'."""
-    found: set[str] = set()
-    tops = [(raw_dir, ".md")] + ([(sessions_dir, ".jsonl")] if sessions_dir else [])
-    for top, ext in tops:
-        if await _files.is_dir(session, top):
-            for name in await _files.listdir(session, top):
-                rid = name.removesuffix(ext)
-                if name.endswith(ext) and ROLLOUT_ID_PATTERN.fullmatch(rid):
-                    found.add(rid)
+    """The rollout ids the layout knows: its raw memories' and (with ``paths``) its
+    recorded conversations' (``recording.rollout_ids``)."""
+    found = set(await recording.rollout_ids(session, paths)) if paths is not None else set()
+    if await _files.is_dir(session, raw_dir):
+        for name in await _files.listdir(session, raw_dir):
+            rid = name.removesuffix(".md")
+            if name.endswith(".md") and ROLLOUT_ID_PATTERN.fullmatch(rid):
+                found.add(rid)
     return found
 
 

@@ -291,7 +291,7 @@ async def redact_history(
             async with _files.lock(session, paths.lock):
                 finders = (redactor, case_blind(rules))
                 forms = await _redact_names.gather(session, paths, finders, _is_index)
-                rids = await _redact_names.rollout_ids(session, paths.raw_dir, paths.sessions_dir)
+                rids = await _redact_names.rollout_ids(session, paths.raw_dir, paths)
                 renamer = _redact_names.Renamer(redactor, forms, rids)
                 moved = await _redact_names.rename_files(
                     session, paths.memories_dir, renamer, _is_index
