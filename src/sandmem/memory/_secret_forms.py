@@ -41,6 +41,8 @@ _ELLIPSIS = re.compile(r"…|\.\.\.")
 #: what a cut leaves around an ellipsis: the run of name-like characters next to it
 _BEFORE_CUT = re.compile(r"[A-Za-z0-9_.\-/+=:@]+\Z")
 _AFTER_CUT = re.compile(r"\A[A-Za-z0-9_.\-/+=:@]+")
+#: how far from an ellipsis a cut secret is looked for (a secret is shorter)
+_CUT_WINDOW = 256
 _KEYWORDS_LINE = re.compile(r"^[\W_]*keywords?\b[^:\n]{0,20}:.*$", re.IGNORECASE | re.MULTILINE)
 _WORDISH = re.compile(r"[A-Za-z0-9_]+")
 _MARK_RUN = re.compile(rf"{NAME_MARK}(?:[-_. ]+{NAME_MARK})+")
@@ -115,18 +117,16 @@ class SecretForms:
     def __bool__(self) -> bool:
         return bool(self._secrets)
 
-    def __or__(self, other: SecretForms) -> SecretForms:
-        mine = [(s.value, s.kind) for s in self._secrets]
-        return SecretForms(mine + [(s.value, s.kind) for s in other._secrets])
-
     # ------------------------------------------------------------ text
 
     def redact(self, text: str) -> str:
         """``text`` with every derived form of the secrets replaced by ``[REDACTED:<kind>]``."""
         if not self._secrets:
             return text
+        folded = fold(text)
         for secret, pattern in self._whole:
-            text = pattern.sub(f"[REDACTED:{secret.kind}]", text)
+            if secret.words[0] in folded:  # a whole form holds its first word, folded
+                text = pattern.sub(f"[REDACTED:{secret.kind}]", text)
         text = self._cuts(text, lambda s: f"[REDACTED:{s.kind}]")
         return _KEYWORDS_LINE.sub(self._keywords_line, text)
 
@@ -159,12 +159,13 @@ class SecretForms:
             if cut.start() < pos:
                 continue
             before = text[pos : cut.start()]
-            tail = _BEFORE_CUT.search(before)
+            near = max(0, len(before) - _CUT_WINDOW)  # a cut keeps a short run beside it
+            tail = _BEFORE_CUT.search(before, near)
             if tail is not None:
                 before = before[: tail.start()] + self._cut_tail(tail.group(0), mark)
             out += [before, cut.group(0)]
             pos = cut.end()
-            head = _AFTER_CUT.search(text[pos:])
+            head = _AFTER_CUT.search(text[pos : pos + _CUT_WINDOW])
             if head is not None:
                 out.append(self._cut_head(head.group(0), mark))
                 pos += head.end()
