@@ -28,6 +28,7 @@ from sandmem.memory import (
     journal,
     tombstones,
 )
+from sandmem.memory._redact_names import Renamer
 from sandmem.memory._secret_forms import SecretForms, clean_name, secret_values
 from sandmem.memory.extractive._groups import _WORD as KEYWORD
 from sandmem.memory.extractive._text import clip, slugify
@@ -128,6 +129,39 @@ def test_keywords_lose_every_word_of_the_secret_and_prose_keeps_its_words() -> N
 )
 def test_a_name_loses_every_part_of_the_secret(name: str, expected: str) -> None:
     assert clean_name(name, RULE, forms()) == expected
+
+
+TOKEN = "ghp_" + "Zq8Wm3Rt6Yp1Lk4Hn7Bv2Cx5Jd9Fs0Ga3EkQ"
+
+
+@pytest.mark.parametrize(
+    ("rel", "expected"),
+    [
+        # names the layout fixes stay, even when a secret's word is part of them
+        ("MEMORY.md", "MEMORY.md"),
+        (".phase_two_commit.json", ".phase_two_commit.json"),
+        ("skills/deploy/SKILL.md", "skills/deploy/SKILL.md"),
+        ("raw_memories/ACME-PROJ-77x9.md", "raw_memories/ACME-PROJ-77x9.md"),  # a conversation
+        (".history/objects/acme", ".history/objects/acme"),
+        # a summary: its slug only, never its conversation's id
+        (
+            "rollout_summaries/ACME-PROJ-77x9_memory-acme.md",
+            "rollout_summaries/ACME-PROJ-77x9_redacted.md",
+        ),
+        # planted names, anywhere
+        ("notes-acme-proj.md", "notes-redacted.md"),
+        ("raw_memories/notes-acme.md", "raw_memories/notes-redacted.md"),
+        (f".{TOKEN}.md", ".redacted.md"),  # hidden: only what the rules see
+        # copies by name follow their original
+        (".store/base/skills/acme-proj-77x9/SKILL.md", ".store/base/skills/redacted/SKILL.md"),
+        (".phase_two_backup/skills/x/acme.md", ".phase_two_backup/skills/x/redacted.md"),
+    ],
+)
+def test_a_layout_name_is_cleaned_where_sandmem_derived_it(rel: str, expected: str) -> None:
+    # "memory" and "commit" are words of a secret too: the layout's own names keep them
+    found = SecretForms([(SECRET, "history"), ("commit-memory-9z", "history")])
+    renamer = Renamer(Redactor([("history", PATTERN)]), found, {SECRET, "a1"})
+    assert renamer.name(rel) == expected
 
 
 def test_a_name_holding_the_secret_as_written_is_cleaned_by_the_rule_alone() -> None:
@@ -338,8 +372,6 @@ async def test_a_pattern_configured_after_recording_reaches_what_phase_one_deriv
 
 
 # ---------------------------------------------------------------- the stop-time pass
-
-TOKEN = "ghp_" + "Zq8Wm3Rt6Yp1Lk4Hn7Bv2Cx5Jd9Fs0Ga3EkQ"
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,7 @@ _BATCH = 64
 _MIRRORS = (f"{BACKUP_DIR}/", f"{STORE_DIR}/base/")
 _SEPARATORS = re.compile(r"[-_.:/@+=]")
 _SKILL_FILE = "SKILL.md"
+_NO_FORMS = SecretForms()
 
 
 def unreadable(path: str) -> bool:
@@ -122,20 +123,24 @@ class Renamer:
             if rel.startswith(mirror) and len(rel) > len(mirror):
                 return mirror + self.name(rel[len(mirror) :])
         parts = rel.split("/")
-        top = parts[0]
-        if len(parts) == 1:
-            fixed = top in MEMORY_ENTRIES or top.startswith(".")
-            return rel if fixed else self._clean(top)
-        if top in (HISTORY_DIR, RAW_DIR) or top.startswith("."):
+        top, rest = parts[0], parts[1:]
+        if top == HISTORY_DIR or (not rest and top in MEMORY_ENTRIES):
             return rel
+        if top.startswith("."):  # sandmem's own state: only a name the rules see as a secret
+            return "/".join(self._by_rules(p) for p in parts)
+        if top == RAW_DIR and len(parts) == 2 and parts[1].removesuffix(".md") in self.rollout_ids:
+            return rel  # a conversation's key (a secret in it is reported, not renamed)
         if top == SUMMARIES_DIR and len(parts) == 2:
             rid = self._rollout_prefix(parts[1])
-            rest = parts[1][len(rid) :]
-            return f"{top}/{rid}{self._clean(rest) if rest else ''}"
+            tail = parts[1][len(rid) :]
+            return f"{top}/{rid}{self._clean(tail) if tail else ''}"
         kept = [top] if top in MEMORY_ENTRIES else [self._clean(top)]
-        for part in parts[1:]:
+        for part in rest:
             kept.append(part if part == _SKILL_FILE and top == SKILLS_DIR else self._clean(part))
         return "/".join(kept)
+
+    def _by_rules(self, part: str) -> str:
+        return clean_name(part, self.redactor, _NO_FORMS)
 
     def _rollout_prefix(self, name: str) -> str:
         """The rollout id (and its ``_``) a summary's name starts with: the longest known one,
