@@ -284,10 +284,15 @@ async def rewrite_references(
 
 
 def _suspect(rel: str, renamer: Renamer) -> bool:
-    """A cheap first look (two passes of the rules): whether ``rel`` may need a new name."""
-    redact = renamer.redactor.redact
-    spaced = _SEPARATORS.sub(" ", rel)
-    if redact(rel) != rel or redact(spaced) != spaced:
+    """A cheap first look (one pass of the rules): whether ``rel`` may need a new name."""
+    # each component, from every separator on (a key glued to a word by one), one per line,
+    # and with its separators as spaces: one pass of the rules over them all
+    lines = []
+    for part in rel.split("/"):
+        lines.append(_SEPARATORS.sub(" ", part))
+        lines += [part[i:] for i in range(len(part)) if i == 0 or part[i - 1] in "-_.:@+="]
+    text = "\n".join(lines)
+    if renamer.redactor.redact(text) != text:
         return True
     return bool(renamer.forms) and renamer.name(rel) != rel
 
