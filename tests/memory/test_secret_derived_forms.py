@@ -165,6 +165,22 @@ def test_a_layout_name_is_cleaned_where_sandmem_derived_it(rel: str, expected: s
     assert renamer.name(rel) == expected
 
 
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("proj-setup", "proj-setup"),  # a word anyone may choose: kept
+        ("acme", "acme"),
+        ("77x9-notes", "redacted-notes"),  # a random-looking word of the secret: out
+        ("deploy-acme-proj-77x9", "deploy-redacted"),  # the whole secret, in any form: out
+        ("ACME_PROJ_77X9", "redacted"),
+    ],
+)
+def test_a_live_files_name_loses_the_secret_not_every_word_of_it(name: str, expected: str) -> None:
+    """A name not derived from the secret's text (a skill's folder) loses the secret and its
+    random-looking parts, not a plain word the secret happens to hold."""
+    assert clean_name(name, RULE, forms(), words=False) == expected
+
+
 def test_a_name_holding_the_secret_as_written_is_cleaned_by_the_rule_alone() -> None:
     assert clean_name(f"notes-{SECRET}.md", RULE, SecretForms()) == "notes-redacted.md"
 
@@ -385,8 +401,8 @@ async def test_a_pattern_configured_after_recording_reaches_what_phase_one_deriv
         (f"password={'hunter2'}", "# Reset\n", "skills/password=redacted/SKILL.md"),
         # one's own pattern: the folder is the body's secret, lower-cased
         ("acme-proj-77x9", f"# Runbook\nuse {SECRET}\n", "skills/redacted/SKILL.md"),
-        # upper case, underscores, and a cut word
-        ("ACME_PROJ_77X9_and_acmepr", f"use {SECRET}\n", "skills/redacted_and_redacted/SKILL.md"),
+        # upper case, underscores
+        ("ACME_PROJ_77X9_runbook", f"use {SECRET}\n", "skills/redacted_runbook/SKILL.md"),
     ],
 )
 async def test_a_skill_an_agent_names_after_a_secret_is_renamed_before_it_is_versioned(
@@ -432,3 +448,51 @@ async def test_a_title_cut_inside_the_secret_keeps_no_part_of_it(tmp_path: Path)
     raw = (tmp_path / "memories/raw_memories/a1.md").read_text()
     assert "[REDACTED:k]…" in raw  # the cut prefix, redacted where it stood
     assert leftovers(tmp_path) == []
+
+
+async def test_a_skill_named_after_a_secret_in_review_mode_is_proposed_under_a_clean_name(
+    tmp_path: Path,
+) -> None:
+    from test_history import consolidated
+    from test_review import _shell_run
+
+    await consolidated(tmp_path, ["invoice-fix"])
+    folder = f"memories/skills/deploy-{TOKEN}"
+    await _shell_run(tmp_path, f"mkdir -p {folder} && printf '# Deploy\\n' > {folder}/SKILL.md")
+    [proposal] = await api.inbox(tmp_path)
+    assert proposal.files == ["skills/deploy-redacted/SKILL.md"]
+    on_disk = list((tmp_path / "memories").rglob("*"))
+    assert not [
+        p for p in on_disk if TOKEN in str(p) or (p.is_file() and TOKEN.encode() in p.read_bytes())
+    ]
+    await api.approve(tmp_path, proposal.id)
+    assert (tmp_path / "memories/skills/deploy-redacted/SKILL.md").read_text() == "# Deploy\n"
+
+
+@pytest.mark.parametrize(
+    "folders",
+    [
+        [f"skills/deploy-{TOKEN}"],
+        [f"skills/a/{SECRET.lower()}/b"],
+        [f"notes-{TOKEN}", "skills/kept"],
+    ],
+    ids=["skill", "nested-own-pattern", "top-level"],
+)
+async def test_an_empty_folder_named_after_a_secret_is_removed_at_the_stop(
+    tmp_path: Path, folders: list[str]
+) -> None:
+    cmd = " && ".join(f"mkdir -p memories/{f}" for f in folders)
+    config = MemoryGenerateConfig(schedule="explicit", redact_patterns=(("history", PATTERN),))
+    memory = Memory(layout=MemoryLayoutConfig(), generate=config, read=MemoryReadConfig())
+    agent = SandboxAgent(
+        name="dev",
+        model=scripted_agent(lambda r: [tool_call("exec_command", {"cmd": cmd})], lambda r: "ok"),
+        capabilities=[memory, Filesystem(), Shell()],
+    )
+    async with await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path)) as session:
+        run_config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        await Runner.run(agent, "make folders", run_config=run_config, conversation_id="f1")
+    names = [str(p.relative_to(tmp_path)) for p in (tmp_path / "memories").rglob("*")]
+    assert not [n for n in names if TOKEN in n or "acme" in n.lower()]
+    assert ("memories/skills/kept" in names) == ("skills/kept" in folders)
+    assert "memories/skills/a" in names or "skills/a" not in folders[0]  # a plain name stays

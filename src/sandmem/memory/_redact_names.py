@@ -19,9 +19,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection
+from typing import TypeVar
 
+from sandmem._errors import SandboxError
 from sandmem.memory import _files, recording
-from sandmem.memory._secret_forms import SecretForms, clean_name, secret_values
+from sandmem.memory._secret_forms import (
+    SecretForms,
+    case_blind,
+    clean_name,
+    own_rules,
+    secret_values,
+)
 from sandmem.memory.layout import (
     BACKUP_DIR,
     HISTORY_DIR,
@@ -38,6 +46,7 @@ __all__ = [
     "Renamer",
     "clean_names",
     "gather",
+    "remove_secret_folders",
     "rename_files",
     "rewrite_references",
     "rollout_ids",
@@ -46,6 +55,7 @@ __all__ = [
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import SandboxSession
+from sandmem.sandboxes._types import EntryKind
 
 _BATCH = 64
 #: folders that keep copies of layout files by their names: phase two's journal, the store's
@@ -54,6 +64,7 @@ _MIRRORS = (f"{BACKUP_DIR}/", f"{STORE_DIR}/base/")
 _SEPARATORS = re.compile(r"[-_.:/@+=]")
 _SKILL_FILE = "SKILL.md"
 _NO_FORMS = SecretForms()
+_V = TypeVar("_V")
 
 
 def unreadable(path: str) -> bool:
@@ -105,15 +116,37 @@ class Renamer:
     """The clean name of each memory file (relative to ``memories_dir``) and the rewriting of
     texts that name a renamed one."""
 
-    def __init__(self, redactor: Redactor, forms: SecretForms, rollout_ids: set[str]) -> None:
+    def __init__(
+        self,
+        redactor: Redactor,
+        forms: SecretForms,
+        rollout_ids: set[str],
+        *,
+        words: bool = True,
+    ) -> None:
         self.redactor = redactor
         self.forms = forms
         self.rollout_ids = rollout_ids
+        #: take out single words of a secret from every name (``redact-history``), or only
+        #: those of its random-looking words (a live file's name: ``SecretForms.redact_name``)
+        self.words = words
+        own = own_rules(redactor)
+        self._own = case_blind(own) if own else None
         #: every rename made or needed, by old name: whole relative names and components
         self.renamed: dict[str, str] = {}
 
     def _clean(self, part: str) -> str:
-        return clean_name(part, self.redactor, self.forms)
+        forms = self.forms
+        if self._own is not None:  # a name is lower-case: one's own patterns in any case
+            found = self._found_in_name(part)
+            forms = SecretForms(forms.values + found) if found else forms
+        return clean_name(part, self.redactor, forms, words=self.words)
+
+    def _found_in_name(self, part: str) -> list[tuple[str, str]]:
+        if self._own is None:
+            return []
+        spaced = _SEPARATORS.sub(" ", part)
+        return secret_values(self._own, part) + secret_values(self._own, spaced)
 
     def name(self, rel: str) -> str:
         """``rel``'s clean name (the same name when nothing in it is derived from a secret)."""
@@ -185,10 +218,10 @@ class Renamer:
 
         return clean
 
-    def names_of(self, files: dict[str, str | None]) -> dict[str, str | None]:
-        """A record's ``{name: digest}`` with clean names (two names that clean to one get
+    def names_of(self, files: dict[str, _V]) -> dict[str, _V]:
+        """A record's ``{name: value}`` with clean names (two names that clean to one get
         ``-2``, ``-3``... before the extension)."""
-        out: dict[str, str | None] = {}
+        out: dict[str, _V] = {}
         for name, digest in sorted(files.items()):
             out[_unique(self.name(name), out)] = digest
         return out
@@ -292,7 +325,7 @@ def _suspect(rel: str, renamer: Renamer) -> bool:
         lines.append(_SEPARATORS.sub(" ", part))
         lines += [part[i:] for i in range(len(part)) if i == 0 or part[i - 1] in "-_.:@+="]
     text = "\n".join(lines)
-    if renamer.redactor.redact(text) != text:
+    if renamer.redactor.redact(text) != text or renamer._found_in_name(rel):
         return True
     return bool(renamer.forms) and renamer.name(rel) != rel
 
@@ -309,10 +342,44 @@ async def clean_names(
     (``redactor``'s rules, ``forms``' derived forms): a skill's folder an agent's shell named
     after a key; then rewrite what names them. For writers of live files (versioning, the
     stop-time pass), under the layout lock. Returns ``(old, new)`` relative names."""
-    renamer = Renamer(redactor, forms, set())
+    renamer = Renamer(redactor, forms, set(), words=False)
     if not any(_suspect(p.removeprefix(f"{md}/"), renamer) for p in candidates):
         return []
     renamer.rollout_ids = await rollout_ids(session, f"{md}/{RAW_DIR}")
     moved = await rename_files(session, md, renamer, skip, only=set(candidates))
     await rewrite_references(session, md, renamer, skip)
     return moved
+
+
+#: folders whose subfolders sandmem never makes (its own records, flat folders of files):
+#: not looked through for folders named after a secret
+_FLAT = frozenset({HISTORY_DIR, STORE_DIR, BACKUP_DIR, RAW_DIR, SUMMARIES_DIR})
+
+
+async def remove_secret_folders(
+    session: SandboxSession, md: str, redactor: Redactor, forms: SecretForms
+) -> list[str]:
+    """Remove each folder under ``md`` whose name holds a secret and that holds no file (one
+    a shell made and left empty, or one its files were renamed out of): a folder's name is on
+    disk too. Returns the folders removed (relative names are not shown: they hold it)."""
+    renamer = Renamer(redactor, forms, set(), words=False)
+    removed: list[str] = []
+    pending = [(md, 0)]
+    while pending:
+        folder, level = pending.pop()
+        try:
+            listed = await _files.stat_dir(session, folder)
+        except SandboxError:
+            continue
+        for name, kind, _size, _mtime in listed:
+            if kind != EntryKind.DIRECTORY or (level == 0 and name in _FLAT):
+                continue
+            path = f"{folder}/{name}"
+            if _suspect(name, renamer) and renamer._clean(name) != name:
+                if not await _files.walk(session, path, depth=_files.MAX_DEPTH, hidden=True):
+                    await _files.remove(session, path, recursive=True, missing_ok=True)
+                    removed.append(path)
+                    continue
+            if level < _files.MAX_DEPTH:
+                pending.append((path, level + 1))
+    return removed

@@ -91,6 +91,14 @@ def case_blind(rules: Iterable[tuple[str, str | re.Pattern[str]]]) -> Redactor:
     return Redactor(compiled, defaults=False)
 
 
+def own_rules(redactor: Redactor) -> list[tuple[str, re.Pattern[str]]]:
+    """The rules of ``redactor`` that are not the built-in ones (a layout's
+    ``redact_patterns``, ``redact-history``'s pattern)."""
+    from sandmem.redaction import DEFAULT_PATTERNS
+
+    return [rule for rule in redactor.patterns if rule not in DEFAULT_PATTERNS]
+
+
 class SecretForms:
     """The derived forms of a set of secrets (see the module docstring)."""
 
@@ -102,8 +110,10 @@ class SecretForms:
             if len(value) >= MIN_SECRET and words and value not in chosen:
                 chosen[value] = _Secret(value, kind, words)
         self._secrets = sorted(chosen.values(), key=lambda s: -len(s.value))
+        self.values = [(s.value, s.kind) for s in self._secrets]
         self._whole = [(s, _whole_pattern(s)) for s in self._secrets]
         self._words = {w: s.kind for s in self._secrets for w in s.words if len(w) >= MIN_WORD}
+        self._strong = {w: k for w, k in self._words.items() if _strong(w)}
 
     @classmethod
     def found(
@@ -140,11 +150,13 @@ class SecretForms:
 
         return head + sep + _WORDISH.sub(word, rest)
 
-    def word_kind(self, word: str) -> str | None:
+    def word_kind(self, word: str, *, strong: bool = False) -> str | None:
         """The kind of the secret ``word`` is part of (or holds a word of): every folded run of
-        letters and digits in it is compared; ``None`` when none is."""
+        letters and digits in it is compared (with ``strong``, only to the secrets' words that
+        look random: ``_strong``); ``None`` when none is."""
+        words = self._strong if strong else self._words
         for run in _ALNUM.findall(fold(word)):
-            for secret_word, kind in self._words.items():
+            for secret_word, kind in words.items():
                 if _part_of(run, secret_word):
                     return kind
         return None
@@ -198,9 +210,12 @@ class SecretForms:
 
     # ------------------------------------------------------------ names
 
-    def redact_name(self, name: str) -> str:
+    def redact_name(self, name: str, *, words: bool = True) -> str:
         """``name`` (one path component) with every derived form of the secrets, and every
-        word that is part of one, replaced by ``redacted``; the same name when none is."""
+        word that is part of one, replaced by ``redacted``; the same name when none is.
+        ``words=False`` (a name not derived from the secret's text: a skill's folder a person
+        named) takes a single word out only when it is part of a secret's word that looks
+        random, so a folder named ``deploy`` survives a secret ``deploy-key-9f8e7d6c``."""
         if not self._secrets:
             return name
         clean = name
@@ -211,10 +226,18 @@ class SecretForms:
         def word(m: re.Match[str]) -> str:
             if m.group(0) == NAME_MARK:
                 return NAME_MARK
-            return m.group(0) if self.word_kind(m.group(0)) is None else NAME_MARK
+            kind = self.word_kind(m.group(0), strong=not words)
+            return m.group(0) if kind is None else NAME_MARK
 
         clean = _NAME_WORD.sub(word, clean)
         return name if clean == name else _MARK_RUN.sub(NAME_MARK, clean)
+
+
+def _strong(word: str) -> bool:
+    """A secret's word that looks random (letters and digits, or long): a part of it in a
+    name is the secret, not a word anyone would choose."""
+    has_digit, has_alpha = any(c.isdigit() for c in word), any(c.isalpha() for c in word)
+    return len(word) >= MIN_PART and ((has_digit and has_alpha) or len(word) >= 12)
 
 
 def _part_of(run: str, secret_word: str) -> bool:
@@ -234,8 +257,9 @@ def _whole_pattern(secret: _Secret) -> re.Pattern[str]:
     return re.compile(f"{re.escape(secret.value)}|{joined}", re.IGNORECASE)
 
 
-def clean_name(name: str, redactor: Redactor, forms: SecretForms) -> str:
+def clean_name(name: str, redactor: Redactor, forms: SecretForms, *, words: bool = True) -> str:
     """A name (one path component) without the secrets ``redactor``'s rules find in it nor
-    the derived forms of ``forms``; what is taken out becomes ``redacted``."""
+    the derived forms of ``forms`` (``words``: see ``SecretForms.redact_name``); what is taken
+    out becomes ``redacted``."""
     marked = re.sub(r"\[REDACTED:[^\]]*\]", NAME_MARK, redactor.redact_name(name))
-    return forms.redact_name(marked)
+    return forms.redact_name(marked, words=words)

@@ -503,13 +503,15 @@ async def propose(
     *,
     redactor: Redactor | None = None,
 ) -> proposals.Proposal | None:
-    """Review mode for a run: ``files`` become a proposal (redacted first)."""
+    """Review mode for a run: ``files`` become a proposal (redacted first: the secrets found
+    in them in every derived form, and a name that holds one cleaned)."""
     redactor = redactor or Redactor()
-    clean = {
-        n: (None if d is None else history.redact_bytes(d, redactor.redact))
-        for n, d in files.items()
-        if is_staged_path(paths, f"{paths.memories_dir}/{n}")
-    }
+    kept = {n: d for n, d in files.items() if is_staged_path(paths, f"{paths.memories_dir}/{n}")}
+    texts = [d.decode("utf-8", "surrogateescape") for d in kept.values() if d is not None]
+    forms = SecretForms(v for t in texts for v in secret_values(redactor, t))
+    redact = (lambda t: forms.redact(redactor.redact(t))) if forms else redactor.redact
+    clean = {n: (None if d is None else history.redact_bytes(d, redact)) for n, d in kept.items()}
+    clean = _redact_names.Renamer(redactor, forms, set(), words=False).names_of(clean)
     return await proposals.create(session, paths, clean, attribution.redacted(redactor.redact))
 
 

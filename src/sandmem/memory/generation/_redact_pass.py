@@ -18,7 +18,7 @@ from typing import Any
 
 from sandmem._errors import SandboxError
 from sandmem.memory import _files
-from sandmem.memory._redact_names import clean_names, unreadable
+from sandmem.memory._redact_names import clean_names, remove_secret_folders, unreadable
 from sandmem.memory._secret_forms import SecretForms, secret_values
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import FileStat, SandboxSession
@@ -120,6 +120,8 @@ class MemoryRedactionPass:
         moved = await clean_names(self.session, md, self.redactor, forms, changed, unreadable)
         if moved:
             logger.warning("renamed %d memory file(s) whose name held a secret", len(moved))
+        if await remove_secret_folders(self.session, md, self.redactor, forms):
+            logger.warning("removed empty folder(s) of %s whose name held a secret", md)
         return [f"{md}/{new}" for _old, new in moved]
 
     async def _memory_files(self) -> list[str]:
