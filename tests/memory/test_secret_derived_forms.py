@@ -6,6 +6,7 @@ given later: files renamed, every reference and the history following)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -432,6 +433,8 @@ async def test_a_skill_an_agent_names_after_a_secret_is_renamed_before_it_is_ver
     assert not any("ghp_" in p or "sk-proj" in p or "hunter2" in p for p in on_disk)
     [version] = await api.log(tmp_path)  # the run's edit, versioned under the new name
     assert expected.removeprefix("memories/") in version.changed
+    for blob in (tmp_path / "memories/.history/objects").iterdir():  # history intact
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
 
 
 async def test_a_title_cut_inside_the_secret_keeps_no_part_of_it(tmp_path: Path) -> None:

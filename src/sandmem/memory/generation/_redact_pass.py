@@ -20,6 +20,7 @@ from sandmem._errors import SandboxError
 from sandmem.memory import _files
 from sandmem.memory._redact_names import clean_names, remove_secret_folders, unreadable
 from sandmem.memory._secret_forms import SecretForms, secret_values
+from sandmem.memory.layout import HISTORY_DIR
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import FileStat, SandboxSession
 
@@ -72,8 +73,10 @@ class MemoryRedactionPass:
                     rewritten.append(path)
         forms = SecretForms(found)
         if forms:  # what the secrets found became elsewhere (lower-case, cut, keywords)
-            for start in range(0, len(changed), _BATCH):
-                batch = changed[start : start + _BATCH]
+            # not in history: its objects are named by their digest (``redact-history``'s job)
+            live = [p for p in changed if not p.startswith(f"{self.memories_dir}/{HISTORY_DIR}/")]
+            for start in range(0, len(live), _BATCH):
+                batch = live[start : start + _BATCH]
                 for path, data in (await _files.read_many(self.session, batch)).items():
                     if data is not None and await self._redact_one(path, data, forms=forms):
                         rewritten.append(path)
