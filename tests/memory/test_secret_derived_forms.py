@@ -60,21 +60,18 @@ def forms(*texts: str) -> SecretForms:
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "expected"),
     [
-        "deploy acme-proj-77x9 now",  # a slug's lower case
-        "DEPLOY ACME-PROJ-77X9 NOW",  # upper case
-        "deploy Acme_Proj_77X9 now",  # other separators
-        "deploy acme proj 77x9 now",  # words apart
-        "deploy acmeproj77x9 now",  # none
-        "deploy acme.proj.77x9 now",
+        ("deploy acme-proj-77x9 now", "deploy [REDACTED:history] now"),  # a slug's lower case
+        ("DEPLOY ACME-PROJ-77X9 NOW", "DEPLOY [REDACTED:history] NOW"),  # upper case
+        ("deploy Acme_Proj_77X9 now", "deploy [REDACTED:history] now"),  # other separators
+        ("deploy acme proj 77x9 now", "deploy [REDACTED:history] now"),  # words apart
+        ("deploy acmeproj77x9 now", "deploy [REDACTED:history] now"),  # none
+        ("deploy acme.proj.77x9 now", "deploy [REDACTED:history] now"),
     ],
 )
-def test_every_case_and_separator_of_the_secret_is_redacted(text: str) -> None:
-    clean = forms().redact(text)
-    assert clean == "".join(
-        ["DEPLOY " if text.startswith("DEPLOY") else "deploy ", "[REDACTED:history]"]
-    ) + (" NOW" if text.endswith("NOW") else " now")
+def test_every_case_and_separator_of_the_secret_is_redacted(text: str, expected: str) -> None:
+    assert forms().redact(text) == expected
 
 
 def test_an_accented_secret_is_redacted_in_its_ascii_folded_form() -> None:
