@@ -496,3 +496,21 @@ async def test_an_empty_folder_named_after_a_secret_is_removed_at_the_stop(
     assert not [n for n in names if TOKEN in n or "acme" in n.lower()]
     assert ("memories/skills/kept" in names) == ("skills/kept" in folders)
     assert "memories/skills/a" in names or "skills/a" not in folders[0]  # a plain name stays
+
+
+async def test_a_conversation_id_of_ones_own_pattern_keeps_its_files_at_write_time(
+    tmp_path: Path,
+) -> None:
+    """Versioning and the stop-time pass never rename a conversation's files (its id is the
+    key of its state): the conversation stays whole, and ``forget`` removes it."""
+    rid = "deploy-acme-proj-77x9"
+    config = MemoryGenerateConfig(
+        phase_one_model=EXTRACTIVE, phase_two_model=EXTRACTIVE, redact_patterns=(("k", PATTERN),)
+    )
+    async with await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path)) as session:
+        await run(session, rid, "Deploy the staging cluster", config)
+    assert (tmp_path / f"memories/raw_memories/{rid}.md").exists()
+    [summary] = (tmp_path / "memories/rollout_summaries").iterdir()
+    assert summary.name.startswith(f"{rid}_")
+    forgot = await api.forget(tmp_path, rid)
+    assert f"memories/rollout_summaries/{summary.name}" in forgot.removed

@@ -132,6 +132,7 @@ class Renamer:
         self.words = words
         own = own_rules(redactor)
         self._own = case_blind(own) if own else None
+        self._seen: dict[str, str] = {}
         #: every rename made or needed, by old name: whole relative names and components
         self.renamed: dict[str, str] = {}
 
@@ -152,6 +153,11 @@ class Renamer:
         """``rel``'s clean name (the same name when nothing in it is derived from a secret)."""
         if rel in self.renamed:
             return self.renamed[rel]
+        if rel not in self._seen:  # every version names the same files again
+            self._seen[rel] = self._name(rel)
+        return self._seen[rel]
+
+    def _name(self, rel: str) -> str:
         for mirror in _MIRRORS:  # copies of layout files under their own names
             if rel.startswith(mirror) and len(rel) > len(mirror):
                 return mirror + self.name(rel[len(mirror) :])
@@ -342,10 +348,11 @@ async def clean_names(
     (``redactor``'s rules, ``forms``' derived forms): a skill's folder an agent's shell named
     after a key; then rewrite what names them. For writers of live files (versioning, the
     stop-time pass), under the layout lock. Returns ``(old, new)`` relative names."""
-    renamer = Renamer(redactor, forms, set(), words=False)
-    if not any(_suspect(p.removeprefix(f"{md}/"), renamer) for p in candidates):
+    probe = Renamer(redactor, forms, set(), words=False)
+    if not any(_suspect(p.removeprefix(f"{md}/"), probe) for p in candidates):
         return []
-    renamer.rollout_ids = await rollout_ids(session, f"{md}/{RAW_DIR}")
+    rids = await rollout_ids(session, f"{md}/{RAW_DIR}")  # then no conversation's key moves
+    renamer = Renamer(redactor, forms, rids, words=False)
     moved = await rename_files(session, md, renamer, skip, only=set(candidates))
     await rewrite_references(session, md, renamer, skip)
     return moved
