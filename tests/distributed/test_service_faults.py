@@ -229,6 +229,22 @@ async def test_frozen_redis_and_s3_bound_the_stop_and_the_work_completes_later(
         assert (tmp_path / "ws/memories/.store/pending").exists()
         redis_proxy.thaw()
         s3_proxy.thaw()
+        # the next run comes from a new process: clients of its own, with short timeouts (the
+        # frozen ones' connections may still hold requests the proxies replay on thaw)
+        store = S3MemoryStore(
+            s3_server.bucket,
+            prefix,
+            endpoint_url=f"http://127.0.0.1:{s3_proxy.port}",
+            connect_timeout_s=1,
+            read_timeout_s=1,
+            max_attempts=2,
+        )
+        scheduler = RedisScheduler(
+            f"redis://127.0.0.1:{redis_proxy.port}/0",
+            queue=queue,
+            stop_timeout_s=10,
+            socket_timeout_s=1,
+        )
         async with _worker(redis_server.url, s3_server, prefix, queue):
             # the next run start in this workspace hands the work over; no stop is needed
             later = await _run(tmp_path / "ws", store, scheduler, "frozen-r2")
