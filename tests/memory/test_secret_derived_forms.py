@@ -230,12 +230,15 @@ def test_sandmem_derivations_of_a_secret_keep_nothing_of_it(words: list[str], up
 # ---------------------------------------------------------------- redact-history
 
 
-async def run(session: SandboxSession, rid: str, task: str, config: MemoryGenerateConfig) -> None:
+async def run(
+    session: SandboxSession, rid: str, task: str, config: MemoryGenerateConfig, cmd: str = "true"
+) -> None:
+    """One run of conversation ``rid``: its agent runs ``cmd`` in its shell, then answers."""
     memory = Memory(layout=MemoryLayoutConfig(), generate=config, read=MemoryReadConfig())
     agent = SandboxAgent(
         name="dev",
         model=scripted_agent(
-            lambda r: [tool_call("exec_command", {"cmd": "true"})], lambda r: "Done."
+            lambda r: [tool_call("exec_command", {"cmd": cmd})], lambda r: "Done."
         ),
         capabilities=[memory, Filesystem(), Shell()],
     )
@@ -414,15 +417,8 @@ async def test_a_skill_an_agent_names_after_a_secret_is_renamed_before_it_is_ver
         schedule="explicit",
         redact_patterns=(("history", PATTERN),),
     )
-    memory = Memory(layout=MemoryLayoutConfig(), generate=config, read=MemoryReadConfig())
-    agent = SandboxAgent(
-        name="dev",
-        model=scripted_agent(lambda r: [tool_call("exec_command", {"cmd": cmd})], lambda r: "ok"),
-        capabilities=[memory, Filesystem(), Shell()],
-    )
     async with await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path)) as session:
-        run_config = RunConfig(sandbox=SandboxRunConfig(session=session))
-        await Runner.run(agent, "write a skill", run_config=run_config, conversation_id="s1")
+        await run(session, "s1", "write a skill", config, cmd)
     assert (tmp_path / "memories" / expected).exists()
     assert not (tmp_path / skill).parent.exists()
     assert leftovers(tmp_path) == []  # the version record's names too
@@ -483,15 +479,8 @@ async def test_an_empty_folder_named_after_a_secret_is_removed_at_the_stop(
 ) -> None:
     cmd = " && ".join(f"mkdir -p memories/{f}" for f in folders)
     config = MemoryGenerateConfig(schedule="explicit", redact_patterns=(("history", PATTERN),))
-    memory = Memory(layout=MemoryLayoutConfig(), generate=config, read=MemoryReadConfig())
-    agent = SandboxAgent(
-        name="dev",
-        model=scripted_agent(lambda r: [tool_call("exec_command", {"cmd": cmd})], lambda r: "ok"),
-        capabilities=[memory, Filesystem(), Shell()],
-    )
     async with await UnixLocalSandboxClient().create(manifest=Manifest(root=tmp_path)) as session:
-        run_config = RunConfig(sandbox=SandboxRunConfig(session=session))
-        await Runner.run(agent, "make folders", run_config=run_config, conversation_id="f1")
+        await run(session, "f1", "make folders", config, cmd)
     names = [str(p.relative_to(tmp_path)) for p in (tmp_path / "memories").rglob("*")]
     assert not [n for n in names if TOKEN in n or "acme" in n.lower()]
     assert ("memories/skills/kept" in names) == ("skills/kept" in folders)
