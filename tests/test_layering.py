@@ -65,6 +65,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "sandmem.memory._run_review",
             "sandmem.memory.tombstones",
             "sandmem.memory._history_prune",
+            # a secret's derived forms (slugs, keywords, names, cuts) for redaction
+            "sandmem.memory._secret_forms",
+            "sandmem.memory._redact_names",
             "sandmem.memory.verify",
             "sandmem.memory.read_prompt",
             "sandmem.memory.live_edit",

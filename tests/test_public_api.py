@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import dataclass
 
 import pytest
 
@@ -124,3 +125,19 @@ def test_reference_paths_kept() -> None:
     assert redact("nothing secret") == "nothing secret"
     assert importlib.import_module("sandmem.cli").main is not None
     assert importlib.util.find_spec("sandmem.demo.__main__") is not None
+
+
+@dataclass
+class _Ctx:
+    user: str
+
+
+def test_generic_agents_subscript() -> None:
+    assert sandmem.Agent[_Ctx](name="a").name == "a"
+    assert isinstance(sandmem.SandboxAgent[_Ctx](name="s"), sandmem.Agent)
+
+
+def test_reference_type_names_are_aliases() -> None:
+    assert sandmem.AgentBase is sandmem.Agent
+    assert sandmem.AgentHookContext is sandmem.RunContextWrapper
+    assert sandmem.Tool is sandmem.FunctionTool

@@ -111,3 +111,14 @@ async def test_memory_instructions_in_the_reference_form() -> None:
         await session.write("memories/memory_summary.md", b"uses pytest -q")
         prompt = await memory.instructions(session.state.manifest)
         assert prompt is not None and "uses pytest -q" in prompt
+
+
+def test_capability_accepts_its_type_name() -> None:
+    class Notes(Capability):
+        greeting: str = "hi"
+
+    cap = Notes(type="notes", greeting="hello")
+    assert (cap.type, cap.greeting) == ("notes", "hello")
+    assert Capability(type="plain").type == "plain"
+    with pytest.raises(TypeError, match="unexpected fields"):
+        Notes(colour="red")

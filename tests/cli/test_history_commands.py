@@ -81,3 +81,17 @@ def test_history_commands_have_help() -> None:
     for name in ("log", "diff", "restore", "redact-history", "inbox", "approve", "dismiss"):
         result = invoke("memory", name, "--help")
         assert result.exit_code == 0 and "Usage: " in result.stdout, name
+
+
+def test_redact_history_names_the_files_it_renamed_and_never_the_old_name(
+    workspace: Path,
+) -> None:
+    skill = workspace / "memories" / "skills" / "koala-7731-notes" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("# Notes\n")
+    result = invoke("memory", "redact-history", "-w", workspace, r"KOALA-\d+")
+    assert result.exit_code == 0, result.stderr
+    assert "renamed (its name held the secret): skills/redacted-notes/SKILL.md" in result.stdout
+    assert "7731" not in result.stdout + result.stderr
+    assert (workspace / "memories/skills/redacted-notes/SKILL.md").read_text() == "# Notes\n"
+    assert not skill.parent.exists()

@@ -101,3 +101,30 @@ async def test_redact_history_rewrites_the_store_mirror(
         assert not path.is_file() or b"PELICAN-4471" not in path.read_bytes(), path
     keys = await store._list(store._key("memories"))
     assert not [k for k in keys if b"PELICAN-4471" in (await store._get(k))[0]]
+
+
+async def test_redact_history_renames_a_file_named_after_the_secret_in_the_store(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """The task's words name the rollout summary ("run-build-..."): with the secret "build",
+    the store's current version, the host's merge bases and the workspace all use the new
+    name, and the next run pulls no old name back."""
+    store = _store(s3_server)
+    layout = MemoryLayoutConfig(store=store)
+    await _host_run(tmp_path / "host-a", store, "host-a-r1", "echo built > out.txt")
+    current = await store.current("memories")
+    assert current is not None and any("build" in n for n in current.files)
+    result = await api.redact_history(tmp_path / "host-a", r"(?i)build", layout=layout)
+    assert result.renamed and not [n for n in result.renamed if "build" in n.lower()]
+    current = await store.current("memories")
+    assert current is not None
+    renamed = {n for n in result.renamed if not n.startswith(".store/base/")}
+    assert renamed and {f".store/base/{n}" for n in renamed} <= set(result.renamed)
+    assert renamed <= set(current.files)
+    assert not [n for n in current.files if "build" in n.lower()]
+    await _host_run(tmp_path / "host-a", store, "host-a-r2", "echo done > out.txt")
+    on_disk = [str(p) for p in (tmp_path / "host-a/memories").rglob("*")]
+    assert renamed <= {p.split("/memories/", 1)[1] for p in on_disk}
+    # (the new run's own task says "build" again: only the redacted conversation is checked)
+    old = [p for p in on_disk if "r1_" in p and "build" in p.split("/memories/", 1)[1].lower()]
+    assert old == []

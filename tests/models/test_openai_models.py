@@ -11,7 +11,7 @@ from fake_openai import FakeOpenAIServer, FakeReply, FakeRequest
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
-from sandmem._errors import ModelRequestError
+from sandmem._errors import ModelRequestError, UserError
 from sandmem._settings import ModelSettings
 from sandmem.agent._schema import output_schema_for, parse_structured_output
 from sandmem.models import (
@@ -319,3 +319,16 @@ async def test_image_tool_output(
     assert items[3]["content"] == [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     ]
+
+
+def test_openai_models_take_openai_client() -> None:
+    from openai import AsyncOpenAI
+
+    from sandmem.models import OpenAIChatCompletionsModel, OpenAIResponsesModel
+
+    client = AsyncOpenAI(api_key="test", base_url="http://127.0.0.1:9/v1")
+    for cls in (OpenAIChatCompletionsModel, OpenAIResponsesModel):
+        model = cls(model="m", openai_client=client)
+        assert model.name == "m"
+        with pytest.raises(UserError, match="needs a client"):
+            cls(model="m")

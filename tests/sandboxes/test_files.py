@@ -102,11 +102,13 @@ async def test_failed_write_keeps_old_content_and_no_temp(
 
 HOLDER = textwrap.dedent(
     """
-    import fcntl, sys, time
+    import fcntl, pathlib, sys, time
     fd = open(sys.argv[1], "a")
     fcntl.flock(fd, fcntl.LOCK_EX)
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
+    pathlib.Path(sys.argv[3]).write_text("released")  # written before it lets go
+    fcntl.flock(fd, fcntl.LOCK_UN)
     """
 )
 
@@ -132,8 +134,15 @@ async def test_lock_excludes_another_process(session: SandboxSession) -> None:
         assert await asyncio.to_thread(_probe, lock_file) == 1
     assert await asyncio.to_thread(_probe, lock_file) == 0
 
+    released = session.root / "released"
     holder = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", HOLDER, str(lock_file), "1.0", stdout=asyncio.subprocess.PIPE
+        sys.executable,
+        "-c",
+        HOLDER,
+        str(lock_file),
+        "1.0",
+        str(released),
+        stdout=asyncio.subprocess.PIPE,
     )
     try:
         assert holder.stdout is not None
@@ -142,9 +151,8 @@ async def test_lock_excludes_another_process(session: SandboxSession) -> None:
             async with session.lock("memories/.lock", timeout=0.2):
                 pass
         assert info.value.operation == "lock"
-        started = time.monotonic()
         async with session.lock("memories/.lock", timeout=10):
-            assert time.monotonic() - started > 0.3  # waited for the holder to exit
+            assert released.exists()  # it waited for the holder to let go
     finally:
         if holder.returncode is None:
             holder.kill()

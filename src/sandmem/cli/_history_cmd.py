@@ -195,6 +195,8 @@ def redact_history_command(
         emit_model(result)
         return
     click.echo(f"{len(result.versions)} versions rewritten, {len(result.files)} files rewritten")
+    for name in result.renamed:
+        click.echo(f"renamed (its name held the secret): {name}")
     for path in result.still_in:
         click.echo(f"still present outside memory: {path}", err=True)
 

@@ -10,6 +10,7 @@ lock.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -89,10 +90,17 @@ async def prune(
 # ---------------------------------------------------------------- redaction
 
 
-async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: Any) -> list[int]:
+async def redact_history(
+    session: SandboxSession,
+    paths: MemoryPaths,
+    redact: Any,
+    *,
+    rename: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> list[int]:
     """Rewrite every stored version (and proposal) with ``redact`` (``str -> str``) applied to
     each file, conversations state and attribution text (a client's self-declared name, a
-    note), keeping numbers and the rest of the attribution; then delete every
+    note), and ``rename`` to its ``{file name: digest}`` maps (names that held a secret),
+    keeping numbers and the rest of the attribution; then delete every
     object no record names, so the old bytes are gone. Returns the versions that changed.
     A process killed midway leaves every record naming blobs that exist; run it again."""
     store = Store(session, paths)
@@ -105,8 +113,9 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
             rewritten[digest] = await store.put_blob(redact_bytes(old, redact))
         return rewritten[digest]
 
+    renamed = rename or (lambda files: files)
     for name, version in await store.read_named(await store.version_names()):
-        files = {n: await rewrite(d) for n, d in version.files.items()}
+        files = renamed({n: await rewrite(d) for n, d in version.files.items()})
         selection = await rewrite(version.selection) if version.selection else None
         attribution = version.attribution.redacted(redact)
         if (files, selection, attribution) != (
@@ -126,11 +135,14 @@ async def redact_history(session: SandboxSession, paths: MemoryPaths, redact: An
             )
             changed.append(version.seq)
     for proposal in await proposals.load_all(session, paths):
-        files2 = {n: (await rewrite(d) if d else None) for n, d in proposal.files.items()}
+        files2 = renamed({n: (await rewrite(d) if d else None) for n, d in proposal.files.items()})
+        before = renamed(dict(proposal.before))
         attribution = proposal.attribution.redacted(redact)
-        if files2 != proposal.files or attribution != proposal.attribution:
+        if (files2, before, attribution) != (proposal.files, proposal.before, proposal.attribution):
             await proposals.save(
-                session, paths, replace(proposal, files=files2, attribution=attribution)
+                session,
+                paths,
+                replace(proposal, files=files2, before=before, attribution=attribution),
             )
     await _redact_unparsed(store, redact)
     await collect_garbage(session, paths)

@@ -43,9 +43,11 @@ from dataclasses import replace
 from typing import Any
 
 from sandmem._errors import MemoryGenerationError, SandboxError
-from sandmem.memory import _files, _history_prune, history, proposals
+from sandmem.memory import _files, _history_prune, _redact_names, history, proposals
 from sandmem.memory._json import loads_bounded
 from sandmem.memory._records import Problem, is_digest, is_memory_name
+from sandmem.memory._redact_names import unreadable
+from sandmem.memory._secret_forms import SecretForms, secret_values
 from sandmem.memory.history import DEFAULT_RETENTION, Attribution, Retention
 from sandmem.memory.layout import MemoryPaths, write_json
 from sandmem.memory.rollouts import utc_now
@@ -338,18 +340,31 @@ async def versioned_files(
     session: SandboxSession, paths: MemoryPaths, redactor: Redactor | None = None
 ) -> dict[str, bytes]:
     """The live set (names relative to ``memories_dir``), redacted: a file that held a
-    secret is rewritten redacted first, so nothing unredacted enters the history."""
+    secret is rewritten redacted first (what the secret became elsewhere in the set too:
+    ``_secret_forms``), and one whose name held one renamed, so nothing unredacted enters
+    the history."""
     redactor = redactor or Redactor()
-    files: dict[str, bytes] = {}
-    for path in await live_files(session, paths):
-        data = await _read(session, path)
-        if data is None:
-            continue
-        clean = history.redact_bytes(data, redactor.redact)
-        if clean != data:
-            await _files.write(session, path, clean)
-        files[_name(paths, path)] = clean
-    return files
+    for _attempt in range(2):  # again once after a rename: the references were rewritten
+        files: dict[str, bytes] = {}
+        found: list[tuple[str, str]] = []
+        for path in await live_files(session, paths):
+            data = await _read(session, path)
+            if data is None:
+                continue
+            clean = history.redact_bytes(data, redactor.redact)
+            if clean != data:
+                found += secret_values(redactor, data.decode("utf-8", "surrogateescape"))
+                await _files.write(session, path, clean)
+            files[path] = clean
+        forms = SecretForms(found)
+        for path, data in files.items() if forms else ():
+            if (clean := history.redact_bytes(data, forms.redact)) != data:
+                await _files.write(session, path, clean)
+                files[path] = clean
+        md = paths.memories_dir
+        if not await _redact_names.clean_names(session, md, redactor, forms, files, unreadable):
+            break
+    return {_name(paths, path): data for path, data in files.items()}
 
 
 async def _version(
@@ -488,13 +503,15 @@ async def propose(
     *,
     redactor: Redactor | None = None,
 ) -> proposals.Proposal | None:
-    """Review mode for a run: ``files`` become a proposal (redacted first)."""
+    """Review mode for a run: ``files`` become a proposal (redacted first: the secrets found
+    in them in every derived form, and a name that holds one cleaned)."""
     redactor = redactor or Redactor()
-    clean = {
-        n: (None if d is None else history.redact_bytes(d, redactor.redact))
-        for n, d in files.items()
-        if is_staged_path(paths, f"{paths.memories_dir}/{n}")
-    }
+    kept = {n: d for n, d in files.items() if is_staged_path(paths, f"{paths.memories_dir}/{n}")}
+    texts = [d.decode("utf-8", "surrogateescape") for d in kept.values() if d is not None]
+    forms = SecretForms(v for t in texts for v in secret_values(redactor, t))
+    redact = (lambda t: forms.redact(redactor.redact(t))) if forms else redactor.redact
+    clean = {n: (None if d is None else history.redact_bytes(d, redact)) for n, d in kept.items()}
+    clean = _redact_names.Renamer(redactor, forms, set(), words=False).names_of(clean)
     return await proposals.create(session, paths, clean, attribution.redacted(redactor.redact))
 
 

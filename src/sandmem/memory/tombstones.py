@@ -10,11 +10,17 @@ session file, an agents SQLite session) usually still exists, and the next ``ing
 The file is read as hostile: over ``MAX_BYTES``, not JSON, or not the expected shape is a
 ``TombstonesUnreadable`` (callers refuse to ingest rather than bring back what may have been
 forgotten); entries with an invalid id are ignored.
+
+A note whose id holds a secret (``redact-history``'s pattern) is *sealed*: kept under
+``sha256-<hex of the id>`` instead of the id, so the file no longer holds it and the id is
+still recognised (``find``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandmem._errors import UserError
@@ -25,6 +31,7 @@ from sandmem.memory.rollouts import utc_now, validate_rollout_id
 from sandmem.sandboxes import SandboxSession
 
 FORGOTTEN_JSON = ".forgotten.json"
+SEALED_PREFIX = "sha256-"
 #: a note is ~80 bytes: room for tens of thousands of forgotten conversations
 MAX_BYTES = 4 * 1024 * 1024
 
@@ -79,6 +86,31 @@ async def _save(session: SandboxSession, paths: MemoryPaths, found: dict[str, To
     await _files.write(session, tombstones_path(paths), json.dumps(data, indent=1) + "\n")
 
 
+def sealed(rollout_id: str) -> str:
+    """The key a note of ``rollout_id`` is kept under once sealed."""
+    return SEALED_PREFIX + hashlib.sha256(rollout_id.encode("utf-8")).hexdigest()
+
+
+def find(found: dict[str, Tombstone], rollout_id: str) -> Tombstone | None:
+    """The note of ``rollout_id`` in ``found`` (``load``'s result), sealed or not."""
+    return found.get(rollout_id) or found.get(sealed(rollout_id))
+
+
+async def seal(
+    session: SandboxSession, paths: MemoryPaths, holds_secret: Callable[[str], bool]
+) -> int:
+    """Seal every note whose id ``holds_secret``; returns how many (caller holds the
+    sessions lock)."""
+    found = await load(session, paths)
+    keys = [rid for rid in found if not rid.startswith(SEALED_PREFIX) and holds_secret(rid)]
+    for rid in keys:
+        stone = found.pop(rid)
+        found[sealed(rid)] = Tombstone(sealed(rid), stone.forgotten_at)
+    if keys:
+        await _save(session, paths, found)
+    return len(keys)
+
+
 async def add(session: SandboxSession, paths: MemoryPaths, rollout_id: str) -> None:
     """Note ``rollout_id`` as forgotten (caller holds the sessions lock)."""
     found = await load(session, paths)
@@ -90,7 +122,7 @@ async def remove(session: SandboxSession, paths: MemoryPaths, rollout_id: str) -
     """Take the note of ``rollout_id`` away; ``False`` when there was none (caller holds the
     sessions lock)."""
     found = await load(session, paths)
-    if found.pop(rollout_id, None) is None:
+    if found.pop(rollout_id, None) is None and found.pop(sealed(rollout_id), None) is None:
         return False
     await _save(session, paths, found)
     return True

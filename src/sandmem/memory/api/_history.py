@@ -14,9 +14,18 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from sandmem._errors import SandboxError, UserError
-from sandmem.memory import _files, _history_prune, history, journal, proposals, tombstones
+from sandmem.memory import (
+    _files,
+    _history_prune,
+    _redact_names,
+    history,
+    journal,
+    proposals,
+    tombstones,
+)
 from sandmem.memory import state as gen_state
 from sandmem.memory._records import Problem, report
+from sandmem.memory._secret_forms import case_blind
 from sandmem.memory.api._target import MemoryTarget, lock_error, open_target, run_sync
 from sandmem.memory.config import MemoryLayoutConfig
 from sandmem.memory.history import Attribution, Version, unified
@@ -105,7 +114,12 @@ class RedactResult(_Result):
     files: list[str]
     """Workspace files under the memories dir rewritten."""
     still_in: list[str]
-    """Files outside the memories dir (rollout transcripts) that still hold a match."""
+    """Files outside the memories dir (rollout transcripts) that still hold a match, in their
+    text or their name (a conversation id)."""
+    renamed: list[str] = []
+    """Memory files whose name held the secret in some form (a rollout summary's slug, a
+    skill's name), renamed: their new names, relative to the memories dir (the old names are
+    not shown: they hold the secret)."""
 
 
 # ---------------------------------------------------------------- helpers
@@ -232,7 +246,7 @@ async def _forgotten_back(
     if not attribution.rollouts_added:
         return []
     forgotten = await tombstones.load(session, paths)
-    return [rid for rid in attribution.rollouts_added if rid in forgotten]
+    return [r for r in attribution.rollouts_added if tombstones.find(forgotten, r) is not None]
 
 
 async def _head_and_parent(
@@ -259,7 +273,12 @@ async def redact_history(
     and/or ``secrets=True`` (the built-in secret detectors) are replaced with
     ``[REDACTED:<kind>]`` in every stored version, proposal and file under the memories dir;
     the old bytes are deleted, and so is the layout's search index (``.index.sqlite``, built
-    again from the redacted files at its next use). Numbers and attribution are kept."""
+    again from the redacted files at its next use). Numbers and attribution are kept.
+
+    What sandmem derived from a secret goes too (``_secret_forms``): its lower-case, upper-case,
+    slug and ASCII-folded forms, its words on a ``Keywords:`` line, a prefix or suffix a cut
+    left beside an ellipsis; a memory file whose name holds one is renamed and every text
+    naming it (history included) names the new file."""
     if pattern is None and not secrets:
         raise UserError("redact-history needs a PATTERN or --secret")
     rules = [("history", pattern)] if pattern is not None else []
@@ -270,19 +289,39 @@ async def redact_history(
     async with open_target(target, layout) as (session, paths, _owned):
         try:
             async with _files.lock(session, paths.lock):
-                changed = await _history_prune.redact_history(session, paths, redactor.redact)
-                rewritten = await _redact_tree(session, paths.memories_dir, redactor)
+                finders = (redactor, case_blind(rules))
+                forms = await _redact_names.gather(session, paths, finders, _is_index)
+                rids = await _redact_names.rollout_ids(session, paths.raw_dir, paths)
+                renamer = _redact_names.Renamer(redactor, forms, rids)
+                moved = await _redact_names.rename_files(
+                    session, paths.memories_dir, renamer, _is_index
+                )
+                clean = renamer.cleaner()
+                changed = await _history_prune.redact_history(
+                    session, paths, clean, rename=renamer.names_of
+                )
+                rewritten = await _redact_tree(session, paths.memories_dir, clean)
                 await remove_index(session, paths)  # a search index keeps removed terms
-                still = await _matching(session, paths.sessions_dir, redactor)
+                if await _files.exists(session, tombstones.tombstones_path(paths)):
+                    async with _files.lock(session, f"{paths.sessions_dir}/.lock"):
+                        await tombstones.seal(session, paths, renamer.holds)
+                still = await _matching(session, paths.sessions_dir, clean, renamer.holds)
                 if still:  # the transcript tier never indexes those passages again
-                    await _withhold_from_search(session, paths, lambda t: redactor.redact(t) != t)
+                    await _withhold_from_search(session, paths, lambda t: clean(t) != t)
                 store = layout.store if layout is not None else None
                 if store is not None and store.remote:
                     await replace_mirror(session, paths, store)
-                    await redact_store(session, paths, store, redactor.redact)
+                    await redact_store(session, paths, store, clean, rename=renamer.name)
         except SandboxError as exc:
             raise lock_error(exc) from exc
-    return RedactResult(versions=changed, files=rewritten, still_in=still)
+    return RedactResult(
+        versions=changed, files=rewritten, still_in=still, renamed=[new for _old, new in moved]
+    )
+
+
+def _is_index(path: str) -> bool:
+    """The search index's files: removed whole (``remove_index``), never read or rewritten."""
+    return path.rsplit("/", 1)[-1].startswith(INDEX_NAME)
 
 
 async def _tree(session: SandboxSession, top: str, skip: str | None = None) -> list[str]:
@@ -296,26 +335,33 @@ async def _tree(session: SandboxSession, top: str, skip: str | None = None) -> l
     )
 
 
-async def _redact_tree(session: SandboxSession, top: str, redactor: Redactor) -> list[str]:
+async def _redact_tree(
+    session: SandboxSession, top: str, redact: Callable[[str], str]
+) -> list[str]:
     rewritten = []
     for path in await _tree(session, top, skip=f"{top}/{history.HISTORY_DIR}"):
-        if path.rsplit("/", 1)[-1].startswith(INDEX_NAME):
+        if _is_index(path):
             continue  # removed whole (``remove_index``): a rewrite would only damage it
         data = (await _files.read_many(session, [path]))[path]
         if data is None:
             continue
-        clean = history.redact_bytes(data, redactor.redact)
+        clean = history.redact_bytes(data, redact)
         if clean != data:
             await _files.write(session, path, clean)
             rewritten.append(path)
     return rewritten
 
 
-async def _matching(session: SandboxSession, top: str, redactor: Redactor) -> list[str]:
+async def _matching(
+    session: SandboxSession, top: str, redact: Callable[[str], str], holds: Callable[[str], bool]
+) -> list[str]:
     hits = []
     for path in await _tree(session, top):
+        if holds(path.rsplit("/", 1)[-1]):
+            hits.append(path)  # a conversation id holds it: ``forget`` that conversation
+            continue
         data = (await _files.read_many(session, [path]))[path]
-        if data is not None and history.redact_bytes(data, redactor.redact) != data:
+        if data is not None and history.redact_bytes(data, redact) != data:
             hits.append(path)
     return hits
 

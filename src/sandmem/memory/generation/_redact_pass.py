@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from sandmem._errors import SandboxError
 from sandmem.memory import _files
+from sandmem.memory._redact_names import clean_names, remove_secret_folders, unreadable
+from sandmem.memory._secret_forms import SecretForms, secret_values
+from sandmem.memory.layout import HISTORY_DIR
 from sandmem.redaction import Redactor
 from sandmem.sandboxes._session import FileStat, SandboxSession
 
@@ -61,11 +65,23 @@ class MemoryRedactionPass:
         stats = await _files.stat_many(self.session, files)
         changed = [p for p, st in stats.items() if st is not None and self._seen.get(p) != st]
         rewritten: list[str] = []
+        found: list[tuple[str, str]] = []
         for start in range(0, len(changed), _BATCH):
             batch = changed[start : start + _BATCH]
             for path, data in (await _files.read_many(self.session, batch)).items():
-                if data is not None and await self._redact_one(path, data):
+                if data is not None and await self._redact_one(path, data, found.extend):
                     rewritten.append(path)
+        forms = SecretForms(found)
+        if forms:  # what the secrets found became elsewhere (lower-case, cut, keywords)
+            # not in history: its objects are named by their digest (``redact-history``'s job)
+            live = [p for p in changed if not p.startswith(f"{self.memories_dir}/{HISTORY_DIR}/")]
+            for start in range(0, len(live), _BATCH):
+                batch = live[start : start + _BATCH]
+                for path, data in (await _files.read_many(self.session, batch)).items():
+                    if data is not None and await self._redact_one(path, data, forms=forms):
+                        rewritten.append(path)
+        rewritten += await self._clean_names(changed, forms)
+        files = await self._memory_files()
         self._seen = {
             p: st for p, st in (await _files.stat_many(self.session, files)).items() if st
         }
@@ -73,22 +89,43 @@ class MemoryRedactionPass:
             logger.warning("redacted secrets in %d memory file(s): %s", len(rewritten), rewritten)
         return rewritten
 
-    async def _redact_one(self, path: str, data: bytes) -> bool:
+    async def _redact_one(
+        self,
+        path: str,
+        data: bytes,
+        found: Callable[[list[tuple[str, str]]], None] | None = None,
+        forms: SecretForms | None = None,
+    ) -> bool:
+        """Redact one file (with ``forms`` only its derived forms); ``found`` is given the
+        secrets it held."""
         # bytes that are not UTF-8 are carried through unchanged (surrogateescape), so one
         # invalid byte cannot shield the secrets around it
         text = data.decode("utf-8", "surrogateescape")
+        redact = self.redactor.redact if forms is None else forms.redact
         if len(data) >= _THREAD_BYTES:
-            clean = await asyncio.to_thread(self.redactor.redact, text)
+            clean = await asyncio.to_thread(redact, text)
         else:
-            clean = self.redactor.redact(text)
+            clean = redact(text)
         if clean == text:
             return False
+        if found is not None:
+            found(await asyncio.to_thread(secret_values, self.redactor, text))
         try:
             await _files.write(self.session, path, clean.encode("utf-8", "surrogateescape"))
         except SandboxError as exc:
             logger.warning("could not redact %s: %s", path, exc)
             return False
         return True
+
+    async def _clean_names(self, changed: list[str], forms: SecretForms) -> list[str]:
+        """Rename the changed files whose name holds a secret; returns the new paths."""
+        md = self.memories_dir
+        moved = await clean_names(self.session, md, self.redactor, forms, changed, unreadable)
+        if moved:
+            logger.warning("renamed %d memory file(s) whose name held a secret", len(moved))
+        if await remove_secret_folders(self.session, md, self.redactor, forms):
+            logger.warning("removed empty folder(s) of %s whose name held a secret", md)
+        return [f"{md}/{new}" for _old, new in moved]
 
     async def _memory_files(self) -> list[str]:
         from sandmem.sandboxes._hostfs import is_stale_write_temp

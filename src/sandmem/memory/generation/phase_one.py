@@ -32,6 +32,7 @@ from sandmem.memory._render import (
     render_rollout,
     rollout_terminal_summary,
 )
+from sandmem.memory._secret_forms import SecretForms, case_blind, clean_name
 from sandmem.memory._text import safe_text
 from sandmem.memory._types import PhaseOneArtifacts
 from sandmem.memory.config import EXTRACTIVE, PHASE_ONE_MAX_TOKENS, MemoryGenerateConfig
@@ -338,11 +339,16 @@ async def write_artifacts(
     fp: RolloutFingerprint,
     artifacts: PhaseOneArtifacts,
     redactor: Redactor,
+    forms: SecretForms | None = None,
 ) -> WrittenArtifacts:
     """Write the rollout summary, then the raw memory (the raw memory last: it is what marks
-    the rollout as up to date). A previous summary under another slug is removed."""
+    the rollout as up to date). A previous summary under another slug is removed. Secrets go
+    in every form: ``forms`` (those found in the transcript) covers what the artifacts
+    derived from them (a slug's lower-case words, an upper-cased quote, a cut)."""
+    forms = forms or SecretForms()
     raw_path = paths.raw_memory_file(rollout_id)
-    summary_path = paths.summary_file(rollout_id, artifacts.rollout_slug)
+    slug = clean_name(artifacts.rollout_slug, redactor, forms)[:80].rstrip("_-") or "rollout"
+    summary_path = paths.summary_file(rollout_id, slug)
     summary_name = summary_path.removeprefix(f"{paths.memories_dir}/")
     previous = await read_text(session, raw_path)
     rollout_path = paths.rollout_file(rollout_id)
@@ -353,7 +359,7 @@ async def write_artifacts(
             "rollout_path": rollout_path,
             "terminal_state": fp.terminal_state,
         },
-        safe_text(redactor.redact(artifacts.rollout_summary)),
+        safe_text(forms.redact(redactor.redact(artifacts.rollout_summary))),
     )
     raw_text = render_with_header(
         {
@@ -364,7 +370,7 @@ async def write_artifacts(
             "terminal_state": fp.terminal_state,
             "segments": str(fp.segments),
         },
-        safe_text(redactor.redact(artifacts.raw_memory)),
+        safe_text(forms.redact(redactor.redact(artifacts.raw_memory))),
     )
     await _files.write(session, summary_path, summary_text)
     await _files.write(session, raw_path, raw_text)
@@ -436,11 +442,21 @@ class _Driver:
         artifacts = await extract(
             rid, text, record.config, self.provider, omitted, usage, self.slots.request
         )
-        del text
         if artifacts is None:
             record.report.skipped.append(rid)
             return "skipped", fp, file_stat
-        await write_artifacts(record.session, record.paths, rid, fp, artifacts, record.redactor)
+        # a transcript is recorded redacted, but one written before a pattern was configured,
+        # or planted in sessions/, holds secrets the artifacts may derive text from
+        forms = await asyncio.to_thread(
+            SecretForms.found,
+            record.redactor,
+            [text],
+            case_blind(record.config.redact_patterns) if record.config.redact_patterns else None,
+        )
+        del text
+        await write_artifacts(
+            record.session, record.paths, rid, fp, artifacts, record.redactor, forms
+        )
         record.report.processed.append(rid)
         return "done", fp, file_stat
 

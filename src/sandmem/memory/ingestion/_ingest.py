@@ -339,7 +339,7 @@ class Ingestor:
         return None
 
     async def _record(self, stream: _Stream, plan: _Plan) -> IngestedSource:
-        stone = self.forgotten.get(stream.rollout_id)
+        stone = tombstones.find(self.forgotten, stream.rollout_id)
         if stone is not None:
             return _skipped(
                 stream.path,

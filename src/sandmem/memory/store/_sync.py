@@ -292,7 +292,12 @@ async def push_edits(session: SandboxSession, paths: MemoryPaths, store: MemoryS
 
 
 async def redact_store(
-    session: SandboxSession, paths: MemoryPaths, store: MemoryStore, redact: Any
+    session: SandboxSession,
+    paths: MemoryPaths,
+    store: MemoryStore,
+    redact: Any,
+    *,
+    rename: Any = None,
 ) -> bool:
     """After ``redact-history``: the store's current memory version (every file of it: the
     ones hosts pull, raw memories, state) rewritten with ``redact`` (``str -> str``) and
@@ -300,7 +305,8 @@ async def redact_store(
     commit removes the uploads older than the version it replaced that neither version uses)
     drops every upload that held the old bytes. A workspace that was on the
     redacted version moves its sync state to the new one (its files were redacted the same
-    way), so its next push finds no edit to merge back. True when the store changed."""
+    way), so its next push finds no edit to merge back. ``rename`` (``str -> str``) gives a
+    file whose name held the secret its new name. True when the store changed."""
     if not store.remote:
         return False
     md = paths.memories_dir
@@ -308,7 +314,10 @@ async def redact_store(
         current, files = await read_current(store, md)
         if current is None:
             return False
-        clean = {name: redact_bytes(data, redact) for name, data in files.items()}
+        clean = {
+            (rename(name) if rename else name): redact_bytes(data, redact)
+            for name, data in files.items()
+        }
         try:
             # uploaded anew (an old pack holds the old bytes), then once more on top, so the
             # second commit's pruning removes ``current``'s uploads and everything older
