@@ -4,6 +4,7 @@ conditional write, conflicts detected (never overwritten), fencing, pruning."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from services import S3Server
@@ -177,3 +178,76 @@ async def test_an_oversized_object_is_skipped_never_read_whole(
     assert await store.segments("sessions") == {"small": [b'{"n": 1}\n']}
     files = await store.read_files("memories", version, ["MEMORY.md", "big.md"])
     assert files == {"MEMORY.md": b"ok"}
+
+
+class _Replaying:
+    """The store's client where every upload reaches the server twice and only the second
+    answer comes back: what botocore's retry does when the first answer is lost (a read
+    timeout), and what a connection's held request delivered late does. The server is real,
+    so its conditional writes refuse the second delivery exactly as they would in service."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def put_object(self, **kwargs: Any) -> Any:
+        self._client.put_object(**kwargs)  # applied; its answer is lost
+        try:
+            return self._client.put_object(**kwargs)
+        except Exception:
+            self.refused += 1
+            raise
+
+
+async def _replaying(store: S3MemoryStore) -> _Replaying:
+    await store.warm()
+    client = _Replaying(store._shared["client"])
+    store._shared["client"] = client
+    return client
+
+
+async def test_a_conditional_write_refused_only_by_its_own_replay_succeeded(
+    s3_server: S3Server,
+) -> None:
+    """The pending mark, a segment, the first version and the next: each is refused on its
+    second delivery (its key already holds it), and each counts as written, once."""
+    store = _store(s3_server)
+    client = await _replaying(store)
+    await store.mark_pending("memories", "sessions")
+    await store.put_segment("sessions", "alpha", b'{"n": 1}\n')
+    first = await store.commit("memories", None, {"MEMORY.md": b"one\n"})
+    second = await store.commit("memories", first, {"MEMORY.md": b"two\n"})
+    assert client.refused == 4  # every conditional write met its own replay
+    assert len(await store.pending_marks("memories")) == 1
+    assert await store.segments("sessions") == {"alpha": [b'{"n": 1}\n']}
+    current = await store.current("memories")
+    assert current is not None and current.version == second.version
+    assert current.etag == second.etag  # the next commit's If-Match holds
+    # the pack the replayed switch names was kept, not removed as a loser's upload
+    assert await store.read_files("memories", current, ["MEMORY.md"]) == {"MEMORY.md": b"two\n"}
+    third = await store.commit("memories", second, {"MEMORY.md": b"three\n"})
+    assert (await store.current("memories")).version == third.version  # type: ignore[union-attr]
+
+
+async def test_a_rivals_version_is_still_a_conflict_when_requests_are_replayed(
+    s3_server: S3Server,
+) -> None:
+    """A refusal where the key holds other bytes is a rival's write: a conflict, as before."""
+    store = _store(s3_server)
+    first = await store.commit("memories", None, {"MEMORY.md": b"one\n"})
+    rival = await store.commit("memories", first, {"MEMORY.md": b"rival\n"})
+    await _replaying(store)
+    with pytest.raises(MemoryStoreConflict):
+        await store.commit("memories", first, {"MEMORY.md": b"late\n"})  # If-Match: first
+    with pytest.raises(MemoryStoreConflict):
+        await store.commit("memories", None, {"MEMORY.md": b"late\n"})  # If-None-Match: *
+    await store.put_segment("sessions", "alpha", b'{"n": 1}\n', sequence="1-a")
+    with pytest.raises(MemoryStoreConflict):  # the same key, other bytes
+        await store.put_segment("sessions", "alpha", b'{"n": 2}\n', sequence="1-a")
+    current = await store.current("memories")
+    assert current is not None and current.version == rival.version
+    assert await store.read_files("memories", current, ["MEMORY.md"]) == {"MEMORY.md": b"rival\n"}
+    assert await store.segments("sessions") == {"alpha": [b'{"n": 1}\n']}

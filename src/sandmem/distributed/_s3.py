@@ -13,7 +13,9 @@ much again in the server), so a commit is one **pack** of the files that changed
 ``CURRENT`` switch, and reading a version is one download per pack (``commit``).
 
 Errors are translated at one boundary (``_request``, with ``_botocore.translated``) into the
-store's exception tree (drawn in ``distributed/_botocore.py``).
+store's exception tree (drawn in ``distributed/_botocore.py``). A conditional write refused
+because its key already holds exactly its bytes counts as written (``_put``): a retry or a late
+delivery of the same request made it, not a rival.
 """
 
 from __future__ import annotations
@@ -181,8 +183,26 @@ class S3MemoryStore(MemoryStore):
         return list(await asyncio.gather(*(one(key) for key in keys)))
 
     async def _put(self, key: str, data: bytes, **conditions: str) -> str:
-        response = await self._call("put_object", Key=key, Body=data, **conditions)
+        """Write ``key``; its tag. A conditional write refused because ``key`` already holds
+        exactly ``data`` succeeded: an earlier attempt of this same request made it (botocore
+        retried after the answer was lost, or a connection's held request was delivered late),
+        so the refusal is not a rival's version. Any other refusal is ``MemoryStoreConflict``."""
+        try:
+            response = await self._call("put_object", Key=key, Body=data, **conditions)
+        except MemoryStoreConflict:
+            etag = await self._holding(key, data)
+            if etag is None:
+                raise
+            return etag
         return str(response.get("ETag", ""))
+
+    async def _holding(self, key: str, data: bytes) -> str | None:
+        """The tag of ``key`` when it holds exactly ``data`` now, else ``None``."""
+        try:
+            body, etag = await self._get(key)
+        except (FileNotFoundError, MalformedStoreObject):
+            return None
+        return etag if body == data else None
 
     async def _list(self, prefix: str) -> list[str]:
         keys: list[str] = []

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from sandmem._errors import UserError
 from sandmem.memory import _files
+from sandmem.memory._store_seam import MemoryStoreError
 from sandmem.memory.generation._job import run_job
 from sandmem.memory.store._history_sync import sync_history
 from sandmem.memory.store._sync import pull, push_edits, push_segments
@@ -103,23 +104,43 @@ async def defer(
     store: MemoryStore,
     schedule: GenerationScheduler,
 ) -> bool:
-    """Hand the layout's new work to workers, within ``schedule.stop_timeout_s``: True when it
-    was enqueued. Otherwise the workspace keeps a pending record (the next stop or run start
-    tries again) and, if the mark reached the store, a worker's sweep enqueues it."""
+    """Hand the layout's new work to workers, within ``schedule.stop_timeout_s`` (a retryable
+    store error is tried again while it lasts): True when it was enqueued. Otherwise the
+    workspace keeps a pending record (the next stop or run start tries again) and, if the mark
+    reached the store, a worker's sweep enqueues it."""
     record = _pending_record(paths)
     await _files.write(session, record, b"pending\n")
 
+    failed: list[Exception] = []
+
     async def hand_over() -> None:
-        await store.mark_pending(paths.memories_dir, paths.sessions_dir)
-        await push_segments(session, paths, store)
-        await push_edits(session, paths, store)
-        await schedule.enqueue(store, paths)
+        # every step may be repeated: a segment keeps its key, a commit merges, one job per
+        # layout; an error "later may work" is tried again while the bound lasts
+        marked, wait_s = False, 0.2
+        while True:
+            try:
+                if not marked:
+                    await store.mark_pending(paths.memories_dir, paths.sessions_dir)
+                    marked = True
+                await push_segments(session, paths, store)
+                await push_edits(session, paths, store)
+                await schedule.enqueue(store, paths)
+                return
+            except MemoryStoreError as exc:
+                if not exc.retryable:
+                    raise
+                failed.append(exc)
+            await asyncio.sleep(wait_s)
+            wait_s = min(2 * wait_s, 2.0)
 
     bound = schedule.stop_timeout_s
     try:
         await asyncio.wait_for(hand_over(), timeout=bound)
     except Exception as exc:
-        reason = f"no answer within {bound:g} s" if isinstance(exc, TimeoutError) else repr(exc)
+        reason = repr(exc)
+        if isinstance(exc, TimeoutError):
+            last = f"; last error {failed[-1]!r}" if failed else ""
+            reason = f"no answer within {bound:g} s{last}"
         logger.warning(
             "memory of %s was not handed to the workers (%s): it waits for the next stop or "
             "run start of this workspace, or a worker's sweep if its pending mark reached %s",
