@@ -366,3 +366,32 @@ def test_withheld_passages_catch_a_match_cut_by_a_passage_boundary() -> None:
     # a pattern spanning two pieces withholds both
     spanning = _transcripts.withheld_passages(line, lambda t: "xx\nhunter" in t, str)
     assert {_transcripts.passage_digest(p.text) for p in pieces[:2]} <= spanning
+
+
+@pytest.mark.parametrize("first", ["search", "status"])
+async def test_a_transcript_hit_names_its_rollout_summary_whatever_ran_first(
+    tmp_path: Path, first: str
+) -> None:
+    """A layout whose index was first made by a search (no listing of conversations before
+    it) still names each transcript hit's rollout summary, and a conversation without one
+    names none."""
+    root = workspace(
+        tmp_path,
+        {
+            "ci": turn("ci", "Which port does staging use?", "Staging listens on port 7431."),
+            "docs": turn("docs", "Write the README for staging", "README written."),
+        },
+    )
+    await api.generate(root, engine="extractive")
+    (root / PATHS.raw_memory_file("docs")).unlink()  # its raw memory gone: no summary named
+    (root / PATHS.memories_dir / INDEX_NAME).unlink(missing_ok=True)
+    age(root)
+    if first == "status":
+        await api.status(root)
+    found = await api.search(root, "staging port 7431")
+    by_id = {h.rollout_id: h for h in found.hits if h.tier == "transcript"}
+    assert by_id["ci"].summary_file is not None
+    assert (root / by_id["ci"].summary_file).is_file()
+    assert (root / by_id["ci"].summary_file).parent.name == "rollout_summaries"
+    if "docs" in by_id:
+        assert by_id["docs"].summary_file is None

@@ -630,6 +630,19 @@ class LayoutIndex:
                 ),
             )
 
+    async def summary_names(self, ids: list[str]) -> dict[str, str]:
+        """The ``rollout_summaries/...`` file each of ``ids`` points to, read from its raw
+        memory now: for conversations a search found before any listing derived their row."""
+        files = [self.paths.raw_memory_file(rid) for rid in ids]
+        found, _bad = await read_isolated(self.session, files)
+        named = {}
+        for rid, path in zip(ids, files, strict=True):
+            data = found.get(path)
+            name = summary_name(data.decode("utf-8", "replace")) if data is not None else None
+            if name:
+                named[rid] = name
+        return named
+
     def conversations(
         self, limit: int | None = None, offset: int = 0, ids: Iterable[str] | None = None
     ) -> list[Conversation]:

@@ -509,13 +509,16 @@ async def _summaries_of(index: LayoutIndex, hits: list[AnyHit]) -> dict[str, str
     if not ids:
         return {}
     marks = ",".join("?" * len(ids))
-    named = {
-        str(rid): f"{index.paths.memories_dir}/{name}"
+    rows: dict[str, str | None] = {
+        str(rid): name
         for rid, name in index.conn.execute(
             f"SELECT rid, summary_name FROM conversations WHERE rid IN ({marks})", ids
         )
-        if name
     }
+    # a conversation with no row yet (no listing has derived it: a layout only ever searched)
+    if missing := [rid for rid in ids if rid not in rows]:
+        rows.update(await index.summary_names(missing))
+    named = {rid: f"{index.paths.memories_dir}/{name}" for rid, name in rows.items() if name}
     found = await _stat_each(index.session, sorted(set(named.values())))
     return {rid: path for rid, path in named.items() if found.get(path) is not None}
 
