@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from memory_doubles import age
 from memory_doubles import segment_line as segment
 
 from sandmem import UserError
@@ -45,15 +46,6 @@ TOPICS = [
     ("poetry", "Switch the project from pip to poetry"),
     ("health", "Return 200 from the health check when redis is down"),
 ]
-
-
-def age(root: Path, seconds: float = 120.0) -> None:
-    """Date every file back, so the index trusts its rows (a file changed within the last
-    two seconds is always derived again)."""
-    past = time.time() - seconds
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            os.utime(path, (past, past))
 
 
 async def open_session(root: Path) -> SandboxSession:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import sys
-import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from memory_doubles import age
 from memory_doubles import transcript_turn as turn
 from memory_doubles import transcripts_workspace as workspace
 
@@ -75,14 +74,6 @@ class ConceptEmbedder:
 
 FACT = "The nightly billing export job times out after 45 seconds."
 QUESTION = "how long may an overnight invoicing dump task run"
-
-
-def age(root: Path, seconds: float = 120.0) -> None:
-    """Every file of ``root`` made older than a change must be to be trusted by the index."""
-    past = time.time() - seconds
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            os.utime(path, (past, past))
 
 
 def layout(tmp_path: Path) -> Path:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_doubles import segment_line
+from memory_doubles import age, segment_line
 from memory_doubles import transcript_turn as turn
 from memory_doubles import transcripts_workspace as workspace
 
@@ -33,13 +31,6 @@ SECRETS = (
     "AKIA" + "QWERTYUIOPASDFGH",
     "xoxb-123456789012-123456789012-" + "abcdefghijklmnopqrstuvwx",
 )
-
-
-def age(root: Path, seconds: float = 120.0) -> None:
-    past = time.time() - seconds
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            os.utime(path, (past, past))
 
 
 def index_bytes(root: Path) -> bytes:
