@@ -27,7 +27,7 @@ from sandmem.memory._results import SearchHit, SearchInfo
 from sandmem.memory.layout import RACY_NS, MemoryPaths, Stat, listing_digest, read_isolated
 from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
-from sandmem.memory.views import _search, _transcripts, _vectors
+from sandmem.memory.views import _align, _search, _transcripts, _vectors
 
 if TYPE_CHECKING:
     from sandmem.memory.views._index import LayoutIndex
@@ -548,6 +548,8 @@ FUSE_DEPTH = 30
 RRF_K = 10.0
 RRF_WEIGHTS = (1.0, 1.0, 1.0)
 BM25_SURENESS = 2.0
+#: whether hybrid search re-ranks its first hits phrase by phrase (``_align``)
+ALIGN = True
 
 
 def collect_vectors(index: LayoutIndex, *, everything: bool = False) -> None:
@@ -609,8 +611,10 @@ def rank_hybrid(
 ) -> list[AnyHit]:
     """BM25 over distilled memory, BM25 over the transcripts and cosine over the vectors of
     both, fused by reciprocal rank (``RRF_K``, ``RRF_WEIGHTS``, each BM25 place scaled by how
-    sure the hit is: ``_bm25_sureness``); ties keep distilled memory first. Each hit's
-    ``score`` is its fused score."""
+    sure the hit is: ``_bm25_sureness``); ties keep distilled memory first. Then the first
+    ``_align.DEPTH`` are re-ranked phrase by phrase (``_aligned``; ``ALIGN``), the hits BM25
+    is sure of keeping their places. Each hit's ``score`` is its fused score, or, for a
+    re-ranked hit, its place's value (above every hit not reached): higher is better."""
     depth = max(limit, FUSE_DEPTH)
     conn = index.conn
     query = _search.capped(query)
@@ -659,9 +663,80 @@ def rank_hybrid(
                 continue
             seen.add((hit.rollout_id, hit.text))
         out.append(replace(hit, score=round(fused[(kind, ref)], 6)))
-        if len(out) == limit:
+        if len(out) == max(limit, _align.DEPTH if ALIGN else 0):
             break
-    return out
+    sure = {("s", k) for k, v in sure_s.items() if v >= 1.0}
+    sure |= {("p", k) for k, v in sure_p.items() if v >= 1.0}
+    pinned = {n for n, h in enumerate(out) if _key(h) in sure}
+    return _aligned(index, query, embedder, out, pinned)[:limit]
+
+
+def _key(hit: AnyHit) -> tuple[str, int]:
+    if isinstance(hit, _transcripts.TranscriptHit):
+        return ("p", hit.pid)
+    return ("s", hit.sid)
+
+
+def _aligned(
+    index: LayoutIndex,
+    query: str,
+    embedder: _vectors.Embedder,
+    hits: list[AnyHit],
+    pinned: set[int],
+) -> list[AnyHit]:
+    """``hits`` (fused order) with the first ``_align.DEPTH`` re-ranked by ``_align``, except
+    the ``pinned`` places (hits BM25 is sure of: they hold the query's rare words — an
+    identifier, an error code — which no paraphrase needs a second look for), which keep
+    theirs. Each re-ranked hit's ``score`` is its place's value, above every hit not reached."""
+    if not ALIGN or len(hits) < 2:
+        return hits
+    head = hits[: _align.DEPTH]
+    bodies = _section_bodies(index, [h.sid for h in head if isinstance(h, _search.Hit)])
+    texts = [
+        h.text if isinstance(h, _transcripts.TranscriptHit) else bodies.get(h.sid, h.snippet)
+        for h in head
+    ]
+    aligned = _align.scores(embedder, query, texts, _rarity(index, query))
+    if len(aligned) < 2:
+        return hits
+    moving = [n for n in range(len(aligned)) if n not in pinned]
+    order = _align.reorder([head[n].score for n in moving], [aligned[n] for n in moving])
+    placed = iter(moving[i] for i in order)
+    floor = max((h.score for h in hits[len(aligned) :]), default=0.0)
+    top = len(aligned)
+    reranked = [
+        replace(head[n if n in pinned else next(placed)], score=round(floor + top - n, 6))
+        for n in range(top)
+    ]
+    return reranked + hits[len(aligned) :]
+
+
+def _rarity(index: LayoutIndex, query: str) -> dict[str, float]:
+    """Each content word of ``query`` (``_align.words``) weighed by its rarity: the idf of its
+    term among the transcript passages (the largest idf for a word no passage holds), over
+    the mean of those; empty (every word 1) when the transcript tier is empty."""
+    total = passage_count(index)
+    if not total:
+        return {}
+    terms = {w: _search.query_terms(index.conn, w) for w in dict.fromkeys(_align.words(query))}
+    weight = _transcripts.weights(
+        index.conn, sorted({t for ts in terms.values() for t in ts}), total
+    )
+    top = _transcripts.idf(total, 0)
+    found = {w: max((weight.get(t, top) for t in ts), default=0.0) for w, ts in terms.items()}
+    mean = sum(found.values()) / len(found) if found else 0.0
+    return {w: v / mean for w, v in found.items()} if mean > 0 else {}
+
+
+def _section_bodies(index: LayoutIndex, sids: list[int]) -> dict[int, str]:
+    """The heading and text of the sections ``sids`` (by id), as the index holds them."""
+    if not sids:
+        return {}
+    marks = ",".join("?" * len(sids))
+    rows = index.conn.execute(
+        f"SELECT rowid, heading, body FROM sections_fts WHERE rowid IN ({marks})", sids
+    )
+    return {int(r[0]): f"{r[1] or ''}\n{r[2] or ''}".strip() for r in rows}
 
 
 def _bm25_sureness(
