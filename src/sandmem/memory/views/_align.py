@@ -114,13 +114,13 @@ def scores(
     query: str,
     texts: Sequence[str],
     rarity: Mapping[str, float] | None = None,
-    budget_s: float = BUDGET_S,
+    budget_s: float | None = None,
 ) -> list[float]:
     """How well each of ``texts`` answers ``query``, phrase by phrase (higher is better), for
-    the first texts reached within ``budget_s``: the list may be shorter than ``texts``
-    (empty when the query has no content phrase). A question phrase weighs as the mean
-    ``rarity`` of its words (1 for a word not in it): an identifier only one text holds
-    counts for more than the words many share."""
+    the first texts reached within ``budget_s`` (default ``BUDGET_S``): the list may be
+    shorter than ``texts`` (empty when the query has no content phrase). A question phrase
+    weighs as the mean ``rarity`` of its words (1 for a word not in it): an identifier only
+    one text holds counts for more than the words many share."""
     import numpy as np
 
     asked = phrases(query)
@@ -134,6 +134,7 @@ def scores(
     if not np.all(np.isfinite(weight)) or float(weight.sum()) <= 0:
         weight = np.ones(len(asked))
     weight = weight / weight.sum()
+    budget = BUDGET_S if budget_s is None else budget_s
     started = time.monotonic()
     _vectors(embedder, asked)
     question = _matrix(embedder, asked)
@@ -141,7 +142,7 @@ def scores(
         return []
     found: list[float] = []
     for text in texts:
-        if time.monotonic() - started > budget_s:
+        if time.monotonic() - started > budget:
             break
         parts = [(s, phrases(s)) for s in sentences(text)]
         parts = [(s, p) for s, p in parts if p]
