@@ -109,13 +109,17 @@ def start_redis(workdir: Path, port: int | None = None) -> RedisServer:
 class FreezableProxy:
     """A TCP forwarder to ``127.0.0.1:target`` that can be frozen: while frozen it still
     accepts connections and reads what clients send, but forwards nothing and answers nothing
-    (a service that hangs without closing); ``thaw()`` lets the held bytes through."""
+    (a service that hangs without closing); ``thaw()`` lets the held bytes through;
+    ``close()`` ends every connection, so a client still waiting for an answer through it sees
+    the connection end (it does not wait out its own timeout)."""
 
     def __init__(self, target: int) -> None:
         self.target = target
         self._open = threading.Event()
         self._open.set()
         self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -141,7 +145,11 @@ class FreezableProxy:
             except OSError:
                 client.close()
                 continue
-            self._sockets += [client, upstream]
+            with self._lock:
+                if self._closed:  # accepted while close() ran: end it too
+                    _end(client, upstream)
+                    return
+                self._sockets += [client, upstream]
             for src, dst in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
@@ -158,11 +166,25 @@ class FreezableProxy:
                     sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        """End every connection and stop accepting. A request held while frozen may be
+        answered late (SeaweedFS took seconds to answer one replayed on thaw); the answer can
+        no longer reach its client, so that client must see its connection end. Each socket
+        is shut down before it is closed: a close alone wakes no thread blocked on the socket
+        and, while a pump still reads it, sends nothing to the peer, so the client would wait
+        out its own read timeout (the frozen-store test sets 1,200 s) and the event loop's
+        end, which joins that client's thread, with it."""
+        with self._lock:
+            self._closed = True
+            sockets = [self._listener, *self._sockets]
         self._open.set()
-        self._listener.close()
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
+        _end(*sockets)
+
+
+def _end(*sockets: socket.socket) -> None:
+    for sock in sockets:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
 
 
 @dataclass

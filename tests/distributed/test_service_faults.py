@@ -379,3 +379,61 @@ async def test_a_job_outside_the_workers_store_is_refused_once(
     await redis.aclose()
     assert len(dead) == 1 and "outside" in dead[0]["reason"]
     assert worker.done == 1
+
+
+# ---------------------------------------------------------------- the frozen proxy itself
+
+
+class SilentService:
+    """A TCP service that accepts and reads but answers only when told (``answer``)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.conns: list[socket.socket] = []
+        self.listener.settimeout(HANG_GUARD_S)
+
+    def take(self) -> socket.socket:
+        conn, _ = self.listener.accept()
+        self.conns.append(conn)
+        return conn
+
+    def close(self) -> None:
+        for sock in [*self.conns, self.listener]:
+            sock.close()
+
+
+@pytest.mark.parametrize("case", ["held while frozen", "sent, never answered", "idle", "late"])
+def test_closing_the_proxy_ends_a_connection_whose_client_waits_for_an_answer(
+    case: str,
+) -> None:
+    """A client waiting on a connection through the proxy sees it end at ``close()``, however
+    the connection stands; an answer the service gives after that never reaches it (the
+    frozen-store test's teardown hung on a client whose held request was answered late)."""
+    service = SilentService()
+    proxy = FreezableProxy(service.port)
+    client = socket.create_connection(("127.0.0.1", proxy.port), timeout=HANG_GUARD_S)
+    try:
+        upstream = service.take()  # the proxy connects upstream as it accepts
+        if case == "held while frozen":
+            proxy.freeze()
+            client.sendall(b"PUT /pending HTTP/1.1\r\n\r\n")
+        elif case in ("sent, never answered", "late"):
+            client.sendall(b"PUT /pending HTTP/1.1\r\n\r\n")
+            assert upstream.recv(100).startswith(b"PUT /pending")  # it got through
+        proxy.close()
+        if case == "late":
+            with contextlib.suppress(OSError):  # the proxy's end is gone: refused or not
+                upstream.sendall(b"HTTP/1.1 200 OK\r\n\r\n")
+        # the guard is the client's timeout: without the fix this raises TimeoutError
+        try:
+            got = client.recv(100)
+        except ConnectionResetError:
+            got = b""
+        assert got == b""  # the end of the connection, no answer
+        with pytest.raises(OSError):  # and nothing is accepted any more
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=HANG_GUARD_S)
+    finally:
+        client.close()
+        proxy.close()
+        service.close()

@@ -504,6 +504,40 @@ async def test_pending_rows_are_embedded_once_in_batches_that_never_rescan(
     conn.close()
 
 
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [],
+        [("user", 0), ("assistant", 0), ("final output", 0)],
+        [("tool output", 0), ("tool output", 1), ("tool output", 2)],
+        [("tool call", 0), ("tool call", 1), ("reasoning", 0)],
+        [(kind, part) for kind in ("user", "tool output", "tool call") for part in range(4)] * 5,
+    ],
+)
+def test_status_counts_the_passages_that_get_vectors_without_reading_every_passage(
+    rows: list[tuple[str, int]],
+) -> None:
+    conn = _index._connect(None)
+    _transcripts.scratch(conn)
+    _vectors.scratch(conn)
+    conn.executemany("INSERT INTO passages (rid, segment, kind, part) VALUES ('r', 0, ?, ?)", rows)
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    found = _vectors.counts(conn, "memories")
+    conn.set_trace_callback(None)
+    wanted = sum(
+        kind in _vectors.PROSE_KINDS or (kind in _vectors.FIRST_ONLY_KINDS and part == 0)
+        for kind, part in rows
+    )
+    assert found["passages"] == wanted
+    # the passages are counted by seeking their kinds in an index, never by reading each one
+    (count,) = [sql for sql in statements if "FROM passages" in sql]
+    plan = [str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {count}")]
+    assert sum("USING COVERING INDEX passages_kind (kind=?" in step for step in plan) == 2, plan
+    assert not any(step.startswith("SCAN passages") for step in plan), plan
+    conn.close()
+
+
 def test_search_still_works_on_a_loop_after_the_quick_records(tmp_path: Path) -> None:
     """The sync twin (a fresh event loop per call) keeps and uses the quick records too."""
     root = layout(tmp_path)

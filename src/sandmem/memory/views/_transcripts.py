@@ -64,6 +64,9 @@ SCHEMA = (
     """CREATE TABLE passages (
         id INTEGER PRIMARY KEY, rid TEXT, segment INTEGER, kind TEXT, part INTEGER)""",
     "CREATE INDEX passages_rid ON passages (rid)",
+    # ``memory status`` counts the passages that get vectors (``_vectors.counts``) by seeking
+    # their kinds here, not by reading every passage (a scan grew with the transcripts)
+    "CREATE INDEX passages_kind ON passages (kind, part)",
     f"CREATE VIRTUAL TABLE passages_fts USING fts5(body, {_TOKENIZE})",
 )
 TABLES = ("transcript_files", "passages", "passages_fts")
