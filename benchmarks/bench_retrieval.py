@@ -339,7 +339,8 @@ def _model_ceiling(facts: list[Fact]) -> dict[int, float]:
     """The embedding model on its own, with nothing but the facts to choose from: each
     question ranked by cosine against the planted fact sentences alone (no other text, no
     passage or section around them); evidence@k counts the sentences holding its value. What
-    the model can find here bounds what hybrid search finds among every other text."""
+    the model can find here bounds what cosine over whole sentences finds among every other
+    text (the phrase re-ranking goes past it)."""
     import numpy as np
 
     model = _vectors.load()
@@ -566,8 +567,8 @@ def run(
             "The model alone, each question ranked by cosine against the "
             f"{q['facts']:,} fact sentences and no other text: evidence@1/5/10 "
             + " / ".join(_pct(hybrid["ceiling"][k]) for k in KS)
-            + " (what the model can tell apart bounds what hybrid search finds among every "
-            "other text)."
+            + " (whole sentences by one vector each: what the first stage's cosine can tell "
+            "apart; the phrase re-ranking is how hybrid search goes past it)."
         )
     parts += [
         "Evidence in the first k hits (share of questions; the last column: identifier "
