@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from memory_doubles import transcript_turn as turn
 from memory_doubles import transcripts_workspace as workspace
-from test_search_hybrid import ConceptEmbedder
+from test_search_hybrid import ConceptEmbedder, near
 
 from sandmem import memory as api
 from sandmem.memory.layout import MemoryPaths
@@ -190,11 +190,8 @@ async def test_search_reranks_by_alignment_and_keeps_what_bm25_is_sure_of(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # 20 more texts holding the question's common words: the identifier is rare among them
-    near = {
-        f"near{n:02d}": turn(f"near{n:02d}", f"The billing export run {n} finished.", "ok")
-        for n in range(20)
-    }
-    root = facts_layout(tmp_path, {"exact": turn("exact", EXACT, "Noted."), **near})
+    others = near(20, "The billing export run {n} finished.")
+    root = facts_layout(tmp_path, {"exact": turn("exact", EXACT, "Noted."), **others})
     wanted: dict[str, float] = {"right": 0.1, "cadence": 0.9, "thing": 0.5}
 
     def spy(embedder: Any, query: str, texts: Sequence[str], *args: Any) -> list[float]:

@@ -79,6 +79,11 @@ FACT = "The nightly billing export job times out after 45 seconds."
 QUESTION = "how long may an overnight invoicing dump task run"
 
 
+def near(count: int, template: str) -> dict[str, str]:
+    """``count`` one-turn conversations ``near00``.. saying ``template`` with their number."""
+    return {f"near{n:02d}": turn(f"near{n:02d}", template.format(n=n), "ok") for n in range(count)}
+
+
 def layout(tmp_path: Path) -> Path:
     return workspace(
         tmp_path,
@@ -433,10 +438,7 @@ async def test_an_identifier_bm25_alone_finds_is_in_the_first_hits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # 40 conversations near the query in meaning; the one holding its identifier is not
-    files = {
-        f"near{n:02d}": turn(f"near{n:02d}", f"The nightly billing export job {n} finished.", "ok")
-        for n in range(40)
-    }
+    files = near(40, "The nightly billing export job {n} finished.")
     files["exact"] = turn("exact", "Deploy stopped with E4412 on the staging host.", "Noted.")
     root = workspace(tmp_path, files)
     query = "billing export E4412"
