@@ -30,7 +30,12 @@ from sandmem.memory import (
     tombstones,
 )
 from sandmem.memory._redact_names import Renamer
-from sandmem.memory._secret_forms import SecretForms, clean_name, secret_values
+from sandmem.memory._secret_forms import (
+    SecretForms,
+    clean_name,
+    rollout_secret_values,
+    secret_values,
+)
 from sandmem.memory.extractive._groups import _WORD as KEYWORD
 from sandmem.memory.extractive._text import clip, slugify
 from sandmem.memory.history import Attribution
@@ -188,6 +193,37 @@ def test_secrets_are_found_in_the_forms_escapes_hide_them() -> None:
         "77", "\\u0037\\u0037"
     )
     assert ("ACME-PROJ-77x9", "history") in secret_values(RULE, text)
+
+
+def _line(value: object) -> str:
+    return json.dumps(value)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        _line({"text": f"my key is {SECRET} ok"}),  # plain, in a JSON string
+        _line({"text": f'say "{SECRET}"\nnext'}),  # next to JSON's own escapes
+        _line({"k": SECRET}).replace("77", "\\u0037\\u0037"),  # written as \u escapes
+        _line({"arguments": _line({"cmd": f"export KEY={SECRET}"})}),  # JSON inside JSON
+        _line({"out": f"\x1b[31m{SECRET[:6]}\x1b[0m{SECRET[6:]}"}),  # cut by colour codes
+        _line({SECRET: "a key holds it"}),  # a key, not a value
+        _line([[{"deep": [SECRET]}]]),  # nested
+        f"not json at all {SECRET}",  # a line that does not parse
+        "[" * 100_000 + f'"{SECRET}"' + "]" * 100_000,  # nested past the parser's limit
+        _line({"t": f"{SECRET} and more"})[:-5],  # cut mid-line (a bounded rollout)
+    ],
+)
+def test_a_rollouts_secrets_are_found_in_its_decoded_strings(line: str) -> None:
+    text = "\n".join([_line({"type": "message", "text": "hello"}), line, _line({"n": 1})])
+    assert (SECRET, "history") in rollout_secret_values(RULE, text)
+    assert SecretForms.in_rollout(Redactor([], defaults=False), text, RULE)
+
+
+def test_a_rollout_without_secrets_finds_none() -> None:
+    text = "\n".join(_line({"text": f"line {n} with a path C:\\tmp\\x"}) for n in range(50))
+    assert rollout_secret_values(RULE, text) == []
+    assert not SecretForms.in_rollout(RULE, text)
 
 
 def test_redacting_twice_changes_nothing_more() -> None:

@@ -448,9 +448,9 @@ class _Driver:
         # a transcript is recorded redacted, but one written before a pattern was configured,
         # or planted in sessions/, holds secrets the artifacts may derive text from
         forms = await asyncio.to_thread(
-            SecretForms.found,
+            SecretForms.in_rollout,
             record.redactor,
-            [text],
+            text,
             case_blind(record.config.redact_patterns) if record.config.redact_patterns else None,
         )
         del text
