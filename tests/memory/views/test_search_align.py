@@ -106,6 +106,14 @@ def test_a_rare_word_counts_for_more_than_common_ones() -> None:
     assert weighed[1] > even[1]
 
 
+def test_a_long_question_costs_no_more_than_its_first_words() -> None:
+    model = fresh()
+    long = " ".join(f"word{n}" for n in range(2000))
+    _align.scores(model, long, [], budget_s=60.0)
+    first = " ".join(f"word{n}" for n in range(_align.QUERY_WORDS))
+    assert sorted(model.embedded) == sorted(_align.phrases(first))
+
+
 @pytest.mark.parametrize("query", ["", "   ", "the of a", "?!"])
 def test_a_question_with_no_content_phrase_reranks_nothing(query: str) -> None:
     assert _align.scores(fresh(), query, ["The nightly export job."]) == []

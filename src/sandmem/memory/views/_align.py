@@ -40,6 +40,9 @@ BUDGET_S = 1.5
 KEEP = 0.5
 #: a phrase is one to this many content words in a row
 MAX_WORDS = 3
+#: a question's first this many content words are matched (its phrases are embedded before
+#: the budget is looked at: a long question must not cost more than a short one)
+QUERY_WORDS = 24
 #: a hit's sentences looked at: at most this many, from at most this many characters
 MAX_SENTENCES = 20
 MAX_CHARS = 4000
@@ -123,7 +126,7 @@ def scores(
     one text holds counts for more than the words many share."""
     import numpy as np
 
-    asked = phrases(query)
+    asked = phrases(" ".join(words(query)[:QUERY_WORDS]))
     if not asked:
         return []
     known = rarity or {}
