@@ -29,6 +29,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from sandmem.memory.views._vectors import SENTENCE
+
 if TYPE_CHECKING:
     from sandmem.memory.views._vectors import Embedder
 
@@ -57,7 +59,6 @@ _STOPWORDS = frozenset(
     "which who whom whose why will with would you your".split()
 )
 _WORD = re.compile(r"[^\W_][\w'/.-]*[^\W_]|[^\W_]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 _lock = threading.Lock()
 _cache: dict[tuple[str, str], Sequence[float]] = {}
@@ -66,6 +67,11 @@ _cache: dict[tuple[str, str], Sequence[float]] = {}
 def words(text: str) -> list[str]:
     """The content words of ``text``, lower case, in order (``_STOPWORDS`` left out)."""
     return [w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS]
+
+
+def query_words(query: str) -> list[str]:
+    """The words of a question that are matched: its first ``QUERY_WORDS`` content words."""
+    return words(query)[:QUERY_WORDS]
 
 
 def phrases(text: str) -> list[str]:
@@ -81,7 +87,7 @@ def phrases(text: str) -> list[str]:
 
 def sentences(text: str) -> list[str]:
     """The sentences of a hit that are scored (``MAX_SENTENCES`` of its first ``MAX_CHARS``)."""
-    parts = (p.strip() for p in _SENTENCE.split(text[:MAX_CHARS]))
+    parts = (p.strip() for p in SENTENCE.split(text[:MAX_CHARS]))
     return [p for p in parts if p][:MAX_SENTENCES]
 
 
@@ -126,7 +132,7 @@ def scores(
     one text holds counts for more than the words many share."""
     import numpy as np
 
-    asked = phrases(" ".join(words(query)[:QUERY_WORDS]))
+    asked = phrases(" ".join(query_words(query)))
     if not asked:
         return []
     known = rarity or {}
@@ -147,11 +153,10 @@ def scores(
     for text in texts:
         if time.monotonic() - started > budget:
             break
-        parts = [(s, phrases(s)) for s in sentences(text)]
-        parts = [(s, p) for s, p in parts if p]
-        _vectors(embedder, [p for _, ps in parts for p in ps])
+        parts = [p for p in (phrases(s) for s in sentences(text)) if p]
+        _vectors(embedder, [p for ps in parts for p in ps])
         best = 0.0
-        for _, said in parts:
+        for said in parts:
             answer = _matrix(embedder, said)
             if answer is None:
                 continue

@@ -712,13 +712,14 @@ def _aligned(
 
 
 def _rarity(index: LayoutIndex, query: str) -> dict[str, float]:
-    """Each content word of ``query`` (``_align.words``) weighed by its rarity: the idf of its
+    """Each matched word of ``query`` (``_align.query_words``) weighed by its rarity: the idf of its
     term among the transcript passages (the largest idf for a word no passage holds), over
     the mean of those; empty (every word 1) when the transcript tier is empty."""
     total = passage_count(index)
     if not total:
         return {}
-    terms = {w: _search.query_terms(index.conn, w) for w in dict.fromkeys(_align.words(query))}
+    asked = dict.fromkeys(_align.query_words(query))
+    terms = {w: _search.query_terms(index.conn, w) for w in asked}
     weight = _transcripts.weights(
         index.conn, sorted({t for ts in terms.values() for t in ts}), total
     )

@@ -68,14 +68,14 @@ Mode = Literal["bm25", "hybrid"]
 #: a section is embedded in chunks of at most this many characters (cut at a line break)
 CHUNK_CHARS = 600
 #: a sentence (or line) shorter than this gets no vector of its own
-MIN_SENTENCE_CHARS = 12
+MINSENTENCE_CHARS = 12
 #: ... and so does one whose plain words are fewer than half its tokens, or than this (a line
 #: of paths, ids and dates)
-MIN_SENTENCE_WORDS = 2
+MINSENTENCE_WORDS = 2
 #: where a piece is cut into sentences: after . ! ? and at a line break; never at a
 #: semicolon, which joins two halves of one statement ("Priya owns the gateway; page her
 #: when it breaks")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 #: a plain word: letters only, not part of a path, a file name or an identifier
 _PLAIN_WORD = re.compile(r"(?<![\w/.\\-])[^\W\d_]{2,}(?![\w/\\-]|\.\w)")
 #: transcript passages that get a vector: every piece of these kinds ...
@@ -245,26 +245,26 @@ def key_of(text: str) -> str:
 
 
 def _says_something(sentence: str) -> bool:
-    """Whether a sentence is worth a vector of its own: at least ``MIN_SENTENCE_CHARS`` long,
-    and at least half of its tokens (and ``MIN_SENTENCE_WORDS``) plain words. A line of paths,
+    """Whether a sentence is worth a vector of its own: at least ``MINSENTENCE_CHARS`` long,
+    and at least half of its tokens (and ``MINSENTENCE_WORDS``) plain words. A line of paths,
     ids and dates (a ``Sources:`` entry, a file listing) means nothing a question asks for;
     alone it only crowds the ranking (its piece still has a vector, and BM25 finds its
     words)."""
-    if len(sentence) < MIN_SENTENCE_CHARS:
+    if len(sentence) < MINSENTENCE_CHARS:
         return False
     words = len(_PLAIN_WORD.findall(sentence))
-    return words >= MIN_SENTENCE_WORDS and 2 * words >= len(sentence.split())
+    return words >= MINSENTENCE_WORDS and 2 * words >= len(sentence.split())
 
 
 def chunks(text: str) -> list[str]:
     """The texts of one row that get a vector: the row cut at lines into pieces of at most
-    ``CHUNK_CHARS``, and each sentence or line of a piece that holds several (``_SENTENCE``;
+    ``CHUNK_CHARS``, and each sentence or line of a piece that holds several (``SENTENCE``;
     those that ``_says_something``). A vector of a whole passage blurs what its sentences say
     apart (a request and, in passing, a setting): the row scores as its best text."""
     found: dict[str, None] = {}
     for piece in split_text(text, CHUNK_CHARS):
         found.setdefault(piece)
-        parts = [p.strip() for p in _SENTENCE.split(piece)]
+        parts = [p.strip() for p in SENTENCE.split(piece)]
         parts = [p for p in parts if _says_something(p)]
         if len(parts) > 1:
             for part in parts:
