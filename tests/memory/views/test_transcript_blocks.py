@@ -120,6 +120,40 @@ def test_a_block_holds_many_passages_and_reads_back_each() -> None:
     assert conn.execute("SELECT body FROM passages_fts LIMIT 1").fetchone() == (None,)
 
 
+def test_a_passage_redaction_made_longer_reads_back_whole() -> None:
+    """A marker may be longer than the secret it replaces: a passage can exceed
+    ``PASSAGE_CHARS`` once redacted, and its block still reads back (never "damaged")."""
+    conn = fresh_conn()
+    texts = [("a b c " * 90, "short answer")] * 3
+
+    def longer(text: str) -> str:
+        return text.replace(" ", " [REDACTED:password] ")
+
+    _transcripts.add_lines(conn, "r", 1, lines_of(texts, "r"), longer)
+    ids = [int(pid) for (pid,) in conn.execute("SELECT id FROM passages")]
+    read = _transcripts.bodies(conn, ids)
+    assert len(read) == len(ids) and max(map(len, read.values())) > _transcripts.PASSAGE_CHARS
+    assert not _transcripts.damaged(conn)
+    assert _transcripts.drop_conversation(conn, "r")
+    assert postings(conn) == Counter()
+
+
+def test_a_block_past_its_byte_bound_is_stored_as_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_transcripts, "BLOCK_BYTES", 300)
+    conn = fresh_conn()
+    texts = [(f"question {n} " + "word " * 30, f"answer {n}") for n in range(6)]
+    _transcripts.add_lines(conn, "r", 1, lines_of(texts, "r"), str)
+    sizes = [len(zlib.decompress(b)) for (b,) in conn.execute("SELECT texts FROM passage_blocks")]
+    assert len(sizes) > 2 and max(sizes) <= 300
+    ids = [int(pid) for (pid,) in conn.execute("SELECT id FROM passages ORDER BY id")]
+    read = _transcripts.bodies(conn, ids)
+    assert [read[i] for i in ids][:2] == [texts[0][0].strip(), "answer 0"]
+    fresh = fresh_conn()
+    monkeypatch.setattr(_transcripts, "BLOCK_BYTES", 1 << 20)
+    _transcripts.add_lines(fresh, "r", 1, lines_of(texts, "r"), str)
+    assert postings(conn) == postings(fresh)
+
+
 def block(data: object) -> bytes:
     return zlib.compress(json.dumps(data).encode())
 
@@ -130,10 +164,11 @@ DAMAGE: dict[str, tuple[str, tuple[object, ...]]] = {
     "zlib, not JSON": ("UPDATE passage_blocks SET texts = ?", (zlib.compress(b"[not json"),)),
     "JSON, not a list": ("UPDATE passage_blocks SET texts = ?", (block({"a": "b"}),)),
     "a list of numbers": ("UPDATE passage_blocks SET texts = ?", (block([1, 2, 3]),)),
-    "a text too long": (
+    "a nesting past the parser's limit": (
         "UPDATE passage_blocks SET texts = ?",
-        (block(["x" * (_transcripts.PASSAGE_CHARS + 1)] * 4),),
+        (zlib.compress(b"[" * 200_000 + b"]" * 200_000),),
     ),
+    "a list holding a list": ("UPDATE passage_blocks SET texts = ?", (block([["a"], "b"]),)),
     "a decompression bomb": (
         "UPDATE passage_blocks SET texts = ?",
         (zlib.compress(b"[" + b" " * (_transcripts.BLOCK_BYTES * 8) + b"]", 9),),

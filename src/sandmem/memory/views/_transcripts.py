@@ -69,9 +69,11 @@ RESCORE_DEPTH = 100
 OVERFETCH = 3
 #: a text block (``passage_blocks``) is closed once its passages hold this many characters
 BLOCK_CHARS = 16_000
-#: a block's JSON is at most this many bytes once decompressed (its passages' characters, at
-#: most 6 bytes each as JSON escapes, and the list's punctuation); a larger one is damaged
-BLOCK_BYTES = 8 * (BLOCK_CHARS + PASSAGE_CHARS)
+#: a block's JSON is at most this many bytes (a larger block is stored as two); one that
+#: decompresses to more is damaged. A block closes at ``BLOCK_CHARS`` characters plus one
+#: passage: a redacted piece of ``PASSAGE_CHARS`` (a secret of one character may become a
+#: marker of ~40), at most 6 bytes a character as JSON: ~0.25 MB at the very worst
+BLOCK_BYTES = 1 << 20
 
 _TOKENIZE = "tokenize='porter unicode61'"
 SCHEMA = (
@@ -329,9 +331,16 @@ def add_lines(
 
 def _store_block(conn: sqlite3.Connection, rid: str, block: list[tuple[int, Passage]]) -> None:
     """One block of passages (each with its segment): the texts, then a row and the
-    full-text entry of each."""
-    data = json.dumps([p.text for _, p in block], ensure_ascii=False)
-    packed = zlib.compress(data.encode("utf-8", "surrogatepass"))
+    full-text entry of each (in two blocks when its JSON would pass ``BLOCK_BYTES``)."""
+    data = json.dumps([p.text for _, p in block], ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    )
+    if len(data) > BLOCK_BYTES and len(block) > 1:
+        half = len(block) // 2
+        _store_block(conn, rid, block[:half])
+        _store_block(conn, rid, block[half:])
+        return
+    packed = zlib.compress(data)
     block_id = conn.execute("INSERT INTO passage_blocks (texts) VALUES (?)", (packed,)).lastrowid
     for n, (segment, passage) in enumerate(block):
         cur = conn.execute(
@@ -389,21 +398,19 @@ def _blocks(conn: sqlite3.Connection, ids: set[int]) -> dict[int, list[str]]:
 
 
 def _unpack(data: object) -> list[str] | None:
-    """A block's texts: zlib-compressed JSON, a list of strings of at most ``PASSAGE_CHARS``
-    each, at most ``BLOCK_BYTES`` once decompressed; ``None`` for anything else (the file
-    is hostile: a forged block may be anything, a bomb of zeros included)."""
+    """A block's texts: zlib-compressed JSON, a list of strings, at most ``BLOCK_BYTES`` once
+    decompressed; ``None`` for anything else (the file is hostile: a forged block may be
+    anything, a bomb of zeros or a nesting past the parser's limit included)."""
     if not isinstance(data, bytes):
         return None
     inflate = zlib.decompressobj()
     try:
         raw = inflate.decompress(data, BLOCK_BYTES)
-        texts = json.loads(raw.decode("utf-8", "surrogatepass"))
-    except (zlib.error, ValueError):
+        whole = inflate.eof and not inflate.unconsumed_tail and not inflate.unused_data
+        texts = json.loads(raw.decode("utf-8", "surrogatepass")) if whole else None
+    except (zlib.error, ValueError, RecursionError):
         return None
-    whole = inflate.eof and not inflate.unconsumed_tail and not inflate.unused_data
-    if not whole or not isinstance(texts, list):
-        return None
-    if not all(isinstance(t, str) and len(t) <= PASSAGE_CHARS for t in texts):
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
         return None
     return texts
 
