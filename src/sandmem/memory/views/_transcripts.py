@@ -342,14 +342,18 @@ def _store_block(conn: sqlite3.Connection, rid: str, block: list[tuple[int, Pass
         return
     packed = zlib.compress(data)
     block_id = conn.execute("INSERT INTO passage_blocks (texts) VALUES (?)", (packed,)).lastrowid
-    for n, (segment, passage) in enumerate(block):
-        cur = conn.execute(
-            "INSERT INTO passages (rid, segment, kind, part, block, n) VALUES (?, ?, ?, ?, ?, ?)",
-            (rid, segment, passage.kind, passage.part, block_id, n),
-        )
-        conn.execute(
-            "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)", (cur.lastrowid, passage.text)
-        )
+    first = int(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM passages").fetchone()[0])
+    conn.executemany(
+        "INSERT INTO passages VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (first + n, rid, segment, p.kind, p.part, block_id, n)
+            for n, (segment, p) in enumerate(block)
+        ],
+    )
+    conn.executemany(
+        "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
+        [(first + n, p.text) for n, (_, p) in enumerate(block)],
+    )
 
 
 def count(conn: sqlite3.Connection) -> int:
