@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_doubles import age, segment_line
+from memory_doubles import age, gone_and_kept, segment_line
 from memory_doubles import transcript_turn as turn
 from memory_doubles import transcripts_workspace as workspace
 
@@ -219,13 +219,7 @@ async def test_forget_removes_the_conversation_from_every_page_of_the_index(
     tmp_path: Path,
 ) -> None:
     word = "quuxzanzibarword"
-    root = workspace(
-        tmp_path,
-        {
-            "gone": turn("gone", f"remember {word} for later", f"Noted {word}."),
-            "kept": turn("kept", "set up the linter", "ruff configured"),
-        },
-    )
+    root = gone_and_kept(tmp_path, word)
     await api.generate(root, engine="extractive")
     assert any(h.rollout_id == "gone" for h in (await api.search(root, word)).hits)
     assert word.encode() in index_bytes(root)

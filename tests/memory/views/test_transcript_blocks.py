@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memory_doubles import age
+from memory_doubles import age, gone_and_kept
 from memory_doubles import transcript_turn as turn
 from memory_doubles import transcripts_workspace as workspace
 
@@ -252,13 +252,7 @@ async def test_forget_after_a_damaged_block_leaves_no_term_behind(
     tmp_path: Path, name: str
 ) -> None:
     word = "quuxzanzibarword"
-    root = workspace(
-        tmp_path,
-        {
-            "gone": turn("gone", f"remember {word} for later", f"Noted {word}."),
-            "kept": turn("kept", "set up the linter", "ruff configured"),
-        },
-    )
+    root = gone_and_kept(tmp_path, word)
     await api.generate(root, engine="extractive")
     await settled(root)
     assert (await api.search(root, word)).hits
