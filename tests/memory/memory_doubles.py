@@ -179,6 +179,18 @@ def transcripts_workspace(tmp_path: Path, files: dict[str, str]) -> Path:
     return root
 
 
+def gone_and_kept(tmp_path: Path, word: str) -> Path:
+    """A workspace of two recorded conversations: ``gone`` says ``word``, ``kept`` does not
+    (for forgetting one)."""
+    return transcripts_workspace(
+        tmp_path,
+        {
+            "gone": transcript_turn("gone", f"remember {word} for later", f"Noted {word}."),
+            "kept": transcript_turn("kept", "set up the linter", "ruff configured"),
+        },
+    )
+
+
 def failing_model(message: str = "boom") -> FunctionModel:
     """A model whose every request raises ``RuntimeError(message)``."""
 

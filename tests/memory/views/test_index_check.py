@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,6 +103,11 @@ async def test_a_planted_index_object_is_rebuilt_never_trusted(tmp_path: Path, n
         conn.close()
 
 
+def block(texts: list[str]) -> bytes:
+    """A transcript text block as the index stores one (``_transcripts._store_block``)."""
+    return zlib.compress(json.dumps(texts).encode())
+
+
 FORGED: dict[str, Callable[[sqlite3.Connection], None]] = {
     "a forged section body": lambda c: c.execute(
         "UPDATE sections_fts SET body = ? WHERE rowid IN (SELECT id FROM sections)",
@@ -111,7 +117,10 @@ FORGED: dict[str, Callable[[sqlite3.Connection], None]] = {
         "UPDATE sections SET first_line = ?", (f"## Deploys {INJECTED} cache",)
     ),
     "a forged passage": lambda c: c.execute(
-        "UPDATE passages_fts SET body = ?", (f"deploy cache {INJECTED}",)
+        "UPDATE passage_blocks SET texts = ?", (block([f"deploy cache {INJECTED}"] * 9),)
+    ),
+    "a forged passage of another kind": lambda c: c.execute(
+        "UPDATE passage_blocks SET texts = ?", (block([f"deploy the cache service {INJECTED}"]),)
     ),
     "a forged passage row pointing elsewhere": lambda c: c.execute(
         "UPDATE passages SET segment = 9, rid = 'r1'"

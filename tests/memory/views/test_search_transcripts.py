@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_doubles import age, segment_line
+from memory_doubles import age, gone_and_kept, segment_line
 from memory_doubles import transcript_turn as turn
 from memory_doubles import transcripts_workspace as workspace
 
@@ -35,6 +35,20 @@ SECRETS = (
 
 def index_bytes(root: Path) -> bytes:
     return (root / PATHS.memories_dir / INDEX_NAME).read_bytes()
+
+
+def stored_passages(root: Path) -> list[tuple[str, str]]:
+    """Every passage of the index file as (conversation, text), its text read back from its
+    block (the full-text table keeps none)."""
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        _transcripts.scratch(conn)
+        rows = conn.execute("SELECT id, rid FROM passages").fetchall()
+        text = _transcripts.bodies(conn, [int(pid) for pid, _ in rows])
+        assert len(text) == len(rows)  # every block reads back
+        return [(str(rid), text[int(pid)]) for pid, rid in rows]
+    finally:
+        conn.close()
 
 
 def index_terms(root: Path) -> set[str]:
@@ -205,13 +219,7 @@ async def test_forget_removes_the_conversation_from_every_page_of_the_index(
     tmp_path: Path,
 ) -> None:
     word = "quuxzanzibarword"
-    root = workspace(
-        tmp_path,
-        {
-            "gone": turn("gone", f"remember {word} for later", f"Noted {word}."),
-            "kept": turn("kept", "set up the linter", "ruff configured"),
-        },
-    )
+    root = gone_and_kept(tmp_path, word)
     await api.generate(root, engine="extractive")
     assert any(h.rollout_id == "gone" for h in (await api.search(root, word)).hits)
     assert word.encode() in index_bytes(root)
@@ -283,11 +291,7 @@ async def test_a_redact_history_pattern_never_returns_into_the_transcript_tier(
         hits = asyncio.run(api.search(root, f"staging password {secret} db log")).hits
         if any(secret in (h.text or "") for h in hits if h.tier == "transcript"):
             return True
-        conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
-        try:
-            bodies = [str(b) for (b,) in conn.execute("SELECT body FROM passages_fts")]
-        finally:
-            conn.close()
+        bodies = [text for _, text in stored_passages(root)]
         assert any("staging" in b for b in bodies)  # the tier is there
         return any(secret in b or word in b.lower() for b in bodies) or word in index_terms(root)
 
@@ -306,14 +310,7 @@ async def test_a_redact_history_pattern_never_returns_into_the_transcript_tier(
 
     await rebuilt_every_way()
     # what did not match is still indexed, in that conversation too
-    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
-    kept = {
-        (str(r), str(b))
-        for r, b in conn.execute(
-            "SELECT p.rid, f.body FROM passages AS p JOIN passages_fts AS f ON f.rowid = p.id"
-        )
-    }
-    conn.close()
+    kept = set(stored_passages(root))
     assert {("leak", "Using it now."), ("leak", "show the log")} <= kept
     assert ("clean", "ruff configured") in kept
     # a second pattern adds to the record; the first stays withheld

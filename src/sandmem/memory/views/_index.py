@@ -75,7 +75,7 @@ T = TypeVar("T")
 INDEX_NAME = INDEX_DB
 #: how long a reader waits for another process refreshing the index
 #: bump when the schema or what a row holds changes: an index of another version is rebuilt
-INDEX_VERSION = 5
+INDEX_VERSION = 6
 #: a conversation's task is cut to this many characters
 TASK_CHARS = 120
 #: files read at once while deriving rows
@@ -954,6 +954,7 @@ async def rebuild_index(session: SandboxSession, paths: MemoryPaths) -> IndexRep
             index.will_change()
             for table in _TABLES:
                 index.conn.execute(f"DELETE FROM {table}")
+            _transcripts.empty_fts(index.conn)
             index.conn.execute("DELETE FROM meta WHERE key != 'dirty'")
             await index.refresh(("conversations", "sizes", "search", "transcripts"))
             embedder = _vectors.load()

@@ -260,8 +260,7 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
     if index._meta("withheld_digest") != withheld_digest:
         index.will_change()
         _rows_changed(index)
-        for (rid,) in conn.execute("SELECT rid FROM transcript_files").fetchall():
-            _transcripts.drop_conversation(conn, str(rid))
+        _transcripts.clear(conn)
         conn.execute("DELETE FROM meta WHERE key IN ('transcripts_digest', 'passages')")
         index._set_meta("withheld_digest", withheld_digest)
     if withheld is None:
@@ -273,6 +272,18 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
     if unchanged:
         index.keep_quick("transcripts", digest)
         return
+    # a second pass only after the first found a damaged text block and emptied the tier
+    if not await _catch_up(index, files) and not await _catch_up(index, files):
+        return
+    if digest is not None:
+        index._set_meta("transcripts_digest", digest)
+    index.keep_quick("transcripts", digest)
+
+
+async def _catch_up(index: LayoutIndex, files: dict[str, Stat]) -> bool:
+    """Index every rollout file of ``files`` whose row differs; ``False`` when a damaged text
+    block made a drop empty the whole tier (``_drop``), so the files must be compared again."""
+    conn = index.conn
     started_ns = time.time_ns()
     rows = {
         str(rid): (size, mtime, indexed, segments, tail)
@@ -288,8 +299,9 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
         index.will_change()
         _rows_changed(index)
         conn.execute("DELETE FROM meta WHERE key = 'passages'")  # counted again when asked
+    whole = True
     for rid in gone:
-        _transcripts.drop_conversation(conn, rid)
+        whole = _drop(index, rid) and whole
     redact = redactor() if stale else str
     for start in range(0, len(stale), READ_BATCH):
         batch = stale[start : start + READ_BATCH]
@@ -298,27 +310,46 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
         for rid, path in zip(batch, paths, strict=True):
             data = found.get(path)
             if data is None:
-                _transcripts.drop_conversation(conn, rid)  # looked at again next time
+                whole = _drop(index, rid) and whole  # looked at again next time
                 continue
-            _index_file(index, rid, data, rows.get(rid), files[rid], started_ns, redact)
-    if digest is not None:
-        index._set_meta("transcripts_digest", digest)
-    index.keep_quick("transcripts", digest)
+            whole = _index_file(index, rid, data, files[rid], started_ns, redact) and whole
+    return whole
+
+
+def _drop(index: LayoutIndex, rid: str) -> bool:
+    """Drop a conversation from the transcript tier; ``False`` when a damaged text block
+    made it empty the whole tier (``_transcripts.drop_conversation``): every file is then
+    indexed again (the tier's digest is forgotten)."""
+    if _transcripts.drop_conversation(index.conn, rid):
+        return True
+    _drop_failed(index)
+    return False
+
+
+def _drop_failed(index: LayoutIndex) -> None:
+    """The transcript tier was emptied (``_transcripts.clear``): its vectors go and every
+    rollout file is compared again at the next use."""
+    logger.warning("a transcript text block of the memory index is damaged: indexing again")
+    index.vectors_dropped = True
+    index.conn.execute("DELETE FROM meta WHERE key IN ('transcripts_digest', 'passages')")
 
 
 def _index_file(
     index: LayoutIndex,
     rid: str,
     data: bytes,
-    row: tuple[object, ...] | None,
     stat: Stat,
     started_ns: int,
     redact: _transcripts.Redact,
-) -> None:
-    """Index one rollout file's new lines (all of them when its indexed part changed)."""
+) -> bool:
+    """Index one rollout file's new lines (all of them when its indexed part changed);
+    ``False`` when dropping its old passages emptied the whole tier (``_drop``)."""
     offset, number = 0, 1
+    row = index.conn.execute(
+        "SELECT indexed, segments, tail FROM transcript_files WHERE rid = ?", (rid,)
+    ).fetchone()
     if row is not None:
-        end, segments, tail = row[2], row[3], row[4]
+        end, segments, tail = row
         if (
             isinstance(end, int)
             and isinstance(segments, int)
@@ -326,22 +357,22 @@ def _index_file(
             and data[max(0, end - _transcripts.TAIL) : end].hex() == tail
         ):
             offset, number = end, segments
-    if offset == 0:
-        _transcripts.drop_conversation(index.conn, rid)
+    whole = offset != 0 or _drop(index, rid)
     lines, end = _transcripts.lines_from(data, offset)
     withheld = index.withheld.get(rid, frozenset())
     number = _transcripts.add_lines(index.conn, rid, number, lines, redact, withheld)
-    whole = end == len(data) == stat[0]
+    complete = end == len(data) == stat[0]
     index.conn.execute(
         "INSERT OR REPLACE INTO transcript_files VALUES (?, ?, ?, ?, ?, ?)",
         (
             rid,
-            *(_trusted(stat, started_ns) if whole else (None, None)),
+            *(_trusted(stat, started_ns) if complete else (None, None)),
             end,
             number,
             data[max(0, end - _transcripts.TAIL) : end].hex(),
         ),
     )
+    return whole
 
 
 # ---------------------------------------------------------------- both tiers
@@ -395,6 +426,10 @@ async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
             if isinstance(h, _transcripts.TranscriptHit)
         }
     )
+    if _transcripts.damaged(index.conn):  # a text block did not read back: index again
+        index.will_change()
+        _transcripts.clear(index.conn)
+        _drop_failed(index)  # the hits found are still checked against their files below
     if not wanted:
         return hits
     found, _bad = await read_isolated(index.session, wanted)
@@ -412,7 +447,7 @@ async def verified(index: LayoutIndex, hits: list[AnyHit]) -> list[AnyHit]:
             ok = _transcript_hit_ok(hit, data, redact)
             if not ok:
                 _forget_row(index, "transcripts_digest")
-                _transcripts.drop_conversation(index.conn, hit.rollout_id)
+                _drop(index, hit.rollout_id)
         if ok:
             kept.append(hit)
     collect_vectors(index)  # the vectors of rows dropped here

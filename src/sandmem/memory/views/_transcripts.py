@@ -9,6 +9,16 @@ the layout index (``_index``) so ``search`` can fall back on them:
   into pieces of at most ``PASSAGE_CHARS`` (an item's first ``ITEM_CHARS`` only), every piece
   passed through ``sandmem.redaction.redact`` before it is stored (nothing unredacted enters
   the index, whatever a hand-edited rollout file holds);
+- the full-text table is *contentless* (FTS5 ``content=''``: terms, positions and lengths
+  only); each passage's redacted text is kept once, compressed, in ``passage_blocks``: the
+  passages of one indexing pass over one file, in blocks of about ``BLOCK_CHARS`` characters
+  (a JSON list, zlib). It is read back for ranking and snippets (``bodies``) and to take a
+  passage out of the full-text table, which SQLite 3.40's FTS5 does only when given the text
+  it indexed (``drop_conversation``). A block that cannot be read back (a damaged or forged
+  index file) empties the whole tier, indexed again from the files (``clear``). Why not read
+  the text back from ``sessions/`` instead: a file that was truncated, rewritten or forgotten
+  no longer holds the text the index must be given to take it out, and ranking would read
+  and parse a segment per candidate passage;
 - a rollout file is indexed by byte offset: segments are append-only, so when a file grew and
   the ``TAIL`` bytes before its indexed end are unchanged, only the lines after that end are
   parsed; a file that shrank or changed before its end is indexed again from the start;
@@ -28,9 +38,11 @@ helpers take the index's connection.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 import sqlite3
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +67,13 @@ SCAN_BUDGET = 5_000
 RESCORE_DEPTH = 100
 #: passages ranked per hit asked for (duplicates of one passage are dropped after ranking)
 OVERFETCH = 3
+#: a text block (``passage_blocks``) is closed once its passages hold this many characters
+BLOCK_CHARS = 16_000
+#: a block's JSON is at most this many bytes (a larger block is stored as two); one that
+#: decompresses to more is damaged. A block closes at ``BLOCK_CHARS`` characters plus one
+#: passage: a redacted piece of ``PASSAGE_CHARS`` (a secret of one character may become a
+#: marker of ~40), at most 6 bytes a character as JSON: ~0.25 MB at the very worst
+BLOCK_BYTES = 1 << 20
 
 _TOKENIZE = "tokenize='porter unicode61'"
 SCHEMA = (
@@ -62,17 +81,24 @@ SCHEMA = (
         rid TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, indexed INTEGER, segments INTEGER,
         tail TEXT)""",
     """CREATE TABLE passages (
-        id INTEGER PRIMARY KEY, rid TEXT, segment INTEGER, kind TEXT, part INTEGER)""",
+        id INTEGER PRIMARY KEY, rid TEXT, segment INTEGER, kind TEXT, part INTEGER,
+        block INTEGER, n INTEGER)""",
     "CREATE INDEX passages_rid ON passages (rid)",
     # ``memory status`` counts the passages that get vectors (``_vectors.counts``) by seeking
     # their kinds here, not by reading every passage (a scan grew with the transcripts)
     "CREATE INDEX passages_kind ON passages (kind, part)",
-    f"CREATE VIRTUAL TABLE passages_fts USING fts5(body, {_TOKENIZE})",
+    # the redacted texts, ``n``-th of block ``block`` for a passage (``bodies``)
+    "CREATE TABLE passage_blocks (id INTEGER PRIMARY KEY, texts BLOB)",
+    f"CREATE VIRTUAL TABLE passages_fts USING fts5(body, {_TOKENIZE}, content='')",
 )
-TABLES = ("transcript_files", "passages", "passages_fts")
+#: the tables ``clear`` empties (the full-text table by its own command)
+TABLES = ("transcript_files", "passages", "passage_blocks")
 SCRATCH = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.passage_rows USING fts5vocab(main, passages_fts, "
     "'row')",
+    # passages whose text block did not read back (``bodies``): the tier is emptied and
+    # indexed again (``_index_search.verified``)
+    "CREATE TABLE IF NOT EXISTS temp.damaged_passages (id INTEGER PRIMARY KEY)",
 )
 _WORD = re.compile(r"[^\W_]+")
 #: what every passage goes through before it is stored (``sandmem.redaction.redact``)
@@ -226,15 +252,43 @@ def scratch(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def drop_conversation(conn: sqlite3.Connection, rid: str) -> None:
-    """Remove a conversation's passages (and their vectors' refs: ``_vectors``) and file
-    row."""
+def drop_conversation(conn: sqlite3.Connection, rid: str) -> bool:
+    """Remove a conversation's passages (and their vectors' refs: ``_vectors``), their text
+    blocks and its file row. The full-text table forgets a passage when given the text it
+    indexed (a contentless FTS5 table): when a block cannot be read back, the whole tier is
+    emptied instead (``clear``), so no term of the conversation is left behind, and the
+    answer is ``False``."""
+    rows = conn.execute("SELECT id, block, n FROM passages WHERE rid = ?", (rid,)).fetchall()
+    texts = _blocks(conn, {int(block) for _, block, _ in rows if isinstance(block, int)})
+    found = [(int(pid), _nth(texts, block, n)) for pid, block, n in rows]
+    if any(text is None for _, text in found):
+        clear(conn)
+        return False
     _vectors_of(conn, "SELECT id FROM passages WHERE rid = ?", (rid,))
+    conn.executemany(
+        "INSERT INTO passages_fts (passages_fts, rowid, body) VALUES ('delete', ?, ?)", found
+    )
     conn.execute(
-        "DELETE FROM passages_fts WHERE rowid IN (SELECT id FROM passages WHERE rid = ?)", (rid,)
+        "DELETE FROM passage_blocks WHERE id IN (SELECT block FROM passages WHERE rid = ?)",
+        (rid,),
     )
     conn.execute("DELETE FROM passages WHERE rid = ?", (rid,))
     conn.execute("DELETE FROM transcript_files WHERE rid = ?", (rid,))
+    return True
+
+
+def clear(conn: sqlite3.Connection) -> None:
+    """Empty the tier (every conversation is indexed again from its file at the next use)."""
+    _vectors_of(conn, "SELECT id FROM passages", ())
+    empty_fts(conn)
+    for table in TABLES:
+        conn.execute(f"DELETE FROM {table}")
+    conn.execute("DELETE FROM temp.damaged_passages")
+
+
+def empty_fts(conn: sqlite3.Connection) -> None:
+    """Empty the full-text table (which, contentless, takes no ``DELETE``)."""
+    conn.execute("INSERT INTO passages_fts (passages_fts) VALUES ('delete-all')")
 
 
 def _vectors_of(conn: sqlite3.Connection, rows: str, params: tuple[object, ...]) -> None:
@@ -255,26 +309,121 @@ def add_lines(
 ) -> int:
     """Index ``lines`` of a rollout file, the first being segment ``first_segment``, leaving
     out the passages whose ``passage_digest`` is in ``withheld`` (``redact-history`` matched
-    them); returns the number of the next segment."""
+    them); returns the number of the next segment. Their texts are stored in blocks of about
+    ``BLOCK_CHARS`` characters (``passage_blocks``)."""
     number = first_segment
+    block: list[tuple[int, Passage]] = []
+    size = 0
     for line in lines:
         for passage in segment_passages(line, redact):
             if withheld and passage_digest(passage.text) in withheld:
                 continue
-            cur = conn.execute(
-                "INSERT INTO passages (rid, segment, kind, part) VALUES (?, ?, ?, ?)",
-                (rid, number, passage.kind, passage.part),
-            )
-            conn.execute(
-                "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
-                (cur.lastrowid, passage.text),
-            )
+            block.append((number, passage))
+            size += len(passage.text)
+            if size >= BLOCK_CHARS:
+                _store_block(conn, rid, block)
+                block, size = [], 0
         number += 1
+    if block:
+        _store_block(conn, rid, block)
     return number
+
+
+def _store_block(conn: sqlite3.Connection, rid: str, block: list[tuple[int, Passage]]) -> None:
+    """One block of passages (each with its segment): the texts, then a row and the
+    full-text entry of each (in two blocks when its JSON would pass ``BLOCK_BYTES``)."""
+    data = json.dumps([p.text for _, p in block], ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    )
+    if len(data) > BLOCK_BYTES and len(block) > 1:
+        half = len(block) // 2
+        _store_block(conn, rid, block[:half])
+        _store_block(conn, rid, block[half:])
+        return
+    packed = zlib.compress(data)
+    block_id = conn.execute("INSERT INTO passage_blocks (texts) VALUES (?)", (packed,)).lastrowid
+    first = int(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM passages").fetchone()[0])
+    conn.executemany(
+        "INSERT INTO passages VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (first + n, rid, segment, p.kind, p.part, block_id, n)
+            for n, (segment, p) in enumerate(block)
+        ],
+    )
+    conn.executemany(
+        "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
+        [(first + n, p.text) for n, (_, p) in enumerate(block)],
+    )
 
 
 def count(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM passages").fetchone()[0])
+
+
+def bodies(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
+    """The text of each passage of ``ids`` (by id), read back from its block; a passage with
+    no row or whose block cannot be read is left out (the latter noted in
+    ``temp.damaged_passages``: see ``damaged``)."""
+    wanted = sorted(set(ids))
+    rows: list[tuple[int, object, object]] = []
+    for start in range(0, len(wanted), 500):
+        part = wanted[start : start + 500]
+        marks = ",".join("?" * len(part))
+        rows += conn.execute(f"SELECT id, block, n FROM passages WHERE id IN ({marks})", part)
+    texts = _blocks(conn, {block for _, block, _ in rows if isinstance(block, int)})
+    found = {int(pid): _nth(texts, block, n) for pid, block, n in rows}
+    damaged = [(pid,) for pid, text in found.items() if text is None]
+    if damaged:
+        conn.executemany("INSERT OR IGNORE INTO temp.damaged_passages VALUES (?)", damaged)
+    return {pid: text for pid, text in found.items() if text is not None}
+
+
+def damaged(conn: sqlite3.Connection) -> bool:
+    """Whether a passage's text block did not read back since the last ``clear``."""
+    return conn.execute("SELECT 1 FROM temp.damaged_passages LIMIT 1").fetchone() is not None
+
+
+def _blocks(conn: sqlite3.Connection, ids: set[int]) -> dict[int, list[str]]:
+    """The texts of each block of ``ids`` that reads back whole (``_unpack``), by id."""
+    found: dict[int, list[str]] = {}
+    wanted = sorted(ids)
+    for start in range(0, len(wanted), 500):
+        part = wanted[start : start + 500]
+        marks = ",".join("?" * len(part))
+        for block, data in conn.execute(
+            # as bytes whatever the file stores there (a text that is no UTF-8 would raise)
+            f"SELECT id, CAST(texts AS BLOB) FROM passage_blocks WHERE id IN ({marks})",
+            part,
+        ):
+            texts = _unpack(data)
+            if texts is not None:
+                found[int(block)] = texts
+    return found
+
+
+def _unpack(data: object) -> list[str] | None:
+    """A block's texts: zlib-compressed JSON, a list of strings, at most ``BLOCK_BYTES`` once
+    decompressed; ``None`` for anything else (the file is hostile: a forged block may be
+    anything, a bomb of zeros or a nesting past the parser's limit included)."""
+    if not isinstance(data, bytes):
+        return None
+    inflate = zlib.decompressobj()
+    try:
+        raw = inflate.decompress(data, BLOCK_BYTES)
+        whole = inflate.eof and not inflate.unconsumed_tail and not inflate.unused_data
+        texts = json.loads(raw.decode("utf-8", "surrogatepass")) if whole else None
+    except (zlib.error, ValueError, RecursionError):
+        return None
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        return None
+    return texts
+
+
+def _nth(texts: dict[int, list[str]], block: object, n: object) -> str | None:
+    found = texts.get(block) if isinstance(block, int) else None
+    if found is None or not isinstance(n, int) or not 0 <= n < len(found):
+        return None
+    return found[n]
 
 
 # ---------------------------------------------------------------- ranking
@@ -372,11 +521,13 @@ def rank(
     chosen = [wanted[i] for i in within_budget(costs, SCAN_BUDGET)]
     pruned = len(chosen) < len(wanted)
     expression = " OR ".join('"' + w.replace('"', '""') + '"' for w in chosen)
-    rows = conn.execute(
-        "SELECT f.rowid, f.body, f.rank FROM passages_fts AS f WHERE passages_fts MATCH ? "
+    ranked = conn.execute(
+        "SELECT f.rowid, f.rank FROM passages_fts AS f WHERE passages_fts MATCH ? "
         "ORDER BY f.rank LIMIT ?",
         (expression, max(limit * OVERFETCH, RESCORE_DEPTH) if pruned else limit * OVERFETCH),
     ).fetchall()
+    text = bodies(conn, [int(pid) for pid, _ in ranked])
+    rows = [(int(pid), text[int(pid)], score) for pid, score in ranked if int(pid) in text]
     if pruned:
         again = rescored(conn, rows, [stems_of[w] for w in wanted], df)
         rows = rows[: limit * OVERFETCH] if again is None else again[: limit * OVERFETCH]
@@ -494,13 +645,13 @@ def passage_hits(
         return []
     ids = [pid for pid, _ in scored]
     marks = ",".join("?" * len(ids))
+    text = bodies(conn, ids)
     rows = {
-        int(r[0]): (str(r[1]), int(r[2]), str(r[3]), str(r[4]))
+        int(r[0]): (str(r[1]), int(r[2]), str(r[3]), text[int(r[0])])
         for r in conn.execute(
-            "SELECT p.id, p.rid, p.segment, p.kind, f.body FROM passages AS p JOIN passages_fts "
-            f"AS f ON f.rowid = p.id WHERE p.id IN ({marks})",
-            ids,
+            f"SELECT id, rid, segment, kind FROM passages WHERE id IN ({marks})", ids
         )
+        if int(r[0]) in text
     }
     found = [(pid, score) for pid, score in scored if pid in rows]
     matched = _matched(conn, [(pid, rows[pid][3]) for pid, _ in found], terms) if terms else {}

@@ -58,7 +58,7 @@ from typing import Any, Literal, Protocol
 
 from sandmem._errors import UserError
 from sandmem._extras import require
-from sandmem.memory.views._transcripts import split_text
+from sandmem.memory.views._transcripts import bodies, split_text
 
 logger = logging.getLogger("sandmem.memory")
 
@@ -355,13 +355,16 @@ def _pending_passages(
     """Passages with no vector, newest first, those before ``after`` only (the cursor)."""
     where, params = _passage_filter()
     below = "" if after is None else "AND p.id < ? "
-    rows = conn.execute(
-        "SELECT p.id, f.body FROM passages AS p CROSS JOIN passages_fts AS f ON f.rowid = p.id "
-        f"WHERE {where} {below}AND NOT EXISTS (SELECT 1 FROM vector_refs AS r "
-        "WHERE r.tier = ? AND r.ref = p.id) ORDER BY p.id DESC LIMIT ?",
-        (*params, *(() if after is None else (after,)), PASSAGE, limit),
-    ).fetchall()
-    return [(int(i), chunks(str(b))) for i, b in rows]
+    ids = [
+        int(i)
+        for (i,) in conn.execute(
+            f"SELECT p.id FROM passages AS p WHERE {where} {below}AND NOT EXISTS (SELECT 1 FROM "
+            "vector_refs AS r WHERE r.tier = ? AND r.ref = p.id) ORDER BY p.id DESC LIMIT ?",
+            (*params, *(() if after is None else (after,)), PASSAGE, limit),
+        )
+    ]
+    text = bodies(conn, ids)  # a passage whose text block is damaged gets no vector
+    return [(i, chunks(text.get(i, ""))) for i in ids]
 
 
 async def embed_pending(
