@@ -4,6 +4,7 @@ when the five weight packages are installed, the real model on paraphrases."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import itertools
@@ -13,6 +14,7 @@ import random
 import struct
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +278,50 @@ def test_the_real_model_ranks_paraphrases_first(real_mpnet: Any) -> None:
     assert np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-4)
     assert list(np.argmax(queries @ passages.T, axis=1)) == [0, 1, 2, 3]
     assert real_mpnet.passages([]) == []
+
+
+class _Tokens:
+    """A stand-in tokenizer: one id per character (the encoder's vocabulary is 50)."""
+
+    class _Item:
+        def __init__(self, text: str) -> None:
+            self.ids = [0, *(ord(c) % 50 for c in text), 2]
+
+    def encode_batch(self, texts: list[str]) -> list[Any]:
+        return [self._Item(t) for t in texts]
+
+
+class _Threads:
+    """A stand-in ``threadpoolctl`` controller recording the limits asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, str]] = []
+        self.inside = False
+
+    @contextlib.contextmanager
+    def limit(self, limits: int, user_api: str) -> Iterator[None]:
+        self.asked.append((limits, user_api))
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+
+def test_the_model_holds_blas_to_one_thread_only_while_it_encodes() -> None:
+    threads = _Threads()
+    encoder = _mpnet.Encoder(tiny_model(), heads=2)
+    seen: list[bool] = []
+    real_encode = encoder.encode
+
+    def encode(sequences: Any) -> Any:
+        seen.append(threads.inside)
+        return real_encode(sequences)
+
+    encoder.encode = encode  # type: ignore[method-assign]
+    model = _mpnet.Model(encoder, _Tokens(), threads)
+    found = model.embed(["ab", "a longer text"])
+    assert found.shape == (2, 8) and model.dim == 8
+    assert threads.asked == [(_mpnet.BLAS_THREADS, "blas")] and seen == [True]
+    assert not threads.inside  # released after the call
+    assert np.allclose(found, _mpnet.Model(encoder, _Tokens()).embed(["ab", "a longer text"]))

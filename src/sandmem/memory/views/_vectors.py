@@ -165,7 +165,8 @@ class _MPNet:
         from sandmem.memory.views import _mpnet
 
         try:
-            found = all(importlib.util.find_spec(n) is not None for n in ("numpy", "tokenizers"))
+            modules = ("numpy", "tokenizers", "threadpoolctl")
+            found = all(importlib.util.find_spec(n) is not None for n in modules)
         except (ImportError, ValueError):
             return False
         return found and _mpnet.installed()
