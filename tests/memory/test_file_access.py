@@ -356,7 +356,8 @@ ALLOWED = {
     # the viewer's page template, package data
     "views/_viewer_html.py": "reads the page template from the package",
     # installed packages (site-packages), read-only and digest-checked
-    "views/_mpnet.py": "reads the MPNet weight pieces from their installed packages",
+    "views/_mpnet.py": "reads the MPNet weight pieces from their installed packages and keeps "
+    "them unpacked in the user's cache (no layout file)",
 }
 
 #: session file primitives: called on a session only by the layer

