@@ -505,7 +505,7 @@ def _pct(value: float) -> str:
 #: how the figure names each model's rows, and when search uses it
 _SHOWN = {
     "e5": ("e5", "the default with the extra"),
-    "mpnet": ("MPNet", "the default when its pieces are installed too"),
+    "mpnet": ("MPNet + e5", "the default when MPNet's pieces are installed too"),
 }
 
 
@@ -605,8 +605,9 @@ def _hybrid_text(q: dict[str, Any]) -> list[str]:
         )
     if "mpnet" in q["hybrid"]:
         parts.append(
-            "MPNet's second stage embeds the phrases with e5 (`_vectors.aligner`: MPNet in "
-            "numpy costs tens of milliseconds a phrase on one core)."
+            "MPNet + e5: each text's vector is the two models' unit vectors side by side (a "
+            "cosine is the mean of the two); the second stage embeds the phrases with e5 alone "
+            "(`_vectors.aligner`: MPNet in numpy costs tens of milliseconds a phrase on one core)."
         )
     return parts
 

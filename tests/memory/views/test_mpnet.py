@@ -358,7 +358,7 @@ def real_mpnet() -> Any:
 
 
 def test_the_real_model_ranks_paraphrases_first(real_mpnet: Any) -> None:
-    assert real_mpnet.dim == 768 and real_mpnet.name.startswith("all-mpnet-base-v2")
+    assert real_mpnet.dim == 768 + 384 and real_mpnet.name.startswith("all-mpnet-base-v2")
     facts = [
         "the nightly billing export job times out after 45 seconds",
         "the gateway listens on port 8443",
@@ -373,10 +373,33 @@ def test_the_real_model_ranks_paraphrases_first(real_mpnet: Any) -> None:
     ]
     passages = np.asarray(real_mpnet.passages(facts))
     queries = np.asarray([real_mpnet.query(q) for q in questions])
-    assert passages.shape == (4, 768)
+    assert passages.shape == (4, 768 + 384)
     assert np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-4)
     assert list(np.argmax(queries @ passages.T, axis=1)) == [0, 1, 2, 3]
     assert real_mpnet.passages([]) == []
+    # a cosine of the pair is the mean of the two models' own cosines
+    mpnet = real_mpnet._model.embed(facts[:2])
+    e5 = np.asarray(real_mpnet._e5.passages(facts[:2]))
+    both = float(passages[0] @ passages[1])
+    assert both == pytest.approx((float(mpnet[0] @ mpnet[1]) + float(e5[0] @ e5[1])) / 2, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ([[3.0, 4.0]], [[0.0, 2.0, 0.0]]),
+        ([[1.0, 0.0], [0.0, 5.0]], [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]),  # a zero half stays zero
+        ([[1e-30, 0.0]], [[2.0, 0.0, 0.0]]),
+    ],
+)
+def test_side_by_side_halves_are_unit_and_scaled(first: Any, second: Any) -> None:
+    joined = np.asarray(_vectors._side_by_side(first, second))
+    assert joined.shape == (len(first), 5) and joined.dtype == np.float32
+    for row, a, b in zip(joined, first, second, strict=True):
+        for half, source in ((row[:2], a), (row[2:], b)):
+            norm = float(np.linalg.norm(source))
+            expected = 0.0 if norm < 1e-12 else 1 / math.sqrt(2)
+            assert float(np.linalg.norm(half)) == pytest.approx(expected, abs=1e-5)
 
 
 class _Tokens:
