@@ -125,6 +125,36 @@ def test_the_budget_bounds_how_many_hits_are_reached() -> None:
     assert len(_align.scores(fresh(), QUESTION, texts, budget_s=60.0)) == 5
 
 
+class SlowEmbedder(ConceptEmbedder):
+    """Each model call costs ``cost`` seconds of a fake clock (``_align``'s ``time``)."""
+
+    def __init__(self, clock: list[float], cost: float) -> None:
+        super().__init__(name=f"slow {next(_made)}")
+        self.clock, self.cost, self.calls = clock, cost, 0
+
+    def passages(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        self.clock[0] += self.cost
+        return super().passages(texts)
+
+
+@pytest.mark.parametrize(("chunk", "cost", "calls"), [(64, 1.0, 2), (16, 0.4, 4), (8, 0.5, 4)])
+def test_one_hit_with_many_phrases_overruns_the_budget_by_one_call_at_most(
+    monkeypatch: pytest.MonkeyPatch, chunk: int, cost: float, calls: int
+) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(_align.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_align, "CHUNK", chunk)
+    # 20 sentences of distinct words: hundreds of phrases in one hit
+    text = "\n".join(f"Alpha{n} beta{n} gamma{n} delta{n} eps{n} zeta{n}." for n in range(20))
+    assert len({p for s in _align.sentences(text) for p in _align.phrases(s)}) > 200
+    model = SlowEmbedder(clock, cost)
+    found = _align.scores(model, QUESTION, [text, text], budget_s=1.5)
+    assert found == []  # the hit was not finished within the budget: not scored
+    assert model.calls == calls  # the question's call, then chunks until the deadline passed
+    assert clock[0] <= 1.5 + cost  # past the budget by one call at most
+
+
 class BrokenEmbedder(ConceptEmbedder):
     """Returns vectors of the wrong size or not finite: a model must not crash search."""
 

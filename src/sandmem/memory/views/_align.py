@@ -48,6 +48,9 @@ QUERY_WORDS = 24
 #: a hit's sentences looked at: at most this many, from at most this many characters
 MAX_SENTENCES = 20
 MAX_CHARS = 4000
+#: phrases embedded per model call: the budget is looked at between calls, so one hit with
+#: many sentences can overrun it by one call at most
+CHUNK = 64
 #: phrase vectors kept in the process (dropped all at once past this)
 CACHE_SIZE = 200_000
 #: words that say nothing of their own
@@ -91,18 +94,22 @@ def sentences(text: str) -> list[str]:
     return [p for p in parts if p][:MAX_SENTENCES]
 
 
-def _vectors(embedder: Embedder, wanted: list[str]) -> None:
-    """Embed the phrases of ``wanted`` not in the cache yet."""
+def _vectors(embedder: Embedder, wanted: list[str], deadline: float | None = None) -> bool:
+    """Embed the phrases of ``wanted`` not in the cache yet, ``CHUNK`` at a time; ``False``
+    when ``deadline`` (``time.monotonic``) passed before they all were."""
     with _lock:
         missing = [p for p in dict.fromkeys(wanted) if (embedder.name, p) not in _cache]
-    if not missing:
-        return
-    made = embedder.passages(missing)
-    with _lock:
-        if len(_cache) + len(missing) > CACHE_SIZE:
-            _cache.clear()
-        for phrase, vector in zip(missing, made, strict=True):
-            _cache[(embedder.name, phrase)] = vector
+    for start in range(0, len(missing), CHUNK):
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        chunk = missing[start : start + CHUNK]
+        made = embedder.passages(chunk)
+        with _lock:
+            if len(_cache) + len(chunk) > CACHE_SIZE:
+                _cache.clear()
+            for phrase, vector in zip(chunk, made, strict=True):
+                _cache[(embedder.name, phrase)] = vector
+    return True
 
 
 def _matrix(embedder: Embedder, items: list[str]) -> object:
@@ -154,7 +161,8 @@ def scores(
         if time.monotonic() - started > budget:
             break
         parts = [p for p in (phrases(s) for s in sentences(text)) if p]
-        _vectors(embedder, [p for ps in parts for p in ps])
+        if not _vectors(embedder, [p for ps in parts for p in ps], started + budget):
+            break
         best = 0.0
         for said in parts:
             answer = _matrix(embedder, said)
