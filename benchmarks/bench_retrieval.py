@@ -40,8 +40,10 @@ for each tier: distilled memory only, + transcripts, and hybrid. Embedding every
 10,000 conversations with the real model takes hours on this CPU, so the hybrid latency rows
 store *stand-in* vectors (``StandIn``: one deterministic unit vector per distinct text, the
 model's dimension, the same count and layout the real model would leave) and embed each
-*query* with the real model: what a warm search costs is that query embedding and the scan,
-neither of which depends on the stored values. ``SANDMEM_RETRIEVAL_DIR=<dir>`` keeps the scale
+*query*, and the second stage's phrases, with the real model (the phrase cache emptied first):
+what a warm search costs is those embeddings and the scan, none of which depends on the stored
+values (which hits the second stage reaches does, so its cost here is of the same size, not the
+same hits). ``SANDMEM_RETRIEVAL_DIR=<dir>`` keeps the scale
 layouts there and reuses them. ``SANDMEM_RETRIEVAL_SCALES=1000`` runs only the named layouts.
 """
 
