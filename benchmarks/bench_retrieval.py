@@ -104,16 +104,21 @@ LOOKUPS = 120
 
 
 @contextlib.contextmanager
-def _search_mode(mode: str) -> Iterator[None]:
-    old = os.environ.get(_vectors.MODE_ENV)
-    os.environ[_vectors.MODE_ENV] = mode
+def _env(name: str, value: str) -> Iterator[None]:
+    """The environment variable ``name`` set to ``value`` inside the block."""
+    old = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if old is None:
-            os.environ.pop(_vectors.MODE_ENV, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[_vectors.MODE_ENV] = old
+            os.environ[name] = old
+
+
+def _search_mode(mode: str) -> contextlib.AbstractContextManager[None]:
+    return _env(_vectors.MODE_ENV, mode)
 
 
 def _hybrid_here() -> bool:
@@ -136,17 +141,8 @@ def _models_here() -> list[str]:
     return ["e5", *(["mpnet"] if _vectors._MPNet.installed() else [])]
 
 
-@contextlib.contextmanager
-def _model(name: str) -> Iterator[None]:
-    old = os.environ.get(_vectors.MODEL_ENV)
-    os.environ[_vectors.MODEL_ENV] = name
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(_vectors.MODEL_ENV, None)
-        else:
-            os.environ[_vectors.MODEL_ENV] = old
+def _model(name: str) -> contextlib.AbstractContextManager[None]:
+    return _env(_vectors.MODEL_ENV, name)
 
 
 class StandIn:
