@@ -782,25 +782,16 @@ class LayoutIndex:
         return rows
 
     def _rows_of(self, select: str, ids: list[str]) -> dict[str, tuple[Any, ...]]:
-        found: dict[str, tuple[Any, ...]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in self.conn.execute(f"{select} WHERE rid IN ({marks})", chunk):
-                found[row[0]] = tuple(row[1:])
-        return found
+        rows = _search.rows_in(self.conn, select + " WHERE rid IN ({marks})", ids)
+        return {row[0]: tuple(row[1:]) for row in rows}
 
     def infos(self, rows: list[Conversation]) -> list[ConversationInfo]:
         """The public rows of ``rows``: their state entries reconciled with their files."""
         entries: dict[str, RolloutState] = {}
         ids = [row.rollout_id for row in rows]
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for rid, entry in self.conn.execute(
-                f"SELECT rid, entry FROM states WHERE rid IN ({marks})", chunk
-            ):
-                entries[rid] = RolloutState.model_validate_json(entry)
+        sql = "SELECT rid, entry FROM states WHERE rid IN ({marks})"
+        for rid, entry in _search.rows_in(self.conn, sql, ids):
+            entries[rid] = RolloutState.model_validate_json(entry)
         summaries = self.listing.summaries
         return [_info(self.paths, row, entries.get(row.rollout_id), summaries) for row in rows]
 

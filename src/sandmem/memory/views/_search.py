@@ -28,8 +28,9 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sandmem._errors import UserError
 from sandmem.memory import _files
@@ -416,6 +417,18 @@ def _weight(total: int, n: int) -> float:
 
 def _idf(conn: sqlite3.Connection, terms: list[str], total: int) -> list[float]:
     return [_weight(total, n) for n, _ in _counts(conn, terms)]
+
+
+#: values bound to one ``IN (...)`` list by ``rows_in``
+IN_CHUNK = 500
+
+
+def rows_in(conn: sqlite3.Connection, sql: str, ids: Sequence[Any]) -> Iterator[Any]:
+    """The rows of ``sql`` for ``ids``: its ``{marks}`` becomes the placeholders of an ``IN``
+    list, run ``IN_CHUNK`` values at a time (SQLite bounds the variables of one statement)."""
+    for start in range(0, len(ids), IN_CHUNK):
+        part = list(ids[start : start + IN_CHUNK])
+        yield from conn.execute(sql.format(marks=",".join("?" * len(part))), part)
 
 
 def within_budget(costs: Sequence[int], budget: int) -> list[int]:

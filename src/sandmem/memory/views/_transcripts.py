@@ -49,7 +49,7 @@ from typing import Any
 
 from sandmem._items import content_texts, item_kind
 from sandmem.memory.rollouts import RolloutSegment, keep_item, parse_segment
-from sandmem.memory.views._search import within_budget
+from sandmem.memory.views._search import rows_in, within_budget
 
 #: a passage is cut to at most this many characters (at a line break when there is one)
 PASSAGE_CHARS = 600
@@ -364,12 +364,8 @@ def bodies(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
     """The text of each passage of ``ids`` (by id), read back from its block; a passage with
     no row or whose block cannot be read is left out (the latter noted in
     ``temp.damaged_passages``: see ``damaged``)."""
-    wanted = sorted(set(ids))
-    rows: list[tuple[int, object, object]] = []
-    for start in range(0, len(wanted), 500):
-        part = wanted[start : start + 500]
-        marks = ",".join("?" * len(part))
-        rows += conn.execute(f"SELECT id, block, n FROM passages WHERE id IN ({marks})", part)
+    sql = "SELECT id, block, n FROM passages WHERE id IN ({marks})"
+    rows: list[tuple[int, object, object]] = list(rows_in(conn, sql, sorted(set(ids))))
     texts = _blocks(conn, {block for _, block, _ in rows if isinstance(block, int)})
     found = {int(pid): _nth(texts, block, n) for pid, block, n in rows}
     damaged = [(pid,) for pid, text in found.items() if text is None]
@@ -386,18 +382,12 @@ def damaged(conn: sqlite3.Connection) -> bool:
 def _blocks(conn: sqlite3.Connection, ids: set[int]) -> dict[int, list[str]]:
     """The texts of each block of ``ids`` that reads back whole (``_unpack``), by id."""
     found: dict[int, list[str]] = {}
-    wanted = sorted(ids)
-    for start in range(0, len(wanted), 500):
-        part = wanted[start : start + 500]
-        marks = ",".join("?" * len(part))
-        for block, data in conn.execute(
-            # as bytes whatever the file stores there (a text that is no UTF-8 would raise)
-            f"SELECT id, CAST(texts AS BLOB) FROM passage_blocks WHERE id IN ({marks})",
-            part,
-        ):
-            texts = _unpack(data)
-            if texts is not None:
-                found[int(block)] = texts
+    # as bytes whatever the file stores there (a text that is no UTF-8 would raise)
+    sql = "SELECT id, CAST(texts AS BLOB) FROM passage_blocks WHERE id IN ({marks})"
+    for block, data in rows_in(conn, sql, sorted(ids)):
+        texts = _unpack(data)
+        if texts is not None:
+            found[int(block)] = texts
     return found
 
 

@@ -59,6 +59,7 @@ from typing import Any, Literal, Protocol, cast
 
 from sandmem._errors import UserError
 from sandmem._extras import require
+from sandmem.memory.views._search import rows_in
 from sandmem.memory.views._transcripts import bodies, split_text
 
 logger = logging.getLogger("sandmem.memory")
@@ -488,12 +489,8 @@ async def embed_pending(
 
 def _missing(conn: sqlite3.Connection, keys: list[str]) -> list[str]:
     """The ``keys`` with no stored vector."""
-    stored: set[str] = set()
-    for start in range(0, len(keys), 500):
-        part = keys[start : start + 500]
-        marks = ",".join("?" * len(part))
-        sql = f"SELECT key FROM vectors WHERE key IN ({marks})"
-        stored |= {str(k) for (k,) in conn.execute(sql, part)}
+    sql = "SELECT key FROM vectors WHERE key IN ({marks})"
+    stored = {str(k) for (k,) in rows_in(conn, sql, keys)}
     return [k for k in keys if k not in stored]
 
 
