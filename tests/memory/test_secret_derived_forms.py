@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from memory_doubles import scripted_agent
 
@@ -245,6 +245,7 @@ _SECRET_WORD = st.text("abcdefghjkmnpqrstuvwxyz0123456789", min_size=4, max_size
 
 @settings(max_examples=40, deadline=None)
 @given(words=st.lists(_SECRET_WORD, min_size=2, max_size=4, unique=True), upper=st.booleans())
+@example(words=["0000", "reda"], upper=False)  # a word inside the marker (a CI failure)
 def test_sandmem_derivations_of_a_secret_keep_nothing_of_it(words: list[str], upper: bool) -> None:
     """The derivations sandmem itself applies (the extractive slug, a heading cut by ``clip``,
     the keyword words) leave no word of the secret once redacted."""
@@ -259,8 +260,10 @@ def test_sandmem_derivations_of_a_secret_keep_nothing_of_it(words: list[str], up
     for text in derived:
         clean = found.redact(text)
         name = found.redact_name(text.replace(" ", "-"))
+        # The marker's own letters are not the secret's: a word such as "reda" is in "[REDACTED:k]".
+        rest = (clean.lower().replace("[redacted:k]", "|"), name.lower().replace("redacted", "|"))
         for word in words:
-            assert word not in clean.lower() and word not in name.lower(), (text, clean, name)
+            assert all(word not in part for part in rest), (text, clean, name)
 
 
 # ---------------------------------------------------------------- redact-history
