@@ -383,3 +383,22 @@ async def test_a_transcript_hit_names_its_rollout_summary_whatever_ran_first(
     assert (root / by_id["ci"].summary_file).parent.name == "rollout_summaries"
     if "docs" in by_id:
         assert by_id["docs"].summary_file is None
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+@pytest.mark.parametrize("before", [590, 598, 31_990])
+async def test_a_secret_a_passage_cut_would_split_is_still_redacted(
+    tmp_path: Path, secret: str, before: int
+) -> None:
+    """A long line without a line break is cut every ``PASSAGE_CHARS`` characters, and an
+    item at ``ITEM_CHARS``: a secret standing across a cut is found all the same (the item
+    is redacted whole, then cut), and no part of it enters the index."""
+    output = "x" * before + " " + secret + " " + "y" * 700
+    root = workspace(tmp_path, {"cut": turn("cut", "show the log", "Done.", tool=("cat", output))})
+    assert (await api.search(root, "show log")).hits
+    data = index_bytes(root)
+    passages = [text for _rid, text in stored_passages(root)]
+    assert any("[REDACTED:" in text for text in passages) or before >= 31_990
+    for piece in (secret[:8], secret[8:16], secret[-8:]):
+        assert piece.encode() not in data
+        assert not any(piece in text for text in passages)

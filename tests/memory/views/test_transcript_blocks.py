@@ -121,8 +121,9 @@ def test_a_block_holds_many_passages_and_reads_back_each() -> None:
 
 
 def test_a_passage_redaction_made_longer_reads_back_whole() -> None:
-    """A marker may be longer than the secret it replaces: a passage can exceed
-    ``PASSAGE_CHARS`` once redacted, and its block still reads back (never "damaged")."""
+    """A marker may be longer than the secret it replaces: an item is redacted before it is
+    cut, so its passages keep to ``PASSAGE_CHARS``, no marker is cut in two, and every block
+    reads back (never "damaged")."""
     conn = fresh_conn()
     texts = [("a b c " * 90, "short answer")] * 3
 
@@ -132,7 +133,10 @@ def test_a_passage_redaction_made_longer_reads_back_whole() -> None:
     _transcripts.add_lines(conn, "r", 1, lines_of(texts, "r"), longer)
     ids = [int(pid) for (pid,) in conn.execute("SELECT id FROM passages")]
     read = _transcripts.bodies(conn, ids)
-    assert len(read) == len(ids) and max(map(len, read.values())) > _transcripts.PASSAGE_CHARS
+    assert len(read) == len(ids) > 3
+    assert max(map(len, read.values())) <= _transcripts.PASSAGE_CHARS
+    for body in read.values():
+        assert body.count("[REDACTED:") == body.count("[REDACTED:password]") > 0
     assert not _transcripts.damaged(conn)
     assert _transcripts.drop_conversation(conn, "r")
     assert postings(conn) == Counter()

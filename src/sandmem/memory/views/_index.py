@@ -75,7 +75,7 @@ T = TypeVar("T")
 INDEX_NAME = INDEX_DB
 #: how long a reader waits for another process refreshing the index
 #: bump when the schema or what a row holds changes: an index of another version is rebuilt
-INDEX_VERSION = 6
+INDEX_VERSION = 7
 #: a conversation's task is cut to this many characters
 TASK_CHARS = 120
 #: files read at once while deriving rows

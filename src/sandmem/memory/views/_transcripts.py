@@ -55,6 +55,10 @@ from sandmem.memory.views._search import rows_in, within_budget
 PASSAGE_CHARS = 600
 #: only this many characters of one item (a message, a tool output) are indexed
 ITEM_CHARS = 32_000
+#: an item is redacted this far past ``ITEM_CHARS`` before it is cut there, so that a secret
+#: the cut goes through is found whole (a secret is shorter)
+_REDACT_PAST_CUT = 4096
+_MARKER = "[REDACTED:"
 #: bytes before a file's indexed end that must be unchanged to index only what follows
 TAIL = 256
 #: a query word found in more than this share of passages is left out (when rarer ones are)
@@ -160,14 +164,19 @@ def _compact(value: Any) -> str:
 
 def split_text(text: str, size: int = PASSAGE_CHARS) -> Iterator[str]:
     """``text`` (its first ``ITEM_CHARS``) in pieces of at most ``size`` characters, cut after
-    a line break when one is in the second half of a piece; blank pieces are left out."""
+    a line break when one is in the second half of a piece, else before a redaction marker
+    the cut would go through; blank pieces are left out."""
     text = text[:ITEM_CHARS]
     start = 0
     while start < len(text):
         end = min(start + size, len(text))
         if end < len(text):
             cut = text.rfind("\n", start + size // 2, end)
-            end = cut + 1 if cut != -1 else end
+            mark = text.rfind(_MARKER, start + 1, end + len(_MARKER) - 1)
+            if cut != -1:
+                end = cut + 1
+            elif start < mark < end and text.find("]", mark, end) == -1:
+                end = mark
         piece = text[start:end].strip()
         if piece:
             yield piece
@@ -188,8 +197,10 @@ def passages(segment: RolloutSegment, redact: Redact) -> list[Passage]:
             continue
         seen.add(pair)
         kind, text = pair
-        for part, piece in enumerate(split_text(text)):
-            found.append(Passage(kind, redact(piece), part))
+        # redacted whole, then cut: a secret a cut would split in two is found all the same
+        clean = redact(text[: ITEM_CHARS + _REDACT_PAST_CUT])
+        for part, piece in enumerate(split_text(clean)):
+            found.append(Passage(kind, piece, part))
     return found
 
 
