@@ -580,9 +580,9 @@ class Redactor:
     def _redact_plain(self, text: str) -> str:
         skip = _Skip(text)
         for _kind, pattern, replace, needle, gate in self._replacers:
-            if not skip(needle, gate):
+            if (needle is None and gate is None) or not skip(needle, gate):
                 redacted = pattern.sub(replace, text)
-                if redacted != text:
+                if redacted is not text:  # ``sub`` returns the text itself when nothing matched
                     text = redacted
                     skip = _Skip(text)
         return text
@@ -637,7 +637,7 @@ class Redactor:
         spans: list[tuple[int, int, str]] = []
         skip = _Skip(text)
         for kind, pattern, _replace, needle, gate in self._replacers:
-            if skip(needle, gate):
+            if (needle is not None or gate is not None) and skip(needle, gate):
                 continue
             pieces: list[str] = []
             pos = 0
