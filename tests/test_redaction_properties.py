@@ -185,3 +185,30 @@ def test_every_gated_rule_still_finds_its_secret() -> None:
     assert {rules[pattern] for pattern in redaction._GATES} == set(cases)
     for kind, text in cases.items():
         assert f"[REDACTED:{kind}]" in redaction.redact(text), text
+
+
+def test_the_escape_scan_finds_what_a_per_position_scan_finds() -> None:
+    """``_ESCAPE`` has every branch start with a literal (so ``re`` scans for it): its
+    matches are those of trying the same branches at every position."""
+    import re
+
+    from sandmem import redaction
+
+    branches = redaction._ESCAPE.pattern.split("|")
+    texts = [
+        "plain text with 100% and a \\\\ path and \\n",
+        'colour \x1b[31mred\x1b[0m, \\x41, \\u0041, %41, \\033[1m, \\33x, \\0339 "\\"',
+        "\x1b[ no final byte, \x1b[?25h, % 4, %zz, \\u12, \\x1",
+    ]
+    for text in texts:
+        found = [(m.start(), m.end()) for m in redaction._ESCAPE.finditer(text)]
+        expected, pos = [], 0
+        while pos < len(text):
+            ends = [m.end() for b in branches if (m := re.compile(b).match(text, pos))]
+            if ends:
+                expected.append((pos, ends[0]))
+                pos = ends[0]
+            else:
+                pos += 1
+        assert found == expected, text
+        assert found

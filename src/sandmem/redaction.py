@@ -441,8 +441,10 @@ _WHOLE_DECODE_CHARS: Final = 256 * 1024
 _ESCAPE: Final = re.compile(
     r"""\\(["\\/bfnrte'])|\\u([0-9A-Fa-f]{4})|%([0-9A-Fa-f]{2})|\\x([0-9A-Fa-f]{2})"""
     # ESC written as an octal escape (printf, echo -e), then a terminal's colour and cursor
-    # sequences (CSI), which show nothing: read as if they were not there
-    r"|\\0?33(?![0-7])|(\x1b\[[0-?]*[ -/]*[@-~])"
+    # sequences (CSI), which show nothing: read as if they were not there. Every branch
+    # starts with a literal (the CSI's ESC outside its group), so ``re`` scans for those
+    # three characters: with the group first it tried every position, ~19 ns a character
+    r"|\\0?33(?![0-7])|\x1b(\[[0-?]*[ -/]*[@-~])"
 )
 _JSON_ESCAPES: Final = {
     "e": "\x1b",
