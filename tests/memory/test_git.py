@@ -312,6 +312,10 @@ def test_a_record_named_by_an_earlier_release_is_read_and_kept(
         ("00000007.json", None),
         ("\uff17-1.json", None),  # a digit that is not ASCII (fullwidth seven)
         ("00000007-1800000000.json.tmp", None),
+        ("00000007--1800000000.json", None),
+        ("+7-1800000000.json", None),
+        ("00000007-1800000000-" + "f" * 65 + ".json", None),
+        ("00000007-1800000000.JSON", None),
     ],
 )
 def test_record_names_old_and_new_are_parsed_and_others_are_not(

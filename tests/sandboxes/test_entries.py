@@ -369,3 +369,48 @@ async def test_local_dir_sockets_are_skipped_and_a_hard_link_gets_its_own_copy(
         await session.exec("echo changed > d/linked.txt")
     assert shared.read_text() == "shared"
     await client.delete(session)
+
+
+async def test_kinds_dir_names_each_kind_as_stat_dir_does(
+    client: UnixLocalSandboxClient, tmp_path: Path
+) -> None:
+    """``kinds_dir`` takes each entry's kind from the directory entry (no ``lstat``); it
+    reports what ``stat_dir`` does: a link (to a file, a directory, nowhere) as a link, never
+    followed, a FIFO and a socket as other. The base class's version (built on ``stat_dir``)
+    agrees too."""
+    import socket
+
+    from sandmem.sandboxes._session import SandboxSession
+
+    root = tmp_path / "ws"
+    session = await client.create(manifest=Manifest(root=str(root)))
+    async with session:
+        d = root / "d"
+        d.mkdir()
+        (d / "file.json").write_text("{}")
+        (d / "sub").mkdir()
+        (d / "to-file").symlink_to(d / "file.json")
+        (d / "to-dir").symlink_to(d / "sub")
+        (d / "dangling").symlink_to(tmp_path / "nowhere")
+        os.mkfifo(d / "fifo")
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(d / "sock"))
+            kinds = await session.kinds_dir("d")
+            stats = await session.stat_dir("d")
+            base = await SandboxSession.kinds_dir(session, "d")
+        assert kinds == [(name, kind) for name, kind, _size, _mtime in stats] == base
+        by_name = {name: kind.value for name, kind in kinds}
+        assert by_name == {
+            "dangling": "symlink",
+            "fifo": "other",
+            "file.json": "file",
+            "sock": "other",
+            "sub": "directory",
+            "to-dir": "symlink",
+            "to-file": "symlink",
+        }
+        from sandmem.memory import _files
+
+        assert await _files.kinds_dir(session, "d") == kinds
+        with pytest.raises(SandboxError):
+            await _files.kinds_dir(session, "d/to-dir")  # the file layer lists through no link

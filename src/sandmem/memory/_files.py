@@ -215,6 +215,13 @@ async def stat_dir(
         return await session.stat_dir(check(path))
 
 
+async def kinds_dir(session: SandboxSession, path: str) -> list[tuple[str, EntryKind]]:
+    """``(name, kind)`` of each entry, without the ``lstat`` per entry of ``stat_dir``;
+    links are reported, never followed."""
+    with no_symlinks():
+        return await session.kinds_dir(check(path))
+
+
 async def entries(
     session: SandboxSession,
     top: str,

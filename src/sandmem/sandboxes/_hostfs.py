@@ -759,6 +759,35 @@ def scan_stats(root: Path, path: PathArg = ".") -> list[tuple[str, int, int, int
         return found
 
 
+def scan_kinds(root: Path, path: PathArg = ".") -> list[tuple[str, int]]:
+    """``(name, file type bits)`` of each entry, sorted by name, from the directory entry's
+    own type where the file system gives one (no ``lstat`` per entry, unlike ``scan_stats``;
+    ``os.scandir`` falls back to ``lstat`` where it does not); symlinks are reported, not
+    followed."""
+    with translate_errors("ls", path), _located(root, path, "ls") as loc:
+        fd = _open_dir(loc)
+        try:
+            found: list[tuple[str, int]] = []
+            with os.scandir(fd) as listing:
+                for entry in listing:
+                    try:
+                        if entry.is_symlink():
+                            bits = stat.S_IFLNK
+                        elif entry.is_dir(follow_symlinks=False):
+                            bits = stat.S_IFDIR
+                        elif entry.is_file(follow_symlinks=False):
+                            bits = stat.S_IFREG
+                        else:
+                            bits = 0
+                    except FileNotFoundError:  # removed while listing
+                        continue
+                    found.append((entry.name, bits))
+        finally:
+            os.close(fd)
+        found.sort()
+        return found
+
+
 def set_dir_mode(root: Path, path: PathArg, mode: int) -> None:
     """Set a directory's permission bits, setuid and setgid dropped (manifest ``Dir``)."""
     with translate_errors("chmod", path), _located(root, path, "chmod") as loc:

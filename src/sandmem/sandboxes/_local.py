@@ -219,6 +219,13 @@ class UnixLocalSandboxSession(SandboxSession):
         other = EntryKind.OTHER
         return [(name, kinds.get(bits, other), size, mtime) for name, bits, size, mtime in found]
 
+    async def kinds_dir(self, path: str) -> list[tuple[str, EntryKind]]:
+        self._check_not_deleted("ls")
+        found = await asyncio.to_thread(_hostfs.scan_kinds, self.root, self._local(path))
+        kinds = _KINDS
+        other = EntryKind.OTHER
+        return [(name, kinds.get(bits, other)) for name, bits in found]
+
     async def ls(self, path: str | os.PathLike[str] = ".") -> list[FileEntry]:
         self._check_not_deleted("ls")
         rel, found = await asyncio.to_thread(_hostfs.scan, self.root, self._local(path))

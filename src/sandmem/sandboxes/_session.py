@@ -611,6 +611,12 @@ class SandboxSession(abc.ABC):
         conversations lists 30,000 entries)."""
         return [(e.name, e.kind, e.size, e.mtime_ns) for e in await self.ls(path)]
 
+    async def kinds_dir(self, path: str) -> list[tuple[str, EntryKind]]:
+        """``(name, kind)`` of each entry of the directory, sorted by name; symlinks are
+        reported, not followed. Built on ``stat_dir``; the local backends override it with the
+        directory entries' own types (no ``lstat`` per entry)."""
+        return [(name, kind) for name, kind, _size, _mtime in await self.stat_dir(path)]
+
     async def listdir(self, path: str = ".") -> list[str]:
         """Sorted names in the directory (internal helper; built on ``ls``)."""
         return [entry.name for entry in await self.ls(path)]
