@@ -58,6 +58,8 @@ ITEM_CHARS = 32_000
 #: an item is redacted this far past ``ITEM_CHARS`` before it is cut there, so that a secret
 #: the cut goes through is found whole (a secret is shorter)
 _REDACT_PAST_CUT = 4096
+#: how ``sandmem.redaction`` marks what it took out (not imported from there: its patterns
+#: compile on import, which only indexing needs)
 _MARKER = "[REDACTED:"
 #: bytes before a file's indexed end that must be unchanged to index only what follows
 TAIL = 256
