@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sandmem.memory import diff_sync, log_sync, redact_history_sync, restore_sync
@@ -324,6 +324,49 @@ def test_record_names_old_and_new_are_parsed_and_others_are_not(
     from sandmem.memory.history import _version_name
 
     assert _version_name(name) == parsed
+
+
+_fixed_name = st.builds(
+    lambda seq, epoch, tag: f"{seq:08d}-{epoch}-{tag}.json",
+    st.integers(0, 10**8 - 1),
+    st.integers(10**9, 10**10 - 1),
+    st.text("0123456789abcdef", min_size=12, max_size=12),
+)
+_other_name = st.sampled_from(
+    [
+        "123456789-1800000000-0a1b2c3d4e5f.json",  # a 9-digit number
+        "00000007-180000000-0a1b2c3d4e5f.json",  # a 9-digit second
+        "00000007-1800000000.json",  # an earlier release's name
+        "00000007-1800000000-" + "f" * 64 + ".json",  # a longer tag
+        "00000007-1800000000-0a1b2c3d4e5f.json.tmp",
+        "00000007-1800000000-0A1B2C3D4E5F.json",
+        "00000007-1800000000-0a1b2c3d4e5f.json\n00000008-1800000000-0a1b2c3d4e5f.json",
+        "7-9.json",
+        "notes.txt",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_fixed_name, max_size=12), st.lists(_other_name, max_size=3), st.randoms())
+@example(  # one number, two widths of second: by name "18..." would come after "10..."
+    ["00000007-1000000000-0a1b2c3d4e5f.json"], ["00000007-180000000-0a1b2c3d4e5f.json"], None
+).via("a second of 9 digits")
+def test_records_are_ordered_by_number_then_second_whatever_names_are_listed(
+    fixed: list[str], other: list[str], rnd: object
+) -> None:
+    """The shortcut for names of ``record_name``'s widths gives the order that parsing each
+    name gives, for any listing order and with any other name among them."""
+    import random
+
+    from sandmem.memory.history import _version_name, ordered_names
+
+    for names in (fixed, fixed + other):
+        listed = list(names)
+        if isinstance(rnd, random.Random):
+            rnd.shuffle(listed)
+        parsed = sorted((order, n) for n in listed if (order := _version_name(n)))
+        assert ordered_names(listed) == [n for _order, n in parsed]
 
 
 def test_a_new_record_name_is_its_number_second_and_a_tag_of_its_bytes() -> None:

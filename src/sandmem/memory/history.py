@@ -244,8 +244,7 @@ class Store:
 
     async def version_names(self) -> list[str]:
         """Version record names, oldest first (temp files of a killed write left out)."""
-        found = [(order, n) for n in await self._names("versions") if (order := _version_name(n))]
-        return [name for _order, name in sorted(found)]
+        return ordered_names(await self._names("versions"))
 
     async def read_version(self, name: str) -> Version | None:
         """The version record ``name``; ``None`` (reported in one line) when it does not
@@ -331,6 +330,23 @@ def record_name(seq: int, epoch: int, data: bytes) -> str:
 
 #: a record's name: ``<seq>-<epoch>-<tag>.json``, or ``<seq>-<epoch>.json``
 _RECORD_NAME = re.compile(r"([0-9]+)-([0-9]+)(?:-[0-9a-f]{8,64})?\.json", re.ASCII)
+
+
+#: the names ``record_name`` gives while a number has 8 digits and a second 10 (until 2286),
+#: each followed by "/" (no file name holds one): names of these widths sort as their
+#: numbers and seconds do
+_FIXED_NAMES = re.compile(rf"(?:[0-9]{{8}}-[0-9]{{10}}-[0-9a-f]{{{TAG_CHARS}}}\.json/)*", re.ASCII)
+
+
+def ordered_names(names: list[str]) -> list[str]:
+    """The record names among ``names``, ordered by number, then second, then name. A layout
+    of 1,000 versions lists them several times a version: when every name has
+    ``record_name``'s fixed widths, one match tells so and their order is the names' own;
+    any other name has them parsed one by one."""
+    if _FIXED_NAMES.fullmatch("".join(f"{name}/" for name in names)):
+        return sorted(names)
+    found = [(order, n) for n in names if (order := _version_name(n))]
+    return [name for _order, name in sorted(found)]
 
 
 def _version_name(name: str) -> tuple[int, int] | None:
