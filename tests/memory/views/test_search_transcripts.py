@@ -164,14 +164,14 @@ async def test_appended_segments_are_parsed_alone_and_a_rewrite_starts_over(
     root = workspace(tmp_path, {"a": turn("a", "first alpha question", "alpha answer")})
     await api.search(root, "alpha")
     parsed: list[bytes] = []
-    real = _transcripts.add_lines
+    real = _transcripts.line_passages
 
-    def counting(conn: Any, rid: str, first: int, lines: Any, *rest: Any) -> int:
+    def counting(lines: Any, *rest: Any) -> Any:
         lines = list(lines)
         parsed.extend(lines)
-        return real(conn, rid, first, lines, *rest)
+        return real(lines, *rest)
 
-    monkeypatch.setattr(_transcripts, "add_lines", counting)
+    monkeypatch.setattr(_transcripts, "line_passages", counting)
     age(root)
     with (root / PATHS.rollout_file("a")).open("a") as f:
         f.write(turn("a", "second bravo question", "bravo answer", 1))

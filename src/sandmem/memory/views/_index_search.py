@@ -13,10 +13,11 @@ not in the file it names (a forged row), so a snippet always comes from a file.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field, TypeAdapter, ValidationError
@@ -27,7 +28,7 @@ from sandmem.memory._results import SearchHit, SearchInfo
 from sandmem.memory.layout import RACY_NS, MemoryPaths, Stat, listing_digest, read_isolated
 from sandmem.memory.recording import rollout_id_of
 from sandmem.memory.rollouts import ROLLOUT_ID_PATTERN
-from sandmem.memory.views import _align, _search, _transcripts, _vectors
+from sandmem.memory.views import _align, _passage_worker, _search, _transcripts, _vectors
 
 if TYPE_CHECKING:
     from sandmem.memory.views._index import LayoutIndex
@@ -282,7 +283,11 @@ async def refresh_transcripts(index: LayoutIndex) -> None:
 
 async def _catch_up(index: LayoutIndex, files: dict[str, Stat]) -> bool:
     """Index every rollout file of ``files`` whose row differs; ``False`` when a damaged text
-    block made a drop empty the whole tier (``_drop``), so the files must be compared again."""
+    block made a drop empty the whole tier (``_drop``), so the files must be compared again.
+
+    The new lines are cut into passages here, or, once ``_passage_worker.POOL_BYTES`` of
+    them are waiting, by worker processes while this process stores each file's passages in
+    turn (the index is the same either way)."""
     conn = index.conn
     started_ns = time.time_ns()
     rows = {
@@ -303,17 +308,45 @@ async def _catch_up(index: LayoutIndex, files: dict[str, Stat]) -> bool:
     for rid in gone:
         whole = _drop(index, rid) and whole
     redact = redactor() if stale else str
-    for start in range(0, len(stale), READ_BATCH):
-        batch = stale[start : start + READ_BATCH]
-        paths = [index.paths.rollout_file(rid) for rid in batch]
-        found, _bad = await read_isolated(index.session, paths)
-        for rid, path in zip(batch, paths, strict=True):
-            data = found.get(path)
-            if data is None:
-                whole = _drop(index, rid) and whole  # looked at again next time
-                continue
-            whole = _index_file(index, rid, data, files[rid], started_ns, redact) and whole
+    pool: _passage_worker.Pool | None = None
+    waiting = 0  # bytes of new lines seen so far
+    try:
+        for start in range(0, len(stale), READ_BATCH):
+            batch = stale[start : start + READ_BATCH]
+            paths = [index.paths.rollout_file(rid) for rid in batch]
+            found, _bad = await read_isolated(index.session, paths)
+            planned: list[tuple[str, bytes, _Plan]] = []
+            for rid, path in zip(batch, paths, strict=True):
+                data = found.get(path)
+                if data is None:
+                    whole = _drop(index, rid) and whole  # looked at again next time
+                    continue
+                plan = _plan_file(index, rid, data)
+                if plan is None:  # the tier was emptied: this pass's plans mean nothing now
+                    return False
+                planned.append((rid, data, plan))
+                waiting += plan.end - plan.offset
+            if pool is None and waiting >= _passage_worker.POOL_BYTES:
+                pool = _start_pool()
+            asked = [
+                pool.submit(plan.lines, plan.withheld) if pool is not None else None
+                for _rid, _data, plan in planned
+            ]
+            for (rid, data, plan), future in zip(planned, asked, strict=True):
+                blocks = None if future is None else await asyncio.wrap_future(future)
+                if blocks is None:
+                    cut = _transcripts.line_passages(plan.lines, redact, plan.withheld)
+                    blocks = _transcripts.pack_blocks(cut)
+                _store_file(index, rid, data, files[rid], started_ns, plan, blocks)
+    finally:
+        if pool is not None:
+            pool.close()
     return whole
+
+
+def _start_pool() -> _passage_worker.Pool | None:
+    count = _passage_worker.workers()
+    return _passage_worker.Pool(count) if count else None
 
 
 def _drop(index: LayoutIndex, rid: str) -> bool:
@@ -334,16 +367,23 @@ def _drop_failed(index: LayoutIndex) -> None:
     index.conn.execute("DELETE FROM meta WHERE key IN ('transcripts_digest', 'passages')")
 
 
-def _index_file(
-    index: LayoutIndex,
-    rid: str,
-    data: bytes,
-    stat: Stat,
-    started_ns: int,
-    redact: _transcripts.Redact,
-) -> bool:
-    """Index one rollout file's new lines (all of them when its indexed part changed);
-    ``False`` when dropping its old passages emptied the whole tier (``_drop``)."""
+@dataclass(frozen=True)
+class _Plan:
+    """What indexing one rollout file takes: its ``lines`` from byte ``offset`` (the first
+    being segment ``number``) up to byte ``end``, and the passages ``redact-history``
+    withheld from it."""
+
+    offset: int
+    number: int
+    lines: list[bytes]
+    end: int
+    withheld: frozenset[str]
+
+
+def _plan_file(index: LayoutIndex, rid: str, data: bytes) -> _Plan | None:
+    """Which of a rollout file's lines to index: those after its indexed end when the
+    ``TAIL`` bytes before that end are unchanged, else all of them (its old passages are
+    dropped). ``None`` when dropping them emptied the whole tier (``_drop``)."""
     offset, number = 0, 1
     row = index.conn.execute(
         "SELECT indexed, segments, tail FROM transcript_files WHERE rid = ?", (rid,)
@@ -357,22 +397,36 @@ def _index_file(
             and data[max(0, end - _transcripts.TAIL) : end].hex() == tail
         ):
             offset, number = end, segments
-    whole = offset != 0 or _drop(index, rid)
+    if offset == 0 and not _drop(index, rid):
+        return None
     lines, end = _transcripts.lines_from(data, offset)
-    withheld = index.withheld.get(rid, frozenset())
-    number = _transcripts.add_lines(index.conn, rid, number, lines, redact, withheld)
-    complete = end == len(data) == stat[0]
+    return _Plan(offset, number, lines, end, index.withheld.get(rid, frozenset()))
+
+
+def _store_file(
+    index: LayoutIndex,
+    rid: str,
+    data: bytes,
+    stat: Stat,
+    started_ns: int,
+    plan: _Plan,
+    blocks: list[_transcripts.Block],
+) -> None:
+    """Store the passages cut from a file's planned lines (``_transcripts.pack_blocks``),
+    and its row: how far it is indexed, and its size and time when the whole file was (else
+    it is looked at again)."""
+    _transcripts.store_blocks(index.conn, rid, plan.number, blocks)
+    complete = plan.end == len(data) == stat[0]
     index.conn.execute(
         "INSERT OR REPLACE INTO transcript_files VALUES (?, ?, ?, ?, ?, ?)",
         (
             rid,
             *(_trusted(stat, started_ns) if complete else (None, None)),
-            end,
-            number,
-            data[max(0, end - _transcripts.TAIL) : end].hex(),
+            plan.end,
+            plan.number + len(plan.lines),
+            data[max(0, plan.end - _transcripts.TAIL) : plan.end].hex(),
         ),
     )
-    return whole
 
 
 # ---------------------------------------------------------------- both tiers

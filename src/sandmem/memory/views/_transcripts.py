@@ -316,57 +316,94 @@ def add_lines(
     conn: sqlite3.Connection,
     rid: str,
     first_segment: int,
-    lines: Iterable[bytes],
+    lines: Sequence[bytes],
     redact: Redact,
     withheld: frozenset[str] = frozenset(),
 ) -> int:
     """Index ``lines`` of a rollout file, the first being segment ``first_segment``, leaving
     out the passages whose ``passage_digest`` is in ``withheld`` (``redact-history`` matched
-    them); returns the number of the next segment. Their texts are stored in blocks of about
-    ``BLOCK_CHARS`` characters (``passage_blocks``)."""
-    number = first_segment
-    block: list[tuple[int, Passage]] = []
-    size = 0
-    for line in lines:
+    them); returns the number of the next segment."""
+    store_passages(conn, rid, first_segment, line_passages(lines, redact, withheld))
+    return first_segment + len(lines)
+
+
+def line_passages(
+    lines: Iterable[bytes], redact: Redact, withheld: frozenset[str] = frozenset()
+) -> list[tuple[int, Passage]]:
+    """The passages of rollout ``lines``, each with its line's place among them (0: the
+    first), leaving out those whose ``passage_digest`` is in ``withheld``. The work of
+    indexing a file that needs no index: ``_passage_worker`` runs it in other processes."""
+    found: list[tuple[int, Passage]] = []
+    for number, line in enumerate(lines):
         for passage in segment_passages(line, redact):
             if withheld and passage_digest(passage.text) in withheld:
                 continue
-            block.append((number, passage))
-            size += len(passage.text)
-            if size >= BLOCK_CHARS:
-                _store_block(conn, rid, block)
-                block, size = [], 0
-        number += 1
+            found.append((number, passage))
+    return found
+
+
+#: a block of passages, each with its line's place, and its texts packed (``_unpack``)
+Block = tuple[list[tuple[int, Passage]], bytes]
+
+
+def store_passages(
+    conn: sqlite3.Connection, rid: str, first_segment: int, found: Iterable[tuple[int, Passage]]
+) -> None:
+    """Store ``line_passages`` of a file's lines from segment ``first_segment`` on."""
+    store_blocks(conn, rid, first_segment, pack_blocks(found))
+
+
+def pack_blocks(found: Iterable[tuple[int, Passage]]) -> list[Block]:
+    """``line_passages`` in blocks of about ``BLOCK_CHARS`` characters, each with its texts
+    packed (a JSON list, zlib); a block whose JSON would pass ``BLOCK_BYTES`` is two."""
+    blocks: list[Block] = []
+    block: list[tuple[int, Passage]] = []
+    size = 0
+    for place, passage in found:
+        block.append((place, passage))
+        size += len(passage.text)
+        if size >= BLOCK_CHARS:
+            _pack(block, blocks)
+            block, size = [], 0
     if block:
-        _store_block(conn, rid, block)
-    return number
+        _pack(block, blocks)
+    return blocks
 
 
-def _store_block(conn: sqlite3.Connection, rid: str, block: list[tuple[int, Passage]]) -> None:
-    """One block of passages (each with its segment): the texts, then a row and the
-    full-text entry of each (in two blocks when its JSON would pass ``BLOCK_BYTES``)."""
+def _pack(block: list[tuple[int, Passage]], blocks: list[Block]) -> None:
     data = json.dumps([p.text for _, p in block], ensure_ascii=False).encode(
         "utf-8", "surrogatepass"
     )
     if len(data) > BLOCK_BYTES and len(block) > 1:
         half = len(block) // 2
-        _store_block(conn, rid, block[:half])
-        _store_block(conn, rid, block[half:])
+        _pack(block[:half], blocks)
+        _pack(block[half:], blocks)
         return
-    packed = zlib.compress(data)
-    block_id = conn.execute("INSERT INTO passage_blocks (texts) VALUES (?)", (packed,)).lastrowid
-    first = int(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM passages").fetchone()[0])
-    conn.executemany(
-        "INSERT INTO passages VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (first + n, rid, segment, p.kind, p.part, block_id, n)
-            for n, (segment, p) in enumerate(block)
-        ],
-    )
-    conn.executemany(
-        "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
-        [(first + n, p.text) for n, (_, p) in enumerate(block)],
-    )
+    blocks.append((block, zlib.compress(data)))
+
+
+def store_blocks(
+    conn: sqlite3.Connection, rid: str, first_segment: int, blocks: Iterable[Block]
+) -> None:
+    """Store ``pack_blocks`` of a file's lines from segment ``first_segment`` on: each
+    block's packed texts (``passage_blocks``), then a row and the full-text entry of each of
+    its passages."""
+    for block, packed in blocks:
+        block_id = conn.execute(
+            "INSERT INTO passage_blocks (texts) VALUES (?)", (packed,)
+        ).lastrowid
+        first = int(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM passages").fetchone()[0])
+        conn.executemany(
+            "INSERT INTO passages VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (first + n, rid, first_segment + place, p.kind, p.part, block_id, n)
+                for n, (place, p) in enumerate(block)
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
+            [(first + n, p.text) for n, (_, p) in enumerate(block)],
+        )
 
 
 def count(conn: sqlite3.Connection) -> int:
