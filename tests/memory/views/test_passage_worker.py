@@ -192,7 +192,7 @@ async def test_a_worker_that_cannot_start_leaves_its_files_to_this_process(
     alone, pooled = _layout(tmp_path, "alone"), _layout(tmp_path, "pooled")
     monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "0")
     await api.reindex(alone)
-    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python3-not-there"))
     monkeypatch.setattr(_passage_worker, "POOL_BYTES", 0)
     monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "2")
     with caplog.at_level(logging.WARNING, logger="sandmem.memory"):
@@ -257,3 +257,25 @@ def test_how_many_workers(
     monkeypatch.setenv("SANDMEM_INDEX_WORKERS", value)
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(cpus)), raising=False)
     assert _passage_worker.workers() == expected
+
+
+@pytest.mark.parametrize(
+    ("executable", "frozen", "expected"),
+    [
+        ("/usr/bin/python3.11", False, True),
+        ("/venv/bin/python", False, True),
+        ("/opt/pypy3/bin/pypy3", False, True),
+        ("/usr/bin/uwsgi", False, False),  # a host that embeds Python
+        ("/app/myapp", True, False),  # a frozen application
+        ("/usr/bin/python3", True, False),
+        ("", False, False),
+    ],
+)
+def test_workers_are_started_only_with_a_python(
+    monkeypatch: pytest.MonkeyPatch, executable: str, frozen: bool, expected: bool
+) -> None:
+    monkeypatch.setattr(sys, "executable", executable)
+    monkeypatch.setattr(sys, "frozen", frozen, raising=False)
+    monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "2")
+    assert (_passage_worker.interpreter() is not None) is expected
+    assert _passage_worker.workers() == (2 if expected else 0)

@@ -22,7 +22,8 @@ file's lines are cut in this process instead (``Pool.submit``'s future gives ``N
 the index is the same either way.
 
 ``SANDMEM_INDEX_WORKERS``: how many workers (default: the CPUs this process may use, at
-most ``MAX_WORKERS``, and none on one CPU); ``0`` cuts every passage in this process.
+most ``MAX_WORKERS``, and none on one CPU); ``0`` cuts every passage in this process, as
+does a process whose ``sys.executable`` is no Python (``interpreter``).
 """
 
 from __future__ import annotations
@@ -53,8 +54,22 @@ FRAME_BYTES = 1 << 31
 _KINDS = frozenset({"user", "assistant", "tool call", "tool output", "final output"})
 
 
+def interpreter() -> str | None:
+    """The Python to start workers with: ``sys.executable`` when it names one. In a frozen
+    application, or a host that embeds Python (a WSGI server's binary is
+    ``sys.executable`` there), starting it again would start the host: no workers then."""
+    path = sys.executable
+    if not path or getattr(sys, "frozen", False):
+        return None
+    name = os.path.basename(path).lower()
+    return path if name.startswith(("python", "pypy")) else None
+
+
 def workers() -> int:
-    """How many worker processes a pool starts (``SANDMEM_INDEX_WORKERS``; ``0``: none)."""
+    """How many worker processes a pool starts (``SANDMEM_INDEX_WORKERS``; ``0``: none;
+    none at all when there is no ``interpreter`` to start)."""
+    if interpreter() is None:
+        return 0
     raw = os.environ.get("SANDMEM_INDEX_WORKERS", "").strip()
     if raw:
         try:
@@ -189,10 +204,13 @@ class Pool:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._threads = ThreadPoolExecutor(max_workers=count, thread_name_prefix="passages")
         path = json.dumps([entry for entry in sys.path if entry])
+        python = interpreter()
         for _ in range(count):
             try:
+                if python is None:
+                    raise OSError("sys.executable is not a Python interpreter")
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-c", _BOOT, path, _package()],
+                    [python, "-I", "-c", _BOOT, path, _package()],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
