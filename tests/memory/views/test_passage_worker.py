@@ -279,3 +279,31 @@ def test_workers_are_started_only_with_a_python(
     monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "2")
     assert (_passage_worker.interpreter() is not None) is expected
     assert _passage_worker.workers() == (2 if expected else 0)
+
+
+async def test_a_search_that_catches_up_with_workers_finds_what_one_without_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not only ``reindex``: the first search over many new conversations uses the pool too,
+    and answers as a search without it does."""
+    monkeypatch.setenv("SANDMEM_SEARCH", "bm25")
+    alone, pooled = _layout(tmp_path, "alone"), _layout(tmp_path, "pooled")
+    monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "0")
+    expected = await api.search(alone, "staging port 7431", limit=8)
+    started: list[int] = []
+    real = _passage_worker.Pool.__init__
+
+    def counting(self: _passage_worker.Pool, count: int) -> None:
+        started.append(count)
+        real(self, count)
+
+    monkeypatch.setattr(_passage_worker.Pool, "__init__", counting)
+    monkeypatch.setattr(_passage_worker, "POOL_BYTES", 0)
+    monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "2")
+    found = await api.search(pooled, "staging port 7431", limit=8)
+    assert started == [2]
+    assert [(h.rollout_id, h.segment, h.text) for h in found.hits] == [
+        (h.rollout_id, h.segment, h.text) for h in expected.hits
+    ]
+    assert any(h.tier == "transcript" for h in found.hits)
+    assert _rows(pooled) == _rows(alone)
