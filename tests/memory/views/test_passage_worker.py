@@ -79,6 +79,8 @@ def _pair(blocks: list[_transcripts.Block]) -> tuple[bytes, bytes]:
         b'[[[[0, "user", 0, "hi"]], 0]]',  # packed size 0
         b'[[[[0, "user", 0, "hi"]], 999]]',  # more packed bytes than were sent
         b'[[[[0, "boss", 0, "hi"]], 4]]',  # a kind that is none
+        b'[[[[0, ["user"], 0, "hi"]], 4]]',  # a kind that is no string
+        b'[[[[0, {"a": 1}, 0, "hi"]], 4]]',
         b'[[[[0, "user", -1, "hi"]], 4]]',
         b'[[[[0, "user", 0, 7]], 4]]',
         b'[[[[9, "user", 0, "hi"]], 4]]',  # a line past the lines sent
@@ -90,6 +92,16 @@ def _pair(blocks: list[_transcripts.Block]) -> tuple[bytes, bytes]:
 )
 def test_an_answer_of_the_wrong_shape_is_not_taken(answer: bytes) -> None:
     assert _passage_worker._decode(answer, b"zzzz", 2) is None
+
+
+def test_lines_past_what_a_frame_carries_are_cut_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_passage_worker, "FRAME_BYTES", 10)
+    pool = _passage_worker.Pool(1)
+    try:
+        assert pool.submit([b"x" * 20], frozenset()).result() is None
+        assert pool.submit([], frozenset()).result() == []
+    finally:
+        pool.close()
 
 
 def test_an_answer_of_the_right_shape_reads_back() -> None:

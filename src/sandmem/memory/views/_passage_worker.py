@@ -138,6 +138,7 @@ def _decode(meta: bytes, packed: bytes, lines: int) -> list[Block] | None:
             if not (
                 type(place) is int
                 and last <= place < lines
+                and isinstance(kind, str)
                 and kind in _KINDS
                 and type(part) is int
                 and part >= 0
@@ -228,6 +229,10 @@ class Pool:
         """Have a worker cut and pack ``lines``: the future gives its blocks, or ``None`` (cut
         them here)."""
         data = b"\n".join(lines)
+        if len(data) >= FRAME_BYTES:  # past what a frame carries: cut here
+            done: Future[list[Block] | None] = Future()
+            done.set_result(None)
+            return done
         return self._threads.submit(self._blocks, data, sorted(withheld), len(lines))
 
     def _blocks(self, data: bytes, withheld: list[str], lines: int) -> list[Block] | None:
