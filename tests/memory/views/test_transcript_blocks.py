@@ -13,6 +13,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +24,7 @@ from memory_doubles import transcripts_workspace as workspace
 
 from sandmem import memory as api
 from sandmem.memory.layout import MemoryPaths
-from sandmem.memory.views import _index, _search, _transcripts, _vectors
+from sandmem.memory.views import _index, _index_search, _search, _transcripts, _vectors
 from sandmem.memory.views._index import INDEX_NAME
 
 PATHS = MemoryPaths("memories", "sessions")
@@ -296,3 +297,37 @@ async def test_a_file_changed_under_the_index_leaves_none_of_its_old_terms(
     age(root)
     await api.search(root, "bravo alpha")
     assert file_postings(root) == await rebuilt_postings(root, tmp_path)
+
+
+async def test_a_tier_emptied_mid_pass_leaves_no_file_indexed_in_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One pass over a grown file (``a``: only its new line is to be indexed) and a file that
+    no longer reads back and whose block is damaged (``b``): dropping ``b`` empties the tier.
+    ``a`` must then be indexed whole again, not only its new line."""
+    root = workspace(
+        tmp_path,
+        {
+            "a": turn("a", "alpha zebra question", "alpha answer"),
+            "b": turn("b", "bravo question", "bravo answer"),
+        },
+    )
+    await settled(root)
+    damage(root, "UPDATE passage_blocks SET texts = ? WHERE id IN "
+           "(SELECT block FROM passages WHERE rid = 'b')", (b"\x00 not a stream",))  # fmt: skip
+    with (root / PATHS.rollout_file("a")).open("a") as f:
+        f.write(turn("a", "second yak question", "yak answer", 1))
+    (root / PATHS.rollout_file("b")).write_text(turn("b", "bravo again", "bravo", 1))
+    real = _index_search.read_isolated
+
+    async def without_b(session: Any, paths: list[str]) -> Any:
+        found, bad = await real(session, paths)
+        return {p: d for p, d in found.items() if not p.endswith("/b.jsonl")}, bad
+
+    monkeypatch.setattr(_index_search, "read_isolated", without_b)
+    await api.search(root, "zebra")
+    monkeypatch.setattr(_index_search, "read_isolated", real)
+    hits = [h for h in (await api.search(root, "zebra")).hits if h.tier == "transcript"]
+    assert [(h.rollout_id, h.segment) for h in hits] == [("a", 1)]
+    yak = [h for h in (await api.search(root, "yak")).hits if h.tier == "transcript"]
+    assert [(h.rollout_id, h.segment) for h in yak][:1] == [("a", 2)]

@@ -318,11 +318,15 @@ async def _catch_up(index: LayoutIndex, files: dict[str, Stat]) -> bool:
             planned: list[tuple[str, bytes, _Plan]] = []
             for rid, path in zip(batch, paths, strict=True):
                 data = found.get(path)
+                # a drop that emptied the tier (a damaged block) voids the plans made so far
+                # in this batch (a grown file's plan indexes only its new lines): the caller
+                # compares every file again
                 if data is None:
-                    whole = _drop(index, rid) and whole  # looked at again next time
+                    if not _drop(index, rid):  # looked at again next time
+                        return False
                     continue
                 plan = _plan_file(index, rid, data)
-                if plan is None:  # the tier was emptied: this pass's plans mean nothing now
+                if plan is None:
                     return False
                 planned.append((rid, data, plan))
                 waiting += plan.end - plan.offset
