@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandmem._truncate import estimate_tokens
 from sandmem.memory._render import (
@@ -489,3 +491,31 @@ def test_the_cheap_line_tests_agree_with_the_full_patterns() -> None:
     for line in lines:
         assert _is_error(line) == bool(_ERROR_LINE.search(line)), line
         assert _is_location(line) == bool(_LOCATION_LINE.search(line)), line
+
+
+_LINE_PIECES = (
+    "E", "E   assert x == 1", "Error", "ERROR", "error:", "FAILED", "failure", "Traceback",
+    "timed out", "TimeOut", "could not", "Not Found", "cannot", "panicked", "denied",
+    "ValueError", "MyException", "ß", "İ", "ﬁle", "ǅ", "K", "src/app.py:12", ":3",
+    'File "x.py", line 3', "  ", "ok", "PASSED", "tests/t.py::test_1", "\r", "é", "…",
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(_LINE_PIECES) | st.text(max_size=6), max_size=5).map(" ".join),
+        max_size=30,
+    )
+)
+def test_error_and_location_lines_are_those_each_line_tested_alone_gives(
+    lines: list[str],
+) -> None:
+    """``_marked_lines`` looks for the cheap tests' words once over the joined lines: it marks
+    the lines that ``_is_error`` and ``_is_location`` mark one by one."""
+    from sandmem.memory import _render_text as rt
+
+    lines = [line.replace("\n", " ") for line in lines]
+    errors = {i for i, line in enumerate(lines) if rt._is_error(line)}
+    places = {i for i, line in enumerate(lines) if i not in errors and rt._is_location(line)}
+    assert rt._marked_lines(lines) == (errors, places)

@@ -13,6 +13,7 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from sandmem._truncate import BYTES_PER_TOKEN, truncate_head_tail
 
@@ -123,10 +124,10 @@ def _salvage(middle: list[str], offset: int, room: int) -> list[str]:
     """Distinct error-like lines of ``middle``, then file:line locations, shown in their
     original order, within ``room`` bytes."""
     candidates: dict[str, tuple[int, int]] = {}  # clipped line -> (tier, index)
-    for index, line in enumerate(middle):
-        tier = 0 if _is_error(line) else 1 if _is_location(line) else -1
-        if tier >= 0:
-            candidates.setdefault(_clip(line.strip()), (tier, index))
+    errors, locations = _marked_lines(middle)
+    for index in sorted(errors | locations):
+        tier = 0 if index in errors else 1
+        candidates.setdefault(_clip(middle[index].strip()), (tier, index))
     chosen: list[tuple[int, str]] = []
     used = 0
     for text, (_, index) in sorted(candidates.items(), key=lambda kv: kv[1]):
@@ -139,6 +140,59 @@ def _salvage(middle: list[str], offset: int, room: int) -> list[str]:
     if len(candidates) > len(chosen):
         out.append(f"  (+{len(candidates) - len(chosen)} more error-like lines)")
     return out
+
+
+def _marked_lines(lines: list[str]) -> tuple[set[int], set[int]]:
+    """The indexes of ``lines`` that ``_is_error`` holds for, and of the others that
+    ``_is_location`` holds for. Their cheap tests run once over the lines joined (a long tool
+    output has ~100,000 lines; a test per line was half of rendering a rollout), the
+    patterns only on the lines those tests find."""
+    text = "\n".join(lines)
+    folded = text.casefold()  # per character: the folded lines are ``folded``'s lines
+    if folded.count("\n") != len(lines) - 1:  # never so; the test per line is the rule
+        errors = {i for i, line in enumerate(lines) if _is_error(line)}
+        return errors, {i for i, line in enumerate(lines) if i not in errors and _is_location(line)}
+    maybe = _line_numbers(folded, _found(folded, _ERROR_WORDS))
+    maybe |= _line_numbers(text, _line_starts(text, "E"))
+    errors = {i for i in maybe if _ERROR_LINE.search(lines[i]) is not None}
+    places = _line_numbers(text, (m.start() for m in _LOCATION_HINT.finditer(text)))
+    locations = {
+        i for i in places if i not in errors and _LOCATION_LINE.search(lines[i]) is not None
+    }
+    return errors, locations
+
+
+def _found(text: str, words: Iterable[str]) -> list[int]:
+    """Where each of ``words`` is first found in each line of ``text``, ascending."""
+    found: list[int] = []
+    for word in words:
+        at = text.find(word)
+        while at != -1:
+            found.append(at)
+            end = text.find("\n", at + 1)
+            at = -1 if end == -1 else text.find(word, end + 1)
+    return sorted(found)
+
+
+def _line_starts(text: str, prefix: str) -> list[int]:
+    """Where the lines of ``text`` that start with ``prefix`` start, ascending."""
+    found = [0] if text.startswith(prefix) else []
+    at = text.find("\n" + prefix)
+    while at != -1:
+        found.append(at + 1)
+        at = text.find("\n" + prefix, at + 1)
+    return found
+
+
+def _line_numbers(text: str, positions: Iterable[int]) -> set[int]:
+    """The numbers (from 0) of the lines of ``text`` that hold ``positions`` (ascending)."""
+    found: set[int] = set()
+    line = last = 0
+    for position in positions:
+        line += text.count("\n", last, position)
+        last = position
+        found.add(line)
+    return found
 
 
 def _is_error(line: str) -> bool:
