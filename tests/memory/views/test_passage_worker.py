@@ -45,7 +45,7 @@ def hostile_lines() -> list[bytes]:
 
 
 def here(lines: list[bytes], withheld: frozenset[str] = frozenset()) -> list[_transcripts.Block]:
-    return _transcripts.pack_blocks(_transcripts.line_passages(lines, redact, withheld))
+    return _transcripts.cut_blocks(lines, redact, withheld)
 
 
 def test_a_worker_makes_the_blocks_this_process_makes() -> None:
@@ -141,13 +141,8 @@ def _layout(tmp_path: Path, name: str) -> Path:
     return workspace(tmp_path / name, files)
 
 
-async def test_an_index_built_by_workers_is_the_one_built_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("SANDMEM_SEARCH", "bm25")
-    alone, pooled = _layout(tmp_path, "alone"), _layout(tmp_path, "pooled")
-    monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "0")
-    await api.reindex(alone)
+def pooled_from_now_on(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Index with two workers from the first byte on; the list gets each pool's size."""
     started: list[int] = []
     real = _passage_worker.Pool.__init__
 
@@ -158,6 +153,17 @@ async def test_an_index_built_by_workers_is_the_one_built_here(
     monkeypatch.setattr(_passage_worker.Pool, "__init__", counting)
     monkeypatch.setattr(_passage_worker, "POOL_BYTES", 0)
     monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "2")
+    return started
+
+
+async def test_an_index_built_by_workers_is_the_one_built_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDMEM_SEARCH", "bm25")
+    alone, pooled = _layout(tmp_path, "alone"), _layout(tmp_path, "pooled")
+    monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "0")
+    await api.reindex(alone)
+    started = pooled_from_now_on(monkeypatch)
     await api.reindex(pooled)
     assert started == [2]
     assert _rows(pooled) == _rows(alone)
@@ -302,16 +308,7 @@ async def test_a_search_that_catches_up_with_workers_finds_what_one_without_find
     alone, pooled = _layout(tmp_path, "alone"), _layout(tmp_path, "pooled")
     monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "0")
     expected = await api.search(alone, "staging port 7431", limit=8)
-    started: list[int] = []
-    real = _passage_worker.Pool.__init__
-
-    def counting(self: _passage_worker.Pool, count: int) -> None:
-        started.append(count)
-        real(self, count)
-
-    monkeypatch.setattr(_passage_worker.Pool, "__init__", counting)
-    monkeypatch.setattr(_passage_worker, "POOL_BYTES", 0)
-    monkeypatch.setenv("SANDMEM_INDEX_WORKERS", "2")
+    started = pooled_from_now_on(monkeypatch)
     found = await api.search(pooled, "staging port 7431", limit=8)
     assert started == [2]
     assert [(h.rollout_id, h.segment, h.text) for h in found.hits] == [

@@ -309,6 +309,7 @@ async def _catch_up(index: LayoutIndex, files: dict[str, Stat]) -> bool:
         whole = _drop(index, rid) and whole
     redact = redactor() if stale else str
     pool: _passage_worker.Pool | None = None
+    workers = _passage_worker.workers() if stale else 0
     waiting = 0  # bytes of new lines seen so far
     try:
         for start in range(0, len(stale), READ_BATCH):
@@ -330,8 +331,8 @@ async def _catch_up(index: LayoutIndex, files: dict[str, Stat]) -> bool:
                     return False
                 planned.append((rid, data, plan))
                 waiting += plan.end - plan.offset
-            if pool is None and waiting >= _passage_worker.POOL_BYTES:
-                pool = _start_pool()
+            if pool is None and workers and waiting >= _passage_worker.POOL_BYTES:
+                pool = _passage_worker.Pool(workers)
             asked = [
                 pool.submit(plan.lines, plan.withheld) if pool is not None else None
                 for _rid, _data, plan in planned
@@ -339,18 +340,12 @@ async def _catch_up(index: LayoutIndex, files: dict[str, Stat]) -> bool:
             for (rid, data, plan), future in zip(planned, asked, strict=True):
                 blocks = None if future is None else await asyncio.wrap_future(future)
                 if blocks is None:
-                    cut = _transcripts.line_passages(plan.lines, redact, plan.withheld)
-                    blocks = _transcripts.pack_blocks(cut)
+                    blocks = _transcripts.cut_blocks(plan.lines, redact, plan.withheld)
                 _store_file(index, rid, data, files[rid], started_ns, plan, blocks)
     finally:
         if pool is not None:
             pool.close()
     return whole
-
-
-def _start_pool() -> _passage_worker.Pool | None:
-    count = _passage_worker.workers()
-    return _passage_worker.Pool(count) if count else None
 
 
 def _drop(index: LayoutIndex, rid: str) -> bool:
@@ -416,7 +411,7 @@ def _store_file(
     plan: _Plan,
     blocks: list[_transcripts.Block],
 ) -> None:
-    """Store the passages cut from a file's planned lines (``_transcripts.pack_blocks``),
+    """Store the passages cut from a file's planned lines (``_transcripts.cut_blocks``),
     and its row: how far it is indexed, and its size and time when the whole file was (else
     it is looked at again)."""
     _transcripts.store_blocks(index.conn, rid, plan.number, blocks)

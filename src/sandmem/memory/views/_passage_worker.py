@@ -1,9 +1,9 @@
 """Passages cut in other processes: indexing many rollout files at once (``reindex``, or the
 first search after many conversations came in) parses and redacts them on every core.
 
-Cutting a rollout file's new lines into redacted passages (``_transcripts.line_passages``:
-JSON parsing, 45 redaction rules over every item) and packing their texts in blocks
-(``pack_blocks``: JSON, zlib) is three quarters of indexing the transcript tier, and it
+Cutting a rollout file's new lines into redacted passages and packing their texts in blocks
+(``_transcripts.cut_blocks``: JSON parsing, 45 redaction rules over every item, JSON and zlib)
+is three quarters of indexing the transcript tier, and it
 needs no index: ``Pool`` hands it to worker processes while this process stores what they
 send back (SQLite, one writer). A worker is this Python started in isolated mode (``-I``:
 no current directory, no ``PYTHON*`` variables) with this process's module path, that
@@ -157,7 +157,7 @@ def _decode(meta: bytes, packed: bytes, lines: int) -> list[Block] | None:
 
 def serve(source: IO[bytes], out: IO[bytes]) -> None:
     """Answer requests from ``source`` on ``out`` until ``source`` ends."""
-    from sandmem.memory.views._transcripts import line_passages, pack_blocks
+    from sandmem.memory.views._transcripts import cut_blocks
     from sandmem.redaction import redact
 
     while True:
@@ -167,7 +167,7 @@ def serve(source: IO[bytes], out: IO[bytes]) -> None:
             return
         withheld = frozenset(json.loads(withheld_data))
         lines = lines_data.split(b"\n") if lines_data else []
-        meta, packed = _encode(pack_blocks(line_passages(lines, redact, withheld)))
+        meta, packed = _encode(cut_blocks(lines, redact, withheld))
         _write_frame(out, meta)
         _write_frame(out, packed)
         out.flush()

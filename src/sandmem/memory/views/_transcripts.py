@@ -323,16 +323,24 @@ def add_lines(
     """Index ``lines`` of a rollout file, the first being segment ``first_segment``, leaving
     out the passages whose ``passage_digest`` is in ``withheld`` (``redact-history`` matched
     them); returns the number of the next segment."""
-    store_passages(conn, rid, first_segment, line_passages(lines, redact, withheld))
+    store_blocks(conn, rid, first_segment, cut_blocks(lines, redact, withheld))
     return first_segment + len(lines)
+
+
+def cut_blocks(
+    lines: Iterable[bytes], redact: Redact, withheld: frozenset[str] = frozenset()
+) -> list[Block]:
+    """Rollout ``lines`` cut into passages (``line_passages``) and packed in blocks
+    (``pack_blocks``): the work of indexing a file that needs no index, which
+    ``_passage_worker`` runs in other processes."""
+    return pack_blocks(line_passages(lines, redact, withheld))
 
 
 def line_passages(
     lines: Iterable[bytes], redact: Redact, withheld: frozenset[str] = frozenset()
 ) -> list[tuple[int, Passage]]:
     """The passages of rollout ``lines``, each with its line's place among them (0: the
-    first), leaving out those whose ``passage_digest`` is in ``withheld``. The work of
-    indexing a file that needs no index: ``_passage_worker`` runs it in other processes."""
+    first), leaving out those whose ``passage_digest`` is in ``withheld``."""
     found: list[tuple[int, Passage]] = []
     for number, line in enumerate(lines):
         for passage in segment_passages(line, redact):
@@ -344,13 +352,6 @@ def line_passages(
 
 #: a block of passages, each with its line's place, and its texts packed (``_unpack``)
 Block = tuple[list[tuple[int, Passage]], bytes]
-
-
-def store_passages(
-    conn: sqlite3.Connection, rid: str, first_segment: int, found: Iterable[tuple[int, Passage]]
-) -> None:
-    """Store ``line_passages`` of a file's lines from segment ``first_segment`` on."""
-    store_blocks(conn, rid, first_segment, pack_blocks(found))
 
 
 def pack_blocks(found: Iterable[tuple[int, Passage]]) -> list[Block]:
