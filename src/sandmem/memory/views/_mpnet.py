@@ -171,7 +171,8 @@ def read_member(paths: Sequence[Path], member: tuple[str, int], sha256: str) -> 
 
 
 def parse_safetensors(blob: bytes) -> dict[str, Any]:
-    """The tensors (float32 or int64) of a safetensors file, each checked to fit its place."""
+    """The tensors (float32, float16 or int64) of a safetensors file, each checked to fit its
+    place."""
     import numpy as np
 
     if len(blob) < 8:
@@ -194,13 +195,13 @@ def parse_safetensors(blob: bytes) -> dict[str, Any]:
 
 
 #: the tensor types read (safetensors name: numpy type, bytes); another is refused
-_DTYPES = {"F32": ("<f4", 4), "I64": ("<i8", 8)}
+_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "I64": ("<i8", 8)}
 
 
 def _tensor(np: Any, blob: bytes, base: int, name: str, entry: Any) -> Any:
     kind = _DTYPES.get(str(entry.get("dtype"))) if isinstance(entry, dict) else None
     if kind is None:
-        raise ValueError(f"tensor {name!r} is neither float32 nor int64")
+        raise ValueError(f"tensor {name!r} is not float32, float16 or int64")
     shape, offsets = entry.get("shape"), entry.get("data_offsets")
     if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
         raise ValueError(f"tensor {name!r} has no valid shape")
