@@ -216,7 +216,7 @@ class _E5Words:
     synonyms ("invoicing" for "billing") and costs next to nothing. The second stage matches
     phrases with the pair too. Figure 14 measures it against e5 alone."""
 
-    name = "multilingual-e5-small (4-bit) + WordLlama l2-supercat (0.2)"
+    name = f"multilingual-e5-small (4-bit) + WordLlama l2-supercat ({WORDS_WEIGHT:g})"
     dim = 384 + 256
 
     def __init__(self) -> None:
