@@ -115,12 +115,19 @@ def copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]
     return weights, tokenizer
 
 
-def test_the_copies_load(copies: tuple[Path, Path]) -> None:
+def test_the_copies_load(copies: tuple[Path, Path], tmp_path: Path) -> None:
+    assert _wordllama.load().embed(["billing"]).shape == (1, _wordllama.DIM)
+    for path in copies:  # a link to the very same bytes is read (installers lay out links)
+        target = tmp_path / f"store-{path.name}"
+        path.rename(target)
+        os.symlink(target, path)
     assert _wordllama.load().embed(["billing"]).shape == (1, _wordllama.DIM)
 
 
 @pytest.mark.parametrize("which", [0, 1])
-@pytest.mark.parametrize("change", ["one byte", "truncated", "longer", "empty", "link", "dir"])
+@pytest.mark.parametrize(
+    "change", ["one byte", "truncated", "longer", "empty", "link to other bytes", "dir", "fifo"]
+)
 def test_a_changed_file_is_refused(
     copies: tuple[Path, Path], tmp_path: Path, which: int, change: str
 ) -> None:
@@ -134,14 +141,17 @@ def test_a_changed_file_is_refused(
         path.write_bytes(data + b" ")
     elif change == "empty":
         path.write_bytes(b"")
-    elif change == "link":  # even to the very same bytes: a link is not followed
+    elif change == "link to other bytes":
         target = tmp_path / "elsewhere"
-        target.write_bytes(data)
+        target.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
         path.unlink()
         os.symlink(target, path)
-    else:
+    elif change == "dir":
         path.unlink()
         path.mkdir()
+    else:  # opened without blocking, refused without being read
+        path.unlink()
+        os.mkfifo(path)
     with pytest.raises(UserError, match=r"(?i)wordllama"):
         _wordllama.load()
 
@@ -153,13 +163,13 @@ def test_not_installed_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
         _wordllama.load()
 
 
-def test_a_missing_file_means_not_installed(
-    copies: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_wordllama, "WEIGHTS", ("wordllama/weights/gone.safetensors", 1, "0"))
-    monkeypatch.undo()  # _paths was replaced by the fixture: look at the real one
+def test_a_missing_file_means_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not _wordllama.installed():
+        pytest.skip("wordllama is not installed")
     monkeypatch.setattr(_wordllama, "WEIGHTS", ("wordllama/weights/gone.safetensors", 1, "0"))
     assert _wordllama._paths() is None and not _wordllama.installed()
+    with pytest.raises(UserError, match="WordLlama is not installed"):
+        _wordllama.load()
 
 
 # ---------------------------------------------------------------- the pair with e5

@@ -69,10 +69,11 @@ def installed() -> bool:
 
 
 def read_checked(path: Path, size: int, sha256: str) -> bytes:
-    """The bytes of ``path``, refused unless they are exactly the expected file (a link is not
-    followed: a file of another package's place is not ours to trust)."""
+    """The bytes of ``path``, refused unless they are exactly the expected file. A link is
+    followed (some installers lay a package out as links into a store): what is read is
+    checked, wherever it is, so a link to other bytes is refused like any changed file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise UserError(f"cannot read WordLlama's {path.name} ({exc}); {INSTALL_HINT}") from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
