@@ -358,6 +358,8 @@ ALLOWED = {
     # installed packages (site-packages), read-only and digest-checked
     "views/_mpnet.py": "reads the MPNet weight pieces from their installed packages and keeps "
     "them unpacked in the user's cache (no layout file)",
+    "views/_wordllama.py": "reads WordLlama's two data files from its installed package "
+    "(no layout file)",
 }
 
 #: session file primitives: called on a session only by the layer
