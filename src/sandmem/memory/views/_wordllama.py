@@ -17,9 +17,6 @@ is parsed: a changed or truncated file is refused, not run.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import stat
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -72,18 +69,14 @@ def read_checked(path: Path, size: int, sha256: str) -> bytes:
     """The bytes of ``path``, refused unless they are exactly the expected file. A link is
     followed (some installers lay a package out as links into a store): what is read is
     checked, wherever it is, so a link to other bytes is refused like any changed file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise UserError(f"cannot read WordLlama's {path.name} ({exc}); {INSTALL_HINT}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UserError(f"WordLlama's {path.name} is not a file; {INSTALL_HINT}")
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(size + 1)
-    if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
-        raise UserError(f"WordLlama's {path.name} is not the expected file; {INSTALL_HINT}")
-    return data
+    from sandmem.memory.views._mpnet import read_pinned
+
+    found = read_pinned(path, size, sha256, follow_links=True)
+    if found is None:
+        raise UserError(
+            f"WordLlama's {path.name} cannot be read or is not the expected file; {INSTALL_HINT}"
+        )
+    return found
 
 
 class Model:
