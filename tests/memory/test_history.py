@@ -249,6 +249,44 @@ async def test_retention_by_count_prunes_in_batches_and_collects_objects(tmp_pat
     await session.stop()
 
 
+@pytest.mark.parametrize("other_change", [False, True])
+async def test_a_version_lists_the_versions_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other_change: bool
+) -> None:
+    """Making a version (with a writer's own files kept apart from another writer's change)
+    lists the versions directory once, however many versions it makes, and the numbers,
+    parents and attributions stay what two separate listings gave."""
+    (tmp_path / "memories").mkdir()
+    retention = Retention(keep_versions=1000, keep_days=365)
+    session = await _versions_via_writes(tmp_path, 12, retention)
+    (tmp_path / "memories" / "MEMORY.md").write_text("# Memory\n- the run's own edit\n")
+    if other_change:
+        (tmp_path / "memories" / "memory_summary.md").write_text("- an editor's line\n")
+    listed: list[str] = []
+    real = history._files.kinds_dir
+
+    async def counted(session_: SandboxSession, path: str) -> object:
+        listed.append(path)
+        return await real(session_, path)
+
+    monkeypatch.setattr(history._files, "kinds_dir", counted)
+    async with session.lock(PATHS.lock):
+        made = await journal.notice(
+            session, PATHS, Attribution("live_edit", run="r1"), own=frozenset({"MEMORY.md"})
+        )
+    assert [p for p in listed if p.endswith("/versions")] == ["memories/.history/versions"]
+    monkeypatch.undo()
+    found = await history.versions(session, PATHS)
+    assert made is not None and (made.seq, made.files) == (found[0].seq, found[0].files)
+    kinds = [(v.seq, v.parent, v.attribution.kind) for v in found[: 2 if other_change else 1]]
+    if other_change:
+        assert kinds == [(14, 13, "live_edit"), (13, 12, "hand_edit")]
+        assert found[1].files["MEMORY.md"] == found[2].files["MEMORY.md"]
+    else:
+        assert kinds == [(13, 12, "live_edit")]
+    await session.stop()
+
+
 async def test_retention_by_age_keeps_the_newest(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "memories").mkdir()
     session = await _versions_via_writes(tmp_path, 4, Retention())

@@ -165,15 +165,10 @@ class RunMemory:
                 return  # nothing edited: no lock taken, no wait for a running consolidation
             own = run_policy(ctx.extras).edited(self.paths.memories_dir)
             async with _files.lock(self.session, self.paths.lock, timeout=60.0):
-                if own:  # what its apply_patch did not change is another writer's, apart
-                    await journal.notice(
-                        self.session,
-                        self.paths,
-                        Attribution("hand_edit"),
-                        redactor=self.redactor,
-                        leave=own,
-                    )
-                await journal.notice(self.session, self.paths, attribution, redactor=self.redactor)
+                # what its apply_patch did not change is another writer's: versioned apart
+                await journal.notice(
+                    self.session, self.paths, attribution, redactor=self.redactor, own=own
+                )
         except SandboxError as exc:  # also a link planted in the layout: never loses the record
             logger.warning("memory version of this run's edits deferred: %s", exc)
 

@@ -63,11 +63,13 @@ async def prune(
     retention: Retention = DEFAULT_RETENTION,
     *,
     eager: bool = True,
+    store: Store | None = None,
 ) -> int:
     """Drop versions past the retention (the newest always stays) and the objects only they
     named; returns how many versions were dropped. ``eager=False`` (when a version is made)
-    prunes only past the batch thresholds in the module docstring."""
-    store = Store(session, paths)
+    prunes only past the batch thresholds in the module docstring. ``store``: the locked
+    store the caller made its version with (its listing is reused)."""
+    store = store or Store(session, paths)
     names = await store.version_names()
     if not names:
         return 0
@@ -81,6 +83,7 @@ async def prune(
         return 0
     drop = names[: max(0, len(names) - retention.keep_versions)]
     drop += [n for n in names[len(drop) : -1] if now - (_version_name(n) or (0, 0))[1] > limit_s]
+    store.forget_listing()
     for name in drop:
         await _files.remove(session, f"{store.root}/versions/{name}")
     await collect_garbage(session, paths)

@@ -221,7 +221,14 @@ class Store:
 
     session: SandboxSession
     paths: MemoryPaths
+    #: the caller holds the layout lock for this store's life: no other writer adds or drops
+    #: a record meanwhile, so the versions directory is listed once and kept current by this
+    #: store's own writes (a version lists it once, not once for its head, its number and the
+    #: retention check each)
+    locked: bool = False
     _known_blobs: set[str] = field(default_factory=set)
+    _listed: list[str] | None = field(default=None, repr=False)
+    _head: tuple[Version | None] | None = field(default=None, repr=False)
 
     @property
     def root(self) -> str:
@@ -244,7 +251,18 @@ class Store:
 
     async def version_names(self) -> list[str]:
         """Version record names, oldest first (temp files of a killed write left out)."""
-        return ordered_names(await self._names("versions"))
+        if self._listed is not None:
+            return list(self._listed)
+        names = ordered_names(await self._names("versions"))
+        if self.locked:
+            self._listed = names
+            return list(names)
+        return names
+
+    def forget_listing(self) -> None:
+        """List the versions directory again next time (after records were removed)."""
+        self._listed = None
+        self._head = None
 
     async def read_version(self, name: str) -> Version | None:
         """The version record ``name``; ``None`` (reported in one line) when it does not
@@ -281,16 +299,23 @@ class Store:
         elif _version_name(name) is None:
             raise ValueError(f"{name[:80]!r} is not a version record's name")
         await _files.write(self.session, f"{self.root}/versions/{name}", data)
+        self._head = None
+        if self._listed is not None and name not in self._listed:
+            self._listed = ordered_names([*self._listed, name])
         return name
 
     async def head(self) -> Version | None:
         """The newest version whose record parses."""
-        names = await self.version_names()
-        for name in reversed(names):
-            version = await self.read_version(name)
-            if version is not None:
-                return version
-        return None
+        if self._head is not None:
+            return self._head[0]
+        found = None
+        for name in reversed(await self.version_names()):
+            found = await self.read_version(name)
+            if found is not None:
+                break
+        if self.locked:
+            self._head = (found,)
+        return found
 
     async def next_seq(self) -> int:
         """The number the next version gets: past every record's name, a bad one's too."""
@@ -374,12 +399,14 @@ async def make_version(
     selection: bytes | None,
     attribution: Attribution,
     redact: Callable[[str], str] | None = None,
+    *,
+    store: Store | None = None,
 ) -> Version | None:
     """Record ``files`` (names relative to ``memories_dir``; already redacted) and the
     conversations state as a new version, unless they equal the newest version; ``redact``
     is applied to the attribution's texts. Call under the layout lock (``memory.journal``
-    does, and prunes after)."""
-    store = Store(session, paths)
+    does, with one ``locked`` store for the version and its prune)."""
+    store = store or Store(session, paths)
     head = await store.head()
     hashes = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     selection_hash = None if selection is None else hashlib.sha256(selection).hexdigest()
@@ -405,6 +432,8 @@ async def make_version(
         parent=head.seq if head is not None else None,
     )
     await store.write_version(version)  # the commit point
+    if store.locked:
+        store._head = (version,)
     return version
 
 

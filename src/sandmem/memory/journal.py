@@ -374,26 +374,41 @@ async def _version(
     *,
     redactor: Redactor | None = None,
     retention: Retention = DEFAULT_RETENTION,
-    leave: frozenset[str] = frozenset(),
+    own: frozenset[str] = frozenset(),
 ) -> history.Version | None:
     """Make a version of the live set and the conversations state (``None`` when they equal
-    the newest version), then prune. The one function that makes versions. The files named
-    in ``leave`` (relative to ``memories_dir``) are versioned as the newest version has them,
-    whatever they hold now (another writer's change is versioned apart from them)."""
+    the newest version), then prune. The one function that makes versions. When ``own``
+    names files (relative to ``memories_dir``: what the writer changed), a change to any
+    other file made meanwhile is versioned first, apart, as a ``hand_edit`` (the ``own``
+    files as the newest version has them), so ``attribution``'s version holds only its own
+    change. The live set is read, redacted and hashed once, the versions listed once."""
     files = await versioned_files(session, paths, redactor)
-    if leave:
-        head = await history.Store(session, paths).head()
-        before = {} if head is None else await history.version_files(session, paths, head)
-        files = {n: d for n, d in files.items() if n not in leave}
-        files.update({n: d for n, d in before.items() if n in leave})
     selection = await _read(session, paths.selection_json)
     redact = (redactor or Redactor()).redact
-    made = await history.make_version(
-        session, paths, files, selection, _attributed(attribution), redact
+    store = history.Store(session, paths, locked=True)
+    made: list[history.Version] = []
+    if own:
+        head = await store.head()
+        before = {} if head is None else await history.version_files(session, paths, head)
+        others = {n: d for n, d in files.items() if n not in own}
+        others.update({n: d for n, d in before.items() if n in own})
+        other = await history.make_version(
+            session,
+            paths,
+            others,
+            selection,
+            _attributed(Attribution("hand_edit")),
+            redact,
+            store=store,
+        )
+        made += [other] if other is not None else []
+    mine = await history.make_version(
+        session, paths, files, selection, _attributed(attribution), redact, store=store
     )
-    if made is not None:
-        await _history_prune.prune(session, paths, retention, eager=False)
-    return made
+    made += [mine] if mine is not None else []
+    if made:
+        await _history_prune.prune(session, paths, retention, eager=False, store=store)
+    return mine
 
 
 async def notice(
@@ -403,14 +418,14 @@ async def notice(
     *,
     redactor: Redactor | None = None,
     retention: Retention = DEFAULT_RETENTION,
-    leave: frozenset[str] = frozenset(),
+    own: frozenset[str] = frozenset(),
 ) -> history.Version | None:
     """Version a change made on the live files directly (a run's live edit, a hand edit, a
-    forget), if there is one; the files in ``leave`` as the newest version has them (a run
-    versions the changes it did not make first, apart from its own). Call under the layout
-    lock."""
+    forget), if there is one; with ``own`` (the files the writer changed), a change to any
+    other file is versioned first, apart, as a ``hand_edit`` (``_version``). Call under the
+    layout lock."""
     return await _version(
-        session, paths, attribution, redactor=redactor, retention=retention, leave=leave
+        session, paths, attribution, redactor=redactor, retention=retention, own=own
     )
 
 
