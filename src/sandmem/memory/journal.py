@@ -386,27 +386,20 @@ async def _version(
     selection = await _read(session, paths.selection_json)
     redact = (redactor or Redactor()).redact
     store = history.Store(session, paths, locked=True)
-    made: list[history.Version] = []
+    other = None
     if own:
         head = await store.head()
         before = {} if head is None else await history.version_files(session, paths, head)
         others = {n: d for n, d in files.items() if n not in own}
         others.update({n: d for n, d in before.items() if n in own})
+        hand_edit = _attributed(Attribution("hand_edit"))
         other = await history.make_version(
-            session,
-            paths,
-            others,
-            selection,
-            _attributed(Attribution("hand_edit")),
-            redact,
-            store=store,
+            session, paths, others, selection, hand_edit, redact, store=store
         )
-        made += [other] if other is not None else []
     mine = await history.make_version(
         session, paths, files, selection, _attributed(attribution), redact, store=store
     )
-    made += [mine] if mine is not None else []
-    if made:
+    if other is not None or mine is not None:
         await _history_prune.prune(session, paths, retention, eager=False, store=store)
     return mine
 
