@@ -230,6 +230,106 @@ async def test_a_search_embeds_within_its_budget_and_reindex_embeds_the_rest(
     assert status.search.model_of_vectors == "concepts v1"
 
 
+class _Clock:
+    """``_vectors``' clock, moved on only by the model's calls."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class SlowEmbedder(ConceptEmbedder):
+    """Each call costs ``per_char`` seconds a character on ``clock``; records each call."""
+
+    def __init__(self, clock: _Clock, per_char: float) -> None:
+        super().__init__()
+        self.clock, self.per_char = clock, per_char
+        self.calls: list[list[str]] = []
+
+    def passages(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        self.clock.now += self.per_char * sum(map(len, texts))
+        return super().passages(texts)
+
+
+def long_layout(tmp_path: Path, conversations: int = 6) -> Path:
+    """Conversations whose turns hold many sentences: dozens of texts to embed each."""
+    files = {}
+    for n in range(conversations):
+        said = " ".join(
+            f"Step {n}.{i}: the nightly billing export job {n} reads shard {i} of the database."
+            for i in range(30)
+        )
+        files[f"long{n}"] = turn(f"long{n}", said, f"Done with job {n}; {said}")
+    return workspace(tmp_path, files)
+
+
+def orphan_refs(root: Path) -> int:
+    """Refs naming a text that has no stored vector."""
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        sql = (
+            "SELECT count(*) FROM vector_refs "
+            "WHERE key != '' AND key NOT IN (SELECT key FROM vectors)"
+        )
+        return int(conn.execute(sql).fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("budget_s", [0.5, 1.0, 3.0])
+async def test_a_search_stops_embedding_at_its_budget_even_inside_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget_s: float
+) -> None:
+    """A batch of long rows is embedded a slice at a time, the budget looked at between
+    slices: a search overruns it by one slice at most, however much one batch holds; a row
+    cut by the budget gets its refs only when a later search finishes it."""
+    root = long_layout(tmp_path)
+    clock = _Clock()
+    monkeypatch.setattr(_vectors, "time", clock)
+    monkeypatch.setattr(_vectors, "SEARCH_BUDGET_S", budget_s)
+    monkeypatch.setattr(_vectors, "SLICE_CHARS", _vectors.CHUNK_CHARS)  # a text fits a slice
+    monkeypatch.setattr(_index_search, "ALIGN", False)  # the phrase stage has its own budget
+    model = SlowEmbedder(clock, per_char=0.001)  # a slice: 0.6 s at most
+    searches = 0
+    with _vectors.use_embedder(model):
+        while True:
+            clock.now, before = 0.0, len(model.calls)
+            await api.search(root, QUESTION)
+            searches += 1
+            made = model.calls[before:]
+            # the slices the budget allows, then the one it is looked at after
+            assert all(sum(map(len, c)) <= _vectors.CHUNK_CHARS for c in made)
+            assert clock.now <= budget_s + 0.6 + 1e-9
+            assert orphan_refs(root) == 0
+            status = await api.status(root)
+            assert status.search is not None
+            if status.search.embedded == status.search.embeddable:
+                break
+            assert made, "a search that left texts to embed embedded none"
+            assert searches < 200
+    assert searches > 1
+    assert len({t for c in model.calls for t in c}) == sum(map(len, model.calls))  # once each
+
+
+async def test_reindex_gives_the_model_a_whole_batch_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = long_layout(tmp_path, conversations=2)
+    monkeypatch.setattr(_vectors, "SLICE_CHARS", 200)
+    model = ConceptEmbedder()
+    calls: list[int] = []
+    embed = model.passages
+    monkeypatch.setattr(model, "passages", lambda texts: calls.append(len(texts)) or embed(texts))
+    with _vectors.use_embedder(model):
+        await api.reindex(root)
+        status = await api.status(root)
+    assert status.search is not None and status.search.embedded == status.search.embeddable
+    assert max(calls) > 10  # no budget: not cut into slices
+
+
 async def test_a_forged_vector_is_skipped_and_a_bad_meta_value_rebuilds(tmp_path: Path) -> None:
     root = layout(tmp_path)
     with _vectors.use_embedder(ConceptEmbedder()):

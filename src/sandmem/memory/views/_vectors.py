@@ -98,8 +98,12 @@ FIRST_ONLY_KINDS = ("tool output",)
 SKIPPED_DIRS = ("rollout_summaries",)
 #: seconds one search may spend embedding what is missing before it ranks
 SEARCH_BUDGET_S = 2.0
-#: texts embedded per model call
+#: rows (sections or passages) read per batch; each row gives one or more texts
 BATCH = 32
+#: within a budget, at most this many characters of text per model call: the budget is
+#: looked at between calls, so a batch of long rows overruns it by one call at most (a model
+#: on one CPU core embeds a few thousand characters a second)
+SLICE_CHARS = 2_000
 #: vector tiers in ``vector_refs``
 SECTION, PASSAGE = 0, 1
 
@@ -518,8 +522,10 @@ async def embed_pending(
 ) -> tuple[int, bool]:
     """Embed the rows that have no vector yet, distilled memory first, then the newest
     passages, for at most ``budget_s`` seconds (``None``: all). A text already embedded (by
-    its key) is not embedded again. Returns how many texts the model embedded and whether
-    nothing is left."""
+    its key) is not embedded again. Within a budget the model is given ``SLICE_CHARS`` at a
+    time; a row gets its refs once all its texts have vectors, so a row cut by the budget is
+    finished by the next call. Returns how many texts the model embedded and whether nothing
+    is left."""
     started = time.perf_counter()
     made = 0
     for tier, pending in ((SECTION, _pending_sections), (PASSAGE, _pending_passages)):
@@ -533,13 +539,42 @@ async def embed_pending(
             cursor = rows[-1][0]
             keys = {key_of(chunk): chunk for _, chunks in rows for chunk in chunks}
             missing = _missing(conn, list(keys))
-            # the model runs in a thread: the event loop (an MCP server's) keeps serving
-            texts = [keys[k] for k in missing]
-            vectors = await asyncio.to_thread(embedder.passages, texts) if texts else []
+            embedded: list[str] = []
+            for part in _slices(missing, keys, None if budget_s is None else SLICE_CHARS):
+                if embedded and budget_s is not None and time.perf_counter() - started >= budget_s:
+                    break
+                # the model runs in a thread: the event loop (an MCP server's) keeps serving
+                vectors = await asyncio.to_thread(embedder.passages, [keys[k] for k in part])
+                will_change()
+                _store_vectors(conn, embedder, part, vectors)
+                embedded += part
+                made += len(part)
+            left = set(missing) - set(embedded)
             will_change()
-            _store(conn, embedder, tier, rows, missing, vectors)
-            made += len(missing)
+            whole = [row for row in rows if left.isdisjoint(map(key_of, row[1]))]
+            _store_refs(conn, tier, whole)
+            if left:
+                return made, False
     return made, True
+
+
+def _slices(keys: list[str], texts: dict[str, str], max_chars: int | None) -> Iterator[list[str]]:
+    """``keys`` in runs whose texts hold at most ``max_chars`` characters together (each run
+    one key at least; ``None``: one run)."""
+    if max_chars is None:
+        if keys:
+            yield keys
+        return
+    run: list[str] = []
+    size = 0
+    for key in keys:
+        if run and size + len(texts[key]) > max_chars:
+            yield run
+            run, size = [], 0
+        run.append(key)
+        size += len(texts[key])
+    if run:
+        yield run
 
 
 def _missing(conn: sqlite3.Connection, keys: list[str]) -> list[str]:
@@ -549,22 +584,24 @@ def _missing(conn: sqlite3.Connection, keys: list[str]) -> list[str]:
     return [k for k in keys if k not in stored]
 
 
-def _store(
+def _store_vectors(
     conn: sqlite3.Connection,
     embedder: Embedder,
-    tier: int,
-    rows: list[tuple[int, list[str]]],
-    missing: list[str],
+    keys: list[str],
     vectors: Sequence[Sequence[float]],
 ) -> None:
-    """Store the ``vectors`` of the ``missing`` keys and give ``rows`` (id, chunks) their
-    refs; a row without text gets an empty-key ref (looked at once)."""
-    if len(vectors) != len(missing):
-        raise ValueError(f"the embedder gave {len(vectors)} vectors for {len(missing)} texts")
+    """Store the ``vectors`` the model gave for the texts of ``keys``."""
+    if len(vectors) != len(keys):
+        raise ValueError(f"the embedder gave {len(vectors)} vectors for {len(keys)} texts")
     conn.executemany(
         "INSERT OR REPLACE INTO vectors VALUES (?, ?)",
-        [(k, _pack(v, embedder.dim)) for k, v in zip(missing, vectors, strict=True)],
+        [(k, _pack(v, embedder.dim)) for k, v in zip(keys, vectors, strict=True)],
     )
+
+
+def _store_refs(conn: sqlite3.Connection, tier: int, rows: list[tuple[int, list[str]]]) -> None:
+    """Give ``rows`` (id, texts), whose texts all have vectors, their refs; a row without
+    text gets an empty-key ref (looked at once)."""
     refs = [(tier, rid, key_of(chunk)) for rid, chunks in rows for chunk in chunks]
     refs += [(tier, rid, "") for rid, chunks in rows if not chunks]
     conn.executemany("INSERT INTO vector_refs VALUES (?, ?, ?)", refs)
