@@ -15,9 +15,9 @@ local workspace and one ``flush`` extracts and consolidates them. Then, per layo
 - when the ``semantic`` extra is installed (hybrid ranking), ``search`` is measured twice:
   hybrid, and BM25 (``SANDMEM_SEARCH=bm25``, the ranking before hybrid search existed), so
   the figure compares like with like across commits;
-- hybrid search runs with the extra's own model (``SANDMEM_EMBEDDER=e5`` unless the
-  environment sets it): what a user of the extra alone gets; MPNet's costs (reindex, latency)
-  are in figure 14;
+- hybrid search runs with the extra's own models (``SANDMEM_EMBEDDER=wordllama``: e5 and
+  WordLlama, or ``e5`` where WordLlama is not installed, unless the environment sets it):
+  what a user of the extra alone gets; MPNet's costs (reindex, latency) are in figure 14;
 - the viewer's first page (``view_html``, in process): time and size;
 - a flush with nothing to do (``manager.flush()`` after a flush that found nothing to do,
   its files older than the two seconds a change must age to be trusted), median of
@@ -243,7 +243,10 @@ def _verdict(first: dict[str, Any], last: dict[str, Any]) -> str:
 def run(counts: tuple[int, ...] = COUNTS, repeat: int = REPEAT, settle: bool = True) -> Figure:
     keep = os.environ.get("SANDMEM_SCALE_DIR")
     _compiled()
-    os.environ.setdefault(_vectors.MODEL_ENV, "e5")  # the extra's own model (the docstring)
+    # the extra's own models (the docstring)
+    os.environ.setdefault(
+        _vectors.MODEL_ENV, "wordllama" if _vectors._E5Words.installed() else "e5"
+    )
     with tempfile.TemporaryDirectory(prefix="sandmem-scale-") as scratch:
         base = Path(keep) if keep else Path(scratch)
         results = [
