@@ -330,6 +330,60 @@ async def test_reindex_gives_the_model_a_whole_batch_at_a_time(
     assert max(calls) > 10  # no budget: not cut into slices
 
 
+MEMORY_SECTIONS = {
+    "Billing export": "The nightly billing export job times out after 45 seconds.",
+    "Staging database": "The staging database listens on port 5433 for connections.",
+    "Deploys": "Deploys run from the release branch after the nightly job finished.",
+}
+
+
+def write_memory(root: Path, sections: dict[str, str]) -> None:
+    text = "# Memory\n\n" + "".join(f"## {h}\n\n{b}\n\n" for h, b in sections.items())
+    (root / PATHS.memory_md).write_text(text)
+    age(root)
+
+
+def stored_keys(root: Path) -> set[str]:
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        return {str(k) for (k,) in conn.execute("SELECT key FROM vectors")}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("changed", [None, "Billing export", "Deploys"])
+async def test_memory_rewritten_keeps_the_vectors_of_the_texts_it_still_holds(
+    tmp_path: Path, changed: str | None
+) -> None:
+    """Each consolidation rewrites MEMORY.md and every one of its sections is indexed again:
+    only the texts that are new are embedded again, and a text no section holds any more
+    loses its vector."""
+    root = layout(tmp_path)
+    write_memory(root, MEMORY_SECTIONS)
+    model = ConceptEmbedder()
+    with _vectors.use_embedder(model):
+        await api.search(root, QUESTION)
+        before = stored_keys(root)
+        sections = dict(MEMORY_SECTIONS)
+        old = sections.get(changed or "", "")
+        if changed is not None:
+            sections[changed] = "The weekly invoice dump task retries 9 times before it gives up."
+        write_memory(root, sections)
+        model.embedded.clear()
+        await api.search(root, QUESTION)
+        status = await api.status(root)
+    assert status.search is not None and status.search.embedded == status.search.embeddable
+    assert orphan_refs(root) == 0
+    assert all(FACT not in t or changed == "Billing export" for t in model.embedded)
+    if changed is None:
+        assert model.embedded == []  # the same texts: nothing embedded again
+        assert stored_keys(root) == before
+    else:
+        assert model.embedded and all(old not in t for t in model.embedded)
+        assert any("retries 9 times" in t for t in model.embedded)
+        assert _vectors.key_of(old) not in stored_keys(root)  # its text went: so did its vector
+
+
 async def test_a_forged_vector_is_skipped_and_a_bad_meta_value_rebuilds(tmp_path: Path) -> None:
     root = layout(tmp_path)
     with _vectors.use_embedder(ConceptEmbedder()):

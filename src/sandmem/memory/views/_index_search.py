@@ -650,7 +650,7 @@ def collect_vectors(index: LayoutIndex, *, everything: bool = False) -> None:
     if everything:
         _vectors.prune(index.conn)
     else:
-        _vectors.collect(index.conn)
+        _vectors.collect(index.conn, index.paths.memories_dir)
     index._set_meta("vectors_gen", _token())
     index.vectors_dropped = False
 

@@ -375,9 +375,16 @@ def scratch(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def collect(conn: sqlite3.Connection) -> None:
+def collect(conn: sqlite3.Connection, memories_dir: str) -> None:
     """Delete the vectors of the keys whose refs were dropped (``temp.dropped_keys``) that no
-    ref holds any more."""
+    ref holds any more, except those a section with no vector yet will use: a file indexed
+    again (``MEMORY.md`` after each consolidation) keeps the vectors of the texts it still
+    holds, so only its new texts are embedded again."""
+    if conn.execute("SELECT 1 FROM temp.dropped_keys LIMIT 1").fetchone() is not None:
+        wanted = {
+            key_of(c) for _, chunks in _pending_sections(conn, -1, memories_dir) for c in chunks
+        }
+        conn.executemany("DELETE FROM temp.dropped_keys WHERE key = ?", [(k,) for k in wanted])
     conn.execute(
         "DELETE FROM vectors WHERE key IN (SELECT key FROM temp.dropped_keys) AND NOT EXISTS "
         "(SELECT 1 FROM vector_refs AS r WHERE r.key = vectors.key)"
