@@ -279,6 +279,16 @@ def orphan_refs(root: Path) -> int:
         conn.close()
 
 
+def orphan_vectors(root: Path) -> int:
+    """Stored vectors no ref holds (every vector must be held by some row)."""
+    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
+    try:
+        sql = "SELECT count(*) FROM vectors WHERE key NOT IN (SELECT key FROM vector_refs)"
+        return int(conn.execute(sql).fetchone()[0])
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("budget_s", [0.5, 1.0, 3.0])
 async def test_a_search_stops_embedding_at_its_budget_even_inside_a_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget_s: float
@@ -304,6 +314,7 @@ async def test_a_search_stops_embedding_at_its_budget_even_inside_a_batch(
             assert all(sum(map(len, c)) <= _vectors.CHUNK_CHARS for c in made)
             assert clock.now <= budget_s + 0.6 + 1e-9
             assert orphan_refs(root) == 0
+            assert orphan_vectors(root) == 0
             status = await api.status(root)
             assert status.search is not None
             if status.search.embedded == status.search.embeddable:
@@ -374,6 +385,7 @@ async def test_memory_rewritten_keeps_the_vectors_of_the_texts_it_still_holds(
         status = await api.status(root)
     assert status.search is not None and status.search.embedded == status.search.embeddable
     assert orphan_refs(root) == 0
+    assert orphan_vectors(root) == 0
     assert all(FACT not in t or changed == "Billing export" for t in model.embedded)
     if changed is None:
         assert model.embedded == []  # the same texts: nothing embedded again
@@ -382,6 +394,50 @@ async def test_memory_rewritten_keeps_the_vectors_of_the_texts_it_still_holds(
         assert model.embedded and all(old not in t for t in model.embedded)
         assert any("retries 9 times" in t for t in model.embedded)
         assert _vectors.key_of(old) not in stored_keys(root)  # its text went: so did its vector
+
+
+@pytest.mark.parametrize("then", ["rewritten", "removed"])
+async def test_a_section_cut_by_the_budget_and_then_dropped_leaves_no_vector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """The texts of a row the budget stopped inside are held by partial refs: when the row
+    goes (its file rewritten or removed) before it was finished, their vectors go too."""
+    root = layout(tmp_path)
+    long = " ".join(f"Shard {i} of the billing export is copied at night." for i in range(40))
+    write_memory(root, {"Shards": long, **MEMORY_SECTIONS})
+    clock = _Clock()
+    monkeypatch.setattr(_vectors, "time", clock)
+    monkeypatch.setattr(_vectors, "SEARCH_BUDGET_S", 0.3)
+    monkeypatch.setattr(_index_search, "ALIGN", False)
+    model = SlowEmbedder(clock, per_char=0.001)
+    with _vectors.use_embedder(model):
+        await api.search(root, QUESTION)
+        cut = {_vectors.key_of(t) for c in model.calls for t in c}
+        assert cut and any("Shard" in t for c in model.calls for t in c)
+        status = await api.status(root)
+        assert status.search is not None and status.search.embedded < status.search.embeddable
+        assert cut <= stored_keys(root) and orphan_vectors(root) == 0  # held, not orphaned
+        if then == "rewritten":
+            write_memory(root, {"Deploys": "Deploys run on Fridays only."})
+        else:
+            (root / PATHS.memory_md).unlink()
+        monkeypatch.setattr(_vectors, "SEARCH_BUDGET_S", 1000.0)
+        await api.search(root, QUESTION)
+        status = await api.status(root)
+    assert status.search is not None and status.search.embedded == status.search.embeddable
+    assert not any("Shard" in t for t in _texts_with_vectors(root, model))
+    assert orphan_vectors(root) == 0 and orphan_refs(root) == 0
+
+
+def _texts_with_vectors(root: Path, model: SlowEmbedder) -> list[str]:
+    """The texts the model embedded whose vectors are still stored."""
+    stored = stored_keys(root)
+    return [t for c in model.calls for t in c if _vectors.key_of(t) in stored]
+
+
+def test_the_transcript_tier_drops_partial_refs_too() -> None:
+    # ``_transcripts`` cannot import ``_vectors`` (which imports it): its tiers are literals
+    assert (_vectors.PASSAGE, _vectors.PARTIAL[_vectors.PASSAGE]) == (1, 3)
 
 
 async def test_a_forged_vector_is_skipped_and_a_bad_meta_value_rebuilds(tmp_path: Path) -> None:

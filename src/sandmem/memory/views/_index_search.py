@@ -179,11 +179,12 @@ def _rows_changed(index: LayoutIndex) -> None:
 
 
 def drop_file(index: LayoutIndex, path: str) -> None:
-    where = "tier = 0 AND ref IN (SELECT id FROM sections WHERE path = ?)"
+    where = "tier IN (?, ?) AND ref IN (SELECT id FROM sections WHERE path = ?)"
+    params = (_vectors.SECTION, _vectors.PARTIAL[_vectors.SECTION], path)
     index.conn.execute(
-        f"INSERT INTO temp.dropped_keys SELECT key FROM vector_refs WHERE {where}", (path,)
+        f"INSERT INTO temp.dropped_keys SELECT key FROM vector_refs WHERE {where}", params
     )
-    index.conn.execute(f"DELETE FROM vector_refs WHERE {where}", (path,))
+    index.conn.execute(f"DELETE FROM vector_refs WHERE {where}", params)
     _search.drop_file(index.conn, path)
     index.conn.execute("DELETE FROM docs WHERE path = ?", (path,))
 

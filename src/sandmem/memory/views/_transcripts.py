@@ -307,7 +307,7 @@ def empty_fts(conn: sqlite3.Connection) -> None:
 def _vectors_of(conn: sqlite3.Connection, rows: str, params: tuple[object, ...]) -> None:
     """Drop the vector refs of the passages ``rows`` selects, noting their keys in
     ``temp.dropped_keys`` (the vectors no ref holds then go: ``_vectors.collect``)."""
-    where = f"tier = 1 AND ref IN ({rows})"
+    where = f"tier IN (1, 3) AND ref IN ({rows})"  # ``_vectors``: PASSAGE and its PARTIAL
     conn.execute(f"INSERT INTO temp.dropped_keys SELECT key FROM vector_refs WHERE {where}", params)
     conn.execute(f"DELETE FROM vector_refs WHERE {where}", params)
 

@@ -27,7 +27,9 @@ Vectors are content-addressed (``vectors``: the SHA-256 of the text the model sa
 text is embedded once, whoever holds it) and attached to their rows by ``vector_refs`` (tier
 ``SECTION`` or ``PASSAGE``, the row id). They follow the rows: a row indexed again or dropped
 (a changed file, ``forget``) loses its refs in ``prune``, and a vector no ref holds is deleted
-(``secure_delete`` zeroes its pages: an embedding says something about its text). A model of
+(``secure_delete`` zeroes its pages: an embedding says something about its text). A row whose
+texts are only partly embedded holds them by ``PARTIAL`` refs, so every stored vector is held
+by some row. A model of
 another name (meta ``embedder``) makes every vector stale: they are dropped and made again.
 
 Embedding costs time (hundreds to a few thousand tokens a second on a CPU core), so it is
@@ -106,6 +108,10 @@ BATCH = 32
 SLICE_CHARS = 2_000
 #: vector tiers in ``vector_refs``
 SECTION, PASSAGE = 0, 1
+#: the refs of a row some of whose texts have vectors, not all yet (a search's budget ran out
+#: inside it, or a file indexed again still holds some texts): they hold those vectors, and
+#: the row is still to embed (only ``SECTION`` and ``PASSAGE`` refs make a row done)
+PARTIAL = {SECTION: 2, PASSAGE: 3}
 
 SCHEMA = (
     "CREATE TABLE vectors (key TEXT PRIMARY KEY, vec BLOB)",
@@ -377,14 +383,11 @@ def scratch(conn: sqlite3.Connection) -> None:
 
 def collect(conn: sqlite3.Connection, memories_dir: str) -> None:
     """Delete the vectors of the keys whose refs were dropped (``temp.dropped_keys``) that no
-    ref holds any more, except those a section with no vector yet will use: a file indexed
-    again (``MEMORY.md`` after each consolidation) keeps the vectors of the texts it still
-    holds, so only its new texts are embedded again."""
+    ref holds any more. First the sections with no vector yet take the vectors they will use
+    (``attach``): a file indexed again (``MEMORY.md`` after each consolidation) keeps the
+    vectors of the texts it still holds, so only its new texts are embedded again."""
     if conn.execute("SELECT 1 FROM temp.dropped_keys LIMIT 1").fetchone() is not None:
-        wanted = {
-            key_of(c) for _, chunks in _pending_sections(conn, -1, memories_dir) for c in chunks
-        }
-        conn.executemany("DELETE FROM temp.dropped_keys WHERE key = ?", [(k,) for k in wanted])
+        attach(conn, SECTION, _pending_sections(conn, -1, memories_dir))
     conn.execute(
         "DELETE FROM vectors WHERE key IN (SELECT key FROM temp.dropped_keys) AND NOT EXISTS "
         "(SELECT 1 FROM vector_refs AS r WHERE r.key = vectors.key)"
@@ -444,9 +447,9 @@ def prune(conn: sqlite3.Connection) -> int:
     """Drop the refs of rows that are gone (indexed again or dropped) and every vector no ref
     holds; the number of refs dropped."""
     gone = conn.execute(
-        "DELETE FROM vector_refs WHERE (tier = ? AND ref NOT IN (SELECT id FROM sections)) "
-        "OR (tier = ? AND ref NOT IN (SELECT id FROM passages))",
-        (SECTION, PASSAGE),
+        "DELETE FROM vector_refs WHERE (tier IN (?, ?) AND ref NOT IN (SELECT id FROM sections)) "
+        "OR (tier IN (?, ?) AND ref NOT IN (SELECT id FROM passages))",
+        (SECTION, PARTIAL[SECTION], PASSAGE, PARTIAL[PASSAGE]),
     ).rowcount
     conn.execute("DELETE FROM vectors WHERE key NOT IN (SELECT key FROM vector_refs)")
     conn.execute("DELETE FROM temp.dropped_keys")
@@ -530,8 +533,8 @@ async def embed_pending(
     """Embed the rows that have no vector yet, distilled memory first, then the newest
     passages, for at most ``budget_s`` seconds (``None``: all). A text already embedded (by
     its key) is not embedded again. Within a budget the model is given ``SLICE_CHARS`` at a
-    time; a row gets its refs once all its texts have vectors, so a row cut by the budget is
-    finished by the next call. Returns how many texts the model embedded and whether nothing
+    time; a row cut by the budget holds what was embedded by ``PARTIAL`` refs and is finished
+    by the next call. Returns how many texts the model embedded and whether nothing
     is left."""
     started = time.perf_counter()
     made = 0
@@ -556,11 +559,9 @@ async def embed_pending(
                 _store_vectors(conn, embedder, part, vectors)
                 embedded += part
                 made += len(part)
-            left = set(missing) - set(embedded)
             will_change()
-            whole = [row for row in rows if left.isdisjoint(map(key_of, row[1]))]
-            _store_refs(conn, tier, whole)
-            if left:
+            attach(conn, tier, rows)
+            if len(embedded) < len(missing):
                 return made, False
     return made, True
 
@@ -606,11 +607,27 @@ def _store_vectors(
     )
 
 
-def _store_refs(conn: sqlite3.Connection, tier: int, rows: list[tuple[int, list[str]]]) -> None:
-    """Give ``rows`` (id, texts), whose texts all have vectors, their refs; a row without
-    text gets an empty-key ref (looked at once)."""
-    refs = [(tier, rid, key_of(chunk)) for rid, chunks in rows for chunk in chunks]
-    refs += [(tier, rid, "") for rid, chunks in rows if not chunks]
+def attach(conn: sqlite3.Connection, tier: int, rows: list[tuple[int, list[str]]]) -> None:
+    """Give ``rows`` (id, texts) of ``tier`` the refs of the vectors their texts have: a row
+    whose every text has one is done (``tier`` refs; a row without text gets an empty-key
+    ref, looked at once), another holds those it has by ``PARTIAL`` refs."""
+    if not rows:
+        return
+    keys = {key_of(chunk) for _, chunks in rows for chunk in chunks}
+    absent = set(_missing(conn, list(keys)))
+    partial = PARTIAL[tier]
+    conn.executemany(
+        "DELETE FROM vector_refs WHERE tier = ? AND ref = ?", [(partial, rid) for rid, _ in rows]
+    )
+    refs: list[tuple[int, int, str]] = []
+    for rid, chunks in rows:
+        held = [key_of(chunk) for chunk in chunks]
+        if not held:
+            refs.append((tier, rid, ""))
+        elif absent.isdisjoint(held):
+            refs += [(tier, rid, key) for key in held]
+        else:
+            refs += [(partial, rid, key) for key in held if key not in absent]
     conn.executemany("INSERT INTO vector_refs VALUES (?, ?, ?)", refs)
 
 
