@@ -299,9 +299,11 @@ class Store:
         elif _version_name(name) is None:
             raise ValueError(f"{name[:80]!r} is not a version record's name")
         await _files.write(self.session, f"{self.root}/versions/{name}", data)
-        self._head = None
         if self._listed is not None and name not in self._listed:
             self._listed = ordered_names([*self._listed, name])
+        # the newest record is the head (a locked store's own write: no other writer's)
+        newest = self._listed is not None and self._listed[-1] == name
+        self._head = (version,) if self.locked and newest else None
         return name
 
     async def head(self) -> Version | None:
@@ -432,8 +434,6 @@ async def make_version(
         parent=head.seq if head is not None else None,
     )
     await store.write_version(version)  # the commit point
-    if store.locked:
-        store._head = (version,)
     return version
 
 
