@@ -95,12 +95,17 @@ def layout(tmp_path: Path) -> Path:
     )
 
 
-def refs(root: Path) -> list[tuple[int, int, str]]:
+def index_rows(root: Path, sql: str) -> list[tuple[Any, ...]]:
+    """The rows ``sql`` selects from the layout's index file."""
     conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
     try:
-        return [(int(t), int(r), str(k)) for t, r, k in conn.execute("SELECT * FROM vector_refs")]
+        return list(conn.execute(sql))
     finally:
         conn.close()
+
+
+def refs(root: Path) -> list[tuple[int, int, str]]:
+    return [(int(t), int(r), str(k)) for t, r, k in index_rows(root, "SELECT * FROM vector_refs")]
 
 
 async def test_a_paraphrase_bm25_misses_is_found_and_the_result_says_hybrid(
@@ -268,25 +273,16 @@ def long_layout(tmp_path: Path, conversations: int = 6) -> Path:
 
 def orphan_refs(root: Path) -> int:
     """Refs naming a text that has no stored vector."""
-    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
-    try:
-        sql = (
-            "SELECT count(*) FROM vector_refs "
-            "WHERE key != '' AND key NOT IN (SELECT key FROM vectors)"
-        )
-        return int(conn.execute(sql).fetchone()[0])
-    finally:
-        conn.close()
+    sql = (
+        "SELECT count(*) FROM vector_refs WHERE key != '' AND key NOT IN (SELECT key FROM vectors)"
+    )
+    return int(index_rows(root, sql)[0][0])
 
 
 def orphan_vectors(root: Path) -> int:
     """Stored vectors no ref holds (every vector must be held by some row)."""
-    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
-    try:
-        sql = "SELECT count(*) FROM vectors WHERE key NOT IN (SELECT key FROM vector_refs)"
-        return int(conn.execute(sql).fetchone()[0])
-    finally:
-        conn.close()
+    sql = "SELECT count(*) FROM vectors WHERE key NOT IN (SELECT key FROM vector_refs)"
+    return int(index_rows(root, sql)[0][0])
 
 
 @pytest.mark.parametrize("budget_s", [0.5, 1.0, 3.0])
@@ -355,11 +351,7 @@ def write_memory(root: Path, sections: dict[str, str]) -> None:
 
 
 def stored_keys(root: Path) -> set[str]:
-    conn = sqlite3.connect(root / PATHS.memories_dir / INDEX_NAME)
-    try:
-        return {str(k) for (k,) in conn.execute("SELECT key FROM vectors")}
-    finally:
-        conn.close()
+    return {str(k) for (k,) in index_rows(root, "SELECT key FROM vectors")}
 
 
 @pytest.mark.parametrize("changed", [None, "Billing export", "Deploys"])
